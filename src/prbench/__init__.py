@@ -1,0 +1,20 @@
+"""prbench: does a reward model know *this* user, and does that predict what it does downstream?"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "load_examples", "evaluate"]
+
+
+def __getattr__(name: str):
+    # Lazy so that `import prbench` stays light (no torch, no datasets) until used.
+    if name == "load_examples":
+        from prbench.data import load_examples
+
+        return load_examples
+    if name == "evaluate":
+        from prbench.evaluate import evaluate
+
+        return evaluate
+    raise AttributeError(name)

@@ -1,0 +1,3 @@
+from prbench.cli import main
+
+main()

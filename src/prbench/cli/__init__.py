@@ -1,0 +1,73 @@
+"""The `prbench` command: a thin typer app over the public API."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from prbench import __version__
+from prbench.errors import PrbenchError
+
+app = typer.Typer(
+    name="prbench",
+    help="Personalized reward-model benchmarking: does your RM know this user?",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+_DEBUG = {"on": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"prbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    _DEBUG["on"] = debug
+
+
+def _register() -> None:
+    from prbench.cli import data as data_cmds
+
+    app.add_typer(data_cmds.app, name="data")
+    for module in _COMMAND_MODULES:
+        __import__(f"prbench.cli.{module}")
+
+
+# Modules that add top-level commands to `app` when imported.
+_COMMAND_MODULES: list[str] = []
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit code 2."""
+    _register()
+    try:
+        app(standalone_mode=False)
+    except PrbenchError as exc:
+        if _DEBUG["on"]:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and the unexpected
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(2)
+        if _DEBUG["on"]:
+            raise
+        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,65 @@
+"""`prbench data ...`: validate, describe and convert benchmark files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from prbench.cli.options import Categories, DataArg, Json, Limit, Quiet, Split, split_csv
+from prbench.cli.output import emit_json, table
+from prbench.data import iter_examples, load_examples, write_examples
+from prbench.data.stats import dataset_stats
+
+app = typer.Typer(help="Validate, describe and convert benchmark data.", no_args_is_help=True)
+Kind = Annotated[str, typer.Option(help="'benchmark' (with chosen/rejected) or 'source' (LaMP-QA form).")]
+
+
+def _kind(src: str, kind: str | None) -> str:
+    return kind or ("source" if src == "sample:source" else "benchmark")
+
+
+@app.command()
+def validate(src: DataArg, kind: Kind = "", split: Split = "test", json_out: Json = False) -> None:
+    """Check every record; exit 0 when all are valid, else print the first error and exit 2."""
+    n = sum(1 for _ in iter_examples(src, _kind(src, kind), split=split))
+    if json_out:
+        emit_json({"valid": True, "records": n})
+    else:
+        typer.echo(f"{src}: {n} valid records")
+
+
+@app.command()
+def stats(
+    src: DataArg, kind: Kind = "", categories: Categories = None, split: Split = "test",
+    json_out: Json = False, quiet: Quiet = False,
+) -> None:
+    """Items per category, users, profile and rubric sizes, response lengths and length balance."""
+    items = load_examples(src, _kind(src, kind), categories=split_csv(categories), split=split)
+    s = dataset_stats(items)
+    if json_out:
+        emit_json(s)
+        return
+    rows = []
+    for key, value in s.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        rows.append((key, value))
+    if not quiet:
+        table(f"{src}", ["statistic", "value"], rows)
+
+
+@app.command()
+def convert(
+    src: DataArg,
+    dst: Annotated[Path, typer.Argument(help="Output .jsonl, .jsonl.gz, .json or .parquet.")],
+    kind: Kind = "",
+    categories: Categories = None,
+    limit: Limit = None,
+    split: Split = "test",
+) -> None:
+    """Convert any supported source to JSONL, JSON or parquet (validated on the way)."""
+    items = load_examples(src, _kind(src, kind), categories=split_csv(categories), limit=limit, split=split)
+    n = write_examples(items, dst)
+    typer.echo(f"wrote {n} records to {dst}")

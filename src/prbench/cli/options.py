@@ -1,0 +1,35 @@
+"""CLI options defined once and shared by every command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
+DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
+Split = Annotated[str, typer.Option(help="Split of a hub dataset.")]
+Categories = Annotated[
+    Optional[str], typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
+]
+Limit = Annotated[Optional[int], typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
+Seed = Annotated[int, typer.Option(help="Seed for every random choice (derived per example).")]
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
+Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+Model = Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. hf:DIR, baseline:length, judge:openai:gpt-5.1.")]
+Conditions = Annotated[
+    str, typer.Option("--condition", "-c", help="Comma-separated: none,profile,planner,oracle,wrong-profile.")
+]
+BatchSize = Annotated[int, typer.Option(help="Examples per model batch.")]
+MaxLength = Annotated[Optional[int], typer.Option(help="Token budget per input (profile cut first, response never).")]
+TopK = Annotated[int, typer.Option(help="Profile posts kept after retrieval.")]
+Retriever = Annotated[str, typer.Option(help="bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")]
+
+
+def split_csv(value: str | None) -> list[str] | None:
+    """'a, b' -> ['a', 'b']; None or '' -> None."""
+    if not value:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]

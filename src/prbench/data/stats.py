@@ -1,0 +1,44 @@
+"""Descriptive statistics of a benchmark: the numbers a dataset card needs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from prbench.schema import Example, SourceItem
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def _describe(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    a = np.asarray(values, dtype=float)
+    return {"min": float(a.min()), "mean": round(float(a.mean()), 2), "median": float(np.median(a)),
+            "max": float(a.max())}
+
+
+def dataset_stats(items: Sequence[SourceItem]) -> dict[str, Any]:
+    """Items per category, users, profile and rubric sizes, response lengths and length balance."""
+    out: dict[str, Any] = {
+        "items": len(items),
+        "per_category": dict(sorted(Counter(it.category for it in items).items())),
+        "users": len({it.user_id for it in items if it.user_id}),
+        "profile_posts": _describe([len(it.profile) for it in items]),
+        "rubric_aspects": _describe([len(it.rubric_aspects) for it in items]),
+        "question_words": _describe([words(it.question) for it in items]),
+    }
+    pairs = [it for it in items if isinstance(it, Example)]
+    if pairs:
+        c = [words(it.chosen) for it in pairs]
+        r = [words(it.rejected) for it in pairs]
+        out["chosen_words"] = _describe(c)
+        out["rejected_words"] = _describe(r)
+        out["share_chosen_longer"] = round(float(np.mean([a > b for a, b in zip(c, r)])), 4)
+        out["share_equal_length"] = round(float(np.mean([a == b for a, b in zip(c, r)])), 4)
+    return out

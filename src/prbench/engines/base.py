@@ -1,0 +1,90 @@
+"""The engine interface: chat generation and teacher-forced log-likelihood.
+
+Engines are named by spec strings: `hf:<hub id | dir>`, `builtin:<name>`, `openai:<model>`,
+`vllm:<hub id | dir>`. Every random choice is seeded per request (callers derive the seed
+from (run seed, example id)), so batching and caching cannot change results.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prbench.errors import SpecError
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Sampling parameters of one request; temperature 0 means greedy."""
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Generation:
+    """One generated text; `error` set (and text empty) when the request failed for good."""
+
+    text: str
+    finish_reason: str = "stop"  # stop | length | error
+    error: str | None = None
+    n_tokens: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """A model runtime. Subclasses implement what their backend can do."""
+
+    spec: str
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[Messages], params: GenParams | Sequence[GenParams]) -> list[Generation]:
+        """Chat completion for each prompt (chat template applied by the engine)."""
+
+    def loglik(self, requests: Sequence[tuple[Messages, str]]) -> list[list[float]]:
+        """Per-token log-probabilities of `continuation` as the assistant's reply to `messages`."""
+        raise SpecError(f"{self.spec}: this engine cannot compute log-likelihoods")
+
+    def choice_logprobs(self, prompts: Sequence[Messages], choices: Sequence[str]) -> list[dict[str, float]]:
+        """Log-probability of each single-token choice (e.g. 'A', 'B') as the reply's first token."""
+        raise SpecError(f"{self.spec}: this engine cannot score answer tokens")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies this engine's outputs in a cache key (model, revision, template hash)."""
+        return {"spec": self.spec}
+
+
+def load_engine(spec: str, **options: Any) -> Engine:
+    """Build the engine a spec string names; options are backend-specific (device, dtype, base_url...)."""
+    prefix, _, rest = spec.partition(":")
+    if not rest:
+        raise SpecError(f"engine spec {spec!r} needs a prefix: hf:, builtin:, openai:, vllm:")
+    if prefix == "hf":
+        from prbench.engines.transformers_engine import TransformersEngine
+
+        return TransformersEngine(rest, **options)
+    if prefix == "builtin":
+        from prbench.engines.builtin import builtin_engine
+
+        return builtin_engine(rest, **options)
+    if prefix == "openai":
+        from prbench.engines.openai_engine import OpenAIEngine
+
+        return OpenAIEngine(rest, **options)
+    if prefix == "vllm":
+        from prbench.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(rest, **options)
+    raise SpecError(f"unknown engine prefix {prefix!r} in {spec!r} (use hf:, builtin:, openai:, vllm:)")

@@ -1,0 +1,328 @@
+"""Run a reward model over a benchmark under one input condition: per-example records + metrics.
+
+Tie rule: a pointwise RM that gives chosen and rejected exactly equal scores earns 0.5; a
+pairwise judge's explicit tie earns 0.5. Invalid outputs (NaN/inf scores, failed calls,
+unparseable verdicts) are counted as invalid and excluded from `accuracy`; they are never
+turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a conservative view.
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prbench import __version__, metrics
+from prbench.cache import Cache, NullCache, content_key
+from prbench.conditions import CONDITIONS, View, build_views, read_planner_file
+from prbench.data import load_examples
+from prbench.errors import PrbenchError
+from prbench.retrieval import load_retriever
+from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, RewardModel, Score, Verdict, load_rm
+from prbench.runs import RunDir, slug
+from prbench.schema import Example
+
+
+@dataclass
+class EvalConfig:
+    """Everything that determines a run's results (batch_size does not, by design)."""
+
+    model: str
+    data: str
+    condition: str = "none"
+    seed: int = 0
+    limit: int | None = None
+    categories: list[str] | None = None
+    split: str = "test"
+    top_k: int = 10
+    retriever: str = "bm25"
+    max_context_chars: int | None = None
+    planner_file: str | None = None
+    both_orders: bool = False
+    model_options: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 16
+    n_boot: int = 1000
+
+
+@dataclass
+class EvalResult:
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    path: Path | None = None
+
+
+def example_seed(seed: int, example_id: str, purpose: str) -> int:
+    """A per-example seed: results never depend on order, batching, caching or workers."""
+    return int(content_key(seed, example_id, purpose)[:8], 16)
+
+
+def chosen_first(seed: int, example_id: str) -> bool:
+    """Whether `chosen` is shown as Response A for this example (seeded coin flip)."""
+    return random.Random(example_seed(seed, example_id, "position")).random() < 0.5
+
+
+def _versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"prbench": __version__, "python": platform.python_version()}
+    for pkg in ("torch", "transformers", "vllm", "openai"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _round(v: float) -> float:
+    # 7 significant digits: stable bytes across batch sizes (kernel noise is ~1e-7 relative).
+    return float(f"{v:.7g}")
+
+
+# -- pointwise ------------------------------------------------------------------------------
+def _score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cache) -> list[Score]:
+    fp = rm.fingerprint()
+    keys = [content_key("score", fp, v.key(), r) for v, r in items]
+    hits = cache.get_many(keys)
+    todo = [i for i, k in enumerate(keys) if k not in hits]
+    fresh = rm.score([items[i] for i in todo]) if todo else []
+    out: list[Score | None] = [None] * len(items)
+    store = {}
+    for i, s in zip(todo, fresh):
+        out[i] = s
+        if s.valid:
+            store[keys[i]] = {"v": s.value, "t": s.truncated}
+    cache.put_many(store)
+    for i, k in enumerate(keys):
+        if out[i] is None:
+            out[i] = Score(hits[k]["v"], truncated=hits[k]["t"])
+    return out  # type: ignore[return-value]
+
+
+def _pointwise_records(rm: PointwiseRM, exs: Sequence[Example], views: Sequence[View], cache: Cache) -> list[dict]:
+    items = [(v, r) for ex, v in zip(exs, views) for r in (ex.chosen, ex.rejected)]
+    scores = _score_cached(rm, items, cache)
+    recs = []
+    for j, ex in enumerate(exs):
+        c, r = scores[2 * j], scores[2 * j + 1]
+        rec = _base_record(ex, views[j])
+        rec.update(score_chosen=_round(c.value) if c.valid else None,
+                   score_rejected=_round(r.value) if r.valid else None,
+                   truncated={"chosen": c.truncated, "rejected": r.truncated})
+        if c.valid and r.valid:
+            rec["credit"] = float(metrics.pair_outcomes([c.value], [r.value])[0])
+            rec["margin"] = _round(c.value - r.value)
+        else:
+            rec["credit"] = None
+            rec["invalid"] = c.error or r.error or "non-finite score"
+        recs.append(rec)
+    return recs
+
+
+# -- pairwise -------------------------------------------------------------------------------
+def _side(verdict: Verdict, chosen_pos: str) -> str | None:
+    """Map a positional verdict to 'chosen' / 'rejected' / 'tie' (None = invalid)."""
+    if verdict.winner is None or verdict.error:
+        return None
+    if verdict.winner == "tie":
+        return "tie"
+    return "chosen" if verdict.winner == chosen_pos else "rejected"
+
+
+_CREDIT = {"chosen": 1.0, "rejected": 0.0, "tie": 0.5}
+
+
+def _pairwise_records(
+    rm: PairwiseRM, exs: Sequence[Example], views: Sequence[View], seed: int, both_orders: bool
+) -> list[dict]:
+    queries: list[PairQuery] = []
+    plan: list[list[str]] = []
+    for ex, v in zip(exs, views):
+        first = "A" if chosen_first(seed, ex.id) else "B"
+        orders = [first, "B" if first == "A" else "A"] if both_orders else [first]
+        plan.append(orders)
+        for pos in orders:
+            a, b = (ex.chosen, ex.rejected) if pos == "A" else (ex.rejected, ex.chosen)
+            queries.append(PairQuery(v, a, b, seed=example_seed(seed, ex.id, f"judge-{pos}")))
+    verdicts = rm.compare(queries)
+    recs, k = [], 0
+    for ex, v, orders in zip(exs, views, plan):
+        vs = verdicts[k : k + len(orders)]
+        k += len(orders)
+        sides = [_side(vd, pos) for vd, pos in zip(vs, orders)]
+        rec = _base_record(ex, v)
+        rec.update(
+            chosen_position=orders[0],
+            verdicts=[vd.winner for vd in vs],
+            sides=sides,
+            truncated=any(vd.truncated for vd in vs),
+        )
+        probs = [vd.meta.get("p_chosen_slot") for vd in vs if vd.meta.get("p_chosen_slot") is not None]
+        if probs:
+            rec["p_a"] = [_round(p) for p in probs]
+        if any(s is None for s in sides):
+            rec["credit"] = None
+            rec["invalid"] = next((vd.error for vd in vs if vd.error), None) or "unparseable verdict"
+        elif len(sides) == 1:
+            rec["credit"] = _CREDIT[sides[0]]
+        else:
+            rec["consistent"] = sides[0] == sides[1]
+            rec["credit"] = _CREDIT[sides[0]] if sides[0] == sides[1] else 0.5
+        recs.append(rec)
+    return recs
+
+
+def _base_record(ex: Example, view: View) -> dict[str, Any]:
+    rec: dict[str, Any] = {"id": ex.id, "category": ex.category}
+    if ex.user_id:
+        rec["user_id"] = ex.user_id
+    rec["longer"] = "chosen" if len(ex.chosen.split()) > len(ex.rejected.split()) else (
+        "rejected" if len(ex.rejected.split()) > len(ex.chosen.split()) else "equal")
+    if view.posts:
+        rec["posts_shown"] = view.shown_posts
+    if "donor" in view.meta:
+        rec["donor"] = view.meta["donor"]
+    return rec
+
+
+# -- summary --------------------------------------------------------------------------------
+def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 1000) -> dict[str, Any]:
+    """Metrics from per-example records (so a summary can always be recomputed from the file)."""
+    valid = [r for r in records if r.get("credit") is not None]
+    credits = np.array([r["credit"] for r in valid], dtype=float)
+    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot)
+    by_cat: dict[str, list[float]] = {}
+    for r in valid:
+        by_cat.setdefault(r["category"], []).append(r["credit"])
+    out: dict[str, Any] = {
+        **acc,
+        "n_total": len(records),
+        "n_invalid": len(records) - len(valid),
+        "accuracy_invalid_as_wrong": float(credits.sum() / len(records)) if records else None,
+        "categories": metrics.macro_micro({k: np.array(v) for k, v in sorted(by_cat.items())}, seed, n_boot=n_boot),
+    }
+    decisive = [r for r in valid if r["longer"] != "equal" and r["credit"] != 0.5]
+    out["length_bias"] = {
+        "prefers_longer": (float(np.mean([(r["credit"] == 1.0) == (r["longer"] == "chosen") for r in decisive]))
+                           if decisive else None),
+        "n": len(decisive),
+    }
+    margins = [r["margin"] for r in valid if "margin" in r]
+    if margins:
+        out["mean_margin"] = float(np.mean(margins))
+    trunc = [r["truncated"] for r in records]
+    out["truncated_inputs"] = int(sum(sum(t.values()) if isinstance(t, dict) else bool(t) for t in trunc))
+    if any("verdicts" in r for r in records):
+        out["pairwise"] = _pairwise_diagnostics(records)
+    return out
+
+
+def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    first = [(r["chosen_position"], r["sides"][0], r["verdicts"][0]) for r in records]
+
+    def acc_when(pos: str) -> float | None:
+        vals = [_CREDIT[s] for p, s, _ in first if p == pos and s is not None]
+        return float(np.mean(vals)) if vals else None
+
+    letters = [v for r in records for v in r["verdicts"] if v in ("A", "B")]
+    n_verdicts = sum(len(r["verdicts"]) for r in records)
+    out = {
+        "accuracy_chosen_A": acc_when("A"),
+        "accuracy_chosen_B": acc_when("B"),
+        "share_verdict_A": float(np.mean([v == "A" for v in letters])) if letters else None,
+        "parse_failures": sum(1 for r in records for v in r["verdicts"] if v is None),
+        "verdicts": n_verdicts,
+    }
+    cons = [r["consistent"] for r in records if "consistent" in r]
+    if cons:
+        out["position_consistency"] = float(np.mean(cons))
+    return out
+
+
+# -- driver ---------------------------------------------------------------------------------
+def run_path(out: str | Path, rm_name: str, data: str, condition: str) -> Path:
+    return Path(out) / slug(Path(data).name if Path(data).exists() else data) / slug(rm_name) / condition
+
+
+def evaluate(
+    model: str | RewardModel,
+    data: str | Sequence[Example] = "sample",
+    condition: str = "none",
+    *,
+    out: str | Path | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    categories: Sequence[str] | None = None,
+    split: str = "test",
+    top_k: int = 10,
+    retriever: str = "bm25",
+    max_context_chars: int | None = None,
+    planner_file: str | None = None,
+    both_orders: bool = False,
+    batch_size: int = 16,
+    n_boot: int = 1000,
+    model_options: dict[str, Any] | None = None,
+    cache: Cache | None = None,
+    overwrite: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> EvalResult:
+    """Evaluate one RM under one condition. With `out`, results go to a resumable run folder."""
+    if condition not in CONDITIONS:
+        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    t0 = time.time()
+    options = dict(model_options or {})
+    rm = model if isinstance(model, RewardModel) else load_rm(model, **{"batch_size": batch_size, "seed": seed, **options})
+    data_name = data if isinstance(data, str) else "<in-memory>"
+    examples = (load_examples(data, categories=categories, limit=limit, split=split)
+                if isinstance(data, str) else list(data)[:limit])
+    cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
+    rm_name = getattr(rm, "name", rm.spec)
+    config = asdict(EvalConfig(model=rm_name, data=data_name, condition=condition, seed=seed, limit=limit,
+                               categories=list(categories) if categories else None, split=split, top_k=top_k,
+                               retriever=retriever, max_context_chars=max_context_chars,
+                               planner_file=planner_file, both_orders=both_orders,
+                               model_options=options, batch_size=batch_size, n_boot=n_boot))
+    run = RunDir(run_path(out, rm_name, data_name, condition), config, overwrite) if out else None
+    done = run.done_ids() if run else set()
+    todo = [ex for ex in examples if ex.id not in done]
+    planner = read_planner_file(planner_file) if planner_file else None
+    views = build_views(examples, condition, retriever=load_retriever(retriever), top_k=top_k, planner=planner,
+                        seed=seed, max_context_chars=max_context_chars, cache=Cache(namespace="retrieval")
+                        if out else None) if todo else []
+    view_of = {v.example_id: v for v in views}
+    fresh: list[dict] = []
+    chunk = max(batch_size, 1) * 4
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        pv = [view_of[ex.id] for ex in part]
+        if isinstance(rm, PairwiseRM):
+            recs = _pairwise_records(rm, part, pv, seed, both_orders)
+        else:
+            recs = _pointwise_records(rm, part, pv, cache)
+        for r in recs:
+            r["condition"] = condition
+        if run:
+            run.append(recs)
+        fresh.extend(recs)
+        if on_progress:
+            on_progress(len(done) + start + len(part), len(examples))
+    records = run.records() if run else fresh
+    order = {ex.id: i for i, ex in enumerate(examples)}
+    records = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
+    summary = {
+        "model": rm_name, "data": data_name, "condition": condition, "kind": rm.kind, "seed": seed,
+        "metrics": summarize(records, seed=seed, n_boot=n_boot),
+        "model_info": {"fingerprint": rm.fingerprint(), **rm.run_info()},
+        "versions": _versions(), "wall_time_s": round(time.time() - t0, 3),
+        "resumed_from": len(done),
+    }
+    summary["accuracy"] = summary["metrics"]["accuracy"]
+    summary["n"] = summary["metrics"]["n"]
+    if run:
+        run.write_summary(summary)
+    return EvalResult(summary, records, run.path if run else None)

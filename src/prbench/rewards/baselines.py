@@ -1,0 +1,116 @@
+"""Baselines that stand beside every model on a leaderboard.
+
+- `length`: prefers the longer response (word count): the classic RM bias.
+- `short`: prefers the shorter response.
+- `random`: a uniform score seeded by (seed, example id, response): a chance reference.
+- `lexical`: BM25 of the response (as query) against what the condition shows: profile
+  posts or rubric aspects; under `none`, against the question.
+- `embedding`: mean cosine similarity (built-in MiniLM by default) of the response to each
+  shown profile post or aspect; under `none`, to the question.
+`lexical` and `embedding` are real personalized scorers: they read the user context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from prbench.conditions import View
+from prbench.errors import SpecError
+from prbench.rewards.base import PointwiseRM, Score
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def context_units(view: View) -> list[str]:
+    """The separate pieces of user context shown (posts or aspects), else the question."""
+    if view.aspects:
+        return [f"{a.aspect}. {a.reason}".strip() for a in view.aspects]
+    if view.posts:
+        return [p.text for p in view.posts[: view.shown_posts]]
+    return [view.question]
+
+
+class LengthRM(PointwiseRM):
+    def __init__(self, sign: float = 1.0, spec: str = "baseline:length"):
+        self.sign, self.spec = sign, spec
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        return [Score(self.sign * len(resp.split())) for _, resp in batch]
+
+
+class RandomRM(PointwiseRM):
+    spec = "baseline:random"
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def fingerprint(self) -> dict:
+        return {"spec": self.spec, "seed": self.seed}
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        out = []
+        for view, resp in batch:
+            h = hashlib.sha256(f"{self.seed}:{view.example_id}:{resp}".encode()).digest()
+            out.append(Score(int.from_bytes(h[:8], "big") / 2**64))
+        return out
+
+
+class LexicalRM(PointwiseRM):
+    spec = "baseline:lexical"
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        import bm25s
+
+        out = []
+        for view, resp in batch:
+            units = context_units(view)
+            corpus = bm25s.tokenize(units, stopwords="en", show_progress=False)
+            index = bm25s.BM25()
+            index.index(corpus, show_progress=False)
+            query = [t for t in _TOKEN.findall(resp.lower()) if t in corpus.vocab]
+            out.append(Score(float(np.sum(index.get_scores(query))) if query else 0.0))
+        return out
+
+
+class EmbeddingRM(PointwiseRM):
+    def __init__(self, encoder: str = "builtin:minilm-l6", batch_size: int = 64):
+        self.encoder, self.batch_size = encoder, batch_size
+        self.spec = "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
+
+    def fingerprint(self) -> dict:
+        return {"spec": self.spec, "encoder": self.encoder}
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        from prbench.engines.builtin import load_sentence_encoder
+
+        enc = load_sentence_encoder(self.encoder)
+        texts = list(dict.fromkeys([t for view, resp in batch for t in (resp, *context_units(view))]))
+        emb = enc.encode(texts, normalize_embeddings=True, batch_size=self.batch_size)
+        row = {t: emb[i] for i, t in enumerate(texts)}
+        out = []
+        for view, resp in batch:
+            ctx = np.stack([row[t] for t in context_units(view)])
+            out.append(Score(float((ctx @ row[resp]).mean())))
+        return out
+
+
+BASELINES = ("length", "short", "random", "lexical", "embedding")
+
+
+def load_baseline(name: str, seed: int = 0, encoder: str | None = None, **_: object) -> PointwiseRM:
+    """Build a baseline by name (see module docstring)."""
+    if name == "length":
+        return LengthRM(1.0, "baseline:length")
+    if name == "short":
+        return LengthRM(-1.0, "baseline:short")
+    if name == "random":
+        return RandomRM(seed)
+    if name == "lexical":
+        return LexicalRM()
+    if name == "embedding":
+        return EmbeddingRM(encoder or "builtin:minilm-l6")
+    raise SpecError(f"unknown baseline {name!r} (use {', '.join(BASELINES)})")

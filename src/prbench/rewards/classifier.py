@@ -1,0 +1,187 @@
+"""Sequence-classifier reward models (`hf:<hub id | dir>`, `bt:<dir>`), scored correctly.
+
+- The chat template is applied and tokenized in ONE step, so BOS is never added twice.
+  Models without a chat template get the plain format "User: ...\\n\\nAssistant: ..." with
+  the tokenizer's own special tokens.
+- Scores are read at the last real token via the attention mask, so they do not depend on
+  batch size or padding, even when the pad token equals EOS.
+- One logit -> that logit; two -> logit[1] - logit[0] (log-odds of the positive class);
+  more -> the `label_index` the user names (else an error).
+- Over `max_length`: least relevant profile posts are dropped first (counted per response as
+  `truncated`); the response is never cut. If even the bare question does not fit, the
+  score is invalid (counted), never silently truncated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from prbench.cache import text_hash
+from prbench.conditions import View
+from prbench.extras import require
+from prbench.rewards.base import PointwiseRM, Score
+
+PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
+
+
+def resolve_device(device: str = "auto") -> str:
+    torch = require("torch", "hf")
+    if device != "auto":
+        return device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """'auto' -> bfloat16 on a GPU that supports it, float32 on CPU (CPU bf16 is slow and lossy)."""
+    torch = require("torch", "hf")
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+class SequenceClassifierRM(PointwiseRM):
+    """A reward model with a classification head, as most open scalar RMs are."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        spec: str | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        max_length: int | None = None,
+        batch_size: int = 8,
+        token_budget: int | None = None,
+        trust_remote_code: bool = False,
+        label_index: int | None = None,
+        **_: Any,
+    ):
+        transformers = require("transformers", "hf")
+        self.torch = require("torch", "hf")
+        self.spec = spec or f"hf:{model}"
+        self.model_id = model
+        self.device = resolve_device(device)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
+        self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            model, trust_remote_code=trust_remote_code, dtype=resolve_dtype(dtype, self.device)
+        ).to(self.device).eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
+        if self.model.config.pad_token_id is None:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        limit = getattr(self.model.config, "max_position_embeddings", None) or 4096
+        self.max_length = min(max_length or limit, limit)
+        self.batch_size = batch_size
+        self.token_budget = token_budget or batch_size * self.max_length
+        self.label_index = label_index
+        self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.counts = {"scored": 0, "truncated": 0, "too_long": 0}
+
+    # -- identity -------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        template = self.tokenizer.chat_template if self.has_template else PLAIN_FORMAT
+        return {
+            "spec": self.spec,
+            "revision": getattr(self.model.config, "_commit_hash", None),
+            "template": text_hash(str(template)),
+            "dtype": str(self.model.dtype),
+            "max_length": self.max_length,
+            "label_index": self.label_index,
+        }
+
+    def run_info(self) -> dict[str, Any]:
+        return {"chat_template_hash": self.fingerprint()["template"], "max_length": self.max_length,
+                "counts": dict(self.counts)}
+
+    # -- tokenization ---------------------------------------------------------------------
+    def encode(self, prompt: str, response: str) -> list[int]:
+        """Token ids of the whole conversation, produced in one templating step."""
+        if self.has_template:
+            messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+            ids = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            return list(ids)
+        return self.tokenizer(PLAIN_FORMAT.format(prompt=prompt, response=response))["input_ids"]
+
+    def fit(self, view: View, response: str) -> tuple[list[int] | None, bool]:
+        """Ids within max_length, dropping least relevant posts first; (None, True) if impossible."""
+        n = view.shown_posts
+        ids = self.encode(view.prompt(n), response)
+        truncated = False
+        while len(ids) > self.max_length and n > 0:
+            # Drop roughly as many posts as needed, then refine one by one.
+            n -= 1
+            truncated = True
+            ids = self.encode(view.prompt(n), response)
+        if len(ids) > self.max_length:
+            return None, True
+        return ids, truncated
+
+    # -- scoring --------------------------------------------------------------------------
+    def _reduce(self, logits: Any) -> list[float]:
+        k = logits.shape[-1]
+        if k == 1:
+            vals = logits[:, 0]
+        elif self.label_index is not None:
+            vals = logits[:, self.label_index]
+        elif k == 2:
+            vals = logits[:, 1] - logits[:, 0]
+        else:
+            raise ValueError(f"{self.spec}: {k} labels; pass label_index to pick the reward logit")
+        return [float(v) for v in vals.float().cpu()]
+
+    def forward(self, batch_ids: Sequence[list[int]]) -> list[float]:
+        """Score already-tokenized sequences; right padding, last real token by attention mask."""
+        torch = self.torch
+        width = max(len(x) for x in batch_ids)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(batch_ids), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch_ids), width), dtype=torch.long)
+        for i, ids in enumerate(batch_ids):
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            mask[i, : len(ids)] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        last = mask.sum(1) - 1
+        with torch.no_grad():
+            head = getattr(self.model, "score", None)
+            backbone = getattr(self.model, self.model.base_model_prefix, None)
+            if head is not None and backbone is not None:
+                hidden = backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state
+                logits = head(hidden[torch.arange(len(batch_ids), device=hidden.device), last])
+            else:  # encoder classifiers pool internally (CLS), padding-safe by construction
+                logits = self.model(input_ids=input_ids, attention_mask=mask).logits
+        return self._reduce(logits)
+
+    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices grouped by similar length under a token budget (little padding, bounded memory)."""
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        groups: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            width = max([lengths[j] for j in cur] + [lengths[i]])
+            if cur and ((len(cur) + 1) * width > self.token_budget or len(cur) >= self.batch_size):
+                groups.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            groups.append(cur)
+        return groups
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        fitted = [self.fit(view, resp) for view, resp in batch]
+        out: list[Score] = [Score(math.nan, truncated=tr, error="input exceeds max_length without any profile")
+                            if ids is None else Score(math.nan, truncated=tr) for ids, tr in fitted]
+        ok = [i for i, (ids, _) in enumerate(fitted) if ids is not None]
+        for group in self.batches([len(fitted[i][0]) for i in ok]):
+            idx = [ok[j] for j in group]
+            for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):
+                out[i].value = v
+        self.counts["scored"] += len(batch)
+        self.counts["truncated"] += sum(1 for _, tr in fitted if tr)
+        self.counts["too_long"] += sum(1 for ids, _ in fitted if ids is None)
+        return out
