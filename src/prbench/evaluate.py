@@ -269,6 +269,7 @@ def evaluate(
     model_options: dict[str, Any] | None = None,
     cache: Cache | None = None,
     overwrite: bool = False,
+    retry_failed: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder."""
@@ -288,6 +289,8 @@ def evaluate(
                                planner_file=planner_file, both_orders=both_orders,
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
     run = RunDir(run_path(out, rm_name, data_name, condition), config, overwrite) if out else None
+    if run and retry_failed:
+        run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
     todo = [ex for ex in examples if ex.id not in done]
     planner = read_planner_file(planner_file) if planner_file else None
@@ -311,9 +314,12 @@ def evaluate(
         fresh.extend(recs)
         if on_progress:
             on_progress(len(done) + start + len(part), len(examples))
-    records = run.records() if run else fresh
     order = {ex.id: i for i, ex in enumerate(examples)}
-    records = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
+    records = run.records() if run else fresh
+    in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
+    if run and in_order != records:
+        run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
+    records = in_order
     summary = {
         "model": rm_name, "data": data_name, "condition": condition, "kind": rm.kind, "seed": seed,
         "metrics": summarize(records, seed=seed, n_boot=n_boot),

@@ -101,6 +101,15 @@ class RunDir:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
+        """Replace all records at once (temp file + rename): used to drop failures or fix order."""
+        tmp = self.examples_path.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write("".join(dumps(r) + "\n" for r in records))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.examples_path)
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_json_atomic(self.summary_path, summary)
 

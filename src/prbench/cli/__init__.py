@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -43,11 +44,15 @@ def _register() -> None:
 
 
 # Modules that add top-level commands to `app` when imported.
-_COMMAND_MODULES: list[str] = []
+_COMMAND_MODULES: list[str] = ["eval"]
 
 
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit code 2."""
+    # Library chatter (weight-loading bars, advisory warnings) drowns our own progress display.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _register()
     try:
         app(standalone_mode=False)

@@ -26,7 +26,10 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
         t.add_column(str(c))
     for r in rows:
         t.add_row(*["" if v is None else str(v) for v in r])
-    Console().print(t)
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=220)  # files and pipes: never squeeze numbers into ellipses
+    out.print(t)
 
 
 @contextmanager

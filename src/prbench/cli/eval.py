@@ -1,0 +1,121 @@
+"""`prbench eval`, `prbench leaderboard`, `prbench compare`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from prbench.cli import app
+from prbench.cli.options import (BatchSize, Categories, Conditions, Json, Limit, MaxLength, Quiet, Retriever, Seed,
+                                 Split, TopK, split_csv)
+from prbench.cli.output import emit_json, progress, table
+
+
+def model_options(**given: Any) -> dict[str, Any]:
+    """Only the options the user actually set, so each RM keeps its own defaults."""
+    return {k: v for k, v in given.items() if v is not None and v is not False}
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
+    data: Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")] = "sample",
+    condition: Conditions = "none",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder.")] = Path("runs"),
+    seed: Seed = 0,
+    limit: Limit = None,
+    categories: Categories = None,
+    split: Split = "test",
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    max_context_chars: Annotated[Optional[int], typer.Option(help="Character budget for the user context.")] = None,
+    planner_file: Annotated[Optional[str], typer.Option(help="Planner output JSONL for the planner condition.")] = None,
+    mode: Annotated[Optional[str], typer.Option(help="Judges: pairwise, pointwise or likelihood.")] = None,
+    both_orders: Annotated[bool, typer.Option(help="Pairwise judges: judge both orders; inconsistent = tie.")] = False,
+    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = None,
+    dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16, float16.")] = None,
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow model repos to run their own code.")] = False,
+    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint (else OPENAI_BASE_URL).")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")] = None,
+    prompt_file: Annotated[Optional[str], typer.Option(help="Your own judge prompt template.")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Discard an existing run with this config.")] = False,
+    retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Evaluate reward models on a benchmark under one or more input conditions."""
+    from prbench.evaluate import evaluate
+    from prbench.rewards import load_rm
+
+    conds = split_csv(condition) or ["none"]
+    opts = model_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+                         trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
+                         prompt_file=prompt_file)
+    summaries = []
+    with progress(quiet or json_out) as bar:
+        for spec in model:
+            rm = load_rm(spec, batch_size=batch_size, seed=seed, **opts)
+            for cond in conds:
+                task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
+                res = evaluate(rm, data, cond, out=out, seed=seed, limit=limit, categories=split_csv(categories),
+                               split=split, top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
+                               planner_file=planner_file, both_orders=both_orders, batch_size=batch_size,
+                               model_options=opts, overwrite=overwrite, retry_failed=retry_failed,
+                               on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                summaries.append({**res.summary, "path": str(res.path)})
+    if json_out:
+        emit_json(summaries)
+    elif not quiet:
+        rows = []
+        for s in summaries:
+            m = s["metrics"]
+            ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
+            acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
+            rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
+        table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+
+
+@app.command("leaderboard")
+def leaderboard_cmd(
+    runs: Annotated[Path, typer.Argument(help="Runs folder.")] = Path("runs"),
+    categories: Annotated[bool, typer.Option("--by-category", help="Also show condition x category.")] = False,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Table of every model (baselines included) by condition, with CSV and JSON beside the runs."""
+    from prbench.leaderboard import leaderboard, render_rows, write_leaderboard
+
+    rows = leaderboard(runs)
+    csv_path, json_path = write_leaderboard(rows, runs)
+    if json_out:
+        emit_json({"rows": rows, "csv": str(csv_path), "json": str(json_path)})
+        return
+    if not quiet:
+        head, body = render_rows(rows, categories)
+        table("accuracy % [95% CI], ties 0.5", head, body)
+        typer.echo(f"wrote {csv_path} and {json_path}")
+
+
+@app.command("compare")
+def compare_cmd(
+    run_a: Annotated[Path, typer.Argument(help="First run folder.")],
+    run_b: Annotated[Path, typer.Argument(help="Second run folder.")],
+    seed: Seed = 0,
+    json_out: Json = False,
+) -> None:
+    """Paired difference in accuracy (A - B) with paired bootstrap CI and exact McNemar p-value."""
+    from prbench.leaderboard import compare_runs
+
+    res = compare_runs(run_a, run_b, seed=seed)
+    if json_out:
+        emit_json(res)
+        return
+    table("paired comparison (A - B)", ["A", "B", "n", "diff", "95% CI", "McNemar p"],
+          [(f"{res['a']['model']} [{res['a']['condition']}]", f"{res['b']['model']} [{res['b']['condition']}]",
+            res["n_shared"], f"{100 * res['diff']:+.1f}",
+            f"[{100 * res['ci_low']:+.1f}, {100 * res['ci_high']:+.1f}]", f"{res['mcnemar_p']:.3g}")])

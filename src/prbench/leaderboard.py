@@ -1,0 +1,119 @@
+"""Collect run summaries into a leaderboard and compare two runs item by item.
+
+Rows are models (baselines included), columns are condition x category; each cell is
+accuracy (ties 0.5) with its bootstrap 95% CI.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prbench import metrics
+from prbench.conditions import CONDITIONS
+from prbench.errors import PrbenchError
+from prbench.runs import read_json, write_json_atomic
+from prbench.schema import CATEGORY_SHORT
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Every run folder (holding summary.json) below `root`."""
+    paths = sorted(p.parent for p in Path(root).rglob("summary.json") if (p.parent / "examples.jsonl").exists())
+    if not paths:
+        raise PrbenchError(f"{root}: no eval runs found (folders with summary.json and examples.jsonl)")
+    return paths
+
+
+def load_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    p = Path(path)
+    if not (p / "summary.json").exists():
+        raise PrbenchError(f"{p}: not a run folder (no summary.json)")
+    with (p / "examples.jsonl").open(encoding="utf-8") as fh:
+        records = [json.loads(line) for line in fh if line.strip()]
+    return read_json(p / "summary.json"), records
+
+
+def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
+    if acc is None:
+        return "-"
+    return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else f"{100 * acc:.1f}"
+
+
+def leaderboard(root: str | Path) -> list[dict[str, Any]]:
+    """One row per (data, model) with accuracy per condition and per condition x category."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in find_runs(root):
+        s = read_json(path / "summary.json")
+        if "metrics" not in s or "condition" not in s:
+            continue  # not an eval run (e.g. a build or downstream folder)
+        m = s["metrics"]
+        row = rows.setdefault((s["data"], s["model"]), {"data": s["data"], "model": s["model"], "cells": {}})
+        cond = s["condition"]
+        row["cells"][cond] = {"accuracy": m["accuracy"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                              "n": m["n"], "n_invalid": m["n_invalid"], "path": str(path)}
+        for cat, g in m["categories"]["groups"].items():
+            row["cells"][f"{cond}/{CATEGORY_SHORT.get(cat, cat)}"] = {"accuracy": g["accuracy"], "n": g["n"]}
+    def best(r: dict[str, Any]) -> float:
+        accs = [c["accuracy"] for k, c in r["cells"].items() if "/" not in k and c["accuracy"] is not None]
+        return -max(accs) if accs else 0.0
+    return sorted(rows.values(), key=lambda r: (r["data"], best(r), r["model"]))
+
+
+def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    keys = {k for r in rows for k in r["cells"]}
+    conds = [c for c in CONDITIONS if c in keys]
+    cats = sorted({k.split("/", 1)[1] for k in keys if "/" in k})
+    return conds + [f"{c}/{cat}" for c in conds for cat in cats if f"{c}/{cat}" in keys]
+
+
+def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
+    """leaderboard.csv (accuracy and CI columns) and leaderboard.json (everything)."""
+    out = Path(out_dir)
+    cols = columns(rows)
+    csv_path, json_path = out / "leaderboard.csv", out / "leaderboard.json"
+    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        head = ["data", "model"]
+        for c in cols:
+            head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
+        w.writerow(head)
+        for r in rows:
+            line: list[Any] = [r["data"], r["model"]]
+            for c in cols:
+                cell = r["cells"].get(c, {})
+                line.append(cell.get("accuracy"))
+                if "/" not in c:
+                    line += [cell.get("ci_low"), cell.get("ci_high")]
+            w.writerow(line)
+    write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
+                                  "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
+    return csv_path, json_path
+
+
+def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -> tuple[list[str], list[list[str]]]:
+    cols = [c for c in columns(rows) if with_categories or "/" not in c]
+    body = [[r["model"], *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
+                                 r["cells"].get(c, {}).get("ci_high")) for c in cols]] for r in rows]
+    return ["model", *cols], body
+
+
+def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+    """Paired difference A - B on the items both runs scored validly, with bootstrap CI and McNemar."""
+    sa, ra = load_run(path_a)
+    sb, rb = load_run(path_b)
+    a = {r["id"]: r["credit"] for r in ra if r.get("credit") is not None}
+    b = {r["id"]: r["credit"] for r in rb if r.get("credit") is not None}
+    shared = sorted(a.keys() & b.keys())
+    if not shared:
+        raise PrbenchError("the two runs share no validly scored item")
+    res = metrics.paired_comparison(np.array([a[i] for i in shared]), np.array([b[i] for i in shared]),
+                                    seed=seed, n_boot=n_boot)
+    return {"a": {"model": sa["model"], "condition": sa["condition"], "path": str(path_a)},
+            "b": {"model": sb["model"], "condition": sb["condition"], "path": str(path_b)},
+            "n_shared": len(shared), "only_a": len(a.keys() - b.keys()), "only_b": len(b.keys() - a.keys()),
+            **res}

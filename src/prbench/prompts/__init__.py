@@ -1,0 +1,53 @@
+"""Prompt templates: one text file per role, written for this project.
+
+Templates use `{{name}}` placeholders (so JSON braces in a prompt need no escaping). Every
+run records the sha256 of each template it used; users may pass their own template file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from prbench.cache import text_hash
+from prbench.errors import PrbenchError
+
+_FIELD = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A template with its name and content hash."""
+
+    name: str
+    text: str
+
+    @property
+    def hash(self) -> str:
+        return text_hash(self.text)
+
+    @property
+    def fields(self) -> set[str]:
+        return set(_FIELD.findall(self.text))
+
+    def render(self, **values: str) -> str:
+        """Fill every placeholder; a missing value is an error, never an empty string."""
+        missing = self.fields - values.keys()
+        if missing:
+            raise PrbenchError(f"prompt {self.name!r}: no value for {', '.join(sorted(missing))}")
+        return _FIELD.sub(lambda m: str(values[m.group(1)]), self.text)
+
+
+def load_prompt(name: str, path: str | Path | None = None) -> Prompt:
+    """The built-in template `name` (prompts/<name>.txt), or the user's file at `path`."""
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise PrbenchError(f"prompt file not found: {p}")
+        return Prompt(name, p.read_text(encoding="utf-8"))
+    res = resources.files("prbench.prompts") / f"{name}.txt"
+    if not res.is_file():
+        raise PrbenchError(f"no built-in prompt named {name!r}")
+    return Prompt(name, res.read_text(encoding="utf-8"))

@@ -1,0 +1,218 @@
+"""The evaluation engine: conditions, leakage, scalar RMs, plug-ins, resume and determinism."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from prbench.conditions import CONDITIONS, View
+from prbench.evaluate import evaluate
+from prbench.rewards import PointwiseRM, Score, load_rm
+from prbench.rewards.classifier import SequenceClassifierRM
+from prbench.testing.records import make_record, make_records
+from prbench.testing.tiny import make_tiny_seq_classifier
+
+NARRATIVE_MARK = "zqnarrativesecret"
+RUBRIC_MARK = "zqrubricsecret"
+EVIDENCE_MARK = "zqevidencesecret"
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture()
+def data(tmp_path: Path) -> Path:
+    recs = make_records(12)
+    for r in recs:
+        r["narrative"] += f" {NARRATIVE_MARK} {EVIDENCE_MARK}"
+        r["rubric_aspects"][0]["aspect"] += f" {RUBRIC_MARK}"
+        r["rubric_aspects"][0]["evidence"] = f"{EVIDENCE_MARK}"
+    planner = tmp_path / "planner.jsonl"
+    planner.write_text("".join(json.dumps({"id": r["id"], "aspects": [{"aspect": "Guessed aspect", "reason": "r"}]})
+                               + "\n" for r in recs), encoding="utf-8")
+    return write_jsonl(tmp_path / "bench.jsonl", recs)
+
+
+@pytest.fixture(scope="module")
+def tiny_rm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_seq_classifier(tmp_path_factory.mktemp("rm") / "tiny-rm", seed=1)
+
+
+class Recorder(PointwiseRM):
+    """Records every (view, response) it is asked to score, rendered as the RM would see it."""
+
+    spec = "recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def score(self, batch):
+        self.seen.extend(f"{v.prompt()}\n---\n{r}" for v, r in batch)
+        return [Score(float(len(r))) for _, r in batch]
+
+
+def test_no_leakage_of_narrative_or_rubric(data: Path) -> None:
+    planner = str(data.parent / "planner.jsonl")
+    for cond in CONDITIONS:
+        rec = Recorder()
+        evaluate(rec, str(data), cond, planner_file=planner)
+        text = "\n".join(rec.seen)
+        assert NARRATIVE_MARK not in text and EVIDENCE_MARK not in text, cond
+        assert (RUBRIC_MARK in text) == (cond == "oracle"), cond
+        if cond in ("profile", "wrong-profile"):
+            assert "Earlier posts by this user" in text
+        if cond == "planner":
+            assert "Guessed aspect" in text
+
+
+def test_hf_classifier_sees_no_leak(data: Path, tiny_rm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    original = SequenceClassifierRM.encode
+
+    def spy(self, prompt: str, response: str):
+        seen.append(prompt + response)
+        return original(self, prompt, response)
+
+    monkeypatch.setattr(SequenceClassifierRM, "encode", spy)
+    for cond in ("none", "profile", "oracle", "wrong-profile"):
+        seen.clear()
+        evaluate(f"hf:{tiny_rm_dir}", str(data), cond)
+        assert seen and not any(NARRATIVE_MARK in s or EVIDENCE_MARK in s for s in seen)
+        assert any(RUBRIC_MARK in s for s in seen) == (cond == "oracle")
+
+
+def test_baselines_on_planted_data(data: Path) -> None:
+    acc = {(m, c): evaluate(f"baseline:{m}", str(data), c).summary["accuracy"]
+           for m in ("length", "short", "random", "lexical") for c in ("none", "oracle")}
+    assert acc[("length", "none")] + acc[("short", "none")] == pytest.approx(1.0)
+    assert acc[("lexical", "oracle")] == 1.0  # chosen echoes the rubric's topic; rejected does not
+    assert 0.0 <= acc[("random", "none")] <= 1.0
+
+
+def test_wrong_profile_uses_another_user(data: Path) -> None:
+    res = evaluate("baseline:lexical", str(data), "wrong-profile", seed=3)
+    users = {r["id"]: r["user_id"] for r in map(json.loads, data.read_text().splitlines())}
+    assert all(users[r["donor"]] != r["user_id"] for r in res.records)
+    again = evaluate("baseline:lexical", str(data), "wrong-profile", seed=3)
+    assert [r["donor"] for r in again.records] == [r["donor"] for r in res.records]
+
+
+def test_hf_rm_every_condition_and_batch_invariance(data: Path, tiny_rm_dir: Path) -> None:
+    planner = str(data.parent / "planner.jsonl")
+    for cond in CONDITIONS:
+        one = evaluate(f"hf:{tiny_rm_dir}", str(data), cond, batch_size=1, planner_file=planner)
+        many = evaluate(f"hf:{tiny_rm_dir}", str(data), cond, batch_size=8, planner_file=planner)
+        assert one.summary["n"] == 12
+        for a, b in zip(one.records, many.records):
+            assert a["score_chosen"] == pytest.approx(b["score_chosen"], abs=1e-4)
+            assert a["score_rejected"] == pytest.approx(b["score_rejected"], abs=1e-4)
+
+
+def test_classifier_tokenizes_in_one_step(tiny_rm_dir: Path) -> None:
+    rm = load_rm(f"hf:{tiny_rm_dir}")
+    ids = rm.encode("hello", "world")
+    bos = rm.tokenizer.bos_token_id
+    assert ids.count(bos) <= 1
+    text = rm.tokenizer.decode(ids)
+    assert "hello" in text and "world" in text
+
+
+def test_pad_token_missing_and_no_template(tmp_path: Path) -> None:
+    d = make_tiny_seq_classifier(tmp_path / "nopad", pad_token=False, chat_template=False)
+    rm = load_rm(f"hf:{d}")
+    view = View("x", "q?", "none")
+    s1 = rm.score([(view, "short answer")])[0].value
+    s2 = rm.score([(view, "short answer"), (view, "a much longer answer than the first one")])[0].value
+    assert math.isfinite(s1) and s1 == pytest.approx(s2, abs=1e-5)
+
+
+def test_truncation_counted_profile_cut_first(data: Path, tiny_rm_dir: Path) -> None:
+    res = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", model_options={"max_length": 300})
+    assert res.summary["metrics"]["truncated_inputs"] > 0
+    assert res.summary["metrics"]["n_invalid"] == 0
+    tight = evaluate(f"hf:{tiny_rm_dir}", str(data), "none", model_options={"max_length": 40})
+    assert tight.summary["metrics"]["n_invalid"] == 12  # the bare question does not fit: invalid, not cut
+    assert all(r["credit"] is None and "max_length" in r["invalid"] for r in tight.records)
+
+
+def test_py_plugin(data: Path, tmp_path: Path) -> None:
+    plugin = tmp_path / "my_rm.py"
+    plugin.write_text(
+        "from prbench.rewards import PointwiseRM, Score\n"
+        "class Mine(PointwiseRM):\n"
+        "    def __init__(self, **_):\n        pass\n"
+        "    def score(self, batch):\n"
+        "        return [Score(float('weekend' in r)) for _, r in batch]\n",
+        encoding="utf-8",
+    )
+    res = evaluate(f"py:{plugin}:Mine", str(data), "none")
+    assert res.summary["model"] == f"py:{plugin}:Mine" and res.summary["n"] == 12
+
+
+class Flaky(PointwiseRM):
+    spec = "flaky"
+
+    def score(self, batch):
+        return [Score(math.nan if "city tour" in r and v.example_id.endswith("3") else 1.0) for v, r in batch]
+
+
+def test_nan_scores_are_invalid_not_ties(data: Path) -> None:
+    res = evaluate(Flaky(), str(data), "none")
+    m = res.summary["metrics"]
+    assert m["n_invalid"] == 1 and m["n"] == 11 and m["ties"] == 11
+
+
+def test_resume_after_interruption_gives_identical_files(data: Path, tmp_path: Path) -> None:
+    clean = evaluate("baseline:lexical", str(data), "profile", out=tmp_path / "a", batch_size=2)
+    full = clean.path.joinpath("examples.jsonl").read_bytes()
+    part = evaluate("baseline:lexical", str(data), "profile", out=tmp_path / "b", batch_size=2)
+    lines = part.path.joinpath("examples.jsonl").read_bytes().splitlines(keepends=True)
+    part.path.joinpath("examples.jsonl").write_bytes(b"".join(lines[:5]) + lines[5][:17])  # torn write
+    resumed = evaluate("baseline:lexical", str(data), "profile", out=tmp_path / "b", batch_size=5)
+    assert resumed.summary["resumed_from"] == 5
+    assert resumed.path.joinpath("examples.jsonl").read_bytes() == full
+
+
+def test_same_seed_byte_identical_across_batch_sizes(data: Path, tiny_rm_dir: Path, tmp_path: Path) -> None:
+    a = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", out=tmp_path / "a", batch_size=1)
+    b = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", out=tmp_path / "b", batch_size=7)
+    assert a.path.joinpath("examples.jsonl").read_bytes() == b.path.joinpath("examples.jsonl").read_bytes()
+
+
+def test_config_mismatch_is_refused(data: Path, tmp_path: Path) -> None:
+    from prbench.errors import PrbenchError
+
+    evaluate("baseline:length", str(data), "none", out=tmp_path, seed=1)
+    run = next(tmp_path.rglob("config.json")).parent
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["top_k"] = 3
+    (run / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PrbenchError, match="different config"):
+        evaluate("baseline:length", str(data), "none", out=tmp_path, seed=1)
+
+
+def test_retry_failed(data: Path, tmp_path: Path) -> None:
+    res = evaluate(Flaky(), str(data), "none", out=tmp_path)
+    assert res.summary["metrics"]["n_invalid"] == 1
+
+    class Fixed(Flaky):
+        def score(self, batch):
+            return [Score(1.0 if "weekend" in r else 0.0) for _, r in batch]
+
+    again = evaluate(Fixed(), str(data), "none", out=tmp_path, retry_failed=True)
+    assert again.summary["metrics"]["n_invalid"] == 0 and again.summary["resumed_from"] == 11
+    ids = [r["id"] for r in again.records]
+    assert ids == sorted(ids)
+
+
+def test_wrong_profile_needs_another_user(tmp_path: Path) -> None:
+    from prbench.errors import PrbenchError
+
+    one_user = write_jsonl(tmp_path / "one.jsonl", [make_record(i, user=0) for i in range(3)])
+    with pytest.raises(PrbenchError, match="no other user's profile"):
+        evaluate("baseline:length", str(one_user), "wrong-profile")
