@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from prbench.cache import NullCache
 from prbench.conditions import CONDITIONS, View
 from prbench.evaluate import evaluate
 from prbench.rewards import PointwiseRM, Score, load_rm
@@ -197,14 +198,14 @@ def test_config_mismatch_is_refused(data: Path, tmp_path: Path) -> None:
 
 
 def test_retry_failed(data: Path, tmp_path: Path) -> None:
-    res = evaluate(Flaky(), str(data), "none", out=tmp_path)
+    res = evaluate(Flaky(), str(data), "none", out=tmp_path, cache=NullCache())
     assert res.summary["metrics"]["n_invalid"] == 1
 
     class Fixed(Flaky):
         def score(self, batch):
             return [Score(1.0 if "weekend" in r else 0.0) for _, r in batch]
 
-    again = evaluate(Fixed(), str(data), "none", out=tmp_path, retry_failed=True)
+    again = evaluate(Fixed(), str(data), "none", out=tmp_path, retry_failed=True, cache=NullCache())
     assert again.summary["metrics"]["n_invalid"] == 0 and again.summary["resumed_from"] == 11
     ids = [r["id"] for r in again.records]
     assert ids == sorted(ids)

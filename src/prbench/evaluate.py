@@ -8,6 +8,7 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 
 from __future__ import annotations
 
+import json
 import platform
 import random
 import time
@@ -25,7 +26,7 @@ from prbench.data import load_examples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, RewardModel, Score, Verdict, load_rm
-from prbench.runs import RunDir, slug
+from prbench.runs import RunDir, read_json, slug
 from prbench.schema import Example
 
 
@@ -245,8 +246,11 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- driver ---------------------------------------------------------------------------------
-def run_path(out: str | Path, rm_name: str, data: str, condition: str) -> Path:
-    return Path(out) / slug(Path(data).name if Path(data).exists() else data) / slug(rm_name) / condition
+def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
+    """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
+    ident = spec + (json.dumps(options, sort_keys=True, default=str) if options else "")
+    data_name = Path(data).name if Path(data).exists() else data
+    return Path(out) / slug(data_name) / (slug(spec)[:-7] + "-" + slug(ident)[-6:]) / condition
 
 
 def evaluate(
@@ -272,27 +276,36 @@ def evaluate(
     retry_failed: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
-    """Evaluate one RM under one condition. With `out`, results go to a resumable run folder."""
+    """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
+
+    `model` is a spec string (loaded only if some example still needs scoring, so a finished
+    run costs no model load) or a ready RewardModel (reused across conditions).
+    """
     if condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
     t0 = time.time()
     options = dict(model_options or {})
-    rm = model if isinstance(model, RewardModel) else load_rm(model, **{"batch_size": batch_size, "seed": seed, **options})
+    spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
     data_name = data if isinstance(data, str) else "<in-memory>"
     examples = (load_examples(data, categories=categories, limit=limit, split=split)
                 if isinstance(data, str) else list(data)[:limit])
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
-    rm_name = getattr(rm, "name", rm.spec)
-    config = asdict(EvalConfig(model=rm_name, data=data_name, condition=condition, seed=seed, limit=limit,
+    config = asdict(EvalConfig(model=spec, data=data_name, condition=condition, seed=seed, limit=limit,
                                categories=list(categories) if categories else None, split=split, top_k=top_k,
                                retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders,
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
-    run = RunDir(run_path(out, rm_name, data_name, condition), config, overwrite) if out else None
+    run = RunDir(run_path(out, spec, data_name, condition, options), config, overwrite) if out else None
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
     todo = [ex for ex in examples if ex.id not in done]
+    previous = read_json(run.summary_path) if run and run.summary_path.exists() else None
+    if previous and not todo and previous.get("n_total") == len(examples):
+        return EvalResult(previous, run.records(), run.path)  # finished earlier: nothing to load or compute
+    rm = model if isinstance(model, RewardModel) else load_rm(model, **{"batch_size": batch_size, "seed": seed,
+                                                                          **options})
+    rm_name = getattr(rm, "name", rm.spec)
     planner = read_planner_file(planner_file) if planner_file else None
     views = build_views(examples, condition, retriever=load_retriever(retriever), top_k=top_k, planner=planner,
                         seed=seed, max_context_chars=max_context_chars, cache=Cache(namespace="retrieval")
@@ -320,15 +333,13 @@ def evaluate(
     if run and in_order != records:
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
+    m = summarize(records, seed=seed, n_boot=n_boot)
     summary = {
-        "model": rm_name, "data": data_name, "condition": condition, "kind": rm.kind, "seed": seed,
-        "metrics": summarize(records, seed=seed, n_boot=n_boot),
+        "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "kind": rm.kind, "seed": seed,
+        "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
         "model_info": {"fingerprint": rm.fingerprint(), **rm.run_info()},
-        "versions": _versions(), "wall_time_s": round(time.time() - t0, 3),
-        "resumed_from": len(done),
+        "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
     }
-    summary["accuracy"] = summary["metrics"]["accuracy"]
-    summary["n"] = summary["metrics"]["n"]
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)

@@ -44,7 +44,7 @@ def _register() -> None:
 
 
 # Modules that add top-level commands to `app` when imported.
-_COMMAND_MODULES: list[str] = ["eval"]
+_COMMAND_MODULES: list[str] = ["eval", "study"]
 
 
 def main() -> None:

@@ -33,3 +33,11 @@ def split_csv(value: str | None) -> list[str] | None:
     if not value:
         return None
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+# -- shared by the downstream commands (sample, bon, rl, serve-reward) -------------------------
+Device = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda, cuda:1 ...")]
+Dtype = Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16, float16.")]
+BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint (else OPENAI_BASE_URL).")]
+ApiKeyEnv = Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")]
+NBoot = Annotated[int, typer.Option(help="Bootstrap resamples for confidence intervals.")]

@@ -10,6 +10,7 @@ from typing import Any, Iterator, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.markup import escape
 from rich.table import Table
 
 console = Console(stderr=True)
@@ -25,7 +26,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     for c in columns:
         t.add_column(str(c))
     for r in rows:
-        t.add_row(*["" if v is None else str(v) for v in r])
+        t.add_row(*["" if v is None else escape(str(v)) for v in r])
     out = Console()
     if not out.is_terminal:
         out = Console(width=220)  # files and pipes: never squeeze numbers into ellipses

@@ -1,0 +1,134 @@
+"""`prbench build ...`: construct a benchmark, export a human-validation sample, measure agreement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+
+from prbench.cli.options import Categories, Json, Limit, Quiet, Retriever, Seed, Split, TopK, split_csv
+from prbench.cli.output import emit_json, progress, table
+
+app = typer.Typer(help="Build a personalized preference benchmark from LaMP-QA-style items.")
+
+Spec = Annotated[Optional[str], typer.Option(help="Engine spec, e.g. openai:gpt-5.1, hf:DIR, builtin:smollm2-135m-instruct.")]
+
+
+def _engine_options(base_url: str | None, api_key_env: str | None, device: str | None) -> dict[str, Any]:
+    """Only the options the user set, and only those the engine kind understands."""
+    opts: dict[str, Any] = {}
+    if base_url:
+        opts["base_url"] = base_url
+    if api_key_env:
+        opts["api_key_env"] = api_key_env
+    if device:
+        opts["device"] = device
+    return opts
+
+
+@app.callback(invoke_without_command=True)
+def build(
+    ctx: typer.Context,
+    source: Annotated[Optional[str], typer.Option(help="LaMP-QA-style items: file, folder, hub id or 'sample:source'.")] = None,
+    generator: Spec = None,
+    validator: Spec = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Build folder (dataset, report, run records).")] = None,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    seed: Seed = 0,
+    limit: Limit = None,
+    categories: Categories = None,
+    split: Split = "test",
+    max_words: Annotated[int, typer.Option(help="Word limit of each answer.")] = 100,
+    min_chosen_fit: Annotated[float, typer.Option(help="Keep only if chosen rubric_fit >= this.")] = 4,
+    max_rejected_fit: Annotated[float, typer.Option(help="Keep only if rejected rubric_fit <= this.")] = 2,
+    max_quality_gap: Annotated[float, typer.Option(help="Max |chosen - rejected| on factuality, relevance, helpfulness.")] = 1,
+    max_length_ratio: Annotated[float, typer.Option(help="Max word-count ratio longer/shorter.")] = 1.5,
+    temperature: Annotated[float, typer.Option(help="Generator sampling temperature (seeded per item and role).")] = 0.7,
+    max_new_tokens: Annotated[int, typer.Option(help="Generator token budget per answer.")] = 256,
+    generator_base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint of the generator.")] = None,
+    validator_base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint of the validator.")] = None,
+    api_key_env: Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")] = None,
+    device: Annotated[Optional[str], typer.Option(help="Local engines: auto, cpu, cuda ...")] = None,
+    batch_size: Annotated[int, typer.Option(help="Items per batch (records are saved after each batch).")] = 8,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the model-call cache.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Discard an existing build in --out.")] = False,
+    push_to_hub: Annotated[Optional[str], typer.Option(help="Upload the dataset to this Hub repo (token from HF_TOKEN).")] = None,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Generate chosen/rejected answers, validate them on four scales, filter, export and report."""
+    if ctx.invoked_subcommand is not None:
+        return
+    missing = [name for name, v in (("--source", source), ("--generator", generator), ("--validator", validator),
+                                    ("--out", out)) if not v]
+    if missing:
+        raise click.UsageError(f"prbench build needs {', '.join(missing)} (or a subcommand: annotate, agreement)")
+    from prbench.build import BuildConfig, build_benchmark
+    from prbench.cache import NullCache
+
+    cfg = BuildConfig(
+        source=str(source), generator=str(generator), validator=str(validator), top_k=top_k, retriever=retriever,
+        seed=seed, limit=limit, categories=split_csv(categories), split=split, max_words=max_words,
+        min_chosen_fit=min_chosen_fit, max_rejected_fit=max_rejected_fit, max_quality_gap=max_quality_gap,
+        max_length_ratio=max_length_ratio, temperature=temperature, max_new_tokens=max_new_tokens,
+        generator_options=_engine_options(generator_base_url, api_key_env, device),
+        validator_options=_engine_options(validator_base_url, api_key_env, device), batch_size=batch_size,
+    )
+    with progress(quiet or json_out) as bar:
+        task = bar.add_task("building", total=None)
+        res = build_benchmark(cfg, Path(str(out)), cache=NullCache() if no_cache else None, overwrite=overwrite,
+                              push_to=push_to_hub, on_progress=lambda d, t: bar.update(task, completed=d, total=t))
+    if json_out:
+        emit_json({**res.summary, "path": str(res.path)})
+        return
+    if quiet:
+        return
+    every = res.report["all"]
+    rows: list[tuple[Any, ...]] = [("processed", every["processed"]), ("kept", every["kept"]),
+                                   ("dropped", every["dropped"])]
+    rows += [(f"  dropped: {k}", v) for k, v in every["dropped_by_reason"].items()]
+    rows += [(f"kept in {c}", n) for c, n in res.counts.items()]
+    rows += [("dataset", str(res.path / "data")), ("report", str(res.path / "report.md"))]
+    if res.summary.get("pushed_to"):
+        rows.append(("pushed to", res.summary["pushed_to"]))
+    table(f"build {res.path}", ["", "value"], rows)
+    if not res.counts:
+        typer.echo("warning: no pair passed the filter; nothing was exported", err=True)
+
+
+@app.command()
+def annotate(
+    run_dir: Annotated[Path, typer.Argument(help="A finished build folder.")],
+    n: Annotated[int, typer.Option("--n", help="Pairs to sample.")] = 30,
+    out: Annotated[Path, typer.Option("--out", "-o", help="File prefix: writes PREFIX.csv, .html and .key.json.")] = Path("annotation"),
+    seed: Seed = 0,
+    json_out: Json = False,
+) -> None:
+    """Export a blind, seeded sample of kept pairs as a CSV sheet and an offline HTML form."""
+    from prbench.build.annotate import export_annotation
+
+    info = export_annotation(run_dir, out, n=n, seed=seed)
+    if json_out:
+        emit_json(info)
+    else:
+        typer.echo(f"{info['pairs']} pairs ({info['responses']} answers): fill {info['html']} or {info['csv']}; "
+                   f"keep {info['key']} away from annotators")
+
+
+@app.command()
+def agreement(
+    filled: Annotated[Path, typer.Argument(help="A filled annotation CSV.")],
+    key: Annotated[Optional[Path], typer.Option(help="Key file (default: <batch>.key.json next to the CSV).")] = None,
+    json_out: Json = False,
+) -> None:
+    """Human vs validator agreement (Spearman, Cohen's kappa on low/mid/high) and the human table."""
+    from prbench.build.annotate import agreement as compute, agreement_markdown
+
+    result = compute(filled, key)
+    if json_out:
+        emit_json(result)
+    else:
+        typer.echo(agreement_markdown(result))

@@ -1,0 +1,271 @@
+"""`prbench sample`, `prbench bon`, `prbench rl`, `prbench serve-reward`: downstream validation.
+
+Plain functions plus `register(app)`, so the main app decides where they live.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from prbench.cli.options import (ApiKeyEnv, BaseUrl, BatchSize, Categories, Device, Dtype, Json, Limit, MaxLength,
+                                 NBoot, Quiet, Retriever, Seed, Split, TopK, split_csv)
+from prbench.cli.output import emit_json, table
+
+Condition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle.")]
+PlannerFile = Annotated[Optional[str], typer.Option(help="Planner output JSONL for the planner condition.")]
+Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
+
+
+def engine_options(spec: str, *, device: str | None = None, dtype: str | None = None, base_url: str | None = None,
+                   api_key_env: str | None = None, batch_size: int | None = None,
+                   max_length: int | None = None) -> dict[str, Any]:
+    """Only the options the named backend takes, and only those the user set."""
+    prefix = spec.partition(":")[0]
+    if prefix in ("hf", "builtin", "vllm"):
+        given = {"device": device, "dtype": dtype, "batch_size": batch_size, "max_length": max_length}
+    elif prefix == "openai":
+        given = {"base_url": base_url, "api_key_env": api_key_env}
+    else:
+        given = {}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def rm_options(*, mode: str | None, device: str | None, dtype: str | None, max_length: int | None,
+               base_url: str | None, api_key_env: str | None, batch_size: int | None = None) -> dict[str, Any]:
+    given = {"mode": mode, "device": device, "dtype": dtype, "max_length": max_length, "base_url": base_url,
+             "api_key_env": api_key_env, "batch_size": batch_size}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def sample(
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy engine: hf:DIR, builtin:NAME, openai:MODEL.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Samples folder (resumable).")],
+    data: Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")] = "sample",
+    n: Annotated[int, typer.Option("--n", help="Answers per item.")] = 16,
+    condition: Annotated[str, typer.Option(help="What the policy sees: profile or none.")] = "profile",
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 0.9,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap per answer.")] = 200,
+    max_words: Annotated[int, typer.Option(help="Word limit stated in the prompt.")] = 100,
+    seed: Seed = 0,
+    limit: Limit = None,
+    categories: Categories = None,
+    split: Split = "test",
+    batch_size: BatchSize = 16,
+    prompt_file: Annotated[Optional[str], typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")] = None,
+    device: Device = None,
+    dtype: Dtype = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Draw N answers per item from a policy, once, for every RM's Best-of-N."""
+    from prbench.cli.output import progress
+    from prbench.downstream.sampling import sample_policy
+
+    opts = engine_options(policy, device=device, dtype=dtype, base_url=base_url, api_key_env=api_key_env,
+                          batch_size=batch_size)
+    with progress(quiet or json_out) as bar:
+        task = bar.add_task("sampling", total=None)
+        ss = sample_policy(policy, data, out, n=n, condition=condition, top_k=top_k, retriever=retriever,
+                           temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, max_words=max_words,
+                           seed=seed, limit=limit, categories=split_csv(categories), split=split,
+                           prompt_file=prompt_file, batch_size=batch_size, engine_options=opts, overwrite=overwrite,
+                           on_progress=lambda d, t: bar.update(task, completed=d, total=t))
+    summary = {"path": str(ss.path), "items": len(ss.items), "n": ss.n}
+    if json_out:
+        emit_json(summary)
+    elif not quiet:
+        typer.echo(f"{len(ss.items)} items x {ss.n} samples in {ss.path}")
+
+
+def bon(
+    samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
+    rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
+    grader: Annotated[str, typer.Option("--grader", "-g", help="Grader engine: openai:MODEL, hf:DIR, builtin:NAME.")],
+    condition: Condition = "none",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
+    k: Annotated[Optional[str], typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
+    seed: Seed = 0,
+    n_boot: NBoot = 1000,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    max_context_chars: Annotated[Optional[int], typer.Option(help="Character budget for the user context.")] = None,
+    planner_file: PlannerFile = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise for Best-of-N.")] = None,
+    device: Device = None,
+    dtype: Dtype = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    grader_base_url: Annotated[Optional[str], typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
+    grader_api_key_env: Annotated[Optional[str], typer.Option(help="Env var holding the grader's API key.")] = None,
+    grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
+    grader_prompt_file: Annotated[Optional[str], typer.Option(help="Your own grading prompt.")] = None,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Best-of-N curves per RM: first-k pick, exact expected best-of-k, oracle and random."""
+    from prbench.cache import Cache
+    from prbench.downstream.bon import best_of_n
+    from prbench.downstream.grader import load_grader
+
+    ks = [int(x) for x in split_csv(k)] if k else None
+    out = out or samples / "bon" / condition
+    g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
+                    prompt_path=grader_prompt_file,
+                    engine_options=engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
+                                                  api_key_env=grader_api_key_env))
+    res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot, top_k=top_k,
+                    retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file,
+                    batch_size=batch_size,
+                    rm_options=rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+                                          base_url=base_url, api_key_env=api_key_env),
+                    on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
+    s = res.summary
+    if json_out:
+        emit_json({**s, "path": str(res.path)})
+        return
+    if quiet:
+        return
+    ks_ = s["k"]
+    rows = []
+    for r in s["rms"]:
+        if r.get("error"):
+            rows.append((r["rm"], "error", r["error"], *[""] * len(ks_)))
+            continue
+        rows.append((r["rm"], "expected", r["n_items"],
+                     *[f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" for v, lo, hi in zip(r["expected"], r["ci_low"], r["ci_high"])]))
+        rows.append(("", "first-k", "", *[_fmt(v) for v in r["first_k"]]))
+    rows.append(("<oracle>", "expected", s["n_gradable_items"], *[_fmt(v) for v in s["oracle"]["mean"]]))
+    rows.append(("<random>", "expected", s["n_gradable_items"], *[_fmt(v) for v in s["random"]["mean"]]))
+    table(f"Best-of-N: mean rubric grade (0-2) [95% CI], condition {condition}",
+          ["rm", "curve", "items", *[f"k={x}" for x in ks_]], rows)
+    calls = s["grader_calls"]
+    typer.echo(f"grader calls: {calls['made']} made vs {calls['naive']} naive ({calls['naive_rule']}); "
+               f"{s['grader']['cache_hits']} cache hits; results in {res.path}")
+
+
+def rl(
+    policy: Annotated[str, typer.Option("--policy", "-p", help="Causal LM to train: hf:DIR, builtin:NAME.")],
+    rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
+    data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
+    grader: Annotated[Optional[str], typer.Option("--grader", "-g", help="Grader engine for held-out answers.")] = None,
+    condition: Condition = "profile",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
+    lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-6,
+    lora: Annotated[bool, typer.Option(help="Train a LoRA adapter (merged afterwards).")] = False,
+    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
+    num_generations: Annotated[int, typer.Option(help="Answers per prompt (GRPO group size).")] = 4,
+    prompts_per_step: Annotated[int, typer.Option(help="Prompts per optimizer step.")] = 2,
+    max_completion_length: Annotated[int, typer.Option(help="Token cap per training answer.")] = 160,
+    beta: Annotated[float, typer.Option(help="KL weight to the initial policy (0 = no reference model).")] = 0.0,
+    reward_scale: Annotated[float, typer.Option(help="Multiply RM scores (the paper used 0.1).")] = 1.0,
+    holdout: Annotated[float, typer.Option(help="Share of items held out for grading (without --eval-data).")] = 0.2,
+    eval_data: Annotated[Optional[str], typer.Option(help="Held-out items to grade (else a hash split of --data).")] = None,
+    eval_n: Annotated[int, typer.Option(help="Answers per held-out item.")] = 1,
+    eval_temperature: Annotated[float, typer.Option(help="Held-out sampling temperature (0 = greedy).")] = 0.0,
+    base: Annotated[bool, typer.Option(help="Also grade the untrained policy on the same items.")] = True,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    planner_file: PlannerFile = None,
+    seed: Seed = 0,
+    limit: Limit = None,
+    split: Annotated[str, typer.Option(help="Split of a hub dataset to train on.")] = "train",
+    n_boot: NBoot = 1000,
+    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise.")] = None,
+    device: Device = None,
+    dtype: Dtype = None,
+    max_length: MaxLength = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    grader_base_url: Annotated[Optional[str], typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
+    grader_api_key_env: Annotated[Optional[str], typer.Option(help="Env var holding the grader's API key.")] = None,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Fine-tune a policy with the RM as reward (TRL GRPO), then grade it on held-out items."""
+    from prbench.downstream.rl import train_rl
+
+    gopts = {"engine_options": engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
+                                              api_key_env=grader_api_key_env)} if grader else None
+    res = train_rl(policy, rm, data, out, grader=grader, condition=condition, steps=steps, lr=lr, lora=lora,
+                   lora_r=lora_r, num_generations=num_generations, prompts_per_step=prompts_per_step,
+                   max_completion_length=max_completion_length, beta=beta, reward_scale=reward_scale,
+                   holdout=holdout, eval_data=eval_data, eval_n=eval_n, eval_temperature=eval_temperature,
+                   compare_base=base, top_k=top_k, retriever=retriever, planner_file=planner_file, seed=seed,
+                   limit=limit, split=split, n_boot=n_boot, device=device or "auto",
+                   rm_options=rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+                                         base_url=base_url, api_key_env=api_key_env),
+                   grader_options=gopts)
+    s = res.summary
+    if json_out:
+        emit_json({k: v for k, v in s.items() if k != "log_history"})
+        return
+    if quiet:
+        return
+    rewards = [h.get("reward") for h in s["log_history"] if "reward" in h]
+    rows = [("steps", steps), ("train / held-out items", f"{s['train_items']} / {s['heldout_items']}"),
+            ("mean reward first -> last step", f"{_fmt(rewards[0])} -> {_fmt(rewards[-1])}" if rewards else "-"),
+            ("invalid rewards", s["reward"]["invalid"]), ("train time (s)", s["train_time_s"])]
+    if "eval" in s:
+        rows += [("held-out grade (0-2), trained", _fmt(s["eval"]["mean"])),
+                 ("held-out grade (0-2), base", _fmt(s["eval"]["base_mean"]))]
+    table(f"RL (GRPO) with {rm} as reward", ["", "value"], rows)
+    typer.echo(f"policy in {s['policy_dir']}; results in {res.path}")
+
+
+def serve_reward(
+    rm: Annotated[str, typer.Option("--rm", "-m", help="Pointwise RM spec to serve.")],
+    condition: Condition = "none",
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    token_env: Annotated[str, typer.Option(help="Env var holding the bearer token (auth on when it is set).")] = "PRBENCH_REWARD_TOKEN",
+    require_token: Annotated[bool, typer.Option(help="Refuse to start when the token env var is unset.")] = False,
+    max_batch: Annotated[int, typer.Option(help="Most items per request.")] = 64,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 1_000_000,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    planner_file: PlannerFile = None,
+    max_context_chars: Annotated[Optional[int], typer.Option(help="Character budget for the user context.")] = None,
+    batch_size: BatchSize = 16,
+    max_length: MaxLength = None,
+    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise.")] = None,
+    device: Device = None,
+    dtype: Dtype = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve an RM over HTTP (POST /score, GET /health) for verl, OpenRLHF or your own RL loop."""
+    from prbench.downstream.server import serve, token_from_env
+    from prbench.rewards.base import load_rm
+
+    token = token_from_env(token_env, required=require_token)
+    model = load_rm(rm, **rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+                                      base_url=base_url, api_key_env=api_key_env, batch_size=batch_size))
+    typer.echo(f"serving {rm} [{condition}] on http://{host}:{port} (auth: {'on' if token else 'off'})", err=True)
+    serve(model, condition, host=host, port=port, token=token, max_batch=max_batch, max_body_bytes=max_body_bytes,
+          top_k=top_k, retriever=retriever, planner_file=planner_file, max_context_chars=max_context_chars,
+          log_level=log_level)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the downstream commands to `app`."""
+    app.command(name="sample")(sample)
+    app.command(name="bon")(bon)
+    app.command(name="rl")(rl)
+    app.command(name="serve-reward")(serve_reward)

@@ -1,0 +1,87 @@
+"""`prbench study` and `prbench demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prbench.cli import app
+from prbench.cli.output import emit_json, table
+from prbench.cli.options import Json, Quiet
+
+
+def _print_plan(cfg, root: Path, json_out: bool) -> None:
+    from prbench.study.runner import plan_study
+
+    runs = plan_study(cfg, root)
+    if json_out:
+        emit_json([r.__dict__ for r in runs])
+        return
+    table(f"plan of study {cfg.name!r}", ["stage", "run", "model calls", "tokens (est.)"],
+          [(r.stage, r.what, f"{r.model_calls:,}", f"{r.tokens:,}") for r in runs])
+    total_calls = sum(r.model_calls for r in runs)
+    total_tokens = sum(r.tokens for r in runs)
+    typer.echo(f"{len(runs)} runs, about {total_calls:,} model calls and {total_tokens:,} tokens")
+    if cfg.hardware:
+        typer.echo(f"hardware: {cfg.hardware}")
+    for k, v in cfg.estimates.items():
+        typer.echo(f"{k}: {v}")
+
+
+@app.command("study")
+def study_cmd(
+    config: Annotated[Optional[Path], typer.Argument(help="Study YAML file.")] = None,
+    preset: Annotated[Optional[str], typer.Option(help="Run a shipped preset instead of a file.")] = None,
+    list_: Annotated[bool, typer.Option("--list", help="List the shipped presets.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print the plan (runs, calls, tokens) and stop.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Override the study's output folder.")] = None,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Run a whole study (eval, planner, downstream, meta, report) from one config file."""
+    from prbench.study.config import list_presets, load_study_config
+    from prbench.study.runner import run_study
+
+    if list_:
+        presets = list_presets()
+        if json_out:
+            emit_json(presets)
+        else:
+            table("presets", ["name", "description"], sorted(presets.items()))
+        return
+    cfg, root = load_study_config(config, preset)
+    if out is not None:
+        cfg = cfg.model_copy(update={"out": str(out.resolve())})
+    if dry_run:
+        _print_plan(cfg, root, json_out)
+        return
+    ctx = run_study(cfg, root, quiet=quiet or json_out)
+    _finish(ctx, quiet, json_out)
+
+
+def _finish(ctx, quiet: bool, json_out: bool) -> None:
+    outputs = {k: v for k, v in ctx.outputs.items()}
+    if json_out:
+        emit_json({"out": str(ctx.out), **outputs})
+        return
+    if quiet:
+        return
+    from prbench.leaderboard import leaderboard, render_rows
+
+    if ctx.runs.exists():
+        head, body = render_rows(leaderboard(ctx.runs))
+        table(f"leaderboard: {ctx.cfg.name} (accuracy % [95% CI], ties 0.5)", head, body)
+    if "report" in ctx.outputs:
+        typer.echo(f"report: {ctx.outputs['report']}")
+    typer.echo(f"study folder: {ctx.out}  (stage seconds: {ctx.outputs.get('timings')})")
+
+
+@app.command("demo")
+def demo_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("prbench-demo"),
+    quiet: Quiet = False,
+) -> None:
+    """The built-in demo: the `demo` study preset on the sample with the built-in models (CPU, offline)."""
+    study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, quiet=quiet, json_out=False)
