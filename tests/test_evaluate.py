@@ -217,3 +217,22 @@ def test_wrong_profile_needs_another_user(tmp_path: Path) -> None:
     one_user = write_jsonl(tmp_path / "one.jsonl", [make_record(i, user=0) for i in range(3)])
     with pytest.raises(PrbenchError, match="no other user's profile"):
         evaluate("baseline:length", str(one_user), "wrong-profile")
+
+
+def test_shared_prefix_equals_full_scoring(tiny_rm_dir: Path) -> None:
+    from prbench.data import load_examples
+    from prbench.conditions import build_views
+    from prbench.retrieval import load_retriever
+
+    items = load_examples("sample", limit=6)
+    views = build_views(items, "profile", retriever=load_retriever("bm25"), top_k=1)  # fits 1024 byte-tokens
+    batch = [(v, r) for ex, v in zip(items, views) for r in (ex.chosen, ex.rejected, ex.gold_answer)]
+    shared = load_rm(f"hf:{tiny_rm_dir}", batch_size=2)
+    full = load_rm(f"hf:{tiny_rm_dir}", share_prefix=False, batch_size=2)
+    a = [s.value for s in shared.score(batch)]
+    b = [s.value for s in full.score(batch)]
+    assert a == pytest.approx(b, abs=1e-4)
+    assert shared.counts["truncated"] == 0
+    # three responses per prompt: the prefix runs once instead of three times
+    assert shared.counts["prefix_tokens_saved"] > 0.2 * shared.counts["tokens"]
+    assert full.counts["prefix_tokens_saved"] == 0

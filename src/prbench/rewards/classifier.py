@@ -7,6 +7,10 @@
   batch size or padding, even when the pad token equals EOS.
 - One logit -> that logit; two -> logit[1] - logit[0] (log-odds of the positive class);
   more -> the `label_index` the user names (else an error).
+- Shared-prefix scoring: responses to the same prompt (chosen and rejected; N Best-of-N
+  samples) share every token before the response. For decoder RMs the shared prefix runs
+  once and each response is scored from its KV cache (equal to full scoring within float
+  tolerance, tested); under `profile` the prefix is most of the tokens.
 - Over `max_length`: least relevant profile posts are dropped first (counted per response as
   `truncated`); the response is never cut. If even the bare question does not fit, the
   score is invalid (counted), never silently truncated.
@@ -58,6 +62,7 @@ class SequenceClassifierRM(PointwiseRM):
         token_budget: int | None = None,
         trust_remote_code: bool = False,
         label_index: int | None = None,
+        share_prefix: bool = True,
         **_: Any,
     ):
         transformers = require("transformers", "hf")
@@ -79,7 +84,8 @@ class SequenceClassifierRM(PointwiseRM):
         self.token_budget = token_budget or batch_size * self.max_length
         self.label_index = label_index
         self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        self.counts = {"scored": 0, "truncated": 0, "too_long": 0}
+        self.share_prefix = share_prefix and self._split_model() is not None
+        self.counts = {"scored": 0, "truncated": 0, "too_long": 0, "tokens": 0, "prefix_tokens_saved": 0}
 
     # -- identity -------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -108,19 +114,23 @@ class SequenceClassifierRM(PointwiseRM):
             return list(ids)
         return self.tokenizer(PLAIN_FORMAT.format(prompt=prompt, response=response))["input_ids"]
 
-    def fit(self, view: View, response: str) -> tuple[list[int] | None, bool]:
-        """Ids within max_length, dropping least relevant posts first; (None, True) if impossible."""
+    def fit(self, view: View, response: str) -> tuple[list[int] | None, bool, str]:
+        """Ids within max_length, dropping least relevant posts first; (None, True, _) if impossible.
+
+        Also returns the prompt text used, so responses to one prompt can share its prefix.
+        """
         n = view.shown_posts
-        ids = self.encode(view.prompt(n), response)
+        prompt = view.prompt(n)
+        ids = self.encode(prompt, response)
         truncated = False
         while len(ids) > self.max_length and n > 0:
-            # Drop roughly as many posts as needed, then refine one by one.
             n -= 1
             truncated = True
-            ids = self.encode(view.prompt(n), response)
+            prompt = view.prompt(n)
+            ids = self.encode(prompt, response)
         if len(ids) > self.max_length:
-            return None, True
-        return ids, truncated
+            return None, True, prompt
+        return ids, truncated, prompt
 
     # -- scoring --------------------------------------------------------------------------
     def _reduce(self, logits: Any) -> list[float]:
@@ -147,15 +157,53 @@ class SequenceClassifierRM(PointwiseRM):
             mask[i, : len(ids)] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         last = mask.sum(1) - 1
+        split = self._split_model()
         with torch.no_grad():
-            head = getattr(self.model, "score", None)
-            backbone = getattr(self.model, self.model.base_model_prefix, None)
-            if head is not None and backbone is not None:
+            if split is not None:
+                backbone, head = split
                 hidden = backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state
                 logits = head(hidden[torch.arange(len(batch_ids), device=hidden.device), last])
             else:  # encoder classifiers pool internally (CLS), padding-safe by construction
                 logits = self.model(input_ids=input_ids, attention_mask=mask).logits
+        self.counts["tokens"] += int(mask.sum())
         return self._reduce(logits)
+
+    def _split_model(self) -> tuple[Any, Any] | None:
+        """(backbone, score head) of a decoder RM, or None when the model pools internally."""
+        head = getattr(self.model, "score", None)
+        backbone = getattr(self.model, self.model.base_model_prefix, None)
+        return (backbone, head) if head is not None and backbone is not None else None
+
+    def forward_shared(self, prefix: list[int], suffixes: Sequence[list[int]]) -> list[float]:
+        """Scores of prefix + each suffix, running the prefix once and reusing its KV cache."""
+        import copy
+
+        torch = self.torch
+        backbone, head = self._split_model()  # type: ignore[misc]
+        with torch.no_grad():
+            pre = torch.tensor([prefix], device=self.device)
+            cache = backbone(input_ids=pre, use_cache=True).past_key_values
+            self.counts["tokens"] += len(prefix)
+            out: list[float] = []
+            for start in range(0, len(suffixes), self.batch_size):
+                part = suffixes[start : start + self.batch_size]
+                width = max(len(x) for x in part)
+                ids = torch.full((len(part), width), self.tokenizer.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((len(part), len(prefix) + width), dtype=torch.long)
+                mask[:, : len(prefix)] = 1
+                for i, suf in enumerate(part):
+                    ids[i, : len(suf)] = torch.tensor(suf)
+                    mask[i, len(prefix) : len(prefix) + len(suf)] = 1
+                kv = copy.deepcopy(cache)
+                kv.batch_repeat_interleave(len(part))
+                pos = (torch.arange(width) + len(prefix)).unsqueeze(0).expand(len(part), -1)
+                hidden = backbone(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                  position_ids=pos.to(self.device), past_key_values=kv, use_cache=True).last_hidden_state
+                last = torch.tensor([len(x) - 1 for x in part], device=hidden.device)
+                out.extend(self._reduce(head(hidden[torch.arange(len(part), device=hidden.device), last])))
+                self.counts["tokens"] += sum(len(x) for x in part)
+                self.counts["prefix_tokens_saved"] += len(prefix) * (len(part) - 1 if start == 0 else len(part))
+        return out
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices grouped by similar length under a token budget (little padding, bounded memory)."""
@@ -175,13 +223,42 @@ class SequenceClassifierRM(PointwiseRM):
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         fitted = [self.fit(view, resp) for view, resp in batch]
         out: list[Score] = [Score(math.nan, truncated=tr, error="input exceeds max_length without any profile")
-                            if ids is None else Score(math.nan, truncated=tr) for ids, tr in fitted]
-        ok = [i for i, (ids, _) in enumerate(fitted) if ids is not None]
-        for group in self.batches([len(fitted[i][0]) for i in ok]):
-            idx = [ok[j] for j in group]
+                            if ids is None else Score(math.nan, truncated=tr) for ids, tr, _ in fitted]
+        ok = [i for i, (ids, _, _) in enumerate(fitted) if ids is not None]
+        rest = ok
+        if self.share_prefix:
+            by_prompt: dict[str, list[int]] = {}
+            for i in ok:
+                by_prompt.setdefault(fitted[i][2], []).append(i)
+            rest = []
+            for members in by_prompt.values():
+                seqs = [fitted[i][0] for i in members]
+                cut = _shared_length(seqs)
+                if len(members) < 2 or cut < MIN_SHARED_PREFIX:
+                    rest.extend(members)
+                    continue
+                for i, v in zip(members, self.forward_shared(seqs[0][:cut], [x[cut:] for x in seqs])):
+                    out[i].value = v
+        for group in self.batches([len(fitted[i][0]) for i in rest]):
+            idx = [rest[j] for j in group]
             for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):
                 out[i].value = v
         self.counts["scored"] += len(batch)
-        self.counts["truncated"] += sum(1 for _, tr in fitted if tr)
-        self.counts["too_long"] += sum(1 for ids, _ in fitted if ids is None)
+        self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
+        self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
         return out
+
+
+MIN_SHARED_PREFIX = 8  # below this, a separate prefix pass costs more than it saves
+
+
+def _shared_length(seqs: Sequence[list[int]]) -> int:
+    """Longest common prefix of token lists, leaving every sequence at least one own token."""
+    first = seqs[0]
+    n = min(len(x) for x in seqs) - 1
+    for other in seqs[1:]:
+        k = 0
+        while k < n and other[k] == first[k]:
+            k += 1
+        n = k
+    return max(n, 0)
