@@ -236,3 +236,18 @@ def test_shared_prefix_equals_full_scoring(tiny_rm_dir: Path) -> None:
     # three responses per prompt: the prefix runs once instead of three times
     assert shared.counts["prefix_tokens_saved"] > 0.2 * shared.counts["tokens"]
     assert full.counts["prefix_tokens_saved"] == 0
+
+
+@pytest.mark.slow
+def test_ray_workers_match_single_process(data: Path, tiny_rm_dir: Path, tmp_path: Path) -> None:
+    from prbench.distributed import shutdown
+
+    single = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", out=tmp_path / "one", batch_size=2,
+                      cache=NullCache())
+    try:
+        multi = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", out=tmp_path / "two", batch_size=2,
+                         workers=2, cache=NullCache())
+    finally:
+        shutdown()
+    assert multi.summary["accuracy"] == single.summary["accuracy"]
+    assert (multi.path / "examples.jsonl").read_bytes() == (single.path / "examples.jsonl").read_bytes()

@@ -178,6 +178,14 @@ def _pairwise_records(
     return recs
 
 
+def chunk_records(rm: RewardModel, exs: Sequence[Example], views: Sequence[View], seed: int, both_orders: bool,
+                  cache: Cache) -> list[dict[str, Any]]:
+    """Records for one chunk of examples, whatever the RM kind (also what a Ray worker runs)."""
+    if isinstance(rm, PairwiseRM):
+        return _pairwise_records(rm, exs, views, seed, both_orders)
+    return _pointwise_records(rm, exs, views, cache)  # type: ignore[arg-type]
+
+
 def _base_record(ex: Example, view: View) -> dict[str, Any]:
     rec: dict[str, Any] = {"id": ex.id, "category": ex.category}
     if ex.user_id:
@@ -274,12 +282,15 @@ def evaluate(
     cache: Cache | None = None,
     overwrite: bool = False,
     retry_failed: bool = False,
+    workers: int = 1,
+    ray_address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
-    run costs no model load) or a ready RewardModel (reused across conditions).
+    run costs no model load) or a ready RewardModel (reused across conditions). With
+    `workers` > 1 or a `ray_address`, chunks are scored by Ray actors (spec strings only).
     """
     if condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
@@ -303,30 +314,36 @@ def evaluate(
     previous = read_json(run.summary_path) if run and run.summary_path.exists() else None
     if previous and not todo and previous.get("n_total") == len(examples):
         return EvalResult(previous, run.records(), run.path)  # finished earlier: nothing to load or compute
-    rm = model if isinstance(model, RewardModel) else load_rm(model, **{"batch_size": batch_size, "seed": seed,
-                                                                          **options})
-    rm_name = getattr(rm, "name", rm.spec)
+    distributed = workers > 1 or ray_address is not None
+    if distributed and not isinstance(model, str):
+        raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
+    rm_options = {"batch_size": batch_size, "seed": seed, **options}
+    rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
     planner = read_planner_file(planner_file) if planner_file else None
     views = build_views(examples, condition, retriever=load_retriever(retriever), top_k=top_k, planner=planner,
                         seed=seed, max_context_chars=max_context_chars, cache=Cache(namespace="retrieval")
                         if out else None) if todo else []
     view_of = {v.example_id: v for v in views}
+    step = max(batch_size, 1) * 4
+    chunks = [(todo[i : i + step], [view_of[ex.id] for ex in todo[i : i + step]]) for i in range(0, len(todo), step)]
+    if distributed:
+        from prbench.distributed import ray_chunks
+
+        stream = ray_chunks(str(model), rm_options, chunks, workers=max(workers, 1), seed=seed,
+                            both_orders=both_orders, ray_address=ray_address,
+                            use_cache=not isinstance(cache, NullCache))
+    else:
+        stream = (chunk_records(rm, exs, vs, seed, both_orders, cache) for exs, vs in chunks)
     fresh: list[dict] = []
-    chunk = max(batch_size, 1) * 4
-    for start in range(0, len(todo), chunk):
-        part = todo[start : start + chunk]
-        pv = [view_of[ex.id] for ex in part]
-        if isinstance(rm, PairwiseRM):
-            recs = _pairwise_records(rm, part, pv, seed, both_orders)
-        else:
-            recs = _pointwise_records(rm, part, pv, cache)
+    for recs in stream:
         for r in recs:
             r["condition"] = condition
         if run:
             run.append(recs)
         fresh.extend(recs)
         if on_progress:
-            on_progress(len(done) + start + len(part), len(examples))
+            on_progress(len(done) + len(fresh), len(examples))
+    rm_name = getattr(rm, "name", rm.spec) if rm is not None else spec
     order = {ex.id: i for i, ex in enumerate(examples)}
     records = run.records() if run else fresh
     in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
@@ -335,9 +352,11 @@ def evaluate(
     records = in_order
     m = summarize(records, seed=seed, n_boot=n_boot)
     summary = {
-        "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "kind": rm.kind, "seed": seed,
+        "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "seed": seed,
+        "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
         "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
-        "model_info": {"fingerprint": rm.fingerprint(), **rm.run_info()},
+        "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
+                       else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
     }
     if run:

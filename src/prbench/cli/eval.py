@@ -45,6 +45,8 @@ def eval_cmd(
     prompt_file: Annotated[Optional[str], typer.Option(help="Your own judge prompt template.")] = None,
     overwrite: Annotated[bool, typer.Option(help="Discard an existing run with this config.")] = False,
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
+    workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
+    ray_address: Annotated[Optional[str], typer.Option(help="Join an existing Ray cluster (e.g. 'auto').")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -59,13 +61,15 @@ def eval_cmd(
     summaries = []
     with progress(quiet or json_out) as bar:
         for spec in model:
-            rm = load_rm(spec, batch_size=batch_size, seed=seed, **opts)
+            distributed = workers > 1 or ray_address is not None
+            rm = spec if distributed else load_rm(spec, batch_size=batch_size, seed=seed, **opts)
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
                 res = evaluate(rm, data, cond, out=out, seed=seed, limit=limit, categories=split_csv(categories),
                                split=split, top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders, batch_size=batch_size,
                                model_options=opts, overwrite=overwrite, retry_failed=retry_failed,
+                               workers=workers, ray_address=ray_address,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
     if json_out:

@@ -182,7 +182,8 @@ class SequenceClassifierRM(PointwiseRM):
         backbone, head = self._split_model()  # type: ignore[misc]
         with torch.no_grad():
             pre = torch.tensor([prefix], device=self.device)
-            cache = backbone(input_ids=pre, use_cache=True).past_key_values
+            first = backbone(input_ids=pre, use_cache=True)
+            cache = getattr(first, "cache", None) or first.past_key_values
             self.counts["tokens"] += len(prefix)
             out: list[float] = []
             for start in range(0, len(suffixes), self.batch_size):
@@ -198,7 +199,8 @@ class SequenceClassifierRM(PointwiseRM):
                 kv.batch_repeat_interleave(len(part))
                 pos = (torch.arange(width) + len(prefix)).unsqueeze(0).expand(len(part), -1)
                 hidden = backbone(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                  position_ids=pos.to(self.device), past_key_values=kv, use_cache=True).last_hidden_state
+                                  position_ids=pos.to(self.device), use_cache=True,
+                                  **{cache_kwarg(backbone): kv}).last_hidden_state
                 last = torch.tensor([len(x) - 1 for x in part], device=hidden.device)
                 out.extend(self._reduce(head(hidden[torch.arange(len(part), device=hidden.device), last])))
                 self.counts["tokens"] += sum(len(x) for x in part)
@@ -247,6 +249,13 @@ class SequenceClassifierRM(PointwiseRM):
         self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
         self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
         return out
+
+
+def cache_kwarg(module: Any) -> str:
+    """transformers 5.x renamed `past_key_values` to `cache`; support both."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 MIN_SHARED_PREFIX = 8  # below this, a separate prefix pass costs more than it saves
