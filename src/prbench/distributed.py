@@ -9,7 +9,7 @@ choice is seeded per example, never per worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prbench.conditions import View
@@ -42,7 +42,7 @@ class _Worker:
 def ray_chunks(
     spec: str,
     options: dict[str, Any],
-    chunks: Sequence[tuple[list[Example], list[View]]],
+    chunks: Iterable[tuple[list[Example], list[View]]],
     *,
     workers: int,
     seed: int,
@@ -63,23 +63,21 @@ def ray_chunks(
     actor_cls = ray.remote(num_cpus=1, num_gpus=gpus_per_worker)(_Worker)
     cache_dir = os.environ.get("PRBENCH_CACHE_DIR")
     actors = [actor_cls.remote(spec, options, seed, both_orders, cache_dir, use_cache) for _ in range(workers)]
-    pending: dict[Any, int] = {}
-    queue = list(range(len(chunks)))
-    free = list(actors)
+    pending: dict[Any, Any] = {}
+    queue = iter(chunks)  # read lazily: never more chunks in flight than actors
 
     def submit(actor: Any) -> None:
-        i = queue.pop(0)
-        ref = actor.records.remote(*chunks[i])
-        pending[ref] = actor
+        chunk = next(queue, None)
+        if chunk is not None:
+            pending[actor.records.remote(*chunk)] = actor
 
-    while free and queue:
-        submit(free.pop())
+    for actor in actors:
+        submit(actor)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
         actor = pending.pop(done[0])
         yield ray.get(done[0])
-        if queue:
-            submit(actor)
+        submit(actor)
     for a in actors:
         ray.kill(a)
 

@@ -12,7 +12,7 @@ import json
 import platform
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,10 @@ import numpy as np
 
 from prbench import __version__, metrics
 from prbench.cache import Cache, NullCache, content_key
-from prbench.conditions import CONDITIONS, View, build_views, read_planner_file
-from prbench.data import load_examples
+from itertools import islice
+
+from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
+from prbench.data import iter_examples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, RewardModel, Score, Verdict, load_rm
@@ -298,8 +300,12 @@ def evaluate(
     options = dict(model_options or {})
     spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
     data_name = data if isinstance(data, str) else "<in-memory>"
-    examples = (load_examples(data, categories=categories, limit=limit, split=split)
-                if isinstance(data, str) else list(data)[:limit])
+    def stream() -> Iterator[Example]:
+        """Examples in order, read lazily: memory stays flat in the number of items."""
+        src = iter_examples(data, categories=categories, split=split) if isinstance(data, str) else iter(data)
+        return islice(src, limit)
+
+    order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
     config = asdict(EvalConfig(model=spec, data=data_name, condition=condition, seed=seed, limit=limit,
                                categories=list(categories) if categories else None, split=split, top_k=top_k,
@@ -310,22 +316,24 @@ def evaluate(
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
-    todo = [ex for ex in examples if ex.id not in done]
+    n_todo = sum(1 for i in order if i not in done)
     previous = read_json(run.summary_path) if run and run.summary_path.exists() else None
-    if previous and not todo and previous.get("n_total") == len(examples):
+    if previous and not n_todo and previous.get("n_total") == len(order):
         return EvalResult(previous, run.records(), run.path)  # finished earlier: nothing to load or compute
     distributed = workers > 1 or ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
     rm_options = {"batch_size": batch_size, "seed": seed, **options}
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
-    planner = read_planner_file(planner_file) if planner_file else None
-    views = build_views(examples, condition, retriever=load_retriever(retriever), top_k=top_k, planner=planner,
-                        seed=seed, max_context_chars=max_context_chars, cache=Cache(namespace="retrieval")
-                        if out else None) if todo else []
-    view_of = {v.example_id: v for v in views}
+    view_args = dict(retriever=load_retriever(retriever), top_k=top_k, seed=seed,
+                     planner=read_planner_file(planner_file) if planner_file else None,
+                     max_context_chars=max_context_chars, cache=Cache(namespace="retrieval") if out else None,
+                     # wrong-profile draws donors from every item, so only it holds the whole set
+                     pool=list(stream()) if condition == "wrong-profile" and n_todo else ())
     step = max(batch_size, 1) * 4
-    chunks = [(todo[i : i + step], [view_of[ex.id] for ex in todo[i : i + step]]) for i in range(0, len(todo), step)]
+    todo = (ex for ex in stream() if ex.id not in done)
+    chunks = ((part, [build_view(ex, condition, **view_args) for ex in part])
+              for part in iter(lambda: list(islice(todo, step)), []))
     if distributed:
         from prbench.distributed import ray_chunks
 
@@ -342,9 +350,8 @@ def evaluate(
             run.append(recs)
         fresh.extend(recs)
         if on_progress:
-            on_progress(len(done) + len(fresh), len(examples))
+            on_progress(len(done) + len(fresh), len(order))
     rm_name = getattr(rm, "name", rm.spec) if rm is not None else spec
-    order = {ex.id: i for i, ex in enumerate(examples)}
     records = run.records() if run else fresh
     in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
     if run and in_order != records:

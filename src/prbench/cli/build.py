@@ -48,6 +48,7 @@ def build(
     max_length_ratio: Annotated[float, typer.Option(help="Max word-count ratio longer/shorter.")] = 1.5,
     temperature: Annotated[float, typer.Option(help="Generator sampling temperature (seeded per item and role).")] = 0.7,
     max_new_tokens: Annotated[int, typer.Option(help="Generator token budget per answer.")] = 256,
+    validator_max_new_tokens: Annotated[int, typer.Option(help="Validator token budget per reply.")] = 160,
     generator_base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint of the generator.")] = None,
     validator_base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint of the validator.")] = None,
     api_key_env: Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")] = None,
@@ -74,6 +75,7 @@ def build(
         seed=seed, limit=limit, categories=split_csv(categories), split=split, max_words=max_words,
         min_chosen_fit=min_chosen_fit, max_rejected_fit=max_rejected_fit, max_quality_gap=max_quality_gap,
         max_length_ratio=max_length_ratio, temperature=temperature, max_new_tokens=max_new_tokens,
+        validator_max_new_tokens=validator_max_new_tokens,
         generator_options=_engine_options(generator_base_url, api_key_env, device),
         validator_options=_engine_options(validator_base_url, api_key_env, device), batch_size=batch_size,
     )

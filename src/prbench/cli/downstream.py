@@ -6,16 +6,32 @@ Plain functions plus `register(app)`, so the main app decides where they live.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
-from prbench.cli.options import (ApiKeyEnv, BaseUrl, BatchSize, Categories, Device, Dtype, Json, Limit, MaxLength,
-                                 NBoot, Quiet, Retriever, Seed, Split, TopK, split_csv)
+from prbench.cli.options import (
+    ApiKeyEnv,
+    BaseUrl,
+    BatchSize,
+    Categories,
+    Device,
+    Dtype,
+    Json,
+    Limit,
+    MaxLength,
+    NBoot,
+    Quiet,
+    Retriever,
+    Seed,
+    Split,
+    TopK,
+    split_csv,
+)
 from prbench.cli.output import emit_json, table
 
 Condition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle.")]
-PlannerFile = Annotated[Optional[str], typer.Option(help="Planner output JSONL for the planner condition.")]
+PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
 Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
 
 
@@ -61,7 +77,7 @@ def sample(
     categories: Categories = None,
     split: Split = "test",
     batch_size: BatchSize = 16,
-    prompt_file: Annotated[Optional[str], typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")] = None,
+    prompt_file: Annotated[str | None, typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")] = None,
     device: Device = None,
     dtype: Dtype = None,
     base_url: BaseUrl = None,
@@ -95,25 +111,25 @@ def bon(
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
     grader: Annotated[str, typer.Option("--grader", "-g", help="Grader engine: openai:MODEL, hf:DIR, builtin:NAME.")],
     condition: Condition = "none",
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
-    k: Annotated[Optional[str], typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
+    k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
     seed: Seed = 0,
     n_boot: NBoot = 1000,
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
-    max_context_chars: Annotated[Optional[int], typer.Option(help="Character budget for the user context.")] = None,
+    max_context_chars: Annotated[int | None, typer.Option(help="Character budget for the user context.")] = None,
     planner_file: PlannerFile = None,
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
-    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise for Best-of-N.")] = None,
+    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise for Best-of-N.")] = None,
     device: Device = None,
     dtype: Dtype = None,
     base_url: BaseUrl = None,
     api_key_env: ApiKeyEnv = None,
-    grader_base_url: Annotated[Optional[str], typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
-    grader_api_key_env: Annotated[Optional[str], typer.Option(help="Env var holding the grader's API key.")] = None,
+    grader_base_url: Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
+    grader_api_key_env: Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")] = None,
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
-    grader_prompt_file: Annotated[Optional[str], typer.Option(help="Your own grading prompt.")] = None,
+    grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -163,7 +179,7 @@ def rl(
     rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
-    grader: Annotated[Optional[str], typer.Option("--grader", "-g", help="Grader engine for held-out answers.")] = None,
+    grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader engine for held-out answers.")] = None,
     condition: Condition = "profile",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-6,
@@ -175,10 +191,11 @@ def rl(
     beta: Annotated[float, typer.Option(help="KL weight to the initial policy (0 = no reference model).")] = 0.0,
     reward_scale: Annotated[float, typer.Option(help="Multiply RM scores (the paper used 0.1).")] = 1.0,
     holdout: Annotated[float, typer.Option(help="Share of items held out for grading (without --eval-data).")] = 0.2,
-    eval_data: Annotated[Optional[str], typer.Option(help="Held-out items to grade (else a hash split of --data).")] = None,
+    eval_data: Annotated[str | None, typer.Option(help="Held-out items to grade (else a hash split of --data).")] = None,
     eval_n: Annotated[int, typer.Option(help="Answers per held-out item.")] = 1,
     eval_temperature: Annotated[float, typer.Option(help="Held-out sampling temperature (0 = greedy).")] = 0.0,
     base: Annotated[bool, typer.Option(help="Also grade the untrained policy on the same items.")] = True,
+    gradient_checkpointing: Annotated[bool | None, typer.Option(help="Trade compute for memory (TRL's default: on).")] = None,
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
@@ -186,14 +203,14 @@ def rl(
     limit: Limit = None,
     split: Annotated[str, typer.Option(help="Split of a hub dataset to train on.")] = "train",
     n_boot: NBoot = 1000,
-    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise.")] = None,
+    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
     device: Device = None,
     dtype: Dtype = None,
     max_length: MaxLength = None,
     base_url: BaseUrl = None,
     api_key_env: ApiKeyEnv = None,
-    grader_base_url: Annotated[Optional[str], typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
-    grader_api_key_env: Annotated[Optional[str], typer.Option(help="Env var holding the grader's API key.")] = None,
+    grader_base_url: Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
+    grader_api_key_env: Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -208,6 +225,7 @@ def rl(
                    holdout=holdout, eval_data=eval_data, eval_n=eval_n, eval_temperature=eval_temperature,
                    compare_base=base, top_k=top_k, retriever=retriever, planner_file=planner_file, seed=seed,
                    limit=limit, split=split, n_boot=n_boot, device=device or "auto",
+                   gradient_checkpointing=gradient_checkpointing,
                    rm_options=rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                                          base_url=base_url, api_key_env=api_key_env),
                    grader_options=gopts)
@@ -240,10 +258,10 @@ def serve_reward(
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
-    max_context_chars: Annotated[Optional[int], typer.Option(help="Character budget for the user context.")] = None,
+    max_context_chars: Annotated[int | None, typer.Option(help="Character budget for the user context.")] = None,
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
-    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise.")] = None,
+    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
     device: Device = None,
     dtype: Dtype = None,
     base_url: BaseUrl = None,

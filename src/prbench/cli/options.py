@@ -41,3 +41,18 @@ Dtype = Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16, flo
 BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint (else OPENAI_BASE_URL).")]
 ApiKeyEnv = Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")]
 NBoot = Annotated[int, typer.Option(help="Bootstrap resamples for confidence intervals.")]
+
+
+# -- shared by `prbench meta` and `prbench report` ---------------------------------------------
+RunsRoots = Annotated[list[Path], typer.Option("--runs", "-r", help="Eval run root or run folder (repeatable).")]
+DownstreamPaths = Annotated[
+    list[Path], typer.Option("--downstream", "-D", help="downstream.json, a folder of them, or policy-accuracy runs (repeatable).")
+]
+NPerm = Annotated[int, typer.Option(help="Permutations for p-values.")]
+MetaSummary = Annotated[str, typer.Option(help="Benchmark summary to correlate: mean, worst_category or mean_margin.")]
+RboP = Annotated[float, typer.Option("--rbo-p", help="RBO persistence p (0 < p < 1).")]
+NdcgK = Annotated[Optional[int], typer.Option("--ndcg-k", help="NDCG cut-off (default: all RMs).")]
+ReportTitle = Annotated[str, typer.Option(help="Report title.")]
+PublishedFile = Annotated[
+    Optional[Path], typer.Option(help="JSON {model_spec: {condition: {category: accuracy %}}} of published numbers.")
+]

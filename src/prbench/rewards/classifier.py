@@ -69,6 +69,10 @@ class SequenceClassifierRM(PointwiseRM):
         self.torch = require("torch", "hf")
         self.spec = spec or f"hf:{model}"
         self.model_id = model
+        if model.startswith("builtin:"):  # e.g. hf:builtin:smollm2-135m-instruct (random head: speed tests)
+            from prbench.engines.builtin import builtin_path
+
+            model = str(builtin_path(model.split(":", 1)[1]))
         self.device = resolve_device(device)
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(model, trust_remote_code=trust_remote_code)
         self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
@@ -85,7 +89,8 @@ class SequenceClassifierRM(PointwiseRM):
         self.label_index = label_index
         self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
         self.share_prefix = share_prefix and self._split_model() is not None
-        self.counts = {"scored": 0, "truncated": 0, "too_long": 0, "tokens": 0, "prefix_tokens_saved": 0}
+        self.counts = {"scored": 0, "truncated": 0, "too_long": 0, "tokens": 0, "padded_tokens": 0,
+                       "prefix_tokens_saved": 0}
 
     # -- identity -------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -166,6 +171,7 @@ class SequenceClassifierRM(PointwiseRM):
             else:  # encoder classifiers pool internally (CLS), padding-safe by construction
                 logits = self.model(input_ids=input_ids, attention_mask=mask).logits
         self.counts["tokens"] += int(mask.sum())
+        self.counts["padded_tokens"] += int(mask.numel())
         return self._reduce(logits)
 
     def _split_model(self) -> tuple[Any, Any] | None:
@@ -185,6 +191,7 @@ class SequenceClassifierRM(PointwiseRM):
             first = backbone(input_ids=pre, use_cache=True)
             cache = getattr(first, "cache", None) or first.past_key_values
             self.counts["tokens"] += len(prefix)
+            self.counts["padded_tokens"] += len(prefix)
             out: list[float] = []
             for start in range(0, len(suffixes), self.batch_size):
                 part = suffixes[start : start + self.batch_size]
@@ -204,6 +211,7 @@ class SequenceClassifierRM(PointwiseRM):
                 last = torch.tensor([len(x) - 1 for x in part], device=hidden.device)
                 out.extend(self._reduce(head(hidden[torch.arange(len(part), device=hidden.device), last])))
                 self.counts["tokens"] += sum(len(x) for x in part)
+                self.counts["padded_tokens"] += len(part) * width
                 self.counts["prefix_tokens_saved"] += len(prefix) * (len(part) - 1 if start == 0 else len(part))
         return out
 
