@@ -36,9 +36,11 @@ def _root(
 
 
 def _register() -> None:
+    from prbench.cli import build as build_cmds
     from prbench.cli import data as data_cmds
 
     app.add_typer(data_cmds.app, name="data")
+    app.add_typer(build_cmds.app, name="build")
     for module in _COMMAND_MODULES:
         __import__(f"prbench.cli.{module}")
 

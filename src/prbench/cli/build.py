@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import click
 import typer
@@ -13,7 +13,7 @@ from prbench.cli.output import emit_json, progress, table
 
 app = typer.Typer(help="Build a personalized preference benchmark from LaMP-QA-style items.")
 
-Spec = Annotated[Optional[str], typer.Option(help="Engine spec, e.g. openai:gpt-5.1, hf:DIR, builtin:smollm2-135m-instruct.")]
+Spec = Annotated[str | None, typer.Option(help="Engine spec, e.g. openai:gpt-5.1, hf:DIR, builtin:smollm2-135m-instruct.")]
 
 
 def _engine_options(base_url: str | None, api_key_env: str | None, device: str | None) -> dict[str, Any]:
@@ -31,10 +31,10 @@ def _engine_options(base_url: str | None, api_key_env: str | None, device: str |
 @app.callback(invoke_without_command=True)
 def build(
     ctx: typer.Context,
-    source: Annotated[Optional[str], typer.Option(help="LaMP-QA-style items: file, folder, hub id or 'sample:source'.")] = None,
+    source: Annotated[str | None, typer.Option(help="LaMP-QA-style items: file, folder, hub id or 'sample:source'.")] = None,
     generator: Spec = None,
     validator: Spec = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Build folder (dataset, report, run records).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Build folder (dataset, report, run records).")] = None,
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
     seed: Seed = 0,
@@ -49,14 +49,14 @@ def build(
     temperature: Annotated[float, typer.Option(help="Generator sampling temperature (seeded per item and role).")] = 0.7,
     max_new_tokens: Annotated[int, typer.Option(help="Generator token budget per answer.")] = 256,
     validator_max_new_tokens: Annotated[int, typer.Option(help="Validator token budget per reply.")] = 160,
-    generator_base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint of the generator.")] = None,
-    validator_base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint of the validator.")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")] = None,
-    device: Annotated[Optional[str], typer.Option(help="Local engines: auto, cpu, cuda ...")] = None,
+    generator_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the generator.")] = None,
+    validator_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the validator.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Name of the env var that holds the API key.")] = None,
+    device: Annotated[str | None, typer.Option(help="Local engines: auto, cpu, cuda ...")] = None,
     batch_size: Annotated[int, typer.Option(help="Items per batch (records are saved after each batch).")] = 8,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the model-call cache.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Discard an existing build in --out.")] = False,
-    push_to_hub: Annotated[Optional[str], typer.Option(help="Upload the dataset to this Hub repo (token from HF_TOKEN).")] = None,
+    push_to_hub: Annotated[str | None, typer.Option(help="Upload the dataset to this Hub repo (token from HF_TOKEN).")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -123,11 +123,12 @@ def annotate(
 @app.command()
 def agreement(
     filled: Annotated[Path, typer.Argument(help="A filled annotation CSV.")],
-    key: Annotated[Optional[Path], typer.Option(help="Key file (default: <batch>.key.json next to the CSV).")] = None,
+    key: Annotated[Path | None, typer.Option(help="Key file (default: <batch>.key.json next to the CSV).")] = None,
     json_out: Json = False,
 ) -> None:
     """Human vs validator agreement (Spearman, Cohen's kappa on low/mid/high) and the human table."""
-    from prbench.build.annotate import agreement as compute, agreement_markdown
+    from prbench.build.annotate import agreement as compute
+    from prbench.build.annotate import agreement_markdown
 
     result = compute(filled, key)
     if json_out:

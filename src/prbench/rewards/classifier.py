@@ -180,40 +180,59 @@ class SequenceClassifierRM(PointwiseRM):
         backbone = getattr(self.model, self.model.base_model_prefix, None)
         return (backbone, head) if head is not None and backbone is not None else None
 
-    def forward_shared(self, prefix: list[int], suffixes: Sequence[list[int]]) -> list[float]:
-        """Scores of prefix + each suffix, running the prefix once and reusing its KV cache."""
-        import copy
+    def forward_shared(self, groups: Sequence[tuple[list[int], list[list[int]]]]) -> list[list[float]]:
+        """Scores of prefix + each suffix for several prompts at once, each prefix run once.
 
+        Prefixes are right-padded into one batch (pads masked); their KV cache rows are then
+        repeated once per response and every suffix continues from its own prefix length.
+        """
         torch = self.torch
         backbone, head = self._split_model()  # type: ignore[misc]
+        pad = self.tokenizer.pad_token_id
+        n_pre = len(groups)
+        pre_len = [len(p) for p, _ in groups]
+        pw = max(pre_len)
+        pre = torch.full((n_pre, pw), pad, dtype=torch.long)
+        pre_mask = torch.zeros((n_pre, pw), dtype=torch.long)
+        for i, (p, _) in enumerate(groups):
+            pre[i, : len(p)] = torch.tensor(p)
+            pre_mask[i, : len(p)] = 1
+        rows = [g for g, (_, sufs) in enumerate(groups) for _ in sufs]
+        sufs = [s for _, ss in groups for s in ss]
+        sw = max(len(x) for x in sufs)
+        ids = torch.full((len(sufs), sw), pad, dtype=torch.long)
+        mask = torch.zeros((len(sufs), pw + sw), dtype=torch.long)
+        pos = torch.zeros((len(sufs), sw), dtype=torch.long)
+        for j, (g, suf) in enumerate(zip(rows, sufs)):
+            ids[j, : len(suf)] = torch.tensor(suf)
+            mask[j, :pw] = pre_mask[g]
+            mask[j, pw : pw + len(suf)] = 1
+            pos[j] = torch.arange(sw) + pre_len[g]
+        dev = self.device
         with torch.no_grad():
-            pre = torch.tensor([prefix], device=self.device)
-            first = backbone(input_ids=pre, use_cache=True)
-            cache = getattr(first, "cache", None) or first.past_key_values
-            self.counts["tokens"] += len(prefix)
-            self.counts["padded_tokens"] += len(prefix)
-            out: list[float] = []
-            for start in range(0, len(suffixes), self.batch_size):
-                part = suffixes[start : start + self.batch_size]
-                width = max(len(x) for x in part)
-                ids = torch.full((len(part), width), self.tokenizer.pad_token_id, dtype=torch.long)
-                mask = torch.zeros((len(part), len(prefix) + width), dtype=torch.long)
-                mask[:, : len(prefix)] = 1
-                for i, suf in enumerate(part):
-                    ids[i, : len(suf)] = torch.tensor(suf)
-                    mask[i, len(prefix) : len(prefix) + len(suf)] = 1
-                kv = copy.deepcopy(cache)
-                kv.batch_repeat_interleave(len(part))
-                pos = (torch.arange(width) + len(prefix)).unsqueeze(0).expand(len(part), -1)
-                hidden = backbone(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                  position_ids=pos.to(self.device), use_cache=True,
-                                  **{cache_kwarg(backbone): kv}).last_hidden_state
-                last = torch.tensor([len(x) - 1 for x in part], device=hidden.device)
-                out.extend(self._reduce(head(hidden[torch.arange(len(part), device=hidden.device), last])))
-                self.counts["tokens"] += sum(len(x) for x in part)
-                self.counts["padded_tokens"] += len(part) * width
-                self.counts["prefix_tokens_saved"] += len(prefix) * (len(part) - 1 if start == 0 else len(part))
+            first = backbone(input_ids=pre.to(dev), attention_mask=pre_mask.to(dev), use_cache=True)
+            kv = getattr(first, "cache", None) or first.past_key_values
+            kv.batch_select_indices(torch.tensor(rows, device=dev))
+            hidden = backbone(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                              use_cache=True, **{cache_kwarg(backbone): kv}).last_hidden_state
+            last = torch.tensor([len(x) - 1 for x in sufs], device=hidden.device)
+            flat = self._reduce(head(hidden[torch.arange(len(sufs), device=hidden.device), last]))
+        real_pre, real_suf = sum(pre_len), sum(len(x) for x in sufs)
+        self.counts["tokens"] += real_pre + real_suf
+        self.counts["padded_tokens"] += n_pre * pw + len(sufs) * sw
+        self.counts["prefix_tokens_saved"] += sum(pre_len[g] for g in rows) - real_pre
+        out, k = [], 0
+        for _, ss in groups:
+            out.append(flat[k : k + len(ss)])
+            k += len(ss)
         return out
+
+    @staticmethod
+    def _shared_cost(batch: Sequence[tuple[Any, list[int], list[list[int]]]]) -> int:
+        """Padded tokens of one shared-prefix batch (prefix block + suffix block)."""
+        pw = max(len(p) for _, p, _ in batch)
+        sufs = [len(x) for _, _, xs in batch for x in xs]
+        return len(batch) * pw + len(sufs) * max(sufs)
 
     def batches(self, lengths: Sequence[int]) -> list[list[int]]:
         """Indices grouped by similar length under a token budget (little padding, bounded memory)."""
@@ -240,15 +259,25 @@ class SequenceClassifierRM(PointwiseRM):
             by_prompt: dict[str, list[int]] = {}
             for i in ok:
                 by_prompt.setdefault(fitted[i][2], []).append(i)
-            rest = []
+            rest, shared = [], []
             for members in by_prompt.values():
                 seqs = [fitted[i][0] for i in members]
                 cut = _shared_length(seqs)
                 if len(members) < 2 or cut < MIN_SHARED_PREFIX:
                     rest.extend(members)
-                    continue
-                for i, v in zip(members, self.forward_shared(seqs[0][:cut], [x[cut:] for x in seqs])):
-                    out[i].value = v
+                else:
+                    shared.append((members, seqs[0][:cut], [x[cut:] for x in seqs]))
+            # prompts of similar prefix length share a batch; budget counts prefix and suffix tokens
+            shared.sort(key=lambda g: (len(g[1]), g[0][0]))
+            batch: list = []
+            for group in shared + [None]:
+                if batch and (group is None or self._shared_cost(batch + [group]) > self.token_budget):
+                    for (members, _, _), vals in zip(batch, self.forward_shared([(p, x) for _, p, x in batch])):
+                        for i, v in zip(members, vals):
+                            out[i].value = v
+                    batch = []
+                if group is not None:
+                    batch.append(group)
         for group in self.batches([len(fitted[i][0]) for i in rest]):
             idx = [rest[j] for j in group]
             for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):
