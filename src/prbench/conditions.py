@@ -73,7 +73,8 @@ class View:
 
     def key(self) -> str:
         """Content hash of everything shown, for caches."""
-        return content_key(self.question, self.condition, self.context(), self.max_context_chars)
+        # The id is part of it: some scorers (baseline:random) depend on the example, not only the text.
+        return content_key(self.example_id, self.question, self.condition, self.context(), self.max_context_chars)
 
 
 def read_planner_file(path: str | Path) -> dict[str, list[RubricAspect]]:

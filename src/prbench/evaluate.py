@@ -88,7 +88,7 @@ def _round(v: float) -> float:
 
 
 # -- pointwise ------------------------------------------------------------------------------
-def _score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cache) -> list[Score]:
+def score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cache) -> list[Score]:
     fp = rm.fingerprint()
     keys = [content_key("score", fp, v.key(), r) for v, r in items]
     hits = cache.get_many(keys)
@@ -109,7 +109,7 @@ def _score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cac
 
 def _pointwise_records(rm: PointwiseRM, exs: Sequence[Example], views: Sequence[View], cache: Cache) -> list[dict]:
     items = [(v, r) for ex, v in zip(exs, views) for r in (ex.chosen, ex.rejected)]
-    scores = _score_cached(rm, items, cache)
+    scores = score_cached(rm, items, cache)
     recs = []
     for j, ex in enumerate(exs):
         c, r = scores[2 * j], scores[2 * j + 1]

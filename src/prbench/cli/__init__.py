@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Annotated
@@ -19,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
 )
 _DEBUG = {"on": False}
+_REGISTERED = {"done": False}
 
 
 def _version(value: bool) -> None:
@@ -36,6 +38,10 @@ def _root(
 
 
 def _register() -> None:
+    """Attach the sub-apps once (main() may run many times in one process: tests, notebooks)."""
+    if _REGISTERED["done"]:
+        return
+    _REGISTERED["done"] = True
     from prbench.cli import build as build_cmds
     from prbench.cli import data as data_cmds
 
@@ -43,10 +49,14 @@ def _register() -> None:
     app.add_typer(build_cmds.app, name="build")
     for module in _COMMAND_MODULES:
         __import__(f"prbench.cli.{module}")
+    for module in _REGISTER_MODULES:
+        importlib.import_module(f"prbench.cli.{module}").register(app)
 
 
 # Modules that add top-level commands to `app` when imported.
 _COMMAND_MODULES: list[str] = ["eval", "study"]
+# Modules that expose register(app).
+_REGISTER_MODULES: list[str] = ["downstream"]
 
 
 def main() -> None:
@@ -61,7 +71,7 @@ def main() -> None:
     except PrbenchError as exc:
         if _DEBUG["on"]:
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(str(exc))}", file=sys.stderr)
         sys.exit(2)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
@@ -76,5 +86,12 @@ def main() -> None:
             sys.exit(2)
         if _DEBUG["on"]:
             raise
-        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for the traceback)",
+              file=sys.stderr)
         sys.exit(1)
+
+
+def _one_line(message: str, limit: int = 2000) -> str:
+    """An error as one line (a file name or a library message may hold newlines), of bounded length."""
+    text = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -130,6 +130,7 @@ def bon(
     grader_api_key_env: Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")] = None,
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
+    grader_max_new_tokens: Annotated[int, typer.Option(help="Token cap of each grading reply.")] = 512,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -141,7 +142,7 @@ def bon(
     ks = [int(x) for x in split_csv(k)] if k else None
     out = out or samples / "bon" / condition
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
-                    prompt_path=grader_prompt_file,
+                    prompt_path=grader_prompt_file, max_new_tokens=grader_max_new_tokens,
                     engine_options=engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
                                                   api_key_env=grader_api_key_env))
     res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot, top_k=top_k,

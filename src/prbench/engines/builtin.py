@@ -92,8 +92,12 @@ def smollm2_gguf_path(verify: bool = True) -> Path:
     return path
 
 
+# Bump when the converted folder's contents change (v2: no leftover GGUF quantization_config).
+CONVERSION_VERSION = 2
+
+
 def smollm2_cache_dir() -> Path:
-    return default_cache_dir() / "models" / f"{SMOLLM2}-{SMOLLM2_GGUF_SHA256[:12]}"
+    return default_cache_dir() / "models" / f"{SMOLLM2}-{SMOLLM2_GGUF_SHA256[:12]}-v{CONVERSION_VERSION}"
 
 
 def _is_converted(path: Path) -> bool:
@@ -127,7 +131,10 @@ def _write_converted(transformers: Any, gguf: Path, out: Path) -> None:
     """Load the GGUF (de-quantized to float32) and save it as a plain safetensors checkpoint."""
     tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    fresh = transformers.AutoModelForCausalLM.from_config(loaded.config)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # the weights are de-quantized: a plain fp32 checkpoint
+        del config.quantization_config
+    fresh = transformers.AutoModelForCausalLM.from_config(config)
     fresh.load_state_dict(loaded.state_dict())
     fresh.generation_config = loaded.generation_config
     fresh.eval()

@@ -1,0 +1,264 @@
+"""Best-of-N: does an RM pick the answer the user's own rubric grades highest?
+
+Procedure (the paper's, made exact): a policy drew N answers per item once (`sampling`).
+Every RM scores every sample once (content-hash score cache shared with `prbench eval`);
+every distinct sample is graded once (`grader`). Then for k in 1, 2, 4, ..., N:
+
+- `first_k`: grade of the RM's top pick among the first k samples (the paper: one fixed draw;
+  RM ties go to the lowest index);
+- `expected`: the exact expected grade of the RM's top pick from a uniformly random
+  k-subset of the N samples (`metrics.expected_best_of_k`, RM ties averaged): no draw noise;
+- `oracle`: the same with the grader itself as the RM (the ceiling at k);
+- `random`: the mean grade (the floor, equal for every k).
+
+Each curve is a mean over items with a percentile-bootstrap CI over items. Items whose
+samples have an invalid grade are dropped from every curve; items where an RM gave an
+invalid score are dropped from that RM's curve; both are counted, never filled in.
+
+Because grading happens per distinct sample, not per (RM, k, item) pick, the grader is
+called at most (distinct samples) times instead of the naive RMs x k values x items; the
+summary reports both.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prbench import metrics
+from prbench.cache import Cache, NullCache
+from prbench.conditions import CONDITIONS, build_views, read_planner_file
+from prbench.downstream.grader import RubricGrader, load_grader
+from prbench.downstream.results import DownstreamResult, write_downstream
+from prbench.downstream.sampling import SampleSet, read_samples
+from prbench.errors import PrbenchError
+from prbench.evaluate import score_cached
+from prbench.retrieval import load_retriever
+from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.runs import dumps, slug, write_json_atomic
+
+
+def k_values(n: int) -> list[int]:
+    """1, 2, 4, ... up to N, and N itself when it is not a power of two."""
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+@dataclass
+class BonResult:
+    summary: dict[str, Any]
+    results: dict[str, DownstreamResult]
+    path: Path | None
+
+
+def _curve(per_item: dict[str, dict[int, float]], ks: Sequence[int], seed: int, n_boot: int) -> dict[str, list]:
+    """Mean over items per k with a bootstrap CI over items."""
+    means, lows, highs = [], [], []
+    for k in ks:
+        vals = np.array([v[k] for v in per_item.values()], dtype=float)
+        if vals.size == 0:
+            means.append(None), lows.append(None), highs.append(None)
+            continue
+        lo, hi = metrics.bootstrap_ci(vals, seed=seed, n_boot=n_boot)
+        means.append(float(vals.mean())), lows.append(lo), highs.append(hi)
+    return {"mean": means, "ci_low": lows, "ci_high": highs}
+
+
+def _load_rm(spec: str | RewardModel, options: dict[str, Any]) -> PointwiseRM:
+    rm = spec if isinstance(spec, RewardModel) else load_rm(spec, **options)
+    if not isinstance(rm, PointwiseRM):
+        raise PrbenchError(f"{rm.spec}: Best-of-N needs a pointwise score per answer; "
+                           "use a scalar RM or a judge in pointwise mode (--mode pointwise)")
+    return rm
+
+
+def best_of_n(
+    samples: str | Path | SampleSet,
+    rms: Sequence[str | RewardModel],
+    grader: str | RubricGrader,
+    *,
+    condition: str = "none",
+    out: str | Path | None = None,
+    ks: Sequence[int] | None = None,
+    seed: int = 0,
+    n_boot: int = 1000,
+    top_k: int = 10,
+    retriever: str = "bm25",
+    max_context_chars: int | None = None,
+    planner_file: str | None = None,
+    batch_size: int = 16,
+    rm_options: dict[str, Any] | None = None,
+    grader_options: dict[str, Any] | None = None,
+    score_cache: Cache | None = None,
+    grade_cache: Cache | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> BonResult:
+    """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given."""
+    t0 = time.time()
+    if condition not in CONDITIONS:
+        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    ss = samples if isinstance(samples, SampleSet) else read_samples(samples)
+    if not ss.items:
+        raise PrbenchError(f"{ss.path}: no complete items to evaluate")
+    n = ss.n
+    ks = sorted(set(ks)) if ks else k_values(n)
+    if any(k < 1 or k > n for k in ks):
+        raise PrbenchError(f"k values must lie in [1, {n}], got {ks}")
+    persist = out is not None
+    score_cache = score_cache if score_cache is not None else (Cache(namespace="scores") if persist else NullCache())
+    grade_cache = grade_cache if grade_cache is not None else (Cache(namespace="grades") if persist else NullCache())
+    if isinstance(grader, RubricGrader):
+        grader_obj = grader
+    else:
+        grader_obj = load_grader(grader, cache=grade_cache, **(grader_options or {}))
+    items = ss.items
+    ids = [it.id for it in items]
+
+    # 1. grades: every distinct sample once (the grader dedupes identical texts within an item)
+    if on_progress:
+        on_progress("grading")
+    pairs = [(it, t) for it in items for t in ss.samples[it.id]]
+    grades = grader_obj.grade(pairs)
+    grade_of: dict[str, np.ndarray] = {}
+    grade_rows = []
+    for j, it in enumerate(items):
+        gs = grades[j * n : (j + 1) * n]
+        grade_of[it.id] = np.array([g.score for g in gs], dtype=float)
+        grade_rows.append({"id": it.id, "grades": [None if not g.valid else g.score for g in gs],
+                           "aspects": [g.aspects for g in gs], "errors": [g.error for g in gs]})
+    gradable = [i for i in ids if np.all(np.isfinite(grade_of[i]))]
+    excluded_grade = len(ids) - len(gradable)
+
+    # 2. oracle and random curves (grader only)
+    oracle_items = {i: {k: metrics.oracle_best_of_k(grade_of[i], k) for k in ks} for i in gradable}
+    random_items = {i: {k: metrics.random_of_k(grade_of[i]) for k in ks} for i in gradable}
+    oracle = _curve(oracle_items, ks, seed, n_boot)
+    rand = _curve(random_items, ks, seed, n_boot)
+
+    # 3. RM scores under the condition, views built once through conditions
+    planner = read_planner_file(planner_file) if planner_file else None
+    views = build_views(items, condition, retriever=load_retriever(retriever), top_k=top_k, planner=planner,
+                        seed=seed, max_context_chars=max_context_chars,
+                        cache=Cache(namespace="retrieval") if persist else None)
+    options = {"batch_size": batch_size, "seed": seed, **(rm_options or {})}
+    results: dict[str, DownstreamResult] = {}
+    rm_summaries: list[dict[str, Any]] = []
+    out_path = Path(out) if out is not None else None
+    grader_spec = grader_obj.spec
+    for spec in rms:
+        rm = _load_rm(spec, options)
+        name = getattr(rm, "name", rm.spec)
+        if on_progress:
+            on_progress(f"scoring {name}")
+        flat = [(v, t) for it, v in zip(items, views) for t in ss.samples[it.id]]
+        scores = []
+        chunk = max(1, batch_size) * 4
+        for start in range(0, len(flat), chunk):
+            scores.extend(score_cached(rm, flat[start : start + chunk], score_cache))
+        score_of = {i: np.array([s.value if s.valid else np.nan for s in scores[j * n : (j + 1) * n]], dtype=float)
+                    for j, i in enumerate(ids)}
+        truncated = sum(s.truncated for s in scores)
+        usable = [i for i in gradable if np.all(np.isfinite(score_of[i]))]
+        if not usable:
+            rm_summaries.append({"rm": name, "n_items": 0, "n_invalid_score_items": len(gradable),
+                                 "error": f"no usable item: {excluded_grade} of {len(ids)} items have an invalid "
+                                          f"grade, {len(gradable)} more an invalid RM score"})
+            continue
+        per_item = {i: {k: metrics.expected_best_of_k(score_of[i], grade_of[i], k) for k in ks} for i in usable}
+        per_item_first = {i: {k: metrics.first_k_best(score_of[i], grade_of[i], k) for k in ks} for i in usable}
+        exp_curve = _curve(per_item, ks, seed, n_boot)
+        first_curve = _curve(per_item_first, ks, seed, n_boot)
+        oracle_rm = _curve({i: oracle_items[i] for i in usable}, ks, seed, n_boot)
+        random_rm = _curve({i: random_items[i] for i in usable}, ks, seed, n_boot)
+        res = DownstreamResult(
+            rm=name, setting="bon", k=list(ks), first_k=first_curve["mean"], expected=exp_curve["mean"],
+            ci_low=exp_curve["ci_low"], ci_high=exp_curve["ci_high"],
+            per_item={i: {str(k): v for k, v in d.items()} for i, d in per_item.items()},
+            grader=grader_spec, n_items=len(usable),
+            extra={
+                "condition": condition, "n_samples": n, "samples": str(ss.path),
+                "first_k_ci_low": first_curve["ci_low"], "first_k_ci_high": first_curve["ci_high"],
+                "per_item_first_k": {i: {str(k): v for k, v in d.items()} for i, d in per_item_first.items()},
+                "oracle": oracle_rm["mean"], "random": random_rm["mean"],
+                "n_excluded": {"invalid_grade": excluded_grade, "invalid_score": len(gradable) - len(usable)},
+                "truncated_inputs": int(truncated), "rm_fingerprint": rm.fingerprint(), "seed": seed,
+                "ci": "percentile bootstrap over items, 95%", "n_boot": n_boot,
+            },
+        )
+        results[name] = res
+        rm_summaries.append({"rm": name, "n_items": len(usable), "k": list(ks), "first_k": res.first_k,
+                             "expected": res.expected, "ci_low": res.ci_low, "ci_high": res.ci_high,
+                             "n_invalid_score_items": len(gradable) - len(usable), "truncated_inputs": int(truncated)})
+        if out_path is not None:
+            rm_dir = out_path / slug(name)
+            write_downstream(rm_dir, res)
+            _write_scores(rm_dir / "scores.jsonl", ids, score_of)
+            _write_curve_csv(rm_dir / "curve.csv", name, ks, res)
+
+    naive = len(rms) * len(ks) * len(ids)
+    summary = {
+        "samples": str(ss.path), "condition": condition, "n_items": len(ids), "n_samples": n, "k": list(ks),
+        "grader": grader_obj.run_info(), "rms": rm_summaries,
+        "oracle": oracle, "random": rand, "n_gradable_items": len(gradable),
+        "distinct_samples": len({grader_obj.key(it, t) for it, t in pairs}),
+        "grader_calls": {"made": grader_obj.stats.calls, "naive": naive,
+                         "naive_rule": "RMs x k values x items (one grading per pick)",
+                         "saved_vs_naive": naive - grader_obj.stats.calls},
+        "seed": seed, "wall_time_s": round(time.time() - t0, 3),
+    }
+    if out_path is not None:
+        out_path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out_path / "bon.json", summary)
+        _write_grades(out_path / "grades.jsonl", grade_rows)
+        _write_all_curves(out_path / "curves.csv", results, ks, oracle, rand)
+    return BonResult(summary, results, out_path)
+
+
+def _write_scores(path: Path, ids: Sequence[str], score_of: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for i in ids:
+            fh.write(dumps({"id": i, "scores": [float(s) if np.isfinite(s) else None for s in score_of[i]]}) + "\n")
+
+
+def _write_grades(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(dumps(r) + "\n")
+
+
+_CSV_HEAD = ["rm", "k", "first_k", "expected", "ci_low", "ci_high", "oracle", "random"]
+
+
+def _write_curve_csv(path: Path, name: str, ks: Sequence[int], res: DownstreamResult) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(_CSV_HEAD)
+        for j, k in enumerate(ks):
+            w.writerow([name, k, res.first_k[j], res.expected[j], res.ci_low[j], res.ci_high[j],
+                        res.extra["oracle"][j], res.extra["random"][j]])
+
+
+def _write_all_curves(path: Path, results: dict[str, DownstreamResult], ks: Sequence[int],
+                      oracle: dict[str, list], rand: dict[str, list]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(_CSV_HEAD)
+        for name, res in results.items():
+            for j, k in enumerate(ks):
+                w.writerow([name, k, res.first_k[j], res.expected[j], res.ci_low[j], res.ci_high[j],
+                            res.extra["oracle"][j], res.extra["random"][j]])
+        for label, curve in (("<oracle>", oracle), ("<random>", rand)):
+            for j, k in enumerate(ks):
+                w.writerow([label, k, "", curve["mean"][j], curve["ci_low"][j], curve["ci_high"][j], "", ""])

@@ -1,0 +1,235 @@
+"""In-context learning (ICL) baseline: the policy shown the user's own examples, no reward model.
+
+Paper B: simply putting the user's examples in the prompt beats every reward-guided method for
+3B+ models. Two kinds of examples (`examples`):
+
+- `qa`: the user's past question/answer pairs as few-shot chat turns (user: the past question
+  in the policy prompt; assistant: the user's own answer), then the current question. Pairs come
+  from profile posts that carry an answer field (`answer`, `response` or `reply`: the post
+  text is then the question), else from *other* items of the same `user_id` in the data that
+  carry a `gold_answer` (never the item itself, nor an item with the same question). The
+  `max_examples` most relevant pairs (retriever ranking of past questions) are shown, most
+  relevant last (closest to the new question).
+- `posts`: the top-k profile posts in the prompt, i.e. exactly the Best-of-N / RGD policy prompt;
+  so with `posts`, ICL is the plain policy (RGD at w = 0 decodes the same tokens when greedy
+  with the same repetition penalty).
+- `auto` (default): `qa` for items that have pairs, else `posts`; the source used is recorded
+  per item.
+
+`with_posts` also shows the top-k posts before the current question in `qa` mode. Decoding goes
+through `Engine.generate` (greedy by default, seeded per item when sampled), so API engines work
+too. Outputs use the samples-folder layout (n = 1) and are scored like RGD outputs (gold answers,
+optional rubric grader); no `downstream.json` is written, because there is no RM to rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prbench.cache import Cache
+from prbench.conditions import build_view
+from prbench.downstream.rgd import GenerationRun, _finish, _ordered_records, generation_record, policy_view
+from prbench.engines.base import Engine, GenParams, Messages, load_engine
+from prbench.errors import PrbenchError
+from prbench.evaluate import example_seed
+from prbench.prompts import Prompt, load_prompt
+from prbench.retrieval import Retriever, load_retriever
+from prbench.runs import slug
+from prbench.schema import ProfilePost, SourceItem
+
+EXAMPLE_SOURCES = ("auto", "qa", "posts")
+ANSWER_FIELDS = ("answer", "response", "reply")
+
+
+def _post_answer(post: ProfilePost) -> str | None:
+    extra = post.model_extra or {}
+    for name in ANSWER_FIELDS:
+        value = extra.get(name)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def qa_pairs(item: SourceItem, pool: Sequence[SourceItem], retriever: Retriever, max_examples: int,
+             cache: Cache | None = None) -> tuple[list[tuple[str, str]], str, list[str]]:
+    """The user's past (question, answer) pairs for `item`: (pairs, where from, their ids).
+
+    Most relevant last. Never the item's own gold answer.
+    """
+    if max_examples < 1:
+        return [], "none", []
+    from_posts = [(p, a) for p in item.profile if (a := _post_answer(p))]
+    if from_posts:
+        answers = {p.id: a for p, a in from_posts}
+        ranked = retriever.top_k(item.question, [p for p, _ in from_posts], max_examples, cache)
+        return [(p.text, answers[p.id]) for p in reversed(ranked)], "profile", [p.id for p in reversed(ranked)]
+    if not item.user_id:
+        return [], "none", []
+    siblings = [it for it in pool if it.user_id == item.user_id and it.id != item.id
+                and it.question.strip() != item.question.strip() and (it.gold_answer or "").strip()]
+    if not siblings:
+        return [], "none", []
+    as_posts = [ProfilePost(id=it.id, text=it.question) for it in siblings]
+    ranked = retriever.top_k(item.question, as_posts, max_examples, cache)
+    by_id = {it.id: it for it in siblings}
+    chosen = [by_id[p.id] for p in reversed(ranked)]
+    return [(it.question, it.gold_answer or "") for it in chosen], "same-user items", [it.id for it in chosen]
+
+
+def icl_messages(item: SourceItem, pairs: Sequence[tuple[str, str]], final_prompt: str, prompt: Prompt,
+                 max_words: int) -> Messages:
+    """Few-shot chat: each past question as a user turn (policy prompt), the user's answer as the reply."""
+    msgs: Messages = []
+    for q, a in pairs:
+        msgs.append({"role": "user", "content": prompt.render(user_prompt=q, max_words=str(max_words))})
+        msgs.append({"role": "assistant", "content": a.strip()})
+    msgs.append({"role": "user", "content": prompt.render(user_prompt=final_prompt, max_words=str(max_words))})
+    return msgs
+
+
+@dataclass
+class ICLConfig:
+    """What determines an ICL run's outputs (batch size does not)."""
+
+    policy: str
+    data: str
+    examples: str = "auto"
+    max_examples: int = 3
+    with_posts: bool = False
+    top_k: int = 10
+    retriever: str = "bm25"
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    max_words: int = 100
+    seed: int = 0
+    limit: int | None = None
+    categories: list[str] | None = None
+    split: str = "test"
+    n: int = 1
+    prompt_hash: str = ""
+    policy_fingerprint: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 8
+
+
+def run_icl(
+    policy: str | Engine,
+    data: str | Sequence[SourceItem] = "sample",
+    out: str | Path | None = None,
+    *,
+    examples: str = "auto",
+    max_examples: int = 3,
+    with_posts: bool = False,
+    top_k: int = 10,
+    retriever: str = "bm25",
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    repetition_penalty: float | None = None,
+    max_words: int = 100,
+    prompt_file: str | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    categories: Sequence[str] | None = None,
+    split: str = "test",
+    batch_size: int = 8,
+    engine_options: dict[str, Any] | None = None,
+    grader: Any = None,
+    encoder: str | None = "builtin:minilm-l6",
+    n_boot: int = 1000,
+    overwrite: bool = False,
+    exact_out: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> GenerationRun:
+    """Generate the ICL baseline's answers (resumable with `out`) and score them like RGD outputs.
+
+    The example pool (same-user items) is the whole loaded data before `limit`, so limiting
+    the run does not remove a user's past answers.
+    """
+    from prbench.data import write_examples
+    from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items
+
+    t0 = time.time()
+    if examples not in EXAMPLE_SOURCES:
+        raise PrbenchError(f"unknown ICL example source {examples!r} (use {', '.join(EXAMPLE_SOURCES)})")
+    engine = policy if isinstance(policy, Engine) else load_engine(policy, **(engine_options or {}))
+    if repetition_penalty is None:
+        repetition_penalty = float(getattr(getattr(engine, "default_params", None), "repetition_penalty", 1.0) or 1.0)
+    pool = (load_items(data, categories=categories, split=split) if isinstance(data, str) else list(data))
+    items = pool[:limit] if limit is not None else pool
+    prompt = load_prompt("policy_answer", prompt_file)
+    cfg = ICLConfig(policy=getattr(engine, "spec", str(policy)), data=data if isinstance(data, str) else "<in-memory>",
+                    examples=examples, max_examples=max_examples, with_posts=with_posts, top_k=top_k,
+                    retriever=retriever, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                    repetition_penalty=repetition_penalty, max_words=max_words, seed=seed, limit=limit,
+                    categories=list(categories) if categories else None, split=split, prompt_hash=prompt.hash,
+                    policy_fingerprint=engine.fingerprint(), batch_size=batch_size)
+    run = None
+    if out is not None:
+        path = Path(out) if exact_out else Path(out) / "icl" / slug(cfg.policy) / f"{examples}-m{max_examples}"
+        run = SamplesDir(path, asdict(cfg), overwrite)
+        if not (run.path / ITEMS_FILE).exists():
+            write_examples(items, run.path / ITEMS_FILE)
+    done = run.done_ids() if run else set()
+    todo = [it for it in items if it.id not in done]
+    ret = load_retriever(retriever)
+    rcache = Cache(namespace="retrieval") if run else None
+    fresh: list[dict[str, Any]] = []
+    gen_s = 0.0
+    failed = 0
+    for start in range(0, len(todo), max(1, batch_size)):
+        part = todo[start : start + batch_size]
+        msgs_list, params, info = [], [], []
+        for it in part:
+            pairs, source, ids = ([], "none", []) if examples == "posts" else qa_pairs(it, pool, ret, max_examples,
+                                                                                     rcache)
+            if examples == "qa" or (examples == "auto" and pairs):
+                view = (policy_view(it, "profile", retriever=ret, top_k=top_k, pool=pool, seed=seed, cache=rcache)
+                        if with_posts else build_view(it, "none", retriever=ret))
+                msgs = icl_messages(it, pairs, view.prompt(), prompt, max_words)
+                kind = "qa"
+            else:
+                view = policy_view(it, "profile", retriever=ret, top_k=top_k, pool=pool, seed=seed, cache=rcache)
+                msgs = icl_messages(it, [], view.prompt(), prompt, max_words)
+                kind, source, ids = "posts", "profile posts", [p.id for p in view.posts]
+            msgs_list.append(msgs)
+            params.append(GenParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                    repetition_penalty=repetition_penalty, seed=example_seed(seed, it.id, "icl")))
+            info.append({"kind": kind, "source": source, "example_ids": ids})
+        t1 = time.time()
+        gens = engine.generate(msgs_list, params)
+        dt = time.time() - t1
+        gen_s += dt
+        recs = []
+        for it, m, p, g, inf in zip(part, msgs_list, params, gens, info):
+            if g.error:
+                failed += 1
+                continue
+            prompt_text = "\n".join(x["content"] for x in m)
+            recs.append(generation_record(it, prompt_text, g.text, g.finish_reason, g.n_tokens or 0, p.seed,
+                                          {"icl": {**inf, "seconds": round(dt / len(part), 3)}}))
+        if run:
+            run.append(recs)
+        fresh.extend(recs)
+        if on_progress:
+            on_progress(len(done) + start + len(part), len(items))
+    records = _ordered_records(run, fresh, items)
+    texts = {r["id"]: r["samples"][0]["text"] for r in records}
+    kinds: dict[str, int] = {}
+    for r in records:
+        kinds[r["icl"]["kind"]] = kinds.get(r["icl"]["kind"], 0) + 1
+    summary = _finish(run, records, items, texts, grader=grader, encoder=encoder, seed=seed, n_boot=n_boot,
+                      downstream_metric="none", rm_name=None, setting="icl",
+                      extra_summary={"policy": cfg.policy, "method": "icl", "examples": examples,
+                                     "max_examples": max_examples, "with_posts": with_posts,
+                                     "example_kinds": kinds, "failed_items": failed,
+                                     "temperature": temperature, "repetition_penalty": repetition_penalty,
+                                     "resumed_from": len(done), "generate_seconds": round(gen_s, 3),
+                                     "seconds_per_item": round(gen_s / len(todo), 3) if todo else None},
+                      downstream_extra={}, t0=t0)
+    return GenerationRun(summary, texts, run.path if run else None, records)

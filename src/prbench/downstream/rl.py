@@ -1,0 +1,420 @@
+"""RL with the RM as reward: fine-tune a policy on the RM's scores, then grade it on held-out items.
+
+Why GRPO and not PPO: the paper trained with PPO in verl (actor lr 5e-7, critic lr 5e-6,
+batch 128, one epoch, reward = RM score / 10, RM served over HTTP). The installed TRL (>= 1.13)
+no longer has a `PPOTrainer`; its maintained on-policy trainer is `GRPOTrainer`, which needs
+no critic: it samples `num_generations` answers per prompt and uses each answer's reward
+relative to its group as the advantage. It answers the same question (does optimising this
+RM's reward make answers fit the user's rubric better?) with a simpler, cheaper estimator;
+results are comparable across RMs, not numerically to the paper's PPO. For PPO proper, run
+verl or OpenRLHF against `prbench serve-reward` (see `prbench.downstream.server`).
+
+What the RM sees: each training row carries the item's `example_id`, `question` and `profile`
+as dataset columns (plus `rubric_aspects` only under the `oracle` condition); the reward
+function rebuilds a View per example through `prbench.conditions`, exactly as `prbench eval`
+does. The narrative is never a column. The policy's prompt is the same as in Best-of-N
+sampling (question + top-k profile posts, through conditions).
+
+Invalid RM scores (NaN, failed calls) get the mean of the valid rewards in the same batch, so
+they push the policy neither way (advantage about 0 within their group), and are counted.
+GRPO normalises rewards within each group, so `reward_scale` (the paper's 1/10) only matters
+with `scale_rewards="none"`; it is kept for parity.
+
+After training, the policy (LoRA merged if used) is saved to `<out>/policy`, answers are
+sampled on held-out items (`<out>/eval_samples`, and the untrained policy's in
+`<out>/base_samples` for comparison), graded against each user's rubric, and written to
+`<out>/downstream.json` (setting "rl", k = [1]: per item, the mean grade of its answers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prbench import metrics
+from prbench.cache import Cache, NullCache, content_key
+from prbench.conditions import CONDITIONS, View, build_view, build_views, read_planner_file
+from prbench.downstream.grader import RubricGrader, load_grader
+from prbench.downstream.results import DownstreamResult, write_downstream
+from prbench.downstream.sampling import SampleSet, load_items, policy_messages, sample_policy
+from prbench.errors import PrbenchError
+from prbench.evaluate import score_cached
+from prbench.extras import require
+from prbench.prompts import load_prompt
+from prbench.retrieval import Retriever, load_retriever
+from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.runs import write_json_atomic
+from prbench.schema import ProfilePost, RubricAspect, SourceItem
+
+
+def resolve_policy(spec: str) -> str:
+    """A causal-LM location for `from_pretrained`: `hf:<dir | hub id>`, `builtin:<name>` or a folder."""
+    prefix, _, rest = spec.partition(":")
+    if prefix == "builtin":
+        from prbench.engines.builtin import builtin_path
+
+        return str(builtin_path(rest))
+    if prefix == "hf" and rest:
+        return rest
+    if Path(spec).is_dir():
+        return spec
+    raise PrbenchError(f"RL needs a local causal LM: hf:<dir>, builtin:<name> or a folder, got {spec!r}")
+
+
+def _trainable_config(transformers: Any, source: str) -> Any:
+    """The model config minus a leftover GGUF `quantization_config` (weights already de-quantized).
+
+    A folder converted from GGUF can keep that entry; transformers then treats the model as
+    quantized and refuses full fine-tuning, although the saved weights are plain float tensors.
+    """
+    config = transformers.AutoConfig.from_pretrained(source)
+    qc = getattr(config, "quantization_config", None)
+    method = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
+    if str(method).lower().endswith("gguf"):
+        del config.quantization_config
+    return config
+
+
+def _completion_text(completion: Any) -> str:
+    """TRL passes a string (standard format) or a list of messages (conversational format)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        return "".join(m.get("content", "") for m in completion if isinstance(m, dict) and m.get("role") == "assistant")
+    return str(completion)
+
+
+@dataclass
+class RewardStats:
+    calls: int = 0
+    scored: int = 0
+    invalid: int = 0
+    means: list[float] = field(default_factory=list)
+
+
+class RMReward:
+    """A TRL reward function over any pointwise RM; the View is rebuilt per row through conditions."""
+
+    def __init__(
+        self,
+        rm: PointwiseRM,
+        condition: str,
+        *,
+        retriever: Retriever,
+        top_k: int = 10,
+        planner: dict[str, list[RubricAspect]] | None = None,
+        pool: Sequence[SourceItem] = (),
+        seed: int = 0,
+        max_context_chars: int | None = None,
+        scale: float = 1.0,
+        cache: Cache | None = None,
+    ):
+        self.rm, self.condition, self.retriever, self.top_k = rm, condition, retriever, top_k
+        self.planner, self.pool, self.seed, self.max_context_chars = planner, list(pool), seed, max_context_chars
+        self.scale = scale
+        self.cache = cache if cache is not None else NullCache()
+        self.stats = RewardStats()
+        self._views: dict[str, View] = {}
+        self.__name__ = "prbench_rm_reward"  # TRL logs rewards under the function's name
+
+    def view(self, example_id: str, question: str, profile: Sequence[dict] | None,
+             rubric_aspects: Sequence[dict] | None) -> View:
+        if example_id not in self._views:
+            item = SourceItem(
+                id=example_id, question=question, category="rl",
+                profile=[ProfilePost(id=str(p["id"]), category=p.get("category") or "", text=p["text"])
+                         for p in profile or []],
+                rubric_aspects=[RubricAspect(aspect=a["aspect"], reason=a.get("reason") or "")
+                                for a in rubric_aspects or []],
+            )
+            self._views[example_id] = build_view(
+                item, self.condition, retriever=self.retriever, top_k=self.top_k, planner=self.planner,
+                pool=self.pool, seed=self.seed, max_context_chars=self.max_context_chars)
+        return self._views[example_id]
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], example_id: Sequence[str],
+                 question: Sequence[str], profile: Sequence[Any] | None = None,
+                 rubric_aspects: Sequence[Any] | None = None, **_: Any) -> list[float]:
+        n = len(completions)
+        views = [self.view(example_id[i], question[i], profile[i] if profile is not None else None,
+                           rubric_aspects[i] if rubric_aspects is not None else None) for i in range(n)]
+        scores = score_cached(self.rm, [(v, _completion_text(c)) for v, c in zip(views, completions)], self.cache)
+        values = [s.value * self.scale if s.valid else math.nan for s in scores]
+        valid = [v for v in values if math.isfinite(v)]
+        fill = float(np.mean(valid)) if valid else 0.0
+        self.stats.calls += 1
+        self.stats.scored += n
+        self.stats.invalid += n - len(valid)
+        if valid:
+            self.stats.means.append(fill)
+        return [v if math.isfinite(v) else fill for v in values]
+
+
+@dataclass
+class RLConfig:
+    policy: str
+    rm: str
+    data: str
+    condition: str = "profile"
+    policy_condition: str = "profile"
+    steps: int = 50
+    lr: float = 1e-6
+    lora: bool = False
+    lora_r: int = 16
+    num_generations: int = 4
+    prompts_per_step: int = 2
+    max_completion_length: int = 160
+    temperature: float = 1.0
+    top_p: float = 0.9
+    beta: float = 0.0
+    reward_scale: float = 1.0
+    top_k: int = 10
+    retriever: str = "bm25"
+    max_words: int = 100
+    holdout: float = 0.2
+    eval_n: int = 1
+    eval_temperature: float = 0.0
+    eval_max_new_tokens: int = 200
+    seed: int = 0
+    limit: int | None = None
+    split: str = "train"
+    eval_data: str | None = None
+    grader: str | None = None
+    gradient_checkpointing: bool | None = None
+
+
+@dataclass
+class RLResult:
+    summary: dict[str, Any]
+    result: DownstreamResult | None
+    path: Path
+
+
+def split_holdout(items: Sequence[SourceItem], fraction: float, seed: int) -> tuple[list[SourceItem], list[SourceItem]]:
+    """Train / held-out by a seeded hash of the id: stable when items are added or reordered."""
+    if not 0.0 < fraction < 1.0:
+        raise PrbenchError(f"--holdout must be in (0, 1), got {fraction}")
+    def u(it: SourceItem) -> float:
+        return int(content_key(seed, it.id, "holdout")[:8], 16) / 16**8
+    held = [it for it in items if u(it) < fraction]
+    train = [it for it in items if u(it) >= fraction]
+    if not held or not train:  # tiny sets: keep at least one of each, deterministically
+        ordered = sorted(items, key=u)
+        n_held = max(1, min(len(items) - 1, round(fraction * len(items))))
+        held, train = ordered[:n_held], ordered[n_held:]
+    return train, held
+
+
+def _rows(items: Sequence[SourceItem], views: Sequence[View], condition: str, prompt: Any, max_words: int) -> list[dict]:
+    rows = []
+    for it, v in zip(items, views):
+        row: dict[str, Any] = {
+            "prompt": policy_messages(v, prompt, max_words),
+            "example_id": it.id,
+            "question": it.question,
+            "profile": [{"id": p.id, "category": p.category, "text": p.text} for p in it.profile],
+        }
+        if condition == "oracle":
+            row["rubric_aspects"] = [{"aspect": a.aspect, "reason": a.reason} for a in it.rubric_aspects]
+        rows.append(row)
+    return rows
+
+
+def _grade_samples(ss: SampleSet, grader: RubricGrader) -> dict[str, float]:
+    """Per item: mean grade over its answers; items with an invalid grade are left out."""
+    pairs = [(it, t) for it in ss.items for t in ss.samples[it.id]]
+    grades = grader.grade(pairs)
+    out, pos = {}, 0
+    for it in ss.items:
+        gs = grades[pos : pos + len(ss.samples[it.id])]
+        pos += len(gs)
+        if all(g.valid for g in gs):
+            out[it.id] = float(np.mean([g.score for g in gs]))
+    return out
+
+
+def train_rl(
+    policy: str,
+    rm: str | RewardModel,
+    data: str | Sequence[SourceItem],
+    out: str | Path,
+    *,
+    grader: str | RubricGrader | None = None,
+    condition: str = "profile",
+    policy_condition: str = "profile",
+    steps: int = 50,
+    lr: float = 1e-6,
+    lora: bool = False,
+    lora_r: int = 16,
+    num_generations: int = 4,
+    prompts_per_step: int = 2,
+    max_completion_length: int = 160,
+    temperature: float = 1.0,
+    top_p: float = 0.9,
+    beta: float = 0.0,
+    reward_scale: float = 1.0,
+    top_k: int = 10,
+    retriever: str = "bm25",
+    max_words: int = 100,
+    holdout: float = 0.2,
+    eval_data: str | Sequence[SourceItem] | None = None,
+    eval_n: int = 1,
+    eval_temperature: float = 0.0,
+    eval_max_new_tokens: int = 200,
+    compare_base: bool = True,
+    planner_file: str | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    split: str = "train",
+    n_boot: int = 1000,
+    rm_options: dict[str, Any] | None = None,
+    grader_options: dict[str, Any] | None = None,
+    device: str = "auto",
+    gradient_checkpointing: bool | None = None,
+) -> RLResult:
+    """GRPO-train `policy` with `rm` as the reward, then grade it on held-out items."""
+    t0 = time.time()
+    if condition not in CONDITIONS or condition == "wrong-profile":
+        raise PrbenchError(f"RL reward condition must be one of none, profile, planner, oracle; got {condition!r}")
+    if policy_condition not in ("none", "profile"):
+        raise PrbenchError("the policy sees 'profile' or 'none' (never the rubric)")
+    if num_generations < 2:
+        raise PrbenchError("GRPO needs --num-generations >= 2 (advantages are relative within a group)")
+    torch = require("torch", "hf")
+    transformers = require("transformers", "hf")
+    trl = require("trl", "train")
+    datasets = require("datasets", "hf")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    items = load_items(data, limit=limit, split=split) if isinstance(data, str) else list(data)[:limit]
+    if eval_data is not None:
+        train_items = items
+        held = load_items(eval_data, split="test") if isinstance(eval_data, str) else list(eval_data)
+    else:
+        train_items, held = split_holdout(items, holdout, seed)
+    ret = load_retriever(retriever)
+    planner = read_planner_file(planner_file) if planner_file else None
+    prompt = load_prompt("policy_answer")
+    policy_views = build_views(train_items, policy_condition, retriever=ret, top_k=top_k, seed=seed)
+    rows = _rows(train_items, policy_views, condition, prompt, max_words)
+    dataset = datasets.Dataset.from_list(rows)
+
+    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(rm_options or {})})
+    if not isinstance(rm_obj, PointwiseRM):
+        raise PrbenchError(f"{rm_obj.spec}: RL needs a pointwise RM (a judge in --mode pointwise)")
+    rm_name = getattr(rm_obj, "name", rm_obj.spec)
+    pool = [it.model_copy(update={"narrative": ""}) for it in train_items]
+    reward = RMReward(rm_obj, condition, retriever=ret, top_k=top_k, planner=planner, pool=pool, seed=seed,
+                      scale=reward_scale)
+
+    source = resolve_policy(policy)
+    use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = transformers.AutoModelForCausalLM.from_pretrained(source, config=_trainable_config(transformers, source),
+                                                              dtype=torch.float32)
+    cfg = RLConfig(policy=policy, rm=rm_name, data=data if isinstance(data, str) else "<in-memory>",
+                   condition=condition, policy_condition=policy_condition, steps=steps, lr=lr, lora=lora,
+                   lora_r=lora_r, num_generations=num_generations, prompts_per_step=prompts_per_step,
+                   max_completion_length=max_completion_length, temperature=temperature, top_p=top_p, beta=beta,
+                   reward_scale=reward_scale, top_k=top_k, retriever=retriever, max_words=max_words,
+                   holdout=holdout, eval_n=eval_n, eval_temperature=eval_temperature,
+                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, limit=limit, split=split,
+                   eval_data=eval_data if isinstance(eval_data, str) or eval_data is None else "<in-memory>",
+                   grader=grader if isinstance(grader, str) or grader is None else grader.spec,
+                   gradient_checkpointing=gradient_checkpointing)
+    write_json_atomic(out / "config.json", asdict(cfg))
+
+    args = trl.GRPOConfig(
+        output_dir=str(out / "trainer"), max_steps=steps, learning_rate=lr,
+        per_device_train_batch_size=num_generations * prompts_per_step, num_generations=num_generations,
+        max_completion_length=max_completion_length, temperature=temperature, top_p=top_p, beta=beta,
+        logging_steps=1, save_strategy="no", report_to="none", seed=seed, use_cpu=not use_cuda,
+        bf16=use_cuda and torch.cuda.is_bf16_supported(), disable_dropout=True,
+        scale_rewards="group",
+        **({} if gradient_checkpointing is None else {"gradient_checkpointing": gradient_checkpointing}),
+    )
+    peft_config = None
+    if lora:
+        peft = require("peft", "train")
+        peft_config = peft.LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
+                                      target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+                              processing_class=tokenizer, peft_config=peft_config)
+    t_train = time.time()
+    trainer.train()
+    train_s = time.time() - t_train
+
+    trained = trainer.model
+    if lora:
+        trained = trained.merge_and_unload()
+    policy_dir = out / "policy"
+    trained.save_pretrained(policy_dir)
+    tokenizer.padding_side = "right"
+    tokenizer.save_pretrained(policy_dir)
+    history = [{k: v for k, v in rec.items() if isinstance(v, (int, float))} for rec in trainer.state.log_history]
+    del trainer
+
+    summary: dict[str, Any] = {
+        "config": asdict(cfg), "train_items": len(train_items), "heldout_items": len(held),
+        "reward": {"calls": reward.stats.calls, "scored": reward.stats.scored, "invalid": reward.stats.invalid,
+                   "batch_means": reward.stats.means},
+        "log_history": history, "train_time_s": round(train_s, 3), "policy_dir": str(policy_dir),
+        "why_grpo": "installed TRL has no PPOTrainer; GRPO stands in (see module docstring)",
+    }
+    result = None
+    if grader is not None:
+        from prbench.engines.transformers_engine import TransformersEngine
+
+        grader_obj = grader if isinstance(grader, RubricGrader) else load_grader(
+            grader, cache=Cache(namespace="grades"), **(grader_options or {}))
+        common: dict[str, Any] = {
+            "n": eval_n, "condition": policy_condition, "top_k": top_k, "retriever": retriever,
+            "temperature": eval_temperature, "top_p": top_p if eval_temperature > 0 else 1.0,
+            "max_new_tokens": eval_max_new_tokens, "max_words": max_words, "seed": seed}
+        trained_ss = sample_policy(TransformersEngine(str(policy_dir), device=device), held, out / "eval_samples",
+                                   overwrite=True, **common)
+        per_item = _grade_samples(trained_ss, grader_obj)
+        base_item: dict[str, float] = {}
+        if compare_base:
+            base_ss = sample_policy(TransformersEngine(source, device=device), held, out / "base_samples",
+                                    overwrite=True, **common)
+            base_item = _grade_samples(base_ss, grader_obj)
+        if per_item:
+            vals = np.array(list(per_item.values()))
+            lo, hi = metrics.bootstrap_ci(vals, seed=seed, n_boot=n_boot)
+            shared = sorted(set(per_item) & set(base_item))
+            extra: dict[str, Any] = {
+                "condition": condition, "policy": policy, "steps": steps, "heldout_items": len(held),
+                "n_excluded": {"invalid_grade": len(held) - len(per_item)}, "eval_n": eval_n,
+                "reward_invalid": reward.stats.invalid, "ci": "percentile bootstrap over items, 95%",
+            }
+            if base_item:
+                diff = np.array([per_item[i] - base_item[i] for i in shared]) if shared else np.array([])
+                extra["base"] = {"mean": float(np.mean(list(base_item.values()))), "n_items": len(base_item),
+                                 "per_item": base_item}
+                if diff.size:
+                    dlo, dhi = metrics.bootstrap_ci(diff, seed=seed, n_boot=n_boot)
+                    extra["gain_vs_base"] = {"mean": float(diff.mean()), "ci_low": dlo, "ci_high": dhi,
+                                             "n_items": int(diff.size)}
+            result = DownstreamResult(
+                rm=rm_name, setting="rl", k=[1], first_k=[float(vals.mean())], expected=[float(vals.mean())],
+                ci_low=[lo], ci_high=[hi], per_item={i: {"1": v} for i, v in per_item.items()},
+                grader=grader_obj.spec, n_items=len(per_item), extra=extra)
+            write_downstream(out, result)
+        summary["grader"] = grader_obj.run_info()
+        summary["eval"] = {"mean": result.expected[0] if result else None,
+                           "n_items": result.n_items if result else 0,
+                           "base_mean": (float(np.mean(list(base_item.values()))) if base_item else None)}
+    summary["wall_time_s"] = round(time.time() - t0, 3)
+    write_json_atomic(out / "summary.json", summary)
+    return RLResult(summary, result, out)

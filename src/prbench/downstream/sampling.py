@@ -1,0 +1,208 @@
+"""Policy sampling for Best-of-N: N answers per item, drawn once and reused by every RM.
+
+Why once: BoN compares RMs on the *same* candidates; resampling per RM would add policy
+noise to RM differences. The policy sees the question and the top-k profile posts (the
+paper: top 10, temperature 1.0, top-p 0.9, at most 100 words), rendered through
+`prbench.conditions` so the context looks exactly like what RMs see under `profile`.
+Each sample is seeded by (seed, item id, sample index), so resuming, batching or adding
+items never changes a finished sample.
+
+A samples folder holds `config.json`, `items.jsonl` (the items sampled, with their rubric
+for the grader), `samples.jsonl` (one line per item: `id`, `category`, `prompt_hash`,
+`samples`: [{`i`, `text`, `finish_reason`, `n_tokens`, `seed`}]) and `summary.json`. Only items
+whose N samples all succeeded are written; a re-run retries the others.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prbench.cache import Cache, text_hash
+from prbench.conditions import View, build_view, read_planner_file
+from prbench.data import load_examples, write_examples
+from prbench.engines.base import Engine, GenParams, Messages, load_engine
+from prbench.errors import DataError, PrbenchError
+from prbench.evaluate import example_seed
+from prbench.prompts import Prompt, load_prompt
+from prbench.retrieval import load_retriever
+from prbench.runs import RunDir, read_json
+from prbench.schema import SourceItem
+
+SAMPLES_FILE = "samples.jsonl"
+ITEMS_FILE = "items.jsonl"
+
+
+def load_items(src: str | Path, **kwargs: Any) -> list[SourceItem]:
+    """Benchmark records or LaMP-QA source records: BoN and RL need only question, profile, rubric."""
+    if str(src) == "sample:source":
+        return load_examples(src, "source", **kwargs)
+    try:
+        return load_examples(src, "benchmark", **kwargs)
+    except DataError as exc:
+        if exc.field not in ("chosen", "rejected"):
+            raise
+        return load_examples(src, "source", **kwargs)
+
+
+def policy_messages(view: View, prompt: Prompt, max_words: int) -> Messages:
+    """The policy's chat: the view's user turn (context + question) wrapped in the answer prompt."""
+    return [{"role": "user", "content": prompt.render(user_prompt=view.prompt(), max_words=str(max_words))}]
+
+
+@dataclass
+class SampleConfig:
+    """What determines the samples (batch size does not)."""
+
+    policy: str
+    data: str
+    n: int = 16
+    condition: str = "profile"
+    top_k: int = 10
+    retriever: str = "bm25"
+    temperature: float = 1.0
+    top_p: float = 0.9
+    max_new_tokens: int = 200
+    max_words: int = 100
+    seed: int = 0
+    limit: int | None = None
+    categories: list[str] | None = None
+    split: str = "test"
+    prompt_hash: str = ""
+    policy_fingerprint: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 16
+
+
+class SamplesDir(RunDir):
+    """A RunDir whose append-only record file is `samples.jsonl`."""
+
+    def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False):
+        target = Path(path) / SAMPLES_FILE
+        if overwrite:
+            target.unlink(missing_ok=True)
+            (Path(path) / ITEMS_FILE).unlink(missing_ok=True)
+        super().__init__(path, config, overwrite)
+        self.examples_path = target
+        self._repair_tail()
+
+
+@dataclass
+class SampleSet:
+    """Samples read back: items in order and their N texts each (complete items only)."""
+
+    path: Path
+    config: dict[str, Any]
+    items: list[SourceItem]
+    samples: dict[str, list[str]]
+
+    @property
+    def n(self) -> int:
+        return int(self.config["n"])
+
+
+def sample_policy(
+    policy: str | Engine,
+    data: str | Sequence[SourceItem],
+    out: str | Path,
+    *,
+    n: int = 16,
+    condition: str = "profile",
+    top_k: int = 10,
+    retriever: str = "bm25",
+    temperature: float = 1.0,
+    top_p: float = 0.9,
+    max_new_tokens: int = 200,
+    max_words: int = 100,
+    seed: int = 0,
+    limit: int | None = None,
+    categories: Sequence[str] | None = None,
+    split: str = "test",
+    planner_file: str | None = None,
+    prompt_file: str | None = None,
+    batch_size: int = 16,
+    engine_options: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> SampleSet:
+    """Draw `n` answers per item from `policy` into the folder `out` (resumable)."""
+    if n < 1:
+        raise PrbenchError("--n must be at least 1")
+    if condition == "oracle":
+        raise PrbenchError("the policy must not see the rubric (condition 'oracle'); use profile or none")
+    t0 = time.time()
+    engine = policy if isinstance(policy, Engine) else load_engine(policy, **(engine_options or {}))
+    items = (load_items(data, categories=categories, limit=limit, split=split) if isinstance(data, str)
+             else list(data)[:limit])
+    prompt = load_prompt("policy_answer", prompt_file)
+    cfg = SampleConfig(policy=getattr(engine, "spec", str(policy)), data=data if isinstance(data, str) else "<in-memory>",
+                       n=n, condition=condition, top_k=top_k, retriever=retriever, temperature=temperature,
+                       top_p=top_p, max_new_tokens=max_new_tokens, max_words=max_words, seed=seed, limit=limit,
+                       categories=list(categories) if categories else None, split=split, prompt_hash=prompt.hash,
+                       policy_fingerprint=engine.fingerprint(), batch_size=batch_size)
+    run = SamplesDir(out, asdict(cfg), overwrite)
+    write_examples(items, run.path / ITEMS_FILE)  # the items of this (possibly extended) run, for the grader
+    done = run.done_ids()
+    todo = [it for it in items if it.id not in done]
+    ret = load_retriever(retriever)
+    planner = read_planner_file(planner_file) if planner_file else None
+    rcache = Cache(namespace="retrieval")
+    failed = 0
+    per_call = max(1, (4 * batch_size) // n)  # items per engine call: N samples each
+    for start in range(0, len(todo), per_call):
+        part = todo[start : start + per_call]
+        views = [build_view(it, condition, retriever=ret, top_k=top_k, planner=planner, pool=items, seed=seed,
+                            cache=rcache) for it in part]
+        msgs = [policy_messages(v, prompt, max_words) for v in views]
+        prompts, params = [], []
+        for it, m in zip(part, msgs):
+            for j in range(n):
+                prompts.append(m)
+                params.append(GenParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                        seed=example_seed(seed, it.id, f"sample-{j}")))
+        gens = engine.generate(prompts, params)
+        records = []
+        for idx, (it, m) in enumerate(zip(part, msgs)):
+            mine = gens[idx * n : (idx + 1) * n]
+            if any(g.error for g in mine):
+                failed += 1
+                continue
+            records.append({
+                "id": it.id, "category": it.category, "prompt_hash": text_hash(m[0]["content"]),
+                "samples": [{"i": j, "text": g.text.strip(), "finish_reason": g.finish_reason, "n_tokens": g.n_tokens,
+                             "seed": params[idx * n + j].seed} for j, g in enumerate(mine)],
+            })
+        run.append(records)
+        if on_progress:
+            on_progress(len(done) + start + len(part), len(items))
+    result = read_samples(run.path)
+    run.write_summary({
+        "policy": cfg.policy, "n": n, "items": len(items), "complete_items": len(result.samples),
+        "failed_items": failed, "resumed_from": len(done), "prompt_hash": prompt.hash,
+        "wall_time_s": round(time.time() - t0, 3),
+        "mean_words": (sum(len(t.split()) for s in result.samples.values() for t in s)
+                       / max(1, sum(len(s) for s in result.samples.values()))),
+    })
+    return result
+
+
+def read_samples(path: str | Path) -> SampleSet:
+    """Read a samples folder (complete items, in items.jsonl order)."""
+    p = Path(path)
+    if not (p / "config.json").is_file() or not (p / ITEMS_FILE).is_file():
+        raise PrbenchError(f"{p} is not a samples folder (run `prbench sample` first)")
+    config = read_json(p / "config.json")
+    items = load_items(str(p / ITEMS_FILE), any_category=True)
+    samples: dict[str, list[str]] = {}
+    path = p / SAMPLES_FILE
+    lines = path.read_text(encoding="utf-8").split("\n")[:-1] if path.exists() else []  # drop a partial tail
+    for rec in (json.loads(line) for line in lines if line.strip()):
+        texts = [s["text"] for s in sorted(rec["samples"], key=lambda s: s["i"])]
+        if len(texts) != int(config["n"]):
+            raise PrbenchError(f"{p / SAMPLES_FILE}: item {rec['id']} has {len(texts)} samples, expected {config['n']}")
+        samples[rec["id"]] = texts
+    kept = [it for it in items if it.id in samples]
+    return SampleSet(p, config, kept, samples)

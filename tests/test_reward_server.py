@@ -1,0 +1,212 @@
+"""Reward server over real HTTP on 127.0.0.1: same scores as in-process, 4xx for bad input, auth."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import httpx
+import pytest
+
+from prbench.conditions import View, build_view
+from prbench.downstream.server import ThreadedServer, create_app, token_from_env
+from prbench.errors import PrbenchError
+from prbench.retrieval import load_retriever
+from prbench.rewards.base import PointwiseRM, Score, load_rm
+from prbench.schema import Example
+from prbench.testing.records import make_records
+
+TOKEN = "test-token-123"
+
+
+class NaNOnBad(PointwiseRM):
+    """Scores word count, but fails (NaN) on answers containing BAD."""
+
+    spec = "test:nan-on-bad"
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        return [Score(math.nan, error="boom") if "BAD" in r else Score(float(len(r.split()))) for _, r in batch]
+
+
+@pytest.fixture(scope="module")
+def examples() -> list[Example]:
+    return [Example.model_validate(r) for r in make_records(6)]
+
+
+@pytest.fixture(scope="module")
+def tiny_rm(tmp_path_factory) -> PointwiseRM:
+    from prbench.testing.tiny import make_tiny_seq_classifier
+
+    path = make_tiny_seq_classifier(tmp_path_factory.mktemp("rm"), seed=3)
+    return load_rm(f"hf:{path}", device="cpu", batch_size=4)
+
+
+def payload_item(ex: Example, response: str, **extra) -> dict:
+    item = {"id": ex.id, "query": ex.question, "response": response,
+            "profile": [p.model_dump() for p in ex.profile]}
+    item.update(extra)
+    return item
+
+
+def test_scores_match_in_process(examples, tiny_rm) -> None:
+    app = create_app(tiny_rm, "profile", top_k=3, max_batch=64)
+    items = [payload_item(ex, r) for ex in examples for r in (ex.chosen, ex.rejected)]
+    ret = load_retriever("bm25")
+    direct = tiny_rm.score([(build_view(ex, "profile", retriever=ret, top_k=3), r)
+                            for ex in examples for r in (ex.chosen, ex.rejected)])
+    with ThreadedServer(app) as srv:
+        assert srv.host == "127.0.0.1"
+        health = httpx.get(f"{srv.base_url}/health").json()
+        assert health["status"] == "ok" and health["condition"] == "profile"
+        got = httpx.post(f"{srv.base_url}/score", json={"items": items}, timeout=60).json()
+        # one item at a time gives the same numbers (batch composition must not matter)
+        single = httpx.post(f"{srv.base_url}/score", json={"items": items[3:4]}, timeout=60).json()
+    assert got["invalid"] == 0 and got["condition"] == "profile"
+    assert got["scores"] == pytest.approx([s.value for s in direct], abs=1e-5)
+    assert single["scores"][0] == pytest.approx(direct[3].value, abs=1e-5)
+
+
+def test_condition_none_ignores_profile_and_oracle_needs_rubric(examples) -> None:
+    rm = load_rm("baseline:lexical")
+    ex = examples[0]
+    with ThreadedServer(create_app(rm, "none")) as srv:
+        a = httpx.post(f"{srv.base_url}/score", json={"items": [payload_item(ex, ex.chosen)]}).json()
+        b = httpx.post(f"{srv.base_url}/score", json={"items": [{"query": ex.question, "response": ex.chosen}]}).json()
+        assert a["scores"] == b["scores"]
+    with ThreadedServer(create_app(rm, "oracle")) as srv:
+        r = httpx.post(f"{srv.base_url}/score", json={"items": [payload_item(ex, ex.chosen)]})
+        assert r.status_code == 422 and "rubric_aspects" in r.text
+        aspects = [{"aspect": a.aspect, "reason": a.reason, "evidence": a.evidence} for a in ex.rubric_aspects]
+        r = httpx.post(f"{srv.base_url}/score", json={"items": [payload_item(ex, ex.chosen, rubric_aspects=aspects)]})
+        assert r.status_code == 200
+        view = build_view(ex, "oracle", retriever=load_retriever("bm25"))
+        assert r.json()["scores"][0] == pytest.approx(rm.score([(view, ex.chosen)])[0].value)
+
+
+def test_bad_payloads_are_4xx_never_500(examples) -> None:
+    ex = examples[0]
+    good = payload_item(ex, "fine answer")
+    bad_bodies: list[tuple[bytes | dict | list | str, int]] = [
+        (b"{not json", 400),
+        (b"\xff\xfe\x00garbage", 400),
+        (b"", 400),
+        ([1, 2, 3], 422),
+        ({"nope": []}, 422),
+        ({"items": "x"}, 422),
+        ({"items": [{"query": "q"}]}, 422),                                  # missing response
+        ({"items": [{"query": 5, "response": "r", "profile": []}]}, 422),    # wrong type
+        ({"items": [{"query": "", "response": "r", "profile": []}]}, 422),   # empty query
+        ({"items": [{"query": "q", "response": None, "profile": []}]}, 422),
+        ({"items": [{"query": "q", "response": "r", "profile": [{"id": "p", "text": 3}]}]}, 422),
+        ({"items": [{"query": "q", "response": "r", "profile": "not a list"}]}, 422),
+        ({"items": [{"query": "q", "response": "r"}]}, 422),                 # profile condition without profile
+        ({"items": [good] * 5}, 413),                                        # over max_batch
+        ({"items": [{**good, "response": "x" * 5000}]}, 413),                # over max_body_bytes
+    ]
+    with ThreadedServer(create_app(load_rm("baseline:length"), "profile", max_batch=4, max_body_bytes=4000)) as srv:
+        url = f"{srv.base_url}/score"
+        for body, status in bad_bodies:
+            if isinstance(body, bytes):
+                r = httpx.post(url, content=body, headers={"content-type": "application/json"})
+            else:
+                r = httpx.post(url, json=body)
+            assert r.status_code == status, (body if not isinstance(body, dict) else str(body)[:80], r.text)
+        assert httpx.get(url).status_code == 405
+        ok = httpx.post(url, json={"items": [good, good]})
+        assert ok.status_code == 200 and ok.json()["scores"] == [2.0, 2.0]
+        assert httpx.post(url, json={"items": []}).json()["scores"] == []
+
+
+def test_chunked_oversize_body_is_413() -> None:
+    with ThreadedServer(create_app(load_rm("baseline:length"), "none", max_body_bytes=1000)) as srv:
+        def gen():
+            for _ in range(50):
+                yield b'{"items": [' + b" " * 100
+        r = httpx.post(f"{srv.base_url}/score", content=gen())
+        assert r.status_code == 413
+
+
+def test_nan_scores_are_null_and_counted() -> None:
+    with ThreadedServer(create_app(NaNOnBad(), "none")) as srv:
+        r = httpx.post(f"{srv.base_url}/score", json={"items": [
+            {"query": "q", "response": "one two"}, {"query": "q", "response": "BAD answer"}]})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["scores"] == [2.0, None] and body["invalid"] == 1
+        assert httpx.get(f"{srv.base_url}/health").json()["invalid"] == 1
+
+
+def test_token_auth() -> None:
+    with ThreadedServer(create_app(load_rm("baseline:length"), "none", token=TOKEN)) as srv:
+        url = f"{srv.base_url}/score"
+        body = {"items": [{"query": "q", "response": "a b"}]}
+        missing = httpx.post(url, json=body)
+        assert missing.status_code == 401 and missing.headers.get("www-authenticate") == "Bearer"
+        assert httpx.post(url, json=body, headers={"Authorization": "Basic abc"}).status_code == 401
+        assert httpx.post(url, json=body, headers={"Authorization": "Bearer wrong"}).status_code == 403
+        ok = httpx.post(url, json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200 and ok.json()["scores"] == [2.0]
+        # auth is checked before the body is read: bad JSON without a token is still 401
+        assert httpx.post(url, content=b"{bad").status_code == 401
+        assert httpx.get(f"{srv.base_url}/health").json()["auth"] is True
+
+
+def test_token_from_env(monkeypatch) -> None:
+    monkeypatch.delenv("PRB_TEST_TOKEN", raising=False)
+    assert token_from_env("PRB_TEST_TOKEN") is None
+    with pytest.raises(PrbenchError, match="PRB_TEST_TOKEN"):
+        token_from_env("PRB_TEST_TOKEN", required=True)
+    monkeypatch.setenv("PRB_TEST_TOKEN", " tok ")
+    assert token_from_env("PRB_TEST_TOKEN") == "tok"
+
+
+def test_unsupported_setups_refused() -> None:
+    with pytest.raises(PrbenchError, match="wrong-profile"):
+        create_app(load_rm("baseline:length"), "wrong-profile")
+    with pytest.raises(PrbenchError, match="planner"):
+        create_app(load_rm("baseline:length"), "planner")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CLI = ("import typer; from prbench.cli.downstream import register; app = typer.Typer(); "
+       "app.callback()(lambda: None); register(app); app()")
+
+
+@pytest.mark.slow
+def test_cli_serve_reward_reads_token_from_env() -> None:
+    """The real command: loopback bind, token from the environment (never argv)."""
+    port = _free_port()
+    env = {**os.environ, "PRB_CLI_TOKEN": TOKEN}
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "serve-reward", "--rm", "baseline:length", "--port", str(port),
+                             "--token-env", "PRB_CLI_TOKEN", "--log-level", "warning"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.time() < deadline, "server did not start"
+            time.sleep(0.2)
+        assert TOKEN not in " ".join(proc.args)
+        body = {"items": [{"query": "q", "response": "a b c"}]}
+        assert httpx.post(f"{url}/score", json=body).status_code == 401
+        ok = httpx.post(f"{url}/score", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert ok.json()["scores"] == [3.0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
