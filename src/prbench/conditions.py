@@ -42,6 +42,7 @@ class View:
     posts: tuple[ProfilePost, ...] = ()
     aspects: tuple[RubricAspect, ...] = ()
     max_context_chars: int | None = None
+    user_id: str | None = None  # whose context this is; None under `none` (the condition withholds it)
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def context(self, n_posts: int | None = None) -> str:
@@ -74,7 +75,8 @@ class View:
     def key(self) -> str:
         """Content hash of everything shown, for caches."""
         # The id is part of it: some scorers (baseline:random) depend on the example, not only the text.
-        return content_key(self.example_id, self.question, self.condition, self.context(), self.max_context_chars)
+        return content_key(self.example_id, self.question, self.condition, self.context(), self.max_context_chars,
+                           self.user_id)
 
 
 def read_planner_file(path: str | Path) -> dict[str, list[RubricAspect]]:
@@ -123,22 +125,23 @@ def build_view(
                 max_context_chars=max_context_chars)
     if condition == "none":
         return View(**base)
+    uid = example.user_id or example.id
     if condition == "profile":
-        return View(**base, posts=tuple(retriever.top_k(example.question, example.profile, top_k, cache)))
+        return View(**base, user_id=uid, posts=tuple(retriever.top_k(example.question, example.profile, top_k, cache)))
     if condition == "wrong-profile":
         donor = _donor(example, pool, seed)
         posts = retriever.top_k(example.question, donor.profile, top_k, cache)
-        return View(**base, posts=tuple(posts), meta={"donor": donor.id})
+        return View(**base, user_id=donor.user_id or donor.id, posts=tuple(posts), meta={"donor": donor.id})
     if condition == "oracle":
-        return View(**base, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
-                                          for a in example.rubric_aspects))
+        return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
+                                                       for a in example.rubric_aspects))
     if condition == "planner":
         if planner is None:
             raise PrbenchError("condition 'planner' needs planner output (--planner-file or prbench plan)")
         if example.id not in planner:
             raise PrbenchError(f"planner output has no aspects for example {example.id!r}")
-        return View(**base, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
-                                          for a in planner[example.id]))
+        return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
+                                                       for a in planner[example.id]))
     raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
 
 

@@ -44,9 +44,12 @@ def _register() -> None:
     _REGISTERED["done"] = True
     from prbench.cli import build as build_cmds
     from prbench.cli import data as data_cmds
+    from prbench.cli import train as train_cmds
 
+    data_cmds.app.command("synth-users")(train_cmds.synth_users)
     app.add_typer(data_cmds.app, name="data")
     app.add_typer(build_cmds.app, name="build")
+    app.add_typer(train_cmds.app, name="train")
     for module in _COMMAND_MODULES:
         __import__(f"prbench.cli.{module}")
     for module in _REGISTER_MODULES:

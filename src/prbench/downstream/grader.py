@@ -316,7 +316,14 @@ def load_grader(
     batch_size: int = 16,
     engine_options: dict[str, Any] | None = None,
 ) -> RubricGrader:
-    """A grader over the engine `spec` names (e.g. `openai:Qwen2.5-32B-Instruct`, `hf:DIR`)."""
+    """A grader over the engine `spec` names (e.g. `openai:Qwen2.5-32B-Instruct`, `hf:DIR`).
+
+    `embedding:<encoder>` gives the offline embedding grader (weak; for demos and smoke runs).
+    """
+    if isinstance(spec, str) and spec.startswith("embedding:"):
+        from prbench.downstream.embedding_grader import EmbeddingRubricGrader
+
+        return EmbeddingRubricGrader(spec.split(":", 1)[1])  # type: ignore[return-value]
     engine = spec if isinstance(spec, Engine) else load_engine(spec, **(engine_options or {}))
     return RubricGrader(engine=engine, spec=spec if isinstance(spec, str) else engine.spec,
                         cache=cache if cache is not None else NullCache(),

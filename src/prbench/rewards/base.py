@@ -110,6 +110,17 @@ def _load_plugin(target: str, options: dict[str, Any]) -> RewardModel:
     return rm
 
 
+def _frozen_head_kind(folder: str) -> bool:
+    """A `bt:` folder trained as a head over a frozen encoder loads like PAL (same format)."""
+    import json
+
+    marker = Path(folder) / "prbench_rm.json"
+    try:
+        return json.loads(marker.read_text(encoding="utf-8")).get("kind") in ("context-bt", "pal-a", "pal-b")
+    except (OSError, ValueError):
+        return False
+
+
 def load_rm(spec: str, **options: Any) -> RewardModel:
     """Build the reward model a spec string names. Options are passed to its constructor."""
     prefix, _, rest = spec.partition(":")
@@ -119,6 +130,10 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
         from prbench.rewards.baselines import load_baseline
 
         return load_baseline(rest, **options)
+    if prefix == "bt" and _frozen_head_kind(rest):
+        from prbench.rewards.pal import PALReward
+
+        return PALReward(rest, **options)
     if prefix in ("hf", "bt"):
         from prbench.rewards.classifier import SequenceClassifierRM
 

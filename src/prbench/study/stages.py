@@ -83,3 +83,173 @@ def run_eval(ctx: StudyContext) -> None:
             results.append({"spec": entry.spec, "condition": cond, "path": str(res.path),
                             "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
+
+
+def _eval_specs(ctx: StudyContext) -> list[str]:
+    """Pointwise models of the study: the default RMs for downstream stages."""
+    return [e.spec for e in ctx.cfg.models if not is_pairwise(e)]
+
+
+def _options_of(ctx: StudyContext, spec: str) -> dict[str, Any]:
+    return next((e.options for e in ctx.cfg.models if e.spec == spec), {})
+
+
+def _downstream_dir(ctx: StudyContext, *parts: str) -> str:
+    return str(ctx.runs.joinpath("downstream", *parts))
+
+
+# -- plan -----------------------------------------------------------------------------------
+def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
+    n = _item_count(ctx.data, ctx.cfg.limit)
+    return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120))]
+
+
+@stage("plan", _plan_plan)
+def run_plan(ctx: StudyContext) -> None:
+    from prbench.planner import plan
+
+    p = ctx.cfg.planner
+    res = plan(p.spec, ctx.data, planner_file(ctx), top_k=p.top_k, retriever=ctx.cfg.retriever, limit=ctx.cfg.limit,
+               seed=ctx.cfg.seed, categories=ctx.cfg.categories, planner_options=p.options)
+    ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
+
+
+# -- sample and Best-of-N -------------------------------------------------------------------
+def _samples_dir(ctx: StudyContext) -> str:
+    s = ctx.cfg.sample
+    return _downstream_dir(ctx, "samples", slug(f"{s.policy}-n{s.n}"))
+
+
+def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
+    s = ctx.cfg.sample
+    n = _item_count(ctx.data, s.limit or ctx.cfg.limit)
+    return [PlannedRun("sample", f"{s.policy} x {s.n}", n * s.n, n * s.n * (_input_tokens("profile", ctx.cfg.top_k)
+                                                                            + s.max_new_tokens))]
+
+
+@stage("sample", _plan_sample)
+def run_sample(ctx: StudyContext) -> None:
+    from prbench.downstream.sampling import sample_policy
+
+    s = ctx.cfg.sample
+    ss = sample_policy(s.policy, ctx.data, _samples_dir(ctx), n=s.n, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
+                       temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=ctx.cfg.seed,
+                       limit=s.limit or ctx.cfg.limit, categories=ctx.cfg.categories, engine_options=s.options)
+    ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
+
+
+def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
+    s, b = ctx.cfg.sample, ctx.cfg.bon
+    n = _item_count(ctx.data, s.limit or ctx.cfg.limit) if s else 0
+    rms = b.rms or _eval_specs(ctx)
+    runs = [PlannedRun("bon", f"score {spec} [{b.condition}]", 0 if spec.startswith("baseline:") else n * s.n,
+                       0 if spec.startswith("baseline:") else n * s.n * _input_tokens(b.condition, ctx.cfg.top_k))
+            for spec in rms]
+    runs.append(PlannedRun("bon", f"grade with {b.grader} (distinct samples, at most)", n * s.n,
+                           n * s.n * (TOKENS["response"] + TOKENS["aspects"] + 200)))
+    return runs
+
+
+@stage("bon", _plan_bon)
+def run_bon(ctx: StudyContext) -> None:
+    from prbench.downstream.bon import best_of_n
+
+    b = ctx.cfg.bon
+    rms = b.rms or _eval_specs(ctx)
+    res = best_of_n(_samples_dir(ctx), rms, b.grader, condition=b.condition, out=_downstream_dir(ctx, "bon"),
+                    seed=ctx.cfg.seed, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever, batch_size=ctx.cfg.batch_size)
+    ctx.outputs["bon"] = {"path": str(res.path), "rms": list(res.results)}
+
+
+# -- RL -------------------------------------------------------------------------------------
+def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
+    r = ctx.cfg.rl
+    per_step = 2 * r.options.get("num_generations", 4)
+    return [PlannedRun("rl", f"GRPO {r.policy} with {spec} ({r.steps} steps)", r.steps * per_step,
+                       r.steps * per_step * (_input_tokens(r.condition, ctx.cfg.top_k) + 160)) for spec in r.rms]
+
+
+@stage("rl", _plan_rl)
+def run_rl(ctx: StudyContext) -> None:
+    from prbench.downstream.rl import train_rl
+
+    r = ctx.cfg.rl
+    done = []
+    for spec in r.rms:
+        res = train_rl(r.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)), grader=r.grader,
+                       condition=r.condition, steps=r.steps, seed=ctx.cfg.seed, limit=r.limit or ctx.cfg.limit,
+                       split=r.options.pop("split", "test"), rm_options=_options_of(ctx, spec), **r.options)
+        done.append(str(getattr(res, "path", "")))
+    ctx.outputs["rl"] = done
+
+
+# -- reward-guided decoding and policy accuracy ---------------------------------------------
+def _plan_rgd(ctx: StudyContext) -> list[PlannedRun]:
+    g = ctx.cfg.rgd
+    n = _item_count(ctx.data, g.limit or ctx.cfg.limit)
+    return [PlannedRun("rgd", f"{g.policy} guided by {spec} (w={g.w}, k={g.k})", n * g.max_new_tokens * g.k // g.chunk,
+                       n * g.max_new_tokens * g.k * 100 // g.chunk) for spec in g.rms]
+
+
+@stage("rgd", _plan_rgd)
+def run_rgd_stage(ctx: StudyContext) -> None:
+    from prbench.downstream.rgd import run_rgd
+
+    g = ctx.cfg.rgd
+    out = []
+    for spec in g.rms:
+        res = run_rgd(g.policy, spec, ctx.data, _downstream_dir(ctx, "rgd"), condition=g.condition, w=g.w, k=g.k,
+                      chunk=g.chunk, max_new_tokens=g.max_new_tokens, seed=ctx.cfg.seed,
+                      limit=g.limit or ctx.cfg.limit, categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
+                      retriever=ctx.cfg.retriever, grader=g.grader, rm_options=_options_of(ctx, spec))
+        out.append(str(getattr(res, "path", "")))
+    ctx.outputs["rgd"] = out
+
+
+def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
+    a = ctx.cfg.policy_accuracy
+    n = _item_count(ctx.data, a.limit or ctx.cfg.limit)
+    return [PlannedRun("policy_accuracy", f"{a.policy} guided by {spec} (w={a.w}, k={a.k})", 2 * n * 100 * a.k,
+                       2 * n * 100 * a.k * 120) for spec in a.rms]
+
+
+@stage("policy_accuracy", _plan_pa)
+def run_policy_accuracy(ctx: StudyContext) -> None:
+    from prbench.downstream.policy_accuracy import policy_accuracy
+
+    a = ctx.cfg.policy_accuracy
+    out = []
+    for spec in a.rms:
+        res = policy_accuracy(a.policy, spec, ctx.data, _downstream_dir(ctx, "policy-accuracy"), condition=a.condition,
+                              w=a.w, k=a.k, seed=ctx.cfg.seed, limit=a.limit or ctx.cfg.limit,
+                              categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
+                              rm_options=_options_of(ctx, spec))
+        out.append(str(getattr(res, "path", "")))
+    ctx.outputs["policy_accuracy"] = out
+
+
+# -- meta and report ------------------------------------------------------------------------
+def _no_calls(name: str) -> Any:
+    return lambda ctx: [PlannedRun(name, name, 0, 0)]
+
+
+@stage("meta", _no_calls("meta"))
+def run_meta(ctx: StudyContext) -> None:
+    from prbench.meta import meta_evaluate, write_meta
+
+    downstream = ctx.runs / "downstream"
+    if not downstream.exists():
+        ctx.outputs["meta"] = "skipped: no downstream results in this study"
+        return
+    res = meta_evaluate([ctx.runs], [downstream], seed=ctx.cfg.seed)
+    ctx.outputs["meta"] = {k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()}
+
+
+@stage("report", _no_calls("report"))
+def run_report(ctx: StudyContext) -> None:
+    from prbench.report import build_report
+
+    published = {e.spec: e.published for e in ctx.cfg.models if e.published}
+    path = build_report(ctx.runs, ctx.path("report.html"), title=f"prbench study: {ctx.cfg.name}",
+                        published=published or None, seed=ctx.cfg.seed)
+    ctx.outputs["report"] = str(path)

@@ -1,0 +1,122 @@
+"""Training personalized reward models: Bradley-Terry with user context, and PAL.
+
+- `prbench.train.bt.train_bt`: fine-tunes any AutoModelForSequenceClassification folder with
+  TRL's RewardTrainer on user views (condition none / profile / planner / oracle); saves a
+  normal HF folder usable as `hf:<dir>` or `bt:<dir>`.
+- `prbench.train.bt.train_context_bt`: a small BT head over a frozen sentence encoder that reads
+  the same views; fast on CPU; saves a folder usable as `pal:<dir>` (arch `context-bt`).
+- `prbench.train.pal.train_pal`: PAL-A / PAL-B; saves a folder usable as `pal:<dir>`.
+
+Every trainer is seeded (same seed, same data -> same final loss) and writes `train_log.jsonl`
+(one line per epoch: loss and pair accuracy, plus eval accuracy when eval pairs are given).
+The plain-torch loop the frozen-encoder models share lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LOG_FILE = "train_log.jsonl"
+
+
+@dataclass
+class TrainResult:
+    """Where the model went and what the epochs looked like."""
+
+    out: Path
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.log[-1]["loss"]) if self.log else float("nan")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU) so a run is repeatable."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def write_log(out: Path, records: Sequence[dict[str, Any]]) -> None:
+    """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / LOG_FILE).open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+
+
+def read_log(out: str | Path) -> list[dict[str, Any]]:
+    path = Path(out) / LOG_FILE
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def pair_accuracy(margins) -> float:
+    """Share of pairs with chosen scored above rejected; exact ties count one half."""
+    import torch
+
+    m = torch.as_tensor(margins)
+    if m.numel() == 0:
+        return float("nan")
+    return float(((m > 0).double() + 0.5 * (m == 0).double()).mean())
+
+
+def fit_pairwise(
+    margin_fn: Callable[[Any], Any],
+    param_groups: list[dict[str, Any]],
+    n_pairs: int,
+    *,
+    epochs: int,
+    batch_size: int,
+    seed: int,
+    weight_decay: float = 0.0,
+    eval_fn: Callable[[], dict[str, float]] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Bradley-Terry training: minimise -log sigmoid(margin) over shuffled minibatches.
+
+    `margin_fn(idx)` returns score(chosen) - score(rejected) for pair indices `idx`. The
+    shuffle uses its own seeded generator, so results do not depend on global RNG state.
+    Returns one record per epoch: mean loss and pair accuracy during the epoch, plus `eval_fn()`.
+    """
+    from prbench.rewards.pal import torch_threads
+
+    with torch_threads():
+        return _fit(margin_fn, param_groups, n_pairs, epochs=epochs, batch_size=batch_size, seed=seed,
+                    weight_decay=weight_decay, eval_fn=eval_fn, on_epoch=on_epoch)
+
+
+def _fit(margin_fn, param_groups, n_pairs, *, epochs, batch_size, seed, weight_decay, eval_fn, on_epoch):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(param_groups, weight_decay=weight_decay)
+    log: list[dict[str, Any]] = []
+    for epoch in range(1, epochs + 1):
+        order = torch.randperm(n_pairs, generator=gen)
+        total, margins = 0.0, []
+        for start in range(0, n_pairs, batch_size):
+            idx = order[start : start + batch_size]
+            margin = margin_fn(idx)
+            loss = -torch.nn.functional.logsigmoid(margin).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * len(idx)
+            margins.append(margin.detach())
+        rec: dict[str, Any] = {"epoch": epoch, "loss": total / max(n_pairs, 1),
+                               "accuracy": pair_accuracy(torch.cat(margins)) if margins else float("nan")}
+        if eval_fn is not None:
+            rec.update(eval_fn())
+        log.append(rec)
+        if on_epoch is not None:
+            on_epoch(rec)
+    return log
