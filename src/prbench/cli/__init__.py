@@ -59,7 +59,7 @@ def _register() -> None:
 # Modules that add top-level commands to `app` when imported.
 _COMMAND_MODULES: list[str] = ["eval", "study"]
 # Modules that expose register(app).
-_REGISTER_MODULES: list[str] = ["downstream"]
+_REGISTER_MODULES: list[str] = ["downstream", "rgd"]
 
 
 def main() -> None:

@@ -238,7 +238,20 @@ def _hub_offline() -> Iterator[None]:
 def load_sentence_encoder(
     name_or_path: str = f"builtin:{MINILM}", device: str | None = None, **kwargs: Any
 ) -> Any:
-    """A `SentenceTransformer` from `builtin:minilm-l6`, a local folder, or a Hub id."""
+    """A `SentenceTransformer` from `builtin:minilm-l6`, a local folder, or a Hub id.
+
+    Loaded once per process and argument set: scorers call this per batch (RGD per step).
+    """
+    key = (name_or_path, device, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+    if key not in _ENCODERS:
+        _ENCODERS[key] = _load_sentence_encoder(name_or_path, device, **kwargs)
+    return _ENCODERS[key]
+
+
+_ENCODERS: dict[tuple, Any] = {}
+
+
+def _load_sentence_encoder(name_or_path: str, device: str | None, **kwargs: Any) -> Any:
     st = require("sentence_transformers", "dense")
     if name_or_path.startswith("builtin:"):
         path: str = str(builtin_path(name_or_path))

@@ -31,6 +31,7 @@ class ModelEntry(_Strict):
     conditions: list[str] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     both_orders: bool = False
+    limit: int | None = None  # this model's items (first N); default: the study's limit
     published: dict[str, dict[str, float]] | None = None  # {condition: {category: accuracy %}}
 
     @field_validator("conditions")

@@ -53,9 +53,9 @@ def is_pairwise(entry: ModelEntry) -> bool:
 
 # -- eval -----------------------------------------------------------------------------------
 def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
-    n = _item_count(ctx.data, ctx.cfg.limit)
     out = []
     for entry in ctx.cfg.models:
+        n = _item_count(ctx.data, entry.limit or ctx.cfg.limit)
         for cond in model_conditions(ctx, entry):
             per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
             tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if is_pairwise(entry) else 0))
@@ -72,7 +72,7 @@ def run_eval(ctx: StudyContext) -> None:
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
             res = evaluate(
-                entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=ctx.cfg.limit,
+                entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=entry.limit or ctx.cfg.limit,
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
                 batch_size=ctx.cfg.batch_size, model_options=entry.options,

@@ -1,0 +1,326 @@
+"""`prbench rgd`, `prbench policy-accuracy`, `prbench icl`: paper B's side of downstream validation.
+
+Plain functions plus `register(app)`, so the main app decides where they live.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from prbench.cli.options import (
+    ApiKeyEnv,
+    BaseUrl,
+    BatchSize,
+    Categories,
+    Device,
+    Dtype,
+    Json,
+    Limit,
+    MaxLength,
+    NBoot,
+    Quiet,
+    Retriever,
+    Seed,
+    Split,
+    TopK,
+    split_csv,
+)
+from prbench.cli.output import emit_json, progress, table
+
+Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
+RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
+Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
+Condition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle, wrong-profile.")]
+Ws = Annotated[str, typer.Option("--w", help="Reward weight(s), comma-separated (e.g. 0,0.5,1); 0 = the plain policy.")]
+K = Annotated[int, typer.Option("--k", help="Policy top-k candidates per decision point.")]
+RepPenalty = Annotated[Optional[float], typer.Option(help="Repetition penalty on the policy's logits.")]
+RewardNorm = Annotated[str, typer.Option(help="none (raw RM units, ARGS) or zscore (per decision point).")]
+PolicyCondition = Annotated[str, typer.Option(help="What the policy sees: profile (top-k posts) or none.")]
+MaxWords = Annotated[int, typer.Option(help="Word limit stated in the policy prompt.")]
+PromptFile = Annotated[Optional[str], typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")]
+PlannerFile = Annotated[Optional[str], typer.Option(help="Planner output JSONL for the planner condition.")]
+MaxContextChars = Annotated[Optional[int], typer.Option(help="Character budget for the RM's user context.")]
+RMBatch = Annotated[int, typer.Option(help="Texts per RM call (prefix rewards).")]
+Grader = Annotated[Optional[str], typer.Option("--grader", "-g", help="Rubric grader engine (openai:MODEL, hf:DIR, builtin:NAME).")]
+GraderBaseUrl = Annotated[Optional[str], typer.Option(help="Grader's OpenAI-compatible endpoint.")]
+GraderKeyEnv = Annotated[Optional[str], typer.Option(help="Env var holding the grader's API key.")]
+Encoder = Annotated[str, typer.Option(help="Sentence encoder for gold embedding similarity ('none' to skip).")]
+Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
+OutDir = Annotated[Path, typer.Option("--out", "-o", help="Results root (one sub-folder per setting).")]
+
+
+def _floats(value: str) -> list[float]:
+    try:
+        vals = [float(v) for v in (split_csv(value) or [])]
+    except ValueError:
+        raise typer.BadParameter(f"--w must be numbers separated by commas, got {value!r}") from None
+    if not vals:
+        raise typer.BadParameter("--w needs at least one value")
+    return vals
+
+
+def _engine_opts(spec: str, **given: Any) -> dict[str, Any]:
+    from prbench.cli.downstream import engine_options
+
+    return engine_options(spec, **given)
+
+
+def _rm_opts(**given: Any) -> dict[str, Any]:
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _grader(spec: str | None, device: str | None, dtype: str | None, base_url: str | None,
+            key_env: str | None) -> Any:
+    if not spec:
+        return None
+    from prbench.cache import Cache
+    from prbench.downstream.grader import load_grader
+
+    return load_grader(spec, cache=Cache(namespace="grades"),
+                       engine_options=_engine_opts(spec, device=device, dtype=dtype, base_url=base_url,
+                                                   api_key_env=key_env))
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}" if pct else f"{v:.3f}"
+
+
+def _gold_cell(summary: dict[str, Any], metric: str = "rouge1") -> str:
+    gold = summary.get("gold") or {}
+    m = (gold.get("metrics") or {}).get(metric)
+    if not m or m.get("mean") is None:
+        return "-"
+    return f"{m['mean']:.3f} [{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}]"
+
+
+def rgd(
+    policy: Policy,
+    rm: RMs,
+    out: OutDir,
+    data: Data = "sample",
+    condition: Condition = "none",
+    w: Ws = "1.0",
+    k: K = 10,
+    chunk: Annotated[int, typer.Option(help="Tokens between RM decision points (greedy in between).")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap per answer.")] = 128,
+    temperature: Annotated[float, typer.Option(help="0 = greedy on guided scores; > 0 samples them.")] = 0.0,
+    repetition_penalty: RepPenalty = None,
+    reward_norm: RewardNorm = "none",
+    policy_condition: PolicyCondition = "profile",
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    max_context_chars: MaxContextChars = None,
+    planner_file: PlannerFile = None,
+    max_words: MaxWords = 100,
+    prompt_file: PromptFile = None,
+    grader: Grader = None,
+    downstream_metric: Annotated[str, typer.Option(help="downstream.json value: auto, grade, rouge1, rougeL, embedding, none.")] = "auto",
+    encoder: Encoder = "builtin:minilm-l6",
+    seed: Seed = 0,
+    limit: Limit = None,
+    categories: Categories = None,
+    split: Split = "test",
+    n_boot: NBoot = 1000,
+    batch_size: BatchSize = 8,
+    rm_batch_size: RMBatch = 64,
+    max_length: MaxLength = None,
+    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise.")] = None,
+    device: Device = None,
+    dtype: Dtype = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    grader_base_url: GraderBaseUrl = None,
+    grader_api_key_env: GraderKeyEnv = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Reward-guided decoding (ARGS-style): generate, score against gold answers / rubric, write downstream.json."""
+    from prbench.downstream.rgd import load_policy, run_rgd
+    from prbench.rewards.base import load_rm
+
+    ws = _floats(w)
+    engine = load_policy(policy, _engine_opts(policy, device=device, dtype=dtype, batch_size=batch_size))
+    g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
+    ropts = _rm_opts(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
+                     api_key_env=api_key_env, batch_size=rm_batch_size)
+    summaries = []
+    with progress(quiet or json_out) as bar:
+        for spec in rm:
+            rm_obj = load_rm(spec, seed=seed, **ropts)
+            for wv in ws:
+                task = bar.add_task(f"{spec} w={wv:g}", total=None)
+                res = run_rgd(engine, rm_obj, data, out, condition=condition, w=wv, k=k, chunk=chunk,
+                              max_new_tokens=max_new_tokens, temperature=temperature,
+                              repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed, limit=limit,
+                              categories=split_csv(categories), split=split, policy_condition=policy_condition,
+                              top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
+                              planner_file=planner_file, max_words=max_words, prompt_file=prompt_file,
+                              batch_size=batch_size, rm_batch_size=rm_batch_size, grader=g,
+                              encoder=None if encoder == "none" else encoder, downstream_metric=downstream_metric,
+                              n_boot=n_boot, overwrite=overwrite,
+                              on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                summaries.append({**res.summary, "path": str(res.path)})
+    if json_out:
+        emit_json(summaries)
+        return
+    if quiet:
+        return
+    rows = []
+    for s in summaries:
+        grade = s.get("grade") or {}
+        rows.append((s["rm"], s["condition"], f"{s['w']:g}", s["n_generated"], _gold_cell(s, "rouge1"),
+                     _gold_cell(s, "rougeL"), _fmt(grade.get("mean")), _fmt(s.get("changed_share")),
+                     _fmt(s.get("seconds_per_item")), s["path"]))
+    table("reward-guided decoding: gold ROUGE F1 [95% CI], rubric grade (0-2)",
+          ["rm", "condition", "w", "items", "ROUGE-1", "ROUGE-L", "grade", "picks changed", "s/item", "folder"], rows)
+
+
+def policy_accuracy(
+    policy: Policy,
+    rm: RMs,
+    out: OutDir,
+    data: Data = "sample",
+    condition: Condition = "none",
+    w: Ws = "1.0",
+    k: K = 10,
+    mode_pa: Annotated[str, typer.Option("--mode", help="full (mass-preserving; w=0 = plain policy) or topk (softmax over top-k U {token}).")] = "full",
+    repetition_penalty: Annotated[float, typer.Option(help="Repetition penalty under teacher forcing (1.0 = the model's own likelihood).")] = 1.0,
+    reward_norm: RewardNorm = "none",
+    policy_condition: PolicyCondition = "profile",
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    max_context_chars: MaxContextChars = None,
+    planner_file: PlannerFile = None,
+    max_words: MaxWords = 100,
+    prompt_file: PromptFile = None,
+    seed: Seed = 0,
+    limit: Limit = None,
+    categories: Categories = None,
+    split: Split = "test",
+    n_boot: NBoot = 1000,
+    batch_size: Annotated[int, typer.Option(help="Responses per policy forward pass.")] = 4,
+    rm_batch_size: RMBatch = 64,
+    max_length: MaxLength = None,
+    judge_mode: Annotated[Optional[str], typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
+    device: Device = None,
+    dtype: Dtype = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Policy accuracy: does the reward-guided policy give chosen a higher likelihood than rejected?"""
+    from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
+    from prbench.downstream.rgd import load_policy
+    from prbench.rewards.base import load_rm
+
+    ws = _floats(w)
+    engine = load_policy(policy, _engine_opts(policy, device=device, dtype=dtype, batch_size=batch_size))
+    ropts = _rm_opts(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
+                     api_key_env=api_key_env, batch_size=rm_batch_size)
+    summaries = []
+    with progress(quiet or json_out) as bar:
+        for spec in rm:
+            rm_obj = load_rm(spec, seed=seed, **ropts)
+            for wv in ws:
+                task = bar.add_task(f"{spec} w={wv:g}", total=None)
+                res = run_pa(engine, rm_obj, data, out, condition=condition, w=wv, k=k, mode=mode_pa,
+                             repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed, limit=limit,
+                             categories=split_csv(categories), split=split, policy_condition=policy_condition,
+                             top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
+                             planner_file=planner_file, max_words=max_words, prompt_file=prompt_file,
+                             batch_size=batch_size, rm_batch_size=rm_batch_size, n_boot=n_boot, overwrite=overwrite,
+                             on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                summaries.append({**res.summary, "path": str(res.path)})
+    if json_out:
+        emit_json(summaries)
+        return
+    if quiet:
+        return
+    rows = []
+    for s in summaries:
+        m = s["metrics"]
+        pa = m["policy_accuracy"]["total"] or {}
+        ci = f"[{_fmt(pa.get('ci_low'), True)}, {_fmt(pa.get('ci_high'), True)}]"
+        rows.append((s["rm"], s["condition"], f"{s['w']:g}", s["mode"], m["n"], _fmt(s["policy_accuracy"], True), ci,
+                     _fmt(s["policy_accuracy_normalized"], True), _fmt(s["plain_policy_accuracy"], True),
+                     _fmt(s["plain_policy_accuracy_normalized"], True), _fmt((m.get("rm_accuracy") or {}).get("accuracy"), True),
+                     s["path"]))
+    table("policy accuracy (%) on pairs, ties 0.5",
+          ["rm", "condition", "w", "mode", "n", "guided", "95% CI", "guided/token", "plain", "plain/token", "RM",
+           "folder"], rows)
+
+
+def icl(
+    policy: Policy,
+    out: OutDir,
+    data: Data = "sample",
+    examples: Annotated[str, typer.Option(help="auto, qa (user's past Q/A pairs), posts (top-k profile posts).")] = "auto",
+    max_examples: Annotated[int, typer.Option(help="Past Q/A pairs shown (qa).")] = 3,
+    with_posts: Annotated[bool, typer.Option(help="qa: also show the top-k posts before the question.")] = False,
+    max_new_tokens: Annotated[int, typer.Option(help="Token cap per answer.")] = 128,
+    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus mass when sampling.")] = 1.0,
+    repetition_penalty: RepPenalty = None,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    max_words: MaxWords = 100,
+    prompt_file: PromptFile = None,
+    grader: Grader = None,
+    encoder: Encoder = "builtin:minilm-l6",
+    seed: Seed = 0,
+    limit: Limit = None,
+    categories: Categories = None,
+    split: Split = "test",
+    n_boot: NBoot = 1000,
+    batch_size: BatchSize = 8,
+    device: Device = None,
+    dtype: Dtype = None,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    grader_base_url: GraderBaseUrl = None,
+    grader_api_key_env: GraderKeyEnv = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """In-context-learning baseline: the policy with the user's own examples in the prompt, no RM."""
+    from prbench.downstream.icl import run_icl
+
+    g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
+    with progress(quiet or json_out) as bar:
+        task = bar.add_task("icl", total=None)
+        res = run_icl(policy, data, out, examples=examples, max_examples=max_examples, with_posts=with_posts,
+                      top_k=top_k, retriever=retriever, max_new_tokens=max_new_tokens, temperature=temperature,
+                      top_p=top_p, repetition_penalty=repetition_penalty, max_words=max_words,
+                      prompt_file=prompt_file, seed=seed, limit=limit, categories=split_csv(categories), split=split,
+                      batch_size=batch_size,
+                      engine_options=_engine_opts(policy, device=device, dtype=dtype, base_url=base_url,
+                                                  api_key_env=api_key_env, batch_size=batch_size),
+                      grader=g, encoder=None if encoder == "none" else encoder, n_boot=n_boot, overwrite=overwrite,
+                      on_progress=lambda d, t: bar.update(task, completed=d, total=t))
+    s = {**res.summary, "path": str(res.path)}
+    if json_out:
+        emit_json(s)
+        return
+    if quiet:
+        return
+    grade = s.get("grade") or {}
+    table("in-context learning: gold ROUGE F1 [95% CI], rubric grade (0-2)",
+          ["examples", "items", "ROUGE-1", "ROUGE-L", "grade", "kinds", "s/item", "folder"],
+          [(s["examples"], s["n_generated"], _gold_cell(s, "rouge1"), _gold_cell(s, "rougeL"), _fmt(grade.get("mean")),
+            s["example_kinds"], _fmt(s.get("seconds_per_item")), s["path"])])
+
+
+def register(app: typer.Typer) -> None:
+    """Add `rgd`, `policy-accuracy` and `icl` to `app`."""
+    app.command(name="rgd")(rgd)
+    app.command(name="policy-accuracy")(policy_accuracy)
+    app.command(name="icl")(icl)
