@@ -44,12 +44,14 @@ def _register() -> None:
     _REGISTERED["done"] = True
     from prbench.cli import build as build_cmds
     from prbench.cli import data as data_cmds
+    from prbench.cli import plan as plan_cmds
     from prbench.cli import train as train_cmds
 
     data_cmds.app.command("synth-users")(train_cmds.synth_users)
     app.add_typer(data_cmds.app, name="data")
     app.add_typer(build_cmds.app, name="build")
     app.add_typer(train_cmds.app, name="train")
+    app.add_typer(plan_cmds.app, name="plan")
     for module in _COMMAND_MODULES:
         __import__(f"prbench.cli.{module}")
     for module in _REGISTER_MODULES:
@@ -59,7 +61,7 @@ def _register() -> None:
 # Modules that add top-level commands to `app` when imported.
 _COMMAND_MODULES: list[str] = ["eval", "study"]
 # Modules that expose register(app).
-_REGISTER_MODULES: list[str] = ["downstream", "rgd"]
+_REGISTER_MODULES: list[str] = ["downstream", "rgd", "meta"]
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import zlib
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,10 @@ from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category
 Kind = Literal["benchmark", "source"]
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 SAMPLE_FILES = {"sample": "benchmark.jsonl", "sample:source": "source.jsonl"}
+# One record per line: a longer line is a broken file (a missing newline, a binary blob), not a
+# record, and reading it whole could exhaust memory. Real records are kilobytes.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+_TYPE_NAMES = {"NoneType": "null"}
 
 
 def _record_class(kind: Kind) -> type[SourceItem]:
@@ -45,45 +50,84 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
     msg = err["msg"]
     if err["type"] == "missing":
         msg = "missing required field"
+    elif err["type"] == "value_error":
+        msg = msg.removeprefix("Value error, ")
     elif "input" in err and err["type"].endswith("_type"):
-        msg = f"{msg} (got {type(err['input']).__name__})"
+        got = type(err["input"]).__name__
+        msg = f"{msg} (got {_TYPE_NAMES.get(got, got)})"
     return _loc(err), msg
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-    return path.open("r", encoding="utf-8", errors="strict")
+def _short(value: Any, limit: int = 80) -> str:
+    """repr() of a value from the data, cut so an error message stays one readable line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+def _parse_json(text: str | bytes, file: str, line: int | None) -> Any:
+    """json.loads with every way it can fail turned into a DataError (never another exception)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f", column {exc.colno}" if line is not None else f", line {exc.lineno} column {exc.colno}"
+        raise DataError(file, line, None, f"invalid JSON ({exc.msg}{where})") from None
+    except RecursionError:
+        raise DataError(file, line, None, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
+        raise DataError(file, line, None, f"invalid JSON: {str(exc).split(';')[0][:120]}") from None
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb")
 
 
 def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """Records of a JSON Lines file (optionally gzipped), read line by line in bounded memory."""
+    file = str(path)
+    lineno = 0
     try:
-        with _open_text(path) as fh:
-            lineno = 0
-            for lineno, line in enumerate(fh, 1):  # noqa: B007
-                if not line.strip():
-                    continue
+        with _open_binary(path) as fh:
+            while True:
+                raw = fh.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                lineno += 1
+                if len(raw) > MAX_LINE_BYTES:
+                    raise DataError(file, lineno, None,
+                                    f"line longer than {MAX_LINE_BYTES} bytes (one JSON record per line expected)")
                 try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(str(path), lineno, None, f"invalid JSON: {exc.msg} at column {exc.colno}")
-    except UnicodeDecodeError as exc:
-        raise DataError(str(path), None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataError(file, lineno, None,
+                                    f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of the line)") from None
+                if lineno == 1:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+                if not text.strip():
+                    continue
+                yield lineno, _parse_json(text, file, lineno)
+    except (OSError, EOFError, zlib.error) as exc:
+        reason = "truncated gzip stream" if isinstance(exc, EOFError) else (
+            f"cannot read ({getattr(exc, 'strerror', None) or exc})")
+        raise DataError(file, lineno + 1 if lineno else None, None, reason) from None
 
 
 def _iter_json(path: Path) -> Iterator[tuple[int, Any]]:
+    file = str(path)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(file, None, None, f"cannot read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
-        raise DataError(str(path), None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}") from None
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(file, line, None, f"not UTF-8 text ({exc.reason} at byte {exc.start + 1})") from None
+    data = _parse_json(text, file, None)
     if isinstance(data, dict) and "data" in data and isinstance(data["data"], list):
         data = data["data"]
     if not isinstance(data, list):
-        raise DataError(str(path), None, None, "a .json file must hold an array of records")
-    for i, rec in enumerate(data):
-        yield i, rec  # position in the array stands in for the line
+        raise DataError(file, None, None, "a .json file must hold an array of records")
+    yield from enumerate(data, 1)  # position in the array (1-based) stands in for the line
 
 
 def _iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
@@ -91,11 +135,19 @@ def _iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
 
     try:
         pf = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise DataError(str(path), None, None, f"not a readable parquet file ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a broken file
+        raise DataError(str(path), None, None, f"not a readable parquet file ({str(exc)[:200]})") from None
     row = 0
-    for batch in pf.iter_batches(batch_size=256):
-        for rec in batch.to_pylist():
+    batches = pf.iter_batches(batch_size=256)
+    while True:
+        try:
+            batch = next(batches, None)
+            rows = batch.to_pylist() if batch is not None else []
+        except Exception as exc:  # noqa: BLE001 - a corrupt page or column chunk: name where reading stopped
+            raise DataError(str(path), row + 1, None, f"unreadable parquet data ({str(exc)[:200]})") from None
+        if batch is None:
+            return
+        for rec in rows:
             row += 1
             yield row, rec
 
@@ -137,14 +189,18 @@ def iter_raw(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, A
         yield from ((text, n, r) for n, r in _iter_jsonl(path))
         return
     path = Path(text)
-    if path.is_dir():
+    try:
+        is_dir, exists = path.is_dir(), path.exists()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte in it
+        raise DataError(text[:200], None, None, f"not a usable path ({exc})") from None
+    if is_dir:
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES))
         if not files:
             raise DataError(text, None, None, f"folder holds no {', '.join(SUFFIXES)} files")
         for f in files:
             yield from ((str(f), n, r) for n, r in _iter_file(f))
         return
-    if path.exists():
+    if exists:
         yield from ((text, n, r) for n, r in _iter_file(path))
         return
     if "/" in text and not text.startswith((".", "/")) and not path.suffix:
@@ -165,7 +221,8 @@ def parse_record(raw: Any, cls: type[BaseModel], file: str, line: int, any_categ
         field, reason = _first_error(exc)
         raise DataError(file, line, field, reason) from None
     if not any_category and rec.category not in CATEGORIES:
-        raise DataError(file, line, "category", f"unknown category {rec.category!r} (known: {', '.join(CATEGORIES)})")
+        raise DataError(file, line, "category",
+                        f"unknown category {_short(rec.category)} (known: {', '.join(CATEGORIES)})")
     return rec
 
 
@@ -176,17 +233,37 @@ def iter_examples(
     split: str = "test",
     any_category: bool = False,
 ) -> Iterator[SourceItem]:
-    """Validated records in file order; duplicate ids are an error naming both places."""
+    """Validated records in file order; duplicate ids are an error naming both places.
+
+    A source with no records is an error ("no records"), and so is a `categories` filter that
+    keeps none of them (or, for the known categories, names one that does not exist): a run
+    over nothing must never look like a finished run.
+    """
     cls = _record_class(kind)
     wanted = {normalize_category(c) for c in categories} if categories else None
+    if wanted and not any_category:
+        unknown = sorted(c for c in wanted if c not in CATEGORIES)
+        if unknown:
+            raise DataError(str(src), None, "categories", f"unknown categor{'y' if len(unknown) == 1 else 'ies'} "
+                            f"{', '.join(map(_short, unknown))} (known: {', '.join(CATEGORIES)})")
     seen: dict[str, str] = {}
+    found: set[str] = set()
+    kept = 0
     for file, line, raw in iter_raw(src, split):
         rec = parse_record(raw, cls, file, line, any_category)
         if rec.id in seen:
-            raise DataError(file, line, "id", f"duplicate id {rec.id!r} (first at {seen[rec.id]})")
+            raise DataError(file, line, "id", f"duplicate id {_short(rec.id)} (first at {seen[rec.id]})")
         seen[rec.id] = f"{file}:{line}"
+        found.add(rec.category)
         if wanted is None or rec.category in wanted:
+            kept += 1
             yield rec
+    if not seen:
+        raise DataError(str(src), None, None, "no records (the source is empty)")
+    if not kept:
+        raise DataError(str(src), None, "categories",
+                        f"no records in {', '.join(sorted(map(_short, wanted or ())))} "
+                        f"(the data has: {', '.join(sorted(map(_short, found)))})")
 
 
 def load_examples(

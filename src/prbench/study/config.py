@@ -46,6 +46,7 @@ class ModelEntry(_Strict):
 class PlannerStage(_Strict):
     spec: str
     top_k: int = 10
+    limit: int | None = None  # plan the first N items; `planner`-condition runs then cover those N
     options: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -52,11 +52,18 @@ def is_pairwise(entry: ModelEntry) -> bool:
 
 
 # -- eval -----------------------------------------------------------------------------------
+def eval_limit(ctx: StudyContext, entry: ModelEntry, condition: str) -> int | None:
+    """The model's limit; under `planner`, never more items than the planner planned."""
+    limits = [x for x in (entry.limit or ctx.cfg.limit,
+                          ctx.cfg.planner.limit if condition == "planner" and ctx.cfg.planner else None) if x]
+    return min(limits) if limits else None
+
+
 def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
     out = []
     for entry in ctx.cfg.models:
-        n = _item_count(ctx.data, entry.limit or ctx.cfg.limit)
         for cond in model_conditions(ctx, entry):
+            n = _item_count(ctx.data, eval_limit(ctx, entry, cond))
             per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
             tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if is_pairwise(entry) else 0))
             calls = 0 if entry.spec.startswith("baseline:") else n * per_item
@@ -72,7 +79,7 @@ def run_eval(ctx: StudyContext) -> None:
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
             res = evaluate(
-                entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=entry.limit or ctx.cfg.limit,
+                entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond),
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
                 batch_size=ctx.cfg.batch_size, model_options=entry.options,
@@ -100,7 +107,7 @@ def _downstream_dir(ctx: StudyContext, *parts: str) -> str:
 
 # -- plan -----------------------------------------------------------------------------------
 def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
-    n = _item_count(ctx.data, ctx.cfg.limit)
+    n = _item_count(ctx.data, ctx.cfg.planner.limit or ctx.cfg.limit)
     return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120))]
 
 
@@ -109,7 +116,8 @@ def run_plan(ctx: StudyContext) -> None:
     from prbench.planner import plan
 
     p = ctx.cfg.planner
-    res = plan(p.spec, ctx.data, planner_file(ctx), top_k=p.top_k, retriever=ctx.cfg.retriever, limit=ctx.cfg.limit,
+    res = plan(p.spec, ctx.data, planner_file(ctx), top_k=p.top_k, retriever=ctx.cfg.retriever,
+               limit=p.limit or ctx.cfg.limit,
                seed=ctx.cfg.seed, categories=ctx.cfg.categories, planner_options=p.options)
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
