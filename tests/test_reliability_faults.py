@@ -150,9 +150,6 @@ class OddLetters(Verdicts):
     FAULTS: ClassVar[dict[str, Any]] = {"ex-001": Verdict("a"), "ex-002": Verdict("C"), "ex-003": Verdict("")}  # type: ignore[dict-item]
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate.py::_side maps any winner other than None/'tie' to a side: "
-                   "'a', 'C' or '' silently count as 'rejected'. Fix (evaluate.py, _side): "
-                   "`if verdict.winner not in ('A', 'B', 'tie') or verdict.error: return None`.")
 def test_out_of_vocabulary_verdicts_are_invalid_not_a_side(tmp_path: Path) -> None:
     res = evaluate(OddLetters(), data_file(tmp_path), "none", n_boot=20)
     assert res.summary["metrics"]["n_invalid"] == 3
@@ -165,11 +162,6 @@ class ShortRM(PointwiseRM):
         return [Score(1.0) for _ in batch][:-1]  # a plug-in bug: one score missing
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate.py::score_cached (and _pairwise_records) trust the RM to "
-                   "return one result per input; a short list ends in a KeyError/IndexError. Fix: after "
-                   "`rm.score(...)`/`rm.compare(...)`, raise PrbenchError(f'{rm.spec}: returned {len(fresh)} "
-                   "results for {len(todo)} inputs') when the lengths differ (and when an item is not a "
-                   "Score/Verdict).")
 def test_rm_returning_the_wrong_number_of_scores_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(PrbenchError, match="test:short"):
         evaluate(ShortRM(), data_file(tmp_path), "none", n_boot=20)

@@ -28,7 +28,7 @@ from prbench.data import iter_examples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, RewardModel, Score, Verdict, load_rm
-from prbench.runs import RunDir, read_json, slug
+from prbench.runs import RunDir, read_json, refuse_secrets, slug
 from prbench.schema import Example
 
 
@@ -83,8 +83,18 @@ def _versions() -> dict[str, str | None]:
 
 
 def _round(v: float) -> float:
-    # 7 significant digits: stable bytes across batch sizes (kernel noise is ~1e-7 relative).
+    # 7 significant digits: runs with the same batch size give the same bytes; across batch sizes
+    # float32 kernel noise can move the last digit, so scores there agree within 1e-5 only.
     return float(f"{v:.7g}")
+
+
+def _check_results(rm: RewardModel, results: Sequence[Any], n: int, kind: type) -> None:
+    """A plug-in RM must return one `kind` per input, in order: fail clearly here, not with a KeyError later."""
+    if len(results) != n:
+        raise PrbenchError(f"{rm.spec}: returned {len(results)} results for {n} inputs")
+    bad = next((r for r in results if not isinstance(r, kind)), None)
+    if bad is not None:
+        raise PrbenchError(f"{rm.spec}: returned a {type(bad).__name__}, not a {kind.__name__}")
 
 
 # -- pointwise ------------------------------------------------------------------------------
@@ -93,7 +103,8 @@ def score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cach
     keys = [content_key("score", fp, v.key(), r) for v, r in items]
     hits = cache.get_many(keys)
     todo = [i for i, k in enumerate(keys) if k not in hits]
-    fresh = rm.score([items[i] for i in todo]) if todo else []
+    fresh = list(rm.score([items[i] for i in todo])) if todo else []
+    _check_results(rm, fresh, len(todo), Score)
     out: list[Score | None] = [None] * len(items)
     store = {}
     for i, s in zip(todo, fresh):
@@ -130,8 +141,8 @@ def _pointwise_records(rm: PointwiseRM, exs: Sequence[Example], views: Sequence[
 # -- pairwise -------------------------------------------------------------------------------
 def _side(verdict: Verdict, chosen_pos: str) -> str | None:
     """Map a positional verdict to 'chosen' / 'rejected' / 'tie' (None = invalid)."""
-    if verdict.winner is None or verdict.error:
-        return None
+    if verdict.winner not in ("A", "B", "tie") or verdict.error:
+        return None  # also 'a', 'C', '': never silently a side
     if verdict.winner == "tie":
         return "tie"
     return "chosen" if verdict.winner == chosen_pos else "rejected"
@@ -152,7 +163,8 @@ def _pairwise_records(
         for pos in orders:
             a, b = (ex.chosen, ex.rejected) if pos == "A" else (ex.rejected, ex.chosen)
             queries.append(PairQuery(v, a, b, seed=example_seed(seed, ex.id, f"judge-{pos}")))
-    verdicts = rm.compare(queries)
+    verdicts = list(rm.compare(queries))
+    _check_results(rm, verdicts, len(queries), Verdict)
     recs, k = [], 0
     for ex, v, orders in zip(exs, views, plan):
         vs = verdicts[k : k + len(orders)]
@@ -298,6 +310,7 @@ def evaluate(
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
     t0 = time.time()
     options = dict(model_options or {})
+    refuse_secrets(options)
     spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
     data_name = data if isinstance(data, str) else "<in-memory>"
     def stream() -> Iterator[Example]:

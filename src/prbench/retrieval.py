@@ -57,12 +57,12 @@ class BM25Retriever(Retriever):
         import bm25s
 
         corpus = bm25s.tokenize(list(texts), stopwords="en", show_progress=False)
-        index = bm25s.BM25()
-        index.index(corpus, show_progress=False)
         vocab = corpus.vocab
         query = [t for t in _TOKEN.findall(question.lower()) if t in vocab]
-        if not query:
+        if not query:  # also when no post has an indexable word (an empty vocabulary cannot be indexed)
             return np.zeros(len(texts))
+        index = bm25s.BM25()
+        index.index(corpus, show_progress=False)
         return np.asarray(index.get_scores(query))
 
 

@@ -20,6 +20,22 @@ from prbench.cache import content_key
 from prbench.errors import PrbenchError
 
 
+_SECRET_NAME = re.compile(r"(api_?key|secret|password|passwd|^((hf|hub|api|access|auth|openai)_?)?token)$",
+                          re.IGNORECASE)  # not pad_token / eos_token: those name special tokens
+_SECRET_VALUE = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+                           r"|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|Bearer\s+\S{8,}")
+
+
+def refuse_secrets(options: dict[str, Any], what: str = "model_options") -> None:
+    """Raise when options hold a secret (a key-like name or value): run folders must never store one."""
+    for name, value in options.items():
+        if isinstance(value, dict):
+            refuse_secrets(value, f"{what}.{name}")
+        elif _SECRET_NAME.search(str(name)) or (isinstance(value, str) and _SECRET_VALUE.search(value)):
+            raise PrbenchError(f"{what}: {name!r} looks like a secret; pass secrets through the environment: "
+                               "api_key_env=NAME (the name of the variable that holds it)")
+
+
 def slug(text: str, max_len: int = 60) -> str:
     """A file-name-safe, readable rendering of a spec plus a short hash against collisions."""
     clean = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:max_len]

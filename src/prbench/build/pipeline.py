@@ -29,7 +29,7 @@ from prbench.data import load_examples
 from prbench.engines.base import Engine, GenParams, load_engine
 from prbench.prompts import load_prompt
 from prbench.retrieval import load_retriever
-from prbench.runs import RunDir, write_json_atomic
+from prbench.runs import RunDir, refuse_secrets, write_json_atomic
 from prbench.schema import Example, SourceItem
 
 PROMPTS = ("build_chosen", "build_rejected", "build_validate")
@@ -63,6 +63,10 @@ class BuildConfig:
     validator_options: dict[str, Any] = field(default_factory=dict)
     license: str = "apache-2.0"
     batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        refuse_secrets(self.generator_options, "generator_options")  # they are written to the build folder
+        refuse_secrets(self.validator_options, "validator_options")
 
     @property
     def rule(self) -> FilterRule:

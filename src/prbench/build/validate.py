@@ -73,7 +73,7 @@ def _json_objects(text: str):
     for m in re.finditer(r"\{", text):
         try:
             obj, _ = dec.raw_decode(text, m.start())
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, huge integers, deep nesting
             continue
         if isinstance(obj, dict):
             yield obj

@@ -38,7 +38,7 @@ def progress(quiet: bool = False) -> Iterator[Progress]:
     """A rich progress display that is silent under --quiet or when not a terminal."""
     p = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=console, disable=quiet,
+        console=console, disable=quiet or not console.is_terminal,
     )
     with p:
         yield p

@@ -106,6 +106,12 @@ def _as_grade(value: Any) -> int | None:
     return None
 
 
+def _index(key: Any) -> int | None:
+    """A 1-based aspect number written as up to six ASCII digits, else None (no '\u00b2', no 5000-digit runs)."""
+    text = str(key).strip()
+    return int(text) if re.fullmatch(r"[0-9]{1,6}", text) else None
+
+
 def _json_candidates(text: str) -> list[Any]:
     blobs = [m.group(1) for m in _FENCE.finditer(text)]
     for open_c, close_c in (("{", "}"), ("[", "]")):
@@ -116,7 +122,7 @@ def _json_candidates(text: str) -> list[Any]:
     for blob in blobs:
         try:
             out.append(json.loads(blob))
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):  # JSONDecodeError, huge integers, deep nesting
             continue
     return out
 
@@ -127,11 +133,11 @@ def _from_json(obj: Any, n: int) -> list[int | None] | None:
         for key in ("grades", "scores", "aspects", "results"):
             if key in obj:
                 return _from_json(obj[key], n)
-        keyed = {k: v for k, v in obj.items() if str(k).strip().isdigit()}
+        keyed = {_index(k): v for k, v in obj.items() if _index(k) is not None}
         if keyed:
             out: list[int | None] = [None] * n
             for k, v in keyed.items():
-                i = int(str(k).strip()) - 1
+                i = k - 1
                 if 0 <= i < n:
                     out[i] = _as_grade(v.get("score") if isinstance(v, dict) else v)
             return out
@@ -146,8 +152,9 @@ def _from_json(obj: Any, n: int) -> list[int | None] | None:
             if not isinstance(entry, dict):
                 return None
             idx = entry.get("aspect", entry.get("id", entry.get("index", pos + 1)))
-            idx = idx if isinstance(idx, int) and not isinstance(idx, bool) else (
-                int(idx) if isinstance(idx, str) and idx.strip().isdigit() else pos + 1)
+            if isinstance(idx, bool) or not isinstance(idx, int):
+                parsed = _index(idx) if isinstance(idx, str) else None
+                idx = pos + 1 if parsed is None else parsed
             i = idx - 1
             if not 0 <= i < n:
                 continue
@@ -167,7 +174,10 @@ def _from_lines(text: str, n: int) -> list[int | None]:
         m = _LINE.match(line)
         if not m:
             continue
-        i, rest = int(m.group(1)) - 1, m.group(2)
+        idx, rest = _index(m.group(1)), m.group(2)
+        if idx is None:
+            continue
+        i = idx - 1
         if not 0 <= i < n:
             continue
         word = _SCORE_WORD.search(rest) or _OUT_OF.search(rest)

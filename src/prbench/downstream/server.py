@@ -247,7 +247,7 @@ def create_app(
             return body
         try:
             payload = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also huge integers, deep nesting
             return reject(400, f"body is not valid UTF-8 JSON ({exc})")
         if isinstance(payload, dict) and isinstance(payload.get("items"), list) and len(payload["items"]) > max_batch:
             return reject(413, f"batch of {len(payload['items'])} items is over the limit of {max_batch}")

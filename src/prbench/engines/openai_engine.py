@@ -246,6 +246,11 @@ class OpenAIEngine(Engine):
                 del key
             return self._client
 
+    def _redact(self, message: str) -> str:
+        """The message with the API key (as servers and proxies may echo it) replaced by '***'."""
+        key = os.environ.get(self.api_key_env)
+        return message.replace(key, "***") if key and len(key) >= 8 else message
+
     def _get_tokenizer(self) -> Any:
         if self._tokenizer is None and self.tokenizer_id:
             transformers = require("transformers", "hf")
@@ -284,7 +289,7 @@ class OpenAIEngine(Engine):
                     raise _Retryable(f"connection error: {type(exc.__cause__ or exc).__name__}") from None
                 except openai.APIStatusError as exc:
                     status = exc.status_code
-                    message = f"HTTP {status}: {_error_message(exc)}"
+                    message = self._redact(f"HTTP {status}: {_error_message(exc)}")
                     if status in RETRY_STATUS or status >= 500:
                         raise _Retryable(
                             message, parse_retry_after(exc.response.headers.get("retry-after"))
@@ -299,7 +304,7 @@ class OpenAIEngine(Engine):
                     if not isinstance(data, dict) or not data.get("choices"):
                         raise ValueError("no choices")
                 except ValueError as exc:
-                    raise _Retryable(f"malformed response body: {str(exc)[:80]}") from None
+                    raise _Retryable(self._redact(f"malformed response body: {str(exc)[:80]}")) from None
                 return data
             except _Retryable as exc:
                 if attempt >= self.max_retries:
@@ -331,13 +336,14 @@ class OpenAIEngine(Engine):
             try:
                 value = work(todo[k][0])
             except RequestFailed as exc:
-                return k, None, str(exc)
+                return k, None, self._redact(str(exc))
             except Exception as exc:  # noqa: BLE001 - a bug or odd reply must not sink the batch
-                return k, None, f"{type(exc).__name__}: {exc}"
+                return k, None, self._redact(f"{type(exc).__name__}: {exc}")
             self.cache.put(k, value)
             return k, value, None
 
         if todo:
+            self._get_client()  # a missing key is one clear PrbenchError, not a failure per request
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
                 for k, value, err in pool.map(one, list(todo)):
                     for i in todo[k]:

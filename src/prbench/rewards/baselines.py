@@ -69,10 +69,13 @@ class LexicalRM(PointwiseRM):
         for view, resp in batch:
             units = context_units(view)
             corpus = bm25s.tokenize(units, stopwords="en", show_progress=False)
+            query = [t for t in _TOKEN.findall(resp.lower()) if t in corpus.vocab]
+            if not query:  # no shared word, or no indexable word at all (empty vocabulary)
+                out.append(Score(0.0))
+                continue
             index = bm25s.BM25()
             index.index(corpus, show_progress=False)
-            query = [t for t in _TOKEN.findall(resp.lower()) if t in corpus.vocab]
-            out.append(Score(float(np.sum(index.get_scores(query))) if query else 0.0))
+            out.append(Score(float(np.sum(index.get_scores(query)))))
         return out
 
 
