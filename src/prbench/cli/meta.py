@@ -1,0 +1,98 @@
+"""`prbench meta` (rank agreement of benchmark and downstream) and `prbench report` (one HTML file).
+
+Plain functions plus `register(app)`, so the main app decides where they live.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from prbench.cli.options import (DownstreamPaths, Json, MetaSummary, NBoot, NdcgK, NPerm, Out, PublishedFile, Quiet,
+                                 RboP, ReportTitle, RunsRoots, Seed, split_csv)
+from prbench.cli.output import emit_json, table
+
+
+def meta(
+    runs: RunsRoots,
+    downstream: DownstreamPaths,
+    out: Out = Path("meta"),
+    summary: MetaSummary = "mean",
+    seed: Seed = 0,
+    n_boot: NBoot = 1000,
+    n_perm: NPerm = 1000,
+    rbo_p: RboP = 0.9,
+    ndcg_k: NdcgK = None,
+    condition: Annotated[Optional[str], typer.Option("--condition", "-c", help="Only benchmarks of these conditions (comma-separated).")] = None,
+    match_condition: Annotated[bool, typer.Option(help="Pair a benchmark condition only with downstream runs of the same condition.")] = False,
+    pairing: Annotated[str, typer.Option(help="auto (joint when both sides share items), joint or independent.")] = "auto",
+    bon_curve: Annotated[str, typer.Option(help="BoN value: expected (exact, no draw noise) or first_k (the paper's draw).")] = "expected",
+    bon_k: Annotated[str, typer.Option(help="BoN rows: all (every k) or max (largest k only, faster).")] = "all",
+    quiet: Quiet = False,
+    json_out: Json = False,
+) -> None:
+    """Rank agreement (NDCG, weighted tau, Spearman, RBO, Kendall, Pearson) between benchmark and downstream."""
+    from prbench.meta import PAPER_COLUMNS, fmt_ci, main_rows, meta_evaluate, write_meta
+
+    res = meta_evaluate(runs, downstream, summary=summary, seed=seed, n_boot=n_boot, n_perm=n_perm, p=rbo_p, k=ndcg_k,
+                        conditions=split_csv(condition), match_condition=match_condition, pairing=pairing,
+                        bon_curve=bon_curve, bon_k=bon_k)
+    paths = write_meta(res, out)
+    if json_out:
+        emit_json({**res, "files": {k: str(v) for k, v in paths.items()}})
+        return
+    if quiet:
+        return
+    rows = [(r["benchmark"]["label"], r["setting"]["label"], r["n_rms"],
+             *([fmt_ci(r["metrics"][name]) for name, _ in PAPER_COLUMNS] if r["metrics"] else
+               [r["note"] or "-"] + [""] * (len(PAPER_COLUMNS) - 1))) for r in main_rows(res)]
+    table(f"rank agreement over RMs, value [95% CI] (benchmark summary: {summary})",
+          ["benchmark", "setting", "RMs", *[label for _, label in PAPER_COLUMNS]], rows)
+    for note in res["notes"]:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {paths['json']}, {paths['csv']} and {paths['md']}")
+
+
+def report(
+    runs_dir: Annotated[Path, typer.Argument(help="Runs folder (eval runs, downstream results, build report).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")] = Path("report.html"),
+    title: ReportTitle = "prbench report",
+    published: PublishedFile = None,
+    seed: Seed = 0,
+    n_boot: NBoot = 1000,
+    n_perm: NPerm = 1000,
+    meta_json: Annotated[Optional[Path], typer.Option("--meta", help="Use this meta.json (from `prbench meta`) instead of recomputing.")] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Write one self-contained HTML report (tables, plots, meta-evaluation, provenance)."""
+    import json
+
+    from prbench.errors import PrbenchError
+    from prbench.report import build_report
+
+    pub = None
+    if published is not None:
+        try:
+            pub = json.loads(published.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PrbenchError(f"{published}: cannot read published numbers ({exc})") from None
+    meta_res = None
+    if meta_json is not None:
+        try:
+            meta_res = json.loads(meta_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise PrbenchError(f"{meta_json}: cannot read meta-evaluation ({exc})") from None
+        if not isinstance(meta_res, dict) or "rows" not in meta_res or "parameters" not in meta_res:
+            raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
+    path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
+                        meta=meta_res)
+    if not quiet:
+        typer.echo(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `meta` and `report` to `app`."""
+    app.command(name="meta")(meta)
+    app.command(name="report")(report)
