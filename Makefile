@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(VENV)/bin/prbench demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
