@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_meta import credits_with_mean, values_with_mean, write_ds, write_eval_run, write_pa_run
 
 from prbench.report import SECTIONS, build_report
 from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORIES
-from test_meta import credits_with_mean, values_with_mean, write_ds, write_eval_run, write_pa_run
 
 SECTION_IDS = ["leaderboard", "conditions", "diagnostics", "build", "bon", "rl-rgd", "meta", "published", "provenance"]
 EVIL = "<script>alert(1)</script>"

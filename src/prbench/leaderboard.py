@@ -49,7 +49,7 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for path in find_runs(root):
         s = read_json(path / "summary.json")
-        if "metrics" not in s or "condition" not in s:
+        if not {"metrics", "condition", "model", "data"} <= s.keys() or "kind" not in s:
             continue  # not an eval run (e.g. a build or downstream folder)
         m = s["metrics"]
         row = rows.setdefault((s["data"], s["model"]), {"data": s["data"], "model": s["model"], "cells": {}})

@@ -444,7 +444,7 @@ def _masks(side: _Side) -> list[np.ndarray]:
 def _agreement(bench: _Side, down: _Side, summary: str, rms: Sequence[str], joint: bool,
                opts: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
     """Values, item-bootstrap CIs and permutation p-values of every rank metric for one summary."""
-    common = dict(ids=list(rms), seed=opts["seed"], p=opts["p"], k=opts["k"])
+    common = {"ids": list(rms), "seed": opts["seed"], "p": opts["p"], "k": opts["k"]}
     if summary == "worst_category":
         boot = _worst_category_bootstrap(bench.matrix, _masks(bench), down.matrix, n_boot=opts["n_boot"],
                                          joint=joint, ci=opts["ci"], **common)
@@ -500,7 +500,8 @@ def _row(group_key: tuple[str, str], runs: Mapping[str, EvalRun], setting: Setti
     sides = {s: _bench_side(runs, rms, s) for s in SUMMARIES}
     primary = sides[opts["summary"]]
     if primary is None:
-        row["note"] = f"benchmark summary {opts['summary']!r} is not available for every RM (margins need pointwise RMs)"
+        row["note"] = (f"benchmark summary {opts['summary']!r} is not available for every RM (an RM without valid "
+                       "per-item records, no item valid for all RMs, or margins asked of a pairwise judge)")
         return row
     joint, shared = _pairing(primary, down, opts["pairing"], opts["joint_min_share"])
     if opts["pairing"] == "joint" and not shared:
@@ -728,9 +729,10 @@ def meta_markdown(result: Mapping[str, Any]) -> str:
     """The paper-shaped table (value [95% CI]), per-k BoN, paper B's number, summary comparison, notes."""
     prm = result["parameters"]
     out = [f"# Meta-evaluation (benchmark summary: {prm['summary']})", "",
-           f"Rank agreement over RMs between benchmark and downstream scores. Cells: value [{int(prm['ci'] * 100)}% CI], "
-           f"item bootstrap with {prm['n_boot']} resamples (joint when both sides share items, else independent); "
-           f"RBO p={prm['p']}, NDCG {'@' + str(prm['k']) if prm['k'] else 'over all RMs'}, seed {prm['seed']}.", ""]
+           (f"Rank agreement over RMs between benchmark and downstream scores. Cells: value [{int(prm['ci'] * 100)}% "
+            f"CI], item bootstrap with {prm['n_boot']} resamples (joint when both sides share items, else "
+            f"independent); RBO p={prm['p']}, NDCG {'@' + str(prm['k']) if prm['k'] else 'over all RMs'}, "
+            f"seed {prm['seed']}."), ""]
     rows = main_rows(result)
     out += _md_table(rows) if rows else ["(no benchmark x downstream pairs)"]
     bon_k = [r for r in result["rows"] if r["setting"]["setting"] == "bon" and not r["setting"]["max_k"]]

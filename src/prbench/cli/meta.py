@@ -10,8 +10,22 @@ from typing import Annotated, Optional
 
 import typer
 
-from prbench.cli.options import (DownstreamPaths, Json, MetaSummary, NBoot, NdcgK, NPerm, Out, PublishedFile, Quiet,
-                                 RboP, ReportTitle, RunsRoots, Seed, split_csv)
+from prbench.cli.options import (
+    DownstreamPaths,
+    Json,
+    MetaSummary,
+    NBoot,
+    NdcgK,
+    NPerm,
+    Out,
+    PublishedFile,
+    Quiet,
+    RboP,
+    ReportTitle,
+    RunsRoots,
+    Seed,
+    split_csv,
+)
 from prbench.cli.output import emit_json, table
 
 

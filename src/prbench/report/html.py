@@ -28,8 +28,14 @@ from prbench.cache import content_key
 from prbench.conditions import CONDITIONS
 from prbench.downstream.results import DownstreamResult, find_downstream, read_downstream
 from prbench.errors import PrbenchError
-from prbench.meta import (PAPER_COLUMNS, EvalRun, is_policy_accuracy_summary, load_eval_runs, main_rows,
-                          meta_evaluate)
+from prbench.meta import (
+    PAPER_COLUMNS,
+    EvalRun,
+    is_policy_accuracy_summary,
+    load_eval_runs,
+    main_rows,
+    meta_evaluate,
+)
 from prbench.report import plots
 from prbench.runs import read_json
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
@@ -531,13 +537,16 @@ def bon_section(d: ReportData) -> str:
         return section("bon", "Best-of-N", explain,
                        empty("No Best-of-N results (downstream.json with setting 'bon') under this folder."))
     body = []
+    names = sorted({r.rm for ms in groups.values() for _, r in ms})
+    palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
     for (cond, grader, _, ks), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         members = sorted(members, key=lambda fr: -fr[1].expected[-1])
         ref = max(members, key=lambda fr: fr[1].n_items)[1]
         oracle, rand = ref.extra.get("oracle"), ref.extra.get("random")
         curves = {r.rm: (r.expected, r.ci_low, r.ci_high) for _, r in members}
         body.append(f"<h3>RM condition: {esc(cond or '–')} · grader: {esc(grader)}</h3>")
-        body.append(figure(plots.bon_curves(list(ks), curves, oracle=oracle, random=rand, ylabel=ref.scale),
+        body.append(figure(plots.bon_curves(list(ks), curves, oracle=oracle, random=rand, ylabel=ref.scale,
+                                            colors=palette),
                            "Best-of-N curves", f"{ref.scale}; mean over items with 95% CI band"))
         head = ["RM", Cell("items", "num"), *[Cell(f"k={k}", "num") for k in ks], Cell(f"first-k draw, k={ks[-1]}", "num")]
         rows, classes = [], []
@@ -569,22 +578,32 @@ def rl_rgd_section(d: ReportData) -> str:
         if not res:
             body.append(empty(f"No {setting.upper()} results (downstream.json with setting '{setting}')."))
             continue
-        head = ["RM", "condition", "policy", *([Cell("w", "num"), Cell("k", "num", "candidate tokens per step")]
+        head = ["RM", "condition", "policy", *([Cell("w / k", "num", "reward weight / candidate tokens per step")]
                                                if setting == "rgd" else []), "metric / grader",
-                Cell("score", "num"), Cell("items", "num"), "scale"]
+                Cell("score", "num"), Cell("items", "num")]
+        if setting == "rgd":
+            head += [Cell("tokens changed", "num", "share of decision points where guidance changed the policy's "
+                                                   "greedy token"),
+                     Cell("ROUGE-1", "num", "against the user's own answer, when items carry one")]
         rows, classes = [], []
         for f, r in sorted(res, key=lambda fr: -fr[1].expected[-1]):
             metric = r.extra.get("metric")
             rows.append([model_cell(r.rm, r.rm.startswith("baseline:")), text(r.extra.get("condition", "–")),
-                         text(r.extra.get("policy", "–")),
-                         *([numc(fnum(r.extra.get("w"), 2)), numc(fnum(r.extra.get("candidates_k")))]
+                         text(r.extra.get("policy", "–"), "nowrap"),
+                         *([numc(f'{fnum(r.extra.get("w"), 2)} / {fnum(r.extra.get("candidates_k"))}')]
                            if setting == "rgd" else []),
                          text(f"{metric}: {r.grader}" if metric else r.grader),
                          numc(f"{r.expected[-1]:.3f}" + (f'<span class="ci">[{fnum(r.ci_low[-1])}, {fnum(r.ci_high[-1])}]'
                                                          "</span>" if r.ci_low[-1] is not None else "")),
-                         numc(fnum(r.n_items)), text(r.scale)])
+                         numc(fnum(r.n_items))])
+            if setting == "rgd":
+                run_summary = _run_summary(f)
+                rouge = (((run_summary.get("gold") or {}).get("metrics") or {}).get("rouge1") or {}).get("mean")
+                rows[-1] += [numc(pct(run_summary.get("changed_share"))), numc(fnum(rouge))]
             classes.append("baseline" if r.rm.startswith("baseline:") else "")
-        body.append(table(head, rows, row_classes=classes))
+        scales = sorted({r.scale for _, r in res})
+        body.append(table(head, rows, row_classes=classes, caption="score: " + "; ".join(scales)
+                          + " (mean over items, 95% bootstrap CI)"))
     body.append("<h3>Policy accuracy</h3>")
     if not d.policy_accuracy:
         body.append(empty("No policy-accuracy runs (`prbench policy-accuracy`) under this folder."))
@@ -642,6 +661,16 @@ def rl_rgd_section(d: ReportData) -> str:
     return section("rl-rgd", "RL, RGD and policy accuracy", explain, "".join(body))
 
 
+def _run_summary(downstream_file: Path) -> dict[str, Any]:
+    """The summary.json beside a downstream.json (RGD writes both in its run folder); {} if absent."""
+    path = downstream_file.parent / "summary.json"
+    try:
+        obj = read_json(path) if path.exists() else {}
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
 def _p_span(p: float | None) -> str:
     return "" if p is None else f'<span class="p">p = {p:.3f}</span>'
 
@@ -676,14 +705,17 @@ def meta_section(d: ReportData, meta: Mapping[str, Any] | None, meta_error: str 
                   if m["ci_low"] is not None else "")
             cells.append(numc(("–" if m["value"] is None else f'{m["value"]:.3f}') + ci + _p_span(m["p_value"])))
         body_rows.append([text(r["benchmark"]["label"], "nowrap"), text(r["setting"]["label"]), numc(fnum(r["n_rms"])),
-                          *cells, Cell(esc(r.get("resampling")) + f'<span class="ci">{r.get("n_items_benchmark")} / '
-                                       f'{r.get("n_items_downstream")} items</span>', "nowrap")])
-    body = [f'<p class="explain">Benchmark summary: <b>{esc(prm["summary"])}</b>; {prm["n_boot"]} bootstrap resamples, '
-            f'{prm["n_perm"]} permutations, RBO p = {prm["p"]}, NDCG over '
-            f'{"top " + str(prm["k"]) if prm["k"] else "all RMs"}, seed {prm["seed"]}. Best-of-N shown at its largest '
-            "k (<code>prbench meta</code> gives every k). Small grey numbers: CI, then p-value.</p>",
-            table(head, body_rows)]
+                          *cells, Cell(esc(r.get("resampling")) + (f'<span class="ci">{r.get("n_items_benchmark")} / '
+                                                                    f'{r.get("n_items_downstream")} items</span>'),
+                                       "nowrap")])
+    intro = (f'<p class="explain">Benchmark summary: <b>{esc(prm["summary"])}</b>; {prm["n_boot"]} bootstrap '
+             f'resamples, {prm["n_perm"]} permutations, RBO p = {prm["p"]}, NDCG over '
+             f'{"top " + str(prm["k"]) if prm["k"] else "all RMs"}, seed {prm["seed"]}. Best-of-N shown at its '
+             "largest k (<code>prbench meta</code> gives every k). Small grey numbers: CI, then p-value.</p>")
+    body = [intro, table(head, body_rows)]
     # scatter plots: one figure per downstream setting, one panel per benchmark
+    names = sorted({rm for r in rows for rm in r["rms"]})
+    palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
     by_setting: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         if r["metrics"] is not None:
@@ -698,7 +730,8 @@ def meta_section(d: ReportData, meta: Mapping[str, Any] | None, meta_error: str 
             panels.append({"title": r["benchmark"]["label"], "points": pts,
                            "subtitle": f"rho={fnum(sp, 2)}  tau={fnum(kt, 2)}"})
         xlabel = "benchmark accuracy (%)" if prm["summary"] != "mean_margin" else "mean margin"
-        body.append(figure(plots.scatter_panels(panels, xlabel=xlabel, ylabel="downstream score", title=label),
+        body.append(figure(plots.scatter_panels(panels, xlabel=xlabel, ylabel="downstream score", title=label,
+                                                colors=palette),
                            f"benchmark vs downstream: {label}",
                            f"One point per RM: benchmark {prm['summary']} (x) vs {label} (y)."))
     if meta.get("paper_b"):

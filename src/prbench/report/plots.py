@@ -90,8 +90,9 @@ def grouped_bars(
                yerr=[err_lo, err_hi], capsize=2, error_kw={"elinewidth": 0.9, "ecolor": "#333"})
     if chance is not None:
         ax.axhline(chance, color="#999", linestyle="--", linewidth=0.9)
-        ax.annotate("chance", (len(models) - 0.5, chance), xytext=(2, 2), textcoords="offset points",
-                    fontsize=7, color="#777", ha="right")
+        ax.annotate("chance", (-0.5, chance), xytext=(2, 2), textcoords="offset points", fontsize=7,
+                    color="#777", ha="left", va="bottom")
+    ax.set_xlim(-0.6, len(models) - 0.4)
     ax.set_xticks(x)
     ax.set_xticklabels([short_name(m) for m in models], rotation=20 if len(models) > 4 else 0, ha="right"
                        if len(models) > 4 else "center")
@@ -109,8 +110,12 @@ def bon_curves(
     random: Sequence[float] | None = None,
     ylabel: str = "rubric grade (0-2)",
     title: str = "",
+    colors: Mapping[str, str] | None = None,
 ) -> bytes | None:
-    """Best-of-N curves (value vs k, log2 axis) with CI bands per RM, plus oracle and random references."""
+    """Best-of-N curves (value vs k, log2 axis) with CI bands per RM, plus oracle and random references.
+
+    `colors` fixes each RM's colour so the same RM looks the same in every chart.
+    """
     if not available() or not curves:
         return None
     plt = _plt()
@@ -118,7 +123,7 @@ def bon_curves(
 
     fig, ax = plt.subplots(figsize=(6.6, 3.6))
     for j, (name, (mean, lo, hi)) in enumerate(curves.items()):
-        color = PALETTE[j % len(PALETTE)]
+        color = (colors or {}).get(name, PALETTE[j % len(PALETTE)])
         kk = list(ks)[: len(mean)]
         ax.plot(kk, mean, marker="o", markersize=3, linewidth=1.4, color=color, label=short_name(name))
         if all(v is not None for v in lo) and all(v is not None for v in hi):
@@ -145,6 +150,7 @@ def scatter_panels(
     ylabel: str,
     title: str = "",
     max_cols: int = 4,
+    colors: Mapping[str, str] | None = None,
 ) -> bytes | None:
     """Small multiples: per panel, one point per RM (benchmark score vs downstream score), labelled.
 
@@ -159,14 +165,14 @@ def scatter_panels(
     rows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols + 0.4, 2.8 * rows + 0.3), squeeze=False)
     names = sorted({rm for p in panels for rm in p["points"]})
-    color = {rm: PALETTE[i % len(PALETTE)] for i, rm in enumerate(names)}
+    color = {rm: (colors or {}).get(rm, PALETTE[i % len(PALETTE)]) for i, rm in enumerate(names)}
     for idx, panel in enumerate(panels):
         ax = axes[idx // cols][idx % cols]
-        for rm, (x, y) in panel["points"].items():
-            if x is None or y is None:
-                continue
+        pts = [(rm, x, y) for rm, (x, y) in panel["points"].items() if x is not None and y is not None]
+        for rm, x, y in pts:
             ax.scatter([x], [y], s=22, color=color[rm], zorder=3)
-            ax.annotate(short_name(rm, 18), (x, y), xytext=(3, 3), textcoords="offset points", fontsize=6.5,
+        for rm, x, y, dy in _label_offsets(pts):
+            ax.annotate(short_name(rm, 18), (x, y), xytext=(4, 3 - dy), textcoords="offset points", fontsize=6.5,
                         color="#333")
         ax.set_title(panel["title"], loc="left", fontsize=9)
         if panel.get("subtitle"):
@@ -182,6 +188,26 @@ def scatter_panels(
         fig.suptitle(title, x=0.01, ha="left", fontsize=10)
     fig.tight_layout()
     return _png(fig)
+
+
+def _label_offsets(pts: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float, float]]:
+    """Downward offsets (points) so labels of nearby points stack instead of printing over each other."""
+    if not pts:
+        return []
+    xs = [p[1] for p in pts]
+    ys = [p[2] for p in pts]
+    xr = (max(xs) - min(xs)) or 1.0
+    yr = (max(ys) - min(ys)) or 1.0
+    placed: list[tuple[float, float, float]] = []  # normalised x, y and the offset used
+    out = []
+    for rm, x, y in sorted(pts, key=lambda p: (-p[2], p[1], p[0])):
+        nx, ny = (x - min(xs)) / xr, (y - min(ys)) / yr
+        dy = 0.0
+        while any(abs(nx - px) < 0.3 and abs((ny - py) * 60 - (dy - pd)) < 8 for px, py, pd in placed):
+            dy += 8.0
+        placed.append((nx, ny, dy))
+        out.append((rm, x, y, dy))
+    return out
 
 
 def hbars(
