@@ -11,7 +11,7 @@ import pytest
 from prbench.cache import NullCache
 from prbench.conditions import CONDITIONS, View
 from prbench.evaluate import evaluate
-from prbench.rewards import PointwiseRM, Score, load_rm
+from prbench.rewards import PairwiseRM, PointwiseRM, Score, Verdict, load_rm
 from prbench.rewards.classifier import SequenceClassifierRM
 from prbench.testing.records import make_record, make_records
 from prbench.testing.tiny import make_tiny_seq_classifier
@@ -268,3 +268,24 @@ def test_ray_workers_match_single_process(data: Path, tiny_rm_dir: Path, tmp_pat
         shutdown()
     assert multi.summary["accuracy"] == single.summary["accuracy"]
     assert (multi.path / "examples.jsonl").read_bytes() == (single.path / "examples.jsonl").read_bytes()
+
+
+class BiasedProbJudge(PairwiseRM):
+    """Always prefers slot A, but gives a little more to the longer-keyword answer: a biased judge with signal."""
+
+    spec = "biased-prob"
+
+    def compare(self, batch):
+        out = []
+        for q in batch:
+            p = 0.9 + (0.05 if "cheap" in q.response_a else -0.05 if "cheap" in q.response_b else 0.0)
+            out.append(Verdict("A", meta={"p_a": p}))
+        return out
+
+
+def test_both_orders_probabilities_cancel_position_bias(data: Path) -> None:
+    one = evaluate(BiasedProbJudge(), str(data), "none")
+    both = evaluate(BiasedProbJudge(), str(data), "none", both_orders=True)
+    assert one.summary["metrics"]["pairwise"]["share_verdict_A"] == 1.0
+    assert both.summary["accuracy"] == 1.0  # averaged over positions, the signal decides
+    assert all(r["consistent"] is False and r["p_chosen"] > 0.5 for r in both.records)

@@ -9,6 +9,7 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import random
 import time
@@ -177,8 +178,9 @@ def _pairwise_records(
             sides=sides,
             truncated=any(vd.truncated for vd in vs),
         )
-        probs = [vd.meta.get("p_chosen_slot") for vd in vs if vd.meta.get("p_chosen_slot") is not None]
-        if probs:
+        probs = [vd.meta.get("p_a") for vd in vs]
+        has_probs = all(isinstance(p, (int, float)) and math.isfinite(p) for p in probs)
+        if has_probs:
             rec["p_a"] = [_round(p) for p in probs]
         if any(s is None for s in sides):
             rec["credit"] = None
@@ -187,7 +189,14 @@ def _pairwise_records(
             rec["credit"] = _CREDIT[sides[0]]
         else:
             rec["consistent"] = sides[0] == sides[1]
-            rec["credit"] = _CREDIT[sides[0]] if sides[0] == sides[1] else 0.5
+            if has_probs:
+                # Probability verdicts: average the chance given to `chosen` over both positions,
+                # which cancels a constant position bias instead of turning it into ties.
+                p_chosen = sum(p if pos == "A" else 1 - p for p, pos in zip(probs, orders)) / len(orders)
+                rec["p_chosen"] = _round(p_chosen)
+                rec["credit"] = 1.0 if p_chosen > 0.5 else 0.0 if p_chosen < 0.5 else 0.5
+            else:
+                rec["credit"] = _CREDIT[sides[0]] if sides[0] == sides[1] else 0.5
         recs.append(rec)
     return recs
 
