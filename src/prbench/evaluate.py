@@ -334,7 +334,8 @@ def evaluate(
                                retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders,
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
-    run = RunDir(run_path(out, spec, data_name, condition, options), config, overwrite) if out else None
+    identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
+    run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite) if out else None
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
