@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
@@ -116,6 +118,12 @@ def run_plan(ctx: StudyContext) -> None:
     from prbench.planner import plan
 
     p = ctx.cfg.planner
+    path = Path(planner_file(ctx))
+    if path.exists():
+        done = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
+            ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
+            return  # everything planned: no model load
     res = plan(p.spec, ctx.data, planner_file(ctx), top_k=p.top_k, retriever=ctx.cfg.retriever,
                limit=p.limit or ctx.cfg.limit,
                seed=ctx.cfg.seed, categories=ctx.cfg.categories, planner_options=p.options)
@@ -249,6 +257,10 @@ def run_meta(ctx: StudyContext) -> None:
     if not downstream.exists():
         ctx.outputs["meta"] = "skipped: no downstream results in this study"
         return
+    target = ctx.path("meta", "meta.json")
+    if _up_to_date(target, ctx.runs):
+        ctx.outputs["meta"] = {"json": str(target), "reused": True}
+        return
     res = meta_evaluate([ctx.runs], [downstream], seed=ctx.cfg.seed)
     ctx.outputs["meta"] = {k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()}
 
@@ -258,6 +270,33 @@ def run_report(ctx: StudyContext) -> None:
     from prbench.report import build_report
 
     published = {e.spec: e.published for e in ctx.cfg.models if e.published}
-    path = build_report(ctx.runs, ctx.path("report.html"), title=f"prbench study: {ctx.cfg.name}",
-                        published=published or None, seed=ctx.cfg.seed)
+    target, meta_file = ctx.path("report.html"), ctx.path("meta", "meta.json")
+    if _up_to_date(target, ctx.runs):
+        ctx.outputs["report"] = str(target)
+        return
+    meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.exists() else None
+    path = build_report(ctx.runs, target, title=f"prbench study: {ctx.cfg.name}",
+                        published=published or None, seed=ctx.cfg.seed, meta=meta)
     ctx.outputs["report"] = str(path)
+
+
+def _inputs_hash(runs: Path) -> str:
+    """Content hash of every result under `runs` (records and downstream curves; no timings)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(p for pat in ("downstream.json", "examples.jsonl") for p in runs.rglob(pat)):
+        h.update(str(p.relative_to(runs)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _up_to_date(target: Path, runs: Path) -> bool:
+    """True when `target` was made from exactly the results now under `runs` (recorded beside it)."""
+    stamp = target.with_name(target.name + ".inputs")
+    current = _inputs_hash(runs)
+    if target.exists() and stamp.exists() and stamp.read_text() == current:
+        return True
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(current)  # written before the target: a crash leaves a stale stamp, target absent
+    return False
