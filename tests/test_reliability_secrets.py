@@ -313,7 +313,7 @@ def test_trust_remote_code_is_off_unless_asked(load_log, tiny_rm: Path, tiny_lm:
                                                 "AutoModelForCausalLM", "AutoModel"}
     assert all(not kw.get("trust_remote_code") for _, kw in load_log), load_log
     # the CLI leaves it off by default and passes it through when asked
-    from prbench.cli.eval import model_options
+    from prbench.cli.options import set_options as model_options
 
     assert "trust_remote_code" not in model_options(trust_remote_code=False, mode=None)
     load_log.clear()

@@ -26,6 +26,7 @@ from prbench.cli.options import (
     Seed,
     Split,
     TopK,
+    set_options,
     split_csv,
 )
 from prbench.cli.output import emit_json, table
@@ -51,9 +52,8 @@ def engine_options(spec: str, *, device: str | None = None, dtype: str | None = 
 
 def rm_options(*, mode: str | None, device: str | None, dtype: str | None, max_length: int | None,
                base_url: str | None, api_key_env: str | None, batch_size: int | None = None) -> dict[str, Any]:
-    given = {"mode": mode, "device": device, "dtype": dtype, "max_length": max_length, "base_url": base_url,
-             "api_key_env": api_key_env, "batch_size": batch_size}
-    return {k: v for k, v in given.items() if v is not None}
+    return set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
+                       api_key_env=api_key_env, batch_size=batch_size)
 
 
 def _fmt(v: float | None) -> str:

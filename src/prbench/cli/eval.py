@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 
 from prbench.cli import app
 from prbench.cli.options import (BatchSize, Categories, Conditions, Json, Limit, MaxLength, Quiet, Retriever, Seed,
-                                 Split, TopK, split_csv)
+                                 Split, TopK, set_options, split_csv)
 from prbench.cli.output import emit_json, progress, table
-
-
-def model_options(**given: Any) -> dict[str, Any]:
-    """Only the options the user actually set, so each RM keeps its own defaults."""
-    return {k: v for k, v in given.items() if v is not None and v is not False}
 
 
 @app.command("eval")
@@ -55,7 +50,7 @@ def eval_cmd(
     from prbench.rewards import load_rm
 
     conds = split_csv(condition) or ["none"]
-    opts = model_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+    opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
                          prompt_file=prompt_file)
     summaries = []

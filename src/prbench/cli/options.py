@@ -28,6 +28,11 @@ TopK = Annotated[int, typer.Option(help="Profile posts kept after retrieval.")]
 Retriever = Annotated[str, typer.Option(help="bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")]
 
 
+def set_options(**given: object) -> dict[str, object]:
+    """Only the options the user actually set (None and False mean unset), so backends keep their defaults."""
+    return {k: v for k, v in given.items() if v is not None and v is not False}
+
+
 def split_csv(value: str | None) -> list[str] | None:
     """'a, b' -> ['a', 'b']; None or '' -> None."""
     if not value:

@@ -26,6 +26,7 @@ from prbench.cli.options import (
     Seed,
     Split,
     TopK,
+    set_options,
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
@@ -66,10 +67,6 @@ def _engine_opts(spec: str, **given: Any) -> dict[str, Any]:
     from prbench.cli.downstream import engine_options
 
     return engine_options(spec, **given)
-
-
-def _rm_opts(**given: Any) -> dict[str, Any]:
-    return {k: v for k, v in given.items() if v is not None}
 
 
 def _grader(spec: str | None, device: str | None, dtype: str | None, base_url: str | None,
@@ -147,7 +144,7 @@ def rgd(
     ws = _floats(w)
     engine = load_policy(policy, _engine_opts(policy, device=device, dtype=dtype, batch_size=batch_size))
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
-    ropts = _rm_opts(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
+    ropts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
                      api_key_env=api_key_env, batch_size=rm_batch_size)
     summaries = []
     with progress(quiet or json_out) as bar:
@@ -223,7 +220,7 @@ def policy_accuracy(
 
     ws = _floats(w)
     engine = load_policy(policy, _engine_opts(policy, device=device, dtype=dtype, batch_size=batch_size))
-    ropts = _rm_opts(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
+    ropts = set_options(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
                      api_key_env=api_key_env, batch_size=rm_batch_size)
     summaries = []
     with progress(quiet or json_out) as bar:
