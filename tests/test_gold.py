@@ -6,7 +6,7 @@ import pytest
 
 from prbench.schema import SourceItem
 
-pytest.importorskip("rouge_score")
+import rouge_score  # noqa: F401  (make test installs it: missing must fail)
 
 
 def item(i: str, gold: str | None) -> SourceItem:
@@ -57,16 +57,11 @@ def test_no_gold_at_all():
 
 
 def test_embedding_similarity_with_builtin_minilm():
-    pytest.importorskip("sentence_transformers")
     from prbench.downstream.gold import score_gold
-    from prbench.errors import PrbenchError
 
     items = [item("a", "Develop HP5 in Rodinal for an hour at 20 degrees."), item("b", "I love jazz records.")]
-    try:
-        res = score_gold(items, {"a": "Develop HP5 in Rodinal for an hour at 20 degrees.", "b": ""},
-                         seed=0, n_boot=50)
-    except PrbenchError as exc:  # the builtin encoder package is optional
-        pytest.skip(f"builtin MiniLM unavailable: {exc}")
+    res = score_gold(items, {"a": "Develop HP5 in Rodinal for an hour at 20 degrees.", "b": ""},
+                     seed=0, n_boot=50)
     assert res.per_item["a"]["embedding"] == pytest.approx(1.0, abs=1e-4)
     assert res.per_item["b"]["embedding"] == 0.0  # empty generation
     assert res.encoder == "builtin:minilm-l6"

@@ -329,7 +329,6 @@ def test_load_rm_names_fingerprints_and_modes(fake_openai, key: str, tmp_path: P
 @pytest.mark.slow
 def test_smollm2_pairwise_judge_end_to_end(tmp_path: Path) -> None:
     """SmolLM2-135M as a pairwise judge through the evaluator, both orders (its verdicts are near chance)."""
-    pytest.importorskip("transformers")
     data: str = "sample"
     if not sample_path("sample").is_file():
         data = _records_file(tmp_path, 4)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("transformers")
+import transformers  # noqa: F401  (make test installs every extra: a missing one must fail, not skip)
 
 from prbench.conditions import View
 from prbench.evaluate import evaluate

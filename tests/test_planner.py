@@ -226,8 +226,6 @@ def test_sft_rows_use_true_rubric_as_target() -> None:
 
 
 def test_train_planner_tiny_cpu(tiny_lm: Path, tmp_path: Path) -> None:
-    pytest.importorskip("trl")
-    pytest.importorskip("peft")
     from prbench.engines.transformers_engine import TransformersEngine
     from prbench.planner import train_planner
 

@@ -15,8 +15,7 @@ from prbench.conditions import View
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import transformers  # noqa: F401
 
 
 class RecordingRM(PointwiseRM):
