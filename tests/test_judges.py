@@ -328,7 +328,11 @@ def test_load_rm_names_fingerprints_and_modes(fake_openai, key: str, tmp_path: P
 
 @pytest.mark.slow
 def test_smollm2_pairwise_judge_end_to_end(tmp_path: Path) -> None:
-    """SmolLM2-135M as a pairwise judge through the evaluator, both orders (its verdicts are near chance)."""
+    """SmolLM2-135M as a pairwise judge through the evaluator, both orders.
+
+    A 135M model rarely writes a readable verdict (0 of 32 on the sample at 64 tokens): those
+    pairs must come out invalid ("unparseable verdict"), never as a side or a tie.
+    """
     data: str = "sample"
     if not sample_path("sample").is_file():
         data = _records_file(tmp_path, 4)
@@ -343,5 +347,7 @@ def test_smollm2_pairwise_judge_end_to_end(tmp_path: Path) -> None:
         assert len(rec["verdicts"]) == 2
         assert all(v in ("A", "B", "tie", None) for v in rec["verdicts"])
         assert rec["credit"] in (0.0, 0.5, 1.0, None)
+        if None in rec["verdicts"]:
+            assert rec["credit"] is None and rec["invalid"] == "unparseable verdict"
     if data == "sample":
         assert load_examples("sample", limit=4)[0].id == res.records[0]["id"]

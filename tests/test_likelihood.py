@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import transformers  # noqa: F401  (make test installs every extra: a missing one must fail, not skip)
 
 from prbench.conditions import View

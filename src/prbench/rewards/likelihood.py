@@ -14,6 +14,10 @@ template applied by the engine. `normalize`:
 - `"sum"`: each term is the total log-probability (the exact log-ratio for the whole response);
   grows in magnitude with length, so it also rewards long responses that the context favours.
 
+The context term's user turn is `view.prompt()` ("<context>\n\nQuestion: <q>"), the other's
+is the bare question, so the difference also holds the small effect of the "Question:" frame;
+it is the same for both responses of a pair and so barely moves a comparison.
+
 Why PMI and not plain likelihood: log p(r | c, q) mostly measures fluency and genericity; a
 fluent generic answer beats a personal one. Subtracting log p(r | q) removes what the model
 would expect anyway and keeps what the user context adds.
