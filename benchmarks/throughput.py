@@ -71,8 +71,29 @@ def naive_scores(rm: SequenceClassifierRM, items: list[tuple[str, str]], batch: 
     return out, {"tokens": real, "padded_tokens": processed}
 
 
-def bench_scoring(model: str, condition: str, limit: int, peak: float) -> dict:
-    items = load_examples("sample", limit=limit)
+def make_long_profiles(path: Path, n: int, posts: int = 300, seed: int = 0) -> Path:
+    """n sample items whose users get `posts` posts of heavy-tailed length (LaMP-QA-like profiles).
+
+    Each post joins k of the user's sample posts (~19 words each), k = 1 + floor(lognormal(1.0, 0.8))
+    capped at 14: median ~65 words, long tail to ~270, as forum posts vary from one line to a page.
+    Written once; the same file feeds both loops.
+    """
+    import random
+
+    rng = random.Random(seed)
+    with path.open("w", encoding="utf-8") as fh:
+        for i, ex in enumerate(load_examples("sample", limit=n)):
+            rec = ex.model_dump()
+            texts = [p["text"] for p in rec["profile"]]
+            rec["profile"] = [{"id": f"{i}-{j}", "category": rec["profile"][j % len(texts)]["category"],
+                               "text": " ".join(rng.choice(texts) for _ in range(min(14, 1 + int(rng.lognormvariate(1.0, 0.8)))))}
+                              for j in range(posts)]
+            fh.write(json.dumps(rec) + "\n")
+    return path
+
+
+def bench_scoring(model: str, data: str, condition: str, limit: int, peak: float) -> dict:
+    items = load_examples(data, limit=limit)
     views = build_views(items, condition, retriever=load_retriever("bm25"))
     pairs = [(v, r) for ex, v in zip(items, views) for r in (ex.chosen, ex.rejected)]
     rm = SequenceClassifierRM(model, batch_size=8)
@@ -89,7 +110,8 @@ def bench_scoring(model: str, condition: str, limit: int, peak: float) -> dict:
     diff = max(abs(a - b) for a, b in zip(fast, slow))
     n_pairs = len(items)
     return {
-        "model": model, "condition": condition, "pairs": n_pairs,
+        "model": model, "data": "sample" if data == "sample" else "long-profiles", "condition": condition,
+        "pairs": n_pairs, "mean_tokens_per_response": round(slow_counts["tokens"] / len(pairs)),
         "naive_pairs_per_s": round(n_pairs / t_slow, 3), "prbench_pairs_per_s": round(n_pairs / t_fast, 3),
         "speedup": round(t_slow / t_fast, 2),
         "naive_padding_eff": round(slow_counts["tokens"] / slow_counts["padded_tokens"], 3),
@@ -171,15 +193,17 @@ def main() -> None:
                "fp32_matmul_peak_gflops": round(peak / 1e9, 1)}
     print(json.dumps(machine))
     rows = []
-    plan = [("builtin:smollm2-135m-instruct", "none", 4 if args.quick else 24),
-            ("builtin:smollm2-135m-instruct", "profile", 2 if args.quick else 12)]
+    smol = "builtin:smollm2-135m-instruct"
     with tempfile.TemporaryDirectory() as d:
         from prbench.testing.tiny import make_tiny_seq_classifier
 
         tiny = str(make_tiny_seq_classifier(Path(d) / "tiny", hidden_size=64))
-        plan += [(tiny, "none", 63), (tiny, "profile", 63)]
-        for model, cond, limit in plan:
-            row = bench_scoring(model, cond, limit, peak)
+        long = str(make_long_profiles(Path(d) / "long.jsonl", 8))
+        plan = [(smol, "sample", "none", 4 if args.quick else 16), (smol, "sample", "profile", 2 if args.quick else 8),
+                (smol, long, "profile", 2 if args.quick else 8),
+                (tiny, "sample", "none", 63), (tiny, "sample", "profile", 63)]
+        for model, data, cond, limit in plan:
+            row = bench_scoring(model, data, cond, limit, peak)
             row["model"] = "tiny-random-llama" if model == tiny else model
             rows.append(row)
             print(json.dumps(row))

@@ -237,8 +237,8 @@ def test_wrong_profile_needs_another_user(tmp_path: Path) -> None:
 
 
 def test_shared_prefix_equals_full_scoring(tiny_rm_dir: Path) -> None:
-    from prbench.data import load_examples
     from prbench.conditions import build_views
+    from prbench.data import load_examples
     from prbench.retrieval import load_retriever
 
     items = load_examples("sample", limit=6)

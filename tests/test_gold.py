@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import rouge_score  # noqa: F401  (make test installs it: missing must fail)
 
 from prbench.schema import SourceItem
-
-import rouge_score  # noqa: F401  (make test installs it: missing must fail)
 
 
 def item(i: str, gold: str | None) -> SourceItem:

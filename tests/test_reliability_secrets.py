@@ -367,6 +367,7 @@ def test_planted_remote_code_and_pickles_never_run(tiny_rm: Path, tmp_path: Path
 
 def test_pal_loads_safetensors_only(tmp_path: Path) -> None:
     import torch
+
     from prbench.errors import PrbenchError
     from prbench.rewards.pal import build_model, load_folder, save_folder
 

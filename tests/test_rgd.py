@@ -9,14 +9,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
+import transformers  # noqa: F401
 
 from prbench.cache import Cache
 from prbench.conditions import View
 from prbench.engines.base import GenParams
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
-
-import transformers  # noqa: F401
 
 
 class RecordingRM(PointwiseRM):

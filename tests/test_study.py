@@ -83,7 +83,7 @@ def test_dry_run_plans_without_running(study_dir: Path) -> None:
 @pytest.mark.parametrize("preset", ["personalized-rewardbench", "rm-selection-crisis", "demo"])
 def test_paper_presets_dry_run_offline(preset: str) -> None:
     res = subprocess.run([sys.executable, "-m", "prbench", "study", "--preset", preset, "--dry-run", "--json"],
-                         capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+                         check=False, capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
     assert res.returncode == 0, res.stderr
     plan = json.loads(res.stdout)
     assert plan and all({"stage", "what", "model_calls", "tokens"} <= set(p) for p in plan)
@@ -93,8 +93,8 @@ def test_paper_presets_dry_run_offline(preset: str) -> None:
 
 def test_cli_study_runs_a_config_and_lists_presets(study_dir: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "prbench", "study", str(study_dir / "study.yaml"), "--json"],
-                         capture_output=True, text=True)
+                         check=False, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)["eval"]) == 4
-    listed = subprocess.run([sys.executable, "-m", "prbench", "study", "--list", "--json"], capture_output=True, text=True)
+    listed = subprocess.run([sys.executable, "-m", "prbench", "study", "--list", "--json"], check=False, capture_output=True, text=True)
     assert {"demo", "personalized-rewardbench", "rm-selection-crisis"} <= set(json.loads(listed.stdout))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load_examples", "evaluate"]
+__all__ = ["__version__", "evaluate", "load_examples"]
 
 
 def __getattr__(name: str):

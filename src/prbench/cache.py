@@ -87,7 +87,7 @@ class Cache:
 class NullCache(Cache):
     """A cache that remembers nothing (for --no-cache)."""
 
-    def __init__(self) -> None:  # noqa: D107 - no file
+    def __init__(self) -> None:
         self.namespace = "null"
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:

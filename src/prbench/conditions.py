@@ -121,8 +121,8 @@ def build_view(
     cache: Cache | None = None,
 ) -> View:
     """Build what an RM may see of `example` under `condition`."""
-    base = dict(example_id=example.id, question=example.question, condition=condition,
-                max_context_chars=max_context_chars)
+    base = {"example_id": example.id, "question": example.question, "condition": condition,
+            "max_context_chars": max_context_chars}
     if condition == "none":
         return View(**base)
     uid = example.user_id or example.id

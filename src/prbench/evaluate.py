@@ -15,6 +15,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,6 @@ import numpy as np
 
 from prbench import __version__, metrics
 from prbench.cache import Cache, NullCache, content_key
-from itertools import islice
-
 from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.data import iter_examples
 from prbench.errors import PrbenchError
@@ -348,11 +347,11 @@ def evaluate(
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
     rm_options = {"batch_size": batch_size, "seed": seed, **options}
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
-    view_args = dict(retriever=load_retriever(retriever), top_k=top_k, seed=seed,
-                     planner=read_planner_file(planner_file) if planner_file else None,
-                     max_context_chars=max_context_chars, cache=Cache(namespace="retrieval") if out else None,
-                     # wrong-profile draws donors from every item, so only it holds the whole set
-                     pool=list(stream()) if condition == "wrong-profile" and n_todo else ())
+    view_args = {"retriever": load_retriever(retriever), "top_k": top_k, "seed": seed,
+                 "planner": read_planner_file(planner_file) if planner_file else None,
+                 "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out else None,
+                 # wrong-profile draws donors from every item, so only it holds the whole set
+                 "pool": list(stream()) if condition == "wrong-profile" and n_todo else ()}
     step = max(batch_size, 1) * 4
     todo = (ex for ex in stream() if ex.id not in done)
     chunks = ((part, [build_view(ex, condition, **view_args) for ex in part])

@@ -19,7 +19,6 @@ from typing import Any
 from prbench.cache import content_key
 from prbench.errors import PrbenchError
 
-
 _SECRET_NAME = re.compile(r"(api_?key|secret|password|passwd|^((hf|hub|api|access|auth|openai)_?)?token)$",
                           re.IGNORECASE)  # not pad_token / eos_token: those name special tokens
 _SECRET_VALUE = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"

@@ -8,24 +8,23 @@ from typing import Annotated, Any
 import click
 import typer
 
-from prbench.cli.options import Categories, Json, Limit, Quiet, Retriever, Seed, Split, TopK, split_csv
+from prbench.cli.options import (
+    Categories,
+    Json,
+    Limit,
+    Quiet,
+    Retriever,
+    Seed,
+    Split,
+    TopK,
+    engine_options,
+    split_csv,
+)
 from prbench.cli.output import emit_json, progress, table
 
 app = typer.Typer(help="Build a personalized preference benchmark from LaMP-QA-style items.")
 
 Spec = Annotated[str | None, typer.Option(help="Engine spec, e.g. openai:gpt-5.1, hf:DIR, builtin:smollm2-135m-instruct.")]
-
-
-def _engine_options(base_url: str | None, api_key_env: str | None, device: str | None) -> dict[str, Any]:
-    """Only the options the user set, and only those the engine kind understands."""
-    opts: dict[str, Any] = {}
-    if base_url:
-        opts["base_url"] = base_url
-    if api_key_env:
-        opts["api_key_env"] = api_key_env
-    if device:
-        opts["device"] = device
-    return opts
 
 
 @app.callback(invoke_without_command=True)
@@ -76,8 +75,10 @@ def build(
         min_chosen_fit=min_chosen_fit, max_rejected_fit=max_rejected_fit, max_quality_gap=max_quality_gap,
         max_length_ratio=max_length_ratio, temperature=temperature, max_new_tokens=max_new_tokens,
         validator_max_new_tokens=validator_max_new_tokens,
-        generator_options=_engine_options(generator_base_url, api_key_env, device),
-        validator_options=_engine_options(validator_base_url, api_key_env, device), batch_size=batch_size,
+        generator_options=engine_options(str(generator), base_url=generator_base_url, api_key_env=api_key_env,
+                                         device=device),
+        validator_options=engine_options(str(validator), base_url=validator_base_url, api_key_env=api_key_env,
+                                         device=device), batch_size=batch_size,
     )
     with progress(quiet or json_out) as bar:
         task = bar.add_task("building", total=None)

@@ -6,7 +6,7 @@ Plain functions plus `register(app)`, so the main app decides where they live.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -17,43 +17,26 @@ from prbench.cli.options import (
     Categories,
     Device,
     Dtype,
+    GraderBaseUrl,
+    GraderKeyEnv,
     Json,
     Limit,
+    MaxContextChars,
     MaxLength,
     NBoot,
+    Overwrite,
+    PlannerFile,
     Quiet,
     Retriever,
+    RMCondition,
     Seed,
     Split,
     TopK,
+    engine_options,
     set_options,
     split_csv,
 )
 from prbench.cli.output import emit_json, table
-
-Condition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle.")]
-PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
-Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
-
-
-def engine_options(spec: str, *, device: str | None = None, dtype: str | None = None, base_url: str | None = None,
-                   api_key_env: str | None = None, batch_size: int | None = None,
-                   max_length: int | None = None) -> dict[str, Any]:
-    """Only the options the named backend takes, and only those the user set."""
-    prefix = spec.partition(":")[0]
-    if prefix in ("hf", "builtin", "vllm"):
-        given = {"device": device, "dtype": dtype, "batch_size": batch_size, "max_length": max_length}
-    elif prefix == "openai":
-        given = {"base_url": base_url, "api_key_env": api_key_env}
-    else:
-        given = {}
-    return {k: v for k, v in given.items() if v is not None}
-
-
-def rm_options(*, mode: str | None, device: str | None, dtype: str | None, max_length: int | None,
-               base_url: str | None, api_key_env: str | None, batch_size: int | None = None) -> dict[str, Any]:
-    return set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                       api_key_env=api_key_env, batch_size=batch_size)
 
 
 def _fmt(v: float | None) -> str:
@@ -110,14 +93,14 @@ def bon(
     samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
     grader: Annotated[str, typer.Option("--grader", "-g", help="Grader engine: openai:MODEL, hf:DIR, builtin:NAME.")],
-    condition: Condition = "none",
+    condition: RMCondition = "none",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
     seed: Seed = 0,
     n_boot: NBoot = 1000,
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
-    max_context_chars: Annotated[int | None, typer.Option(help="Character budget for the user context.")] = None,
+    max_context_chars: MaxContextChars = None,
     planner_file: PlannerFile = None,
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
@@ -126,8 +109,8 @@ def bon(
     dtype: Dtype = None,
     base_url: BaseUrl = None,
     api_key_env: ApiKeyEnv = None,
-    grader_base_url: Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
-    grader_api_key_env: Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")] = None,
+    grader_base_url: GraderBaseUrl = None,
+    grader_api_key_env: GraderKeyEnv = None,
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
     grader_max_new_tokens: Annotated[int, typer.Option(help="Token cap of each grading reply.")] = 512,
@@ -148,7 +131,7 @@ def bon(
     res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot, top_k=top_k,
                     retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file,
                     batch_size=batch_size,
-                    rm_options=rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+                    rm_options=set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                                           base_url=base_url, api_key_env=api_key_env),
                     on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
     s = res.summary
@@ -181,7 +164,7 @@ def rl(
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
     grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader engine for held-out answers.")] = None,
-    condition: Condition = "profile",
+    condition: RMCondition = "profile",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-6,
     lora: Annotated[bool, typer.Option(help="Train a LoRA adapter (merged afterwards).")] = False,
@@ -210,8 +193,8 @@ def rl(
     max_length: MaxLength = None,
     base_url: BaseUrl = None,
     api_key_env: ApiKeyEnv = None,
-    grader_base_url: Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")] = None,
-    grader_api_key_env: Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")] = None,
+    grader_base_url: GraderBaseUrl = None,
+    grader_api_key_env: GraderKeyEnv = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -227,7 +210,7 @@ def rl(
                    compare_base=base, top_k=top_k, retriever=retriever, planner_file=planner_file, seed=seed,
                    limit=limit, split=split, n_boot=n_boot, device=device or "auto",
                    gradient_checkpointing=gradient_checkpointing,
-                   rm_options=rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+                   rm_options=set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                                          base_url=base_url, api_key_env=api_key_env),
                    grader_options=gopts)
     s = res.summary
@@ -249,7 +232,7 @@ def rl(
 
 def serve_reward(
     rm: Annotated[str, typer.Option("--rm", "-m", help="Pointwise RM spec to serve.")],
-    condition: Condition = "none",
+    condition: RMCondition = "none",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     token_env: Annotated[str, typer.Option(help="Env var holding the bearer token (auth on when it is set).")] = "PRBENCH_REWARD_TOKEN",
@@ -259,7 +242,7 @@ def serve_reward(
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
-    max_context_chars: Annotated[int | None, typer.Option(help="Character budget for the user context.")] = None,
+    max_context_chars: MaxContextChars = None,
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
@@ -274,7 +257,7 @@ def serve_reward(
     from prbench.rewards.base import load_rm
 
     token = token_from_env(token_env, required=require_token)
-    model = load_rm(rm, **rm_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
+    model = load_rm(rm, **set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                                       base_url=base_url, api_key_env=api_key_env, batch_size=batch_size))
     typer.echo(f"serving {rm} [{condition}] on http://{host}:{port} (auth: {'on' if token else 'off'})", err=True)
     serve(model, condition, host=host, port=port, token=token, max_batch=max_batch, max_body_bytes=max_body_bytes,

@@ -3,21 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
 
 from prbench.cli import app
-from prbench.cli.options import (BatchSize, Categories, Conditions, Json, Limit, MaxLength, Quiet, Retriever, Seed,
-                                 Split, TopK, set_options, split_csv)
+from prbench.cli.options import (
+    ApiKeyEnv,
+    BaseUrl,
+    BatchSize,
+    Categories,
+    Conditions,
+    Data,
+    Device,
+    Dtype,
+    Json,
+    Limit,
+    MaxContextChars,
+    MaxLength,
+    Overwrite,
+    PlannerFile,
+    Quiet,
+    Retriever,
+    Seed,
+    Split,
+    TopK,
+    set_options,
+    split_csv,
+)
 from prbench.cli.output import emit_json, progress, table
 
 
 @app.command("eval")
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
-    data: Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")] = "sample",
+    data: Data = "sample",
     condition: Conditions = "none",
     out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder.")] = Path("runs"),
     seed: Seed = 0,
@@ -28,20 +49,21 @@ def eval_cmd(
     max_length: MaxLength = None,
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
-    max_context_chars: Annotated[Optional[int], typer.Option(help="Character budget for the user context.")] = None,
-    planner_file: Annotated[Optional[str], typer.Option(help="Planner output JSONL for the planner condition.")] = None,
-    mode: Annotated[Optional[str], typer.Option(help="Judges: pairwise, pointwise or likelihood.")] = None,
+    max_context_chars: MaxContextChars = None,
+    planner_file: PlannerFile = None,
+    mode: Annotated[str | None, typer.Option(help="Judges: pairwise, pointwise or likelihood.")] = None,
     both_orders: Annotated[bool, typer.Option(help="Pairwise judges: judge both orders; inconsistent = tie.")] = False,
-    device: Annotated[Optional[str], typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = None,
-    dtype: Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16, float16.")] = None,
+    debias_position: Annotated[bool, typer.Option(help="Likelihood judges: average p(A) over both answer orders inside the judge.")] = False,
+    device: Device = None,
+    dtype: Dtype = None,
     trust_remote_code: Annotated[bool, typer.Option(help="Allow model repos to run their own code.")] = False,
-    base_url: Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint (else OPENAI_BASE_URL).")] = None,
-    api_key_env: Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")] = None,
-    prompt_file: Annotated[Optional[str], typer.Option(help="Your own judge prompt template.")] = None,
-    overwrite: Annotated[bool, typer.Option(help="Discard an existing run with this config.")] = False,
+    base_url: BaseUrl = None,
+    api_key_env: ApiKeyEnv = None,
+    prompt_file: Annotated[str | None, typer.Option(help="Your own judge prompt template.")] = None,
+    overwrite: Overwrite = False,
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
     workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
-    ray_address: Annotated[Optional[str], typer.Option(help="Join an existing Ray cluster (e.g. 'auto').")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto').")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -52,7 +74,7 @@ def eval_cmd(
     conds = split_csv(condition) or ["none"]
     opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
-                         prompt_file=prompt_file)
+                         prompt_file=prompt_file, debias_position=debias_position)
     summaries = []
     with progress(quiet or json_out) as bar:
         for spec in model:

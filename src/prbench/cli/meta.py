@@ -6,7 +6,7 @@ Plain functions plus `register(app)`, so the main app decides where they live.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -39,7 +39,7 @@ def meta(
     n_perm: NPerm = 1000,
     rbo_p: RboP = 0.9,
     ndcg_k: NdcgK = None,
-    condition: Annotated[Optional[str], typer.Option("--condition", "-c", help="Only benchmarks of these conditions (comma-separated).")] = None,
+    condition: Annotated[str | None, typer.Option("--condition", "-c", help="Only benchmarks of these conditions (comma-separated).")] = None,
     match_condition: Annotated[bool, typer.Option(help="Pair a benchmark condition only with downstream runs of the same condition.")] = False,
     pairing: Annotated[str, typer.Option(help="auto (joint when both sides share items), joint or independent.")] = "auto",
     bon_curve: Annotated[str, typer.Option(help="BoN value: expected (exact, no draw noise) or first_k (the paper's draw).")] = "expected",
@@ -77,7 +77,7 @@ def report(
     seed: Seed = 0,
     n_boot: NBoot = 1000,
     n_perm: NPerm = 1000,
-    meta_json: Annotated[Optional[Path], typer.Option("--meta", help="Use this meta.json (from `prbench meta`) instead of recomputing.")] = None,
+    meta_json: Annotated[Path | None, typer.Option("--meta", help="Use this meta.json (from `prbench meta`) instead of recomputing.")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Write one self-contained HTML report (tables, plots, meta-evaluation, provenance)."""

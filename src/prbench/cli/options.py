@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,9 +11,9 @@ Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub datas
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
 Split = Annotated[str, typer.Option(help="Split of a hub dataset.")]
 Categories = Annotated[
-    Optional[str], typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
+    str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
 ]
-Limit = Annotated[Optional[int], typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
+Limit = Annotated[int | None, typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
 Seed = Annotated[int, typer.Option(help="Seed for every random choice (derived per example).")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
@@ -23,7 +23,7 @@ Conditions = Annotated[
     str, typer.Option("--condition", "-c", help="Comma-separated: none,profile,planner,oracle,wrong-profile.")
 ]
 BatchSize = Annotated[int, typer.Option(help="Examples per model batch.")]
-MaxLength = Annotated[Optional[int], typer.Option(help="Token budget per input (profile cut first, response never).")]
+MaxLength = Annotated[int | None, typer.Option(help="Token budget per input (profile cut first, response never).")]
 TopK = Annotated[int, typer.Option(help="Profile posts kept after retrieval.")]
 Retriever = Annotated[str, typer.Option(help="bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")]
 
@@ -41,11 +41,31 @@ def split_csv(value: str | None) -> list[str] | None:
 
 
 # -- shared by the downstream commands (sample, bon, rl, serve-reward) -------------------------
-Device = Annotated[Optional[str], typer.Option(help="auto, cpu, cuda, cuda:1 ...")]
-Dtype = Annotated[Optional[str], typer.Option(help="auto, float32, bfloat16, float16.")]
-BaseUrl = Annotated[Optional[str], typer.Option(help="OpenAI-compatible endpoint (else OPENAI_BASE_URL).")]
-ApiKeyEnv = Annotated[Optional[str], typer.Option(help="Name of the env var that holds the API key.")]
+Device = Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ...")]
+Dtype = Annotated[str | None, typer.Option(help="auto, float32, bfloat16, float16.")]
+BaseUrl = Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint (else OPENAI_BASE_URL).")]
+ApiKeyEnv = Annotated[str | None, typer.Option(help="Name of the env var that holds the API key.")]
 NBoot = Annotated[int, typer.Option(help="Bootstrap resamples for confidence intervals.")]
+RMCondition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle, wrong-profile.")]
+PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
+MaxContextChars = Annotated[int | None, typer.Option(help="Character budget for the RM's user context.")]
+Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
+GraderBaseUrl = Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")]
+GraderKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")]
+
+
+def engine_options(spec: str, *, device: str | None = None, dtype: str | None = None, base_url: str | None = None,
+                   api_key_env: str | None = None, batch_size: int | None = None,
+                   max_length: int | None = None) -> dict[str, object]:
+    """Only the options the named engine backend takes, and only those the user set."""
+    prefix = spec.partition(":")[0]
+    if prefix in ("hf", "builtin", "vllm"):
+        given = {"device": device, "dtype": dtype, "batch_size": batch_size, "max_length": max_length}
+    elif prefix == "openai":
+        given = {"base_url": base_url, "api_key_env": api_key_env}
+    else:
+        given = {}
+    return set_options(**given)
 
 
 # -- shared by `prbench meta` and `prbench report` ---------------------------------------------
@@ -56,8 +76,8 @@ DownstreamPaths = Annotated[
 NPerm = Annotated[int, typer.Option(help="Permutations for p-values.")]
 MetaSummary = Annotated[str, typer.Option(help="Benchmark summary to correlate: mean, worst_category or mean_margin.")]
 RboP = Annotated[float, typer.Option("--rbo-p", help="RBO persistence p (0 < p < 1).")]
-NdcgK = Annotated[Optional[int], typer.Option("--ndcg-k", help="NDCG cut-off (default: all RMs).")]
+NdcgK = Annotated[int | None, typer.Option("--ndcg-k", help="NDCG cut-off (default: all RMs).")]
 ReportTitle = Annotated[str, typer.Option(help="Report title.")]
 PublishedFile = Annotated[
-    Optional[Path], typer.Option(help="JSON {model_spec: {condition: {category: accuracy %}}} of published numbers.")
+    Path | None, typer.Option(help="JSON {model_spec: {condition: {category: accuracy %}}} of published numbers.")
 ]

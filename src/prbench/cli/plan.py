@@ -4,14 +4,13 @@
     prbench eval -m judge:openai:gpt-4o-mini -c planner --planner-file planner.jsonl
     prbench plan train --base-model builtin:smollm2-135m-instruct --data lamp_train.jsonl --out planner-sft --steps 200
 
-`prbench plan` itself runs the planner (the group's callback, so no sub-command is needed);
-`prbench plan run` is the same command under an explicit name.
+`prbench plan` itself runs the planner (the group's callback, so no sub-command is needed).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -29,6 +28,7 @@ from prbench.cli.options import (
     Seed,
     Split,
     TopK,
+    engine_options,
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
@@ -44,40 +44,6 @@ MaxAspects = Annotated[int, typer.Option(help="At most this many aspects per exa
 MaxNewTokens = Annotated[int, typer.Option(help="Generation budget of the planner.")]
 PromptFile = Annotated[str | None, typer.Option(help="Your own planner prompt ({{question}}, {{context}}, {{max_aspects}}).")]
 NoCache = Annotated[bool, typer.Option(help="Do not read or write the prbench call cache.")]
-
-
-def _engine_options(device: str | None, dtype: str | None, base_url: str | None, api_key_env: str | None,
-                    batch_size: int | None) -> dict[str, Any]:
-    given = {"device": device, "dtype": dtype, "base_url": base_url, "api_key_env": api_key_env,
-             "batch_size": batch_size}
-    return {k: v for k, v in given.items() if v is not None}  # the engine takes the ones it names
-
-
-def _run(planner: str | None, data: str, out: Path | None, top_k: int, retriever: str, limit: int | None, seed: int,
-         batch_size: int, categories: str | None, split: str, max_aspects: int, max_new_tokens: int,
-         prompt_file: str | None, device: str | None, dtype: str | None, base_url: str | None,
-         api_key_env: str | None, no_cache: bool, quiet: bool, json_out: bool) -> None:
-    from prbench.cache import Cache, NullCache
-    from prbench.planner import Planner, plan
-
-    if not planner or out is None:
-        raise PrbenchError("prbench plan needs --planner SPEC and --out FILE (see prbench plan --help)")
-    cache = NullCache() if no_cache else Cache(namespace="planner")
-    pl = Planner(planner, prompt_file=prompt_file, max_aspects=max_aspects, max_new_tokens=max_new_tokens,
-                 cache=cache, engine_options=_engine_options(device, dtype, base_url, api_key_env, batch_size))
-    with progress(quiet or json_out) as bar:
-        task = bar.add_task(f"planning with {planner}", total=None)
-        res = plan(pl, data, out, top_k=top_k, retriever=retriever, limit=limit, seed=seed, batch_size=batch_size,
-                   categories=split_csv(categories), split=split, cache=cache,
-                   on_progress=lambda d, t: bar.update(task, completed=d, total=t))
-    summary = {"path": str(res.path), "written": res.written, "skipped": res.skipped, "failures": res.failures,
-               **res.info}
-    if json_out:
-        emit_json(summary)
-    elif not quiet:
-        table(f"planner output: {res.path}", ["statistic", "value"],
-              [(k, summary[k]) for k in ("written", "skipped", "failures", "retried", "recovered_by_retry",
-                                         "cache_hits", "prompt_hash")])
 
 
 @app.callback(invoke_without_command=True)
@@ -107,36 +73,28 @@ def plan_cmd(
     """Plan expected aspects from each user's top-k profile posts into a JSONL file (resumable)."""
     if ctx.invoked_subcommand is not None:
         return
-    _run(planner, data, out, top_k, retriever, limit, seed, batch_size, categories, split, max_aspects,
-         max_new_tokens, prompt_file, device, dtype, base_url, api_key_env, no_cache, quiet, json_out)
+    from prbench.cache import Cache, NullCache
+    from prbench.planner import Planner, plan
 
-
-@app.command("run")
-def run_cmd(
-    planner: PlannerSpec = None,
-    data: PlanData = "sample",
-    out: PlanOut = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    limit: Limit = None,
-    seed: Seed = 0,
-    batch_size: BatchSize = 8,
-    categories: Categories = None,
-    split: Split = "test",
-    max_aspects: MaxAspects = 6,
-    max_new_tokens: MaxNewTokens = 384,
-    prompt_file: PromptFile = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
-    no_cache: NoCache = False,
-    quiet: Quiet = False,
-    json_out: Json = False,
-) -> None:
-    """Same as `prbench plan --planner ...`."""
-    _run(planner, data, out, top_k, retriever, limit, seed, batch_size, categories, split, max_aspects,
-         max_new_tokens, prompt_file, device, dtype, base_url, api_key_env, no_cache, quiet, json_out)
+    if not planner or out is None:
+        raise PrbenchError("prbench plan needs --planner SPEC and --out FILE (see prbench plan --help)")
+    cache = NullCache() if no_cache else Cache(namespace="planner")
+    pl = Planner(planner, prompt_file=prompt_file, max_aspects=max_aspects, max_new_tokens=max_new_tokens,
+                 cache=cache, engine_options=engine_options(planner, device=device, dtype=dtype, base_url=base_url,
+                                                api_key_env=api_key_env, batch_size=batch_size))
+    with progress(quiet or json_out) as bar:
+        task = bar.add_task(f"planning with {planner}", total=None)
+        res = plan(pl, data, out, top_k=top_k, retriever=retriever, limit=limit, seed=seed, batch_size=batch_size,
+                   categories=split_csv(categories), split=split, cache=cache,
+                   on_progress=lambda d, t: bar.update(task, completed=d, total=t))
+    summary = {"path": str(res.path), "written": res.written, "skipped": res.skipped, "failures": res.failures,
+               **res.info}
+    if json_out:
+        emit_json(summary)
+    elif not quiet:
+        table(f"planner output: {res.path}", ["statistic", "value"],
+              [(k, summary[k]) for k in ("written", "skipped", "failures", "retried", "recovered_by_retry",
+                                         "cache_hits", "prompt_hash")])
 
 
 @app.command("train")

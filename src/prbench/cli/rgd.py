@@ -6,7 +6,7 @@ Plain functions plus `register(app)`, so the main app decides where they live.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -15,17 +15,25 @@ from prbench.cli.options import (
     BaseUrl,
     BatchSize,
     Categories,
+    Data,
     Device,
     Dtype,
+    GraderBaseUrl,
+    GraderKeyEnv,
     Json,
     Limit,
+    MaxContextChars,
     MaxLength,
     NBoot,
+    Overwrite,
+    PlannerFile,
     Quiet,
     Retriever,
+    RMCondition,
     Seed,
     Split,
     TopK,
+    engine_options,
     set_options,
     split_csv,
 )
@@ -33,23 +41,16 @@ from prbench.cli.output import emit_json, progress, table
 
 Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
-Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
-Condition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle, wrong-profile.")]
 Ws = Annotated[str, typer.Option("--w", help="Reward weight(s), comma-separated (e.g. 0,0.5,1); 0 = the plain policy.")]
 K = Annotated[int, typer.Option("--k", help="Policy top-k candidates per decision point.")]
-RepPenalty = Annotated[Optional[float], typer.Option(help="Repetition penalty on the policy's logits.")]
+RepPenalty = Annotated[float | None, typer.Option(help="Repetition penalty on the policy's logits.")]
 RewardNorm = Annotated[str, typer.Option(help="none (raw RM units, ARGS) or zscore (per decision point).")]
 PolicyCondition = Annotated[str, typer.Option(help="What the policy sees: profile (top-k posts) or none.")]
 MaxWords = Annotated[int, typer.Option(help="Word limit stated in the policy prompt.")]
-PromptFile = Annotated[Optional[str], typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")]
-PlannerFile = Annotated[Optional[str], typer.Option(help="Planner output JSONL for the planner condition.")]
-MaxContextChars = Annotated[Optional[int], typer.Option(help="Character budget for the RM's user context.")]
+PromptFile = Annotated[str | None, typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")]
 RMBatch = Annotated[int, typer.Option(help="Texts per RM call (prefix rewards).")]
-Grader = Annotated[Optional[str], typer.Option("--grader", "-g", help="Rubric grader engine (openai:MODEL, hf:DIR, builtin:NAME).")]
-GraderBaseUrl = Annotated[Optional[str], typer.Option(help="Grader's OpenAI-compatible endpoint.")]
-GraderKeyEnv = Annotated[Optional[str], typer.Option(help="Env var holding the grader's API key.")]
+Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader engine (openai:MODEL, hf:DIR, builtin:NAME).")]
 Encoder = Annotated[str, typer.Option(help="Sentence encoder for gold embedding similarity ('none' to skip).")]
-Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Results root (one sub-folder per setting).")]
 
 
@@ -63,12 +64,6 @@ def _floats(value: str) -> list[float]:
     return vals
 
 
-def _engine_opts(spec: str, **given: Any) -> dict[str, Any]:
-    from prbench.cli.downstream import engine_options
-
-    return engine_options(spec, **given)
-
-
 def _grader(spec: str | None, device: str | None, dtype: str | None, base_url: str | None,
             key_env: str | None) -> Any:
     if not spec:
@@ -77,7 +72,7 @@ def _grader(spec: str | None, device: str | None, dtype: str | None, base_url: s
     from prbench.downstream.grader import load_grader
 
     return load_grader(spec, cache=Cache(namespace="grades"),
-                       engine_options=_engine_opts(spec, device=device, dtype=dtype, base_url=base_url,
+                       engine_options=engine_options(spec, device=device, dtype=dtype, base_url=base_url,
                                                    api_key_env=key_env))
 
 
@@ -100,7 +95,7 @@ def rgd(
     rm: RMs,
     out: OutDir,
     data: Data = "sample",
-    condition: Condition = "none",
+    condition: RMCondition = "none",
     w: Ws = "1.0",
     k: K = 10,
     chunk: Annotated[int, typer.Option(help="Tokens between RM decision points (greedy in between).")] = 1,
@@ -126,7 +121,7 @@ def rgd(
     batch_size: BatchSize = 8,
     rm_batch_size: RMBatch = 64,
     max_length: MaxLength = None,
-    mode: Annotated[Optional[str], typer.Option(help="Judges: must be pointwise.")] = None,
+    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
     device: Device = None,
     dtype: Dtype = None,
     base_url: BaseUrl = None,
@@ -142,7 +137,7 @@ def rgd(
     from prbench.rewards.base import load_rm
 
     ws = _floats(w)
-    engine = load_policy(policy, _engine_opts(policy, device=device, dtype=dtype, batch_size=batch_size))
+    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
     ropts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
                      api_key_env=api_key_env, batch_size=rm_batch_size)
@@ -183,7 +178,7 @@ def policy_accuracy(
     rm: RMs,
     out: OutDir,
     data: Data = "sample",
-    condition: Condition = "none",
+    condition: RMCondition = "none",
     w: Ws = "1.0",
     k: K = 10,
     mode_pa: Annotated[str, typer.Option("--mode", help="full (mass-preserving; w=0 = plain policy) or topk (softmax over top-k U {token}).")] = "full",
@@ -204,7 +199,7 @@ def policy_accuracy(
     batch_size: Annotated[int, typer.Option(help="Responses per policy forward pass.")] = 4,
     rm_batch_size: RMBatch = 64,
     max_length: MaxLength = None,
-    judge_mode: Annotated[Optional[str], typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
+    judge_mode: Annotated[str | None, typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
     device: Device = None,
     dtype: Dtype = None,
     base_url: BaseUrl = None,
@@ -219,7 +214,7 @@ def policy_accuracy(
     from prbench.rewards.base import load_rm
 
     ws = _floats(w)
-    engine = load_policy(policy, _engine_opts(policy, device=device, dtype=dtype, batch_size=batch_size))
+    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
     ropts = set_options(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
                      api_key_env=api_key_env, batch_size=rm_batch_size)
     summaries = []
@@ -299,7 +294,7 @@ def icl(
                       top_p=top_p, repetition_penalty=repetition_penalty, max_words=max_words,
                       prompt_file=prompt_file, seed=seed, limit=limit, categories=split_csv(categories), split=split,
                       batch_size=batch_size,
-                      engine_options=_engine_opts(policy, device=device, dtype=dtype, base_url=base_url,
+                      engine_options=engine_options(policy, device=device, dtype=dtype, base_url=base_url,
                                                   api_key_env=api_key_env, batch_size=batch_size),
                       grader=g, encoder=None if encoder == "none" else encoder, n_boot=n_boot, overwrite=overwrite,
                       on_progress=lambda d, t: bar.update(task, completed=d, total=t))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from prbench.cli import app
-from prbench.cli.output import emit_json, table
 from prbench.cli.options import Json, Quiet
+from prbench.cli.output import emit_json, table
 
 
 def _print_plan(cfg, root: Path, json_out: bool) -> None:
@@ -32,11 +32,11 @@ def _print_plan(cfg, root: Path, json_out: bool) -> None:
 
 @app.command("study")
 def study_cmd(
-    config: Annotated[Optional[Path], typer.Argument(help="Study YAML file.")] = None,
-    preset: Annotated[Optional[str], typer.Option(help="Run a shipped preset instead of a file.")] = None,
+    config: Annotated[Path | None, typer.Argument(help="Study YAML file.")] = None,
+    preset: Annotated[str | None, typer.Option(help="Run a shipped preset instead of a file.")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the shipped presets.")] = False,
     dry_run: Annotated[bool, typer.Option(help="Print the plan (runs, calls, tokens) and stop.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Override the study's output folder.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Override the study's output folder.")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:

@@ -32,12 +32,19 @@ from typing import Any
 
 from prbench.cache import Cache
 from prbench.conditions import build_view
-from prbench.downstream.rgd import GenerationRun, _finish, _ordered_records, generation_record, policy_view
+from prbench.downstream.rgd import (
+    GenerationRun,
+    _finish,
+    _ordered_records,
+    context_sources,
+    generation_record,
+    policy_view,
+)
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import PrbenchError
 from prbench.evaluate import example_seed
 from prbench.prompts import Prompt, load_prompt
-from prbench.retrieval import Retriever, load_retriever
+from prbench.retrieval import Retriever
 from prbench.runs import slug
 from prbench.schema import ProfilePost, SourceItem
 
@@ -177,8 +184,7 @@ def run_icl(
             write_examples(items, run.path / ITEMS_FILE)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
-    ret = load_retriever(retriever)
-    rcache = Cache(namespace="retrieval") if run else None
+    ret, rcache, _ = context_sources(retriever, None, run is not None)
     fresh: list[dict[str, Any]] = []
     gen_s = 0.0
     failed = 0

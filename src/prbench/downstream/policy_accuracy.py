@@ -51,12 +51,14 @@ from scipy.special import logsumexp
 
 from prbench import metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
+from prbench.conditions import CONDITIONS, View, build_view
 from prbench.downstream.rgd import (
     PrefixRewards,
     _Forward,
     apply_repetition_penalty,
+    context_sources,
     left_pad,
+    load_guiding_rm,
     load_policy,
     policy_pad_id,
     policy_view,
@@ -67,8 +69,7 @@ from prbench.engines.base import Engine
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.prompts import load_prompt
-from prbench.retrieval import load_retriever
-from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.rewards.base import RewardModel
 from prbench.runs import RunDir, slug
 from prbench.schema import Example
 
@@ -436,11 +437,7 @@ def policy_accuracy(
     if rm is None and w != 0:
         raise PrbenchError("policy accuracy with w != 0 needs --rm")
     engine = load_policy(policy, engine_options)
-    rm_obj = None
-    if rm is not None:
-        rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(rm_options or {})})
-        if not isinstance(rm_obj, PointwiseRM):
-            raise PrbenchError(f"{rm_obj.spec}: policy accuracy needs a pointwise RM (a score per text)")
+    rm_obj = load_guiding_rm(rm, seed, rm_options, "policy accuracy") if rm is not None else None
     rm_name = getattr(rm_obj, "name", rm_obj.spec) if rm_obj is not None else None
     examples = (load_examples(data, categories=categories, limit=limit, split=split) if isinstance(data, str)
                 else list(data)[:limit])
@@ -462,9 +459,7 @@ def policy_accuracy(
         run = RunDir(path, asdict(cfg), overwrite)
     done = run.done_ids() if run else set()
     todo = [ex for ex in examples if ex.id not in done]
-    ret = load_retriever(retriever)
-    rcache = Cache(namespace="retrieval") if persist else None
-    planner = read_planner_file(planner_file) if planner_file else None
+    ret, rcache, planner = context_sources(retriever, planner_file, persist)
     rewards = PrefixRewards(rm_obj, cache, rm_batch_size) if rm_obj is not None and w != 0 else None
     fresh: list[dict[str, Any]] = []
     score_s = 0.0

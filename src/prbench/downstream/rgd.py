@@ -596,6 +596,20 @@ def rgd_path(out: str | Path, policy: str, rm: str, condition: str, params: RGDP
     return Path(out) / slug(policy) / slug(rm) / condition / tag
 
 
+def load_guiding_rm(rm: str | RewardModel, seed: int, options: dict[str, Any] | None, purpose: str) -> PointwiseRM:
+    """The RM that steers decoding: a spec or an object, which must score single texts."""
+    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(options or {})})
+    if not isinstance(rm_obj, PointwiseRM):
+        raise PrbenchError(f"{rm_obj.spec}: {purpose} needs a pointwise RM (a score per text)")
+    return rm_obj
+
+
+def context_sources(retriever: str, planner_file: str | None, persist: bool) -> tuple[Any, Cache | None, Any]:
+    """(retriever, its cache when results persist, planner outputs) for building policy and RM views."""
+    return (load_retriever(retriever), Cache(namespace="retrieval") if persist else None,
+            read_planner_file(planner_file) if planner_file else None)
+
+
 def load_policy(policy: str | Engine, options: dict[str, Any] | None = None) -> Engine:
     engine = policy if isinstance(policy, Engine) else load_engine(policy, **(options or {}))
     require_local_policy(engine)
@@ -655,9 +669,7 @@ def run_rgd(
     params = RGDParams(w=w, k=k, chunk=chunk, max_new_tokens=max_new_tokens, temperature=temperature,
                        repetition_penalty=resolved_penalty(engine, repetition_penalty), reward_norm=reward_norm)
     params.check()
-    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(rm_options or {})})
-    if not isinstance(rm_obj, PointwiseRM):
-        raise PrbenchError(f"{rm_obj.spec}: reward-guided decoding needs a pointwise RM")
+    rm_obj = load_guiding_rm(rm, seed, rm_options, "reward-guided decoding")
     rm_name = getattr(rm_obj, "name", rm_obj.spec)
     items = (load_items(data, categories=categories, limit=limit, split=split) if isinstance(data, str)
              else list(data)[:limit])
@@ -681,9 +693,7 @@ def run_rgd(
             write_examples(items, run.path / ITEMS_FILE)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
-    ret = load_retriever(retriever)
-    rcache = Cache(namespace="retrieval") if persist else None
-    planner = read_planner_file(planner_file) if planner_file else None
+    ret, rcache, planner = context_sources(retriever, planner_file, persist)
     rewards = PrefixRewards(rm_obj, cache, rm_batch_size)
     fresh: list[dict[str, Any]] = []
     decode_s = 0.0

@@ -34,6 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from prbench.engines.base import Engine, Generation, GenParams, Messages
+from prbench.engines.prefix import (
+    SharedGroups,
+    cache_kwarg,
+    group_by_prefix,
+    output_cache,
+    run_shared,
+    supports_sharing,
+)
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 
@@ -237,6 +245,7 @@ class TransformersEngine(Engine):
         revision: str | None = None,
         default_params: GenParams | None = None,
         identity: dict[str, Any] | None = None,
+        share_prefix: bool = True,
     ):
         require("torch", "hf")
         transformers = require("transformers", "hf")
@@ -287,6 +296,7 @@ class TransformersEngine(Engine):
         self._lock = threading.RLock()
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self._accepts_position_ids = "position_ids" in inspect.signature(self.model.forward).parameters
+        self.share_prefix = share_prefix and self._accepts_position_ids and supports_sharing(self.model)
 
     # -- identity --------------------------------------------------------------------------
 
@@ -479,10 +489,16 @@ class TransformersEngine(Engine):
             prompt, cont = self._fit(prompt, cont)
             items.append((prompt, cont))
         results: list[list[float]] = [[] for _ in items]
-        for batch in self._order([len(p) + len(c) for p, c in items]):
+        todo = [i for i, (_, c) in enumerate(items) if c]
+        if self.share_prefix:  # continuations of one prompt continue from its KV cache
+            groups = group_by_prefix([items[i][0] + items[i][1] for i in todo], [tuple(items[i][0]) for i in todo],
+                                     limits=[len(items[i][0]) - 1 for i in todo])
+            for j, lp in self._loglik_shared(groups, [len(items[i][1]) for i in todo]).items():
+                results[todo[j]] = lp
+            todo = [todo[j] for j in groups.rest]
+        for batch in self._order([len(items[i][0]) + len(items[i][1]) for i in todo]):
+            batch = [todo[i] for i in batch]
             keep = max(len(items[i][1]) for i in batch) + 1
-            if keep == 1:
-                continue
             seqs = [items[i][0] + items[i][1] for i in batch]
             logits = self._forward_last(seqs, keep)  # positions predicting the last keep-1 tokens
             logprobs = torch.log_softmax(logits[:, :-1, :], dim=-1)
@@ -491,8 +507,31 @@ class TransformersEngine(Engine):
             picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
             for row, i in enumerate(batch):
                 n = len(items[i][1])
-                results[i] = picked[row, picked.shape[1] - n :].tolist() if n else []
+                results[i] = picked[row, picked.shape[1] - n :].tolist()
         return results
+
+    def _loglik_shared(self, groups: SharedGroups, cont_len: Sequence[int]) -> dict[int, list[float]]:
+        """Continuation log-probs for grouped sequences, each shared prompt prefix run once."""
+        torch = require("torch", "hf")
+        kwarg = cache_kwarg(self.model)
+
+        def prefill(ids: Any, mask: Any) -> Any:
+            return output_cache(self.model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1))
+
+        def extend(ids: Any, mask: Any, pos: Any, cache: Any, seqs: list[int]) -> list[list[float]]:
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                                **{kwarg: cache}).logits
+            out = []
+            for row, j in enumerate(seqs):
+                n = cont_len[j]
+                end = int(mask[row, -ids.shape[1]:].sum())  # suffix length: prompt tail + continuation
+                lp = torch.log_softmax(logits[row, end - n - 1 : end - 1].float(), dim=-1)
+                out.append(lp.gather(-1, ids[row, end - n : end].unsqueeze(-1)).squeeze(-1).cpu().tolist())
+            return out
+
+        with torch.inference_mode():
+            return run_shared(groups, prefill, extend, torch=torch, pad_id=self.pad_id, device=self.device,
+                              token_budget=self.batch_size * (self.max_length or 4096), max_rows=self.batch_size, counts=self.stats)
 
     def _fit(self, prompt: list[int], cont: list[int]) -> tuple[list[int], list[int]]:
         """Apply max_length to a (prompt, continuation) pair: prompt loses its left end first."""

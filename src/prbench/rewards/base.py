@@ -5,7 +5,8 @@ A *pointwise* RM scores (view, response) -> float; a *pairwise* RM returns a ver
 takes, so position randomisation is the same for every judge.
 
 Spec prefixes: `hf:` sequence classifier, `baseline:<name>`, `py:<file.py>:<Class>`,
-`judge:<engine spec>` (LLM judge), `pmi:<engine spec>` (personalization PMI), `bt:<dir>`,
+`judge:<engine spec>` (LLM judge), `pmi:<engine spec>` (personalization PMI), `lik:<engine spec>`
+(log-likelihood of the response given the context), `bt:<dir>`,
 `pal:<dir>`.
 """
 
@@ -125,7 +126,7 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
     """Build the reward model a spec string names. Options are passed to its constructor."""
     prefix, _, rest = spec.partition(":")
     if not rest:
-        raise SpecError(f"model spec {spec!r} needs a prefix: hf:, baseline:, py:, judge:, pmi:, bt:, pal:")
+        raise SpecError(f"model spec {spec!r} needs a prefix: hf:, baseline:, py:, judge:, pmi:, lik:, bt:, pal:")
     if prefix == "baseline":
         from prbench.rewards.baselines import load_baseline
 
@@ -148,6 +149,10 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
         from prbench.rewards.likelihood import PMIReward
 
         return PMIReward(rest, **options)
+    if prefix == "lik":
+        from prbench.rewards.likelihood import LikelihoodReward
+
+        return LikelihoodReward(rest, **options)
     if prefix == "pal":
         from prbench.rewards.pal import PALReward
 

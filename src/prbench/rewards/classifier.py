@@ -24,6 +24,15 @@ from typing import Any
 
 from prbench.cache import text_hash
 from prbench.conditions import View
+from prbench.engines.prefix import (
+    SharedGroups,
+    cache_kwarg,
+    efficient_batches,
+    group_by_prefix,
+    output_cache,
+    run_shared,
+    supports_sharing,
+)
 from prbench.extras import require
 from prbench.rewards.base import PointwiseRM, Score
 
@@ -88,7 +97,7 @@ class SequenceClassifierRM(PointwiseRM):
         self.token_budget = token_budget or batch_size * self.max_length
         self.label_index = label_index
         self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        self.share_prefix = share_prefix and self._split_model() is not None
+        self.share_prefix = share_prefix and self._split_model() is not None and supports_sharing(self.model)
         self.counts = {"scored": 0, "truncated": 0, "too_long": 0, "tokens": 0, "padded_tokens": 0,
                        "prefix_tokens_saved": 0}
 
@@ -180,74 +189,25 @@ class SequenceClassifierRM(PointwiseRM):
         backbone = getattr(self.model, self.model.base_model_prefix, None)
         return (backbone, head) if head is not None and backbone is not None else None
 
-    def forward_shared(self, groups: Sequence[tuple[list[int], list[list[int]]]]) -> list[list[float]]:
-        """Scores of prefix + each suffix for several prompts at once, each prefix run once.
-
-        Prefixes are right-padded into one batch (pads masked); their KV cache rows are then
-        repeated once per response and every suffix continues from its own prefix length.
-        """
+    def _score_shared(self, groups: SharedGroups) -> dict[int, float]:
+        """Scores of prefix + suffix for every grouped sequence, each prefix run once (engines/prefix.py)."""
         torch = self.torch
         backbone, head = self._split_model()  # type: ignore[misc]
-        pad = self.tokenizer.pad_token_id
-        n_pre = len(groups)
-        pre_len = [len(p) for p, _ in groups]
-        pw = max(pre_len)
-        pre = torch.full((n_pre, pw), pad, dtype=torch.long)
-        pre_mask = torch.zeros((n_pre, pw), dtype=torch.long)
-        for i, (p, _) in enumerate(groups):
-            pre[i, : len(p)] = torch.tensor(p)
-            pre_mask[i, : len(p)] = 1
-        rows = [g for g, (_, sufs) in enumerate(groups) for _ in sufs]
-        sufs = [s for _, ss in groups for s in ss]
-        sw = max(len(x) for x in sufs)
-        ids = torch.full((len(sufs), sw), pad, dtype=torch.long)
-        mask = torch.zeros((len(sufs), pw + sw), dtype=torch.long)
-        pos = torch.zeros((len(sufs), sw), dtype=torch.long)
-        for j, (g, suf) in enumerate(zip(rows, sufs)):
-            ids[j, : len(suf)] = torch.tensor(suf)
-            mask[j, :pw] = pre_mask[g]
-            mask[j, pw : pw + len(suf)] = 1
-            pos[j] = torch.arange(sw) + pre_len[g]
-        dev = self.device
+        kwarg = cache_kwarg(backbone)
+
+        def prefill(ids: Any, mask: Any) -> Any:
+            return output_cache(backbone(input_ids=ids, attention_mask=mask, use_cache=True))
+
+        def extend(ids: Any, mask: Any, pos: Any, cache: Any, _: list[int]) -> list[float]:
+            hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                              **{kwarg: cache}).last_hidden_state
+            last = mask[:, -ids.shape[1]:].sum(1) - 1
+            return self._reduce(head(hidden[torch.arange(len(ids), device=hidden.device), last]))
+
         with torch.no_grad():
-            first = backbone(input_ids=pre.to(dev), attention_mask=pre_mask.to(dev), use_cache=True)
-            kv = getattr(first, "cache", None) or first.past_key_values
-            kv.batch_select_indices(torch.tensor(rows, device=dev))
-            hidden = backbone(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                              use_cache=True, **{cache_kwarg(backbone): kv}).last_hidden_state
-            last = torch.tensor([len(x) - 1 for x in sufs], device=hidden.device)
-            flat = self._reduce(head(hidden[torch.arange(len(sufs), device=hidden.device), last]))
-        real_pre, real_suf = sum(pre_len), sum(len(x) for x in sufs)
-        self.counts["tokens"] += real_pre + real_suf
-        self.counts["padded_tokens"] += n_pre * pw + len(sufs) * sw
-        self.counts["prefix_tokens_saved"] += sum(pre_len[g] for g in rows) - real_pre
-        out, k = [], 0
-        for _, ss in groups:
-            out.append(flat[k : k + len(ss)])
-            k += len(ss)
-        return out
-
-    @staticmethod
-    def _shared_cost(batch: Sequence[tuple[Any, list[int], list[list[int]]]]) -> int:
-        """Padded tokens of one shared-prefix batch (prefix block + suffix block)."""
-        pw = max(len(p) for _, p, _ in batch)
-        sufs = [len(x) for _, _, xs in batch for x in xs]
-        return len(batch) * pw + len(sufs) * max(sufs)
-
-    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
-        """Indices grouped by similar length under a token budget (little padding, bounded memory)."""
-        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-        groups: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:
-            width = max([lengths[j] for j in cur] + [lengths[i]])
-            if cur and ((len(cur) + 1) * width > self.token_budget or len(cur) >= self.batch_size):
-                groups.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            groups.append(cur)
-        return groups
+            return run_shared(groups, prefill, extend, torch=torch, pad_id=self.tokenizer.pad_token_id,
+                              device=self.device, token_budget=self.token_budget, max_rows=self.batch_size,
+                              counts=self.counts)
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         fitted = [self.fit(view, resp) for view, resp in batch]
@@ -255,56 +215,17 @@ class SequenceClassifierRM(PointwiseRM):
                             if ids is None else Score(math.nan, truncated=tr) for ids, tr, _ in fitted]
         ok = [i for i, (ids, _, _) in enumerate(fitted) if ids is not None]
         rest = ok
-        if self.share_prefix:
-            by_prompt: dict[str, list[int]] = {}
-            for i in ok:
-                by_prompt.setdefault(fitted[i][2], []).append(i)
-            rest, shared = [], []
-            for members in by_prompt.values():
-                seqs = [fitted[i][0] for i in members]
-                cut = _shared_length(seqs)
-                if len(members) < 2 or cut < MIN_SHARED_PREFIX:
-                    rest.extend(members)
-                else:
-                    shared.append((members, seqs[0][:cut], [x[cut:] for x in seqs]))
-            # prompts of similar prefix length share a batch; budget counts prefix and suffix tokens
-            shared.sort(key=lambda g: (len(g[1]), g[0][0]))
-            batch: list = []
-            for group in shared + [None]:
-                if batch and (group is None or self._shared_cost(batch + [group]) > self.token_budget):
-                    for (members, _, _), vals in zip(batch, self.forward_shared([(p, x) for _, p, x in batch])):
-                        for i, v in zip(members, vals):
-                            out[i].value = v
-                    batch = []
-                if group is not None:
-                    batch.append(group)
-        for group in self.batches([len(fitted[i][0]) for i in rest]):
+        if self.share_prefix:  # responses to the same prompt text share its tokens
+            groups = group_by_prefix([fitted[i][0] for i in ok], [fitted[i][2] for i in ok])  # type: ignore[misc]
+            for j, v in self._score_shared(groups).items():
+                out[ok[j]].value = v
+            rest = [ok[j] for j in groups.rest]
+        for group in efficient_batches([len(fitted[i][0]) for i in rest], self.token_budget,  # type: ignore[arg-type]
+                                       self.batch_size):
             idx = [rest[j] for j in group]
-            for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):
+            for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):  # type: ignore[misc]
                 out[i].value = v
         self.counts["scored"] += len(batch)
         self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
         self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
         return out
-
-
-def cache_kwarg(module: Any) -> str:
-    """transformers 5.x renamed `past_key_values` to `cache`; support both."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
-
-
-MIN_SHARED_PREFIX = 8  # below this, a separate prefix pass costs more than it saves
-
-
-def _shared_length(seqs: Sequence[list[int]]) -> int:
-    """Longest common prefix of token lists, leaving every sequence at least one own token."""
-    first = seqs[0]
-    n = min(len(x) for x in seqs) - 1
-    for other in seqs[1:]:
-        k = 0
-        while k < n and other[k] == first[k]:
-            k += 1
-        n = k
-    return max(n, 0)
