@@ -246,7 +246,23 @@ def main() -> None:
     result = {"machine": machine, "scoring": rows, "rerun": rerun, "memory": memory, "bon_dedupe": bench_dedupe(),
               "max_rss_mb_driver": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     Path(args.out).write_text(json.dumps(result, indent=2))
+    print_table(result)
     print(f"wrote {args.out}")
+
+
+def print_table(result: dict) -> None:
+    """The scoring rows as the markdown table of RESULTS.md, then the other measurements."""
+    print(f"\nfp32 matmul peak {result['machine']['fp32_matmul_peak_gflops']} GFLOP/s\n")
+    print("| model | data | condition | pairs | naive pairs/s | prbench pairs/s | speedup | padding eff. naive / prbench "
+          "| share of peak naive / prbench |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in result["scoring"]:
+        print(f"| {r['model']} | {r['data']} | {r['condition']} | {r['pairs']} | {r['naive_pairs_per_s']} | "
+              f"{r['prbench_pairs_per_s']} | {r['speedup']}x | {r['naive_padding_eff']} / {r['prbench_padding_eff']} | "
+              f"{r['naive_peak_frac']} / {r['prbench_peak_frac']} |")
+    rr = result["rerun"]
+    print(f"\nre-run: {rr['rerun_same_folder_s']} s vs first run {rr['first_run_s']} s ({100 * rr['rerun_fraction']:.2f}%)")
+    print("peak RSS: " + ", ".join(f"{m['items']} items {m['peak_rss_mb']} MB" for m in result["memory"]))
 
 
 if __name__ == "__main__":
