@@ -5,6 +5,7 @@ Plain functions plus `register(app)`, so the main app decides where they live.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,6 +63,22 @@ def _floats(value: str) -> list[float]:
     if not vals:
         raise typer.BadParameter("--w needs at least one value")
     return vals
+
+
+def _sweep(specs: list[str], ws: list[float], seed: int, rm_options: dict[str, Any], quiet: bool,
+           run_one: Callable[[Any, float, Callable[[int, int], None]], Any]) -> list[dict[str, Any]]:
+    """Run `run_one(rm, w, on_progress)` for every RM x weight (each RM loaded once); summaries with paths."""
+    from prbench.rewards.base import load_rm
+
+    summaries = []
+    with progress(quiet) as bar:
+        for spec in specs:
+            rm_obj = load_rm(spec, seed=seed, **rm_options)
+            for wv in ws:
+                task = bar.add_task(f"{spec} w={wv:g}", total=None)
+                res = run_one(rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                summaries.append({**res.summary, "path": str(res.path)})
+    return summaries
 
 
 def _grader(spec: str | None, device: str | None, dtype: str | None, base_url: str | None,
@@ -134,30 +151,19 @@ def rgd(
 ) -> None:
     """Reward-guided decoding (ARGS-style): generate, score against gold answers / rubric, write downstream.json."""
     from prbench.downstream.rgd import load_policy, run_rgd
-    from prbench.rewards.base import load_rm
 
-    ws = _floats(w)
     engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
     ropts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                     api_key_env=api_key_env, batch_size=rm_batch_size)
-    summaries = []
-    with progress(quiet or json_out) as bar:
-        for spec in rm:
-            rm_obj = load_rm(spec, seed=seed, **ropts)
-            for wv in ws:
-                task = bar.add_task(f"{spec} w={wv:g}", total=None)
-                res = run_rgd(engine, rm_obj, data, out, condition=condition, w=wv, k=k, chunk=chunk,
-                              max_new_tokens=max_new_tokens, temperature=temperature,
-                              repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed, limit=limit,
-                              categories=split_csv(categories), split=split, policy_condition=policy_condition,
-                              top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
-                              planner_file=planner_file, max_words=max_words, prompt_file=prompt_file,
-                              batch_size=batch_size, rm_batch_size=rm_batch_size, grader=g,
-                              encoder=None if encoder == "none" else encoder, downstream_metric=downstream_metric,
-                              n_boot=n_boot, overwrite=overwrite,
-                              on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
-                summaries.append({**res.summary, "path": str(res.path)})
+                        api_key_env=api_key_env, batch_size=rm_batch_size)
+    summaries = _sweep(rm, _floats(w), seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_rgd(
+        engine, rm_obj, data, out, condition=condition, w=wv, k=k, chunk=chunk, max_new_tokens=max_new_tokens,
+        temperature=temperature, repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed,
+        limit=limit, categories=split_csv(categories), split=split, policy_condition=policy_condition, top_k=top_k,
+        retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file, max_words=max_words,
+        prompt_file=prompt_file, batch_size=batch_size, rm_batch_size=rm_batch_size, grader=g,
+        encoder=None if encoder == "none" else encoder, downstream_metric=downstream_metric, n_boot=n_boot,
+        overwrite=overwrite, on_progress=on_progress))
     if json_out:
         emit_json(summaries)
         return
@@ -211,26 +217,17 @@ def policy_accuracy(
     """Policy accuracy: does the reward-guided policy give chosen a higher likelihood than rejected?"""
     from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
     from prbench.downstream.rgd import load_policy
-    from prbench.rewards.base import load_rm
 
-    ws = _floats(w)
     engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
     ropts = set_options(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                     api_key_env=api_key_env, batch_size=rm_batch_size)
-    summaries = []
-    with progress(quiet or json_out) as bar:
-        for spec in rm:
-            rm_obj = load_rm(spec, seed=seed, **ropts)
-            for wv in ws:
-                task = bar.add_task(f"{spec} w={wv:g}", total=None)
-                res = run_pa(engine, rm_obj, data, out, condition=condition, w=wv, k=k, mode=mode_pa,
-                             repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed, limit=limit,
-                             categories=split_csv(categories), split=split, policy_condition=policy_condition,
-                             top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
-                             planner_file=planner_file, max_words=max_words, prompt_file=prompt_file,
-                             batch_size=batch_size, rm_batch_size=rm_batch_size, n_boot=n_boot, overwrite=overwrite,
-                             on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
-                summaries.append({**res.summary, "path": str(res.path)})
+                        api_key_env=api_key_env, batch_size=rm_batch_size)
+    summaries = _sweep(rm, _floats(w), seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_pa(
+        engine, rm_obj, data, out, condition=condition, w=wv, k=k, mode=mode_pa,
+        repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed, limit=limit,
+        categories=split_csv(categories), split=split, policy_condition=policy_condition, top_k=top_k,
+        retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file, max_words=max_words,
+        prompt_file=prompt_file, batch_size=batch_size, rm_batch_size=rm_batch_size, n_boot=n_boot,
+        overwrite=overwrite, on_progress=on_progress))
     if json_out:
         emit_json(summaries)
         return
