@@ -52,8 +52,8 @@ def _png(fig: Any) -> bytes:
 
 
 def short_name(name: str, width: int = 28) -> str:
-    """A model name that fits under a bar: drop a hub owner, cut long tails."""
-    core = name
+    """A model name that fits under a bar: drop a hub owner and the `builtin:` tag, cut long tails."""
+    core = name.replace("builtin:", "")
     for prefix in ("hf:", "judge:", "pmi:"):
         if core.startswith(prefix) and "/" in core:
             core = prefix + core.rsplit("/", 1)[1]
