@@ -113,6 +113,16 @@ def test_likelihood_reward(tiny_engine: Any) -> None:
     assert all(s.valid and s.value < 0 for s in scores)
 
 
+def test_likelihood_reward_via_spec(tiny_lm: Path, tiny_engine: Any) -> None:
+    rm = load_rm(f"lik:hf:{tiny_lm}", device="cpu", batch_size=4)
+    assert isinstance(rm, LikelihoodReward) and rm.spec == f"lik:hf:{tiny_lm}"
+    batch = [(v, r) for v in _views() for r in RESPONSES]
+    same = LikelihoodReward(tiny_engine).score(batch)
+    assert [s.value for s in rm.score(batch)] == pytest.approx([s.value for s in same], abs=1e-4)
+    # the responses to one view share its prompt: the engine ran that prefix once
+    assert rm.engine.stats["prefix_tokens_saved"] > 0
+
+
 # -- the likelihood judge -------------------------------------------------------------------
 
 
