@@ -195,12 +195,48 @@ def bench_memory(tmp: Path, sizes: list[int]) -> list[dict]:
     return out
 
 
-def bench_dedupe() -> dict:
-    """Grader calls for Best-of-N with 3 RMs, k in 1..16, 63 items: naive vs graded-once."""
-    rms, ks, items, n = 3, [1, 2, 4, 8, 16], 63, 16
-    return {"naive_calls": rms * len(ks) * items, "prbench_calls_upper_bound": items * n,
-            "note": "prbench grades each distinct sample once (content-hash cache); "
-                    "naive grades each RM's pick at each k"}
+def _grading_reply(body: dict) -> str:
+    """A valid rubric grade for the loopback grader: one 0-2 score per aspect, from the text's hash."""
+    import hashlib
+    import re
+
+    prompt = body["messages"][-1]["content"]
+    n = int(re.search(r"expects \((\d+) aspects\)", prompt).group(1))
+    h = hashlib.sha256(prompt.encode()).digest()
+    return json.dumps({"grades": [{"aspect": j + 1, "score": h[j] % 3} for j in range(n)]})
+
+
+def bench_dedupe(tmp: Path, items: int = 8, n: int = 8) -> dict:
+    """Grader requests of a real Best-of-N run, counted by the grading server, against the naive count.
+
+    SmolLM2 draws n answers (temperature 1.0, 32 new tokens, question only) for `items` sample items; five
+    baselines pick at k in 1, 2, 4, 8; an LLM rubric grader over a real OpenAI-compatible HTTP
+    server on 127.0.0.1 (scripted grades: only the number of requests matters here) grades.
+    Naive = RMs x k values x items (each RM's pick graded at each k, as the original scripts do);
+    prbench grades each distinct sample once, which also yields exact expected best-of-k and
+    the oracle curve.
+    """
+    from prbench.cache import NullCache
+    from prbench.downstream.bon import best_of_n
+    from prbench.downstream.grader import load_grader
+    from prbench.downstream.sampling import sample_policy
+    from prbench.testing.openai_server import serve
+
+    t = time.perf_counter()
+    ss = sample_policy("builtin:smollm2-135m-instruct", "sample", tmp / "samples", n=n, limit=items,
+                       condition="none", max_new_tokens=32)
+    sample_s = time.perf_counter() - t
+    rms = ["baseline:length", "baseline:short", "baseline:random", "baseline:lexical", "baseline:embedding"]
+    os.environ.setdefault("PRBENCH_BENCH_GRADER_KEY", "loopback")
+    with serve(_grading_reply) as server:
+        grader = load_grader("openai:grader", cache=NullCache(),
+                             engine_options={"base_url": server.base_url, "api_key_env": "PRBENCH_BENCH_GRADER_KEY"})
+        res = best_of_n(ss, rms, grader, condition="profile", ks=[1, 2, 4, 8], n_boot=200)
+        requests = len(server.requests)
+    distinct = sum(len(set(texts)) for texts in ss.samples.values())
+    return {"items": items, "n": n, "rms": len(rms), "ks": [1, 2, 4, 8],
+            "naive_calls": res.summary["grader_calls"]["naive"], "prbench_calls": requests,
+            "distinct_samples": distinct, "sample_s": round(sample_s, 1)}
 
 
 def main() -> None:
@@ -235,6 +271,8 @@ def main() -> None:
         print(json.dumps(rerun))
         memory = bench_memory(Path(d), [300, 1000] if args.quick else [500, 1500, 3000])
         print(json.dumps(memory))
+        dedupe = bench_dedupe(Path(d), items=2 if args.quick else 8)
+        print(json.dumps(dedupe))
     peak_end = matmul_peak()
     peak = max(peak_start, peak_end)
     machine.update(fp32_matmul_peak_gflops_start=round(peak_start / 1e9, 1),
@@ -243,7 +281,7 @@ def main() -> None:
         for side in ("naive", "prbench"):
             row[f"{side}_peak_frac"] = round(row.pop(f"{side}_flops_per_s") / peak, 3)
     print(json.dumps(machine))
-    result = {"machine": machine, "scoring": rows, "rerun": rerun, "memory": memory, "bon_dedupe": bench_dedupe(),
+    result = {"machine": machine, "scoring": rows, "rerun": rerun, "memory": memory, "bon_dedupe": dedupe,
               "max_rss_mb_driver": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     Path(args.out).write_text(json.dumps(result, indent=2))
     print_table(result)
@@ -263,6 +301,9 @@ def print_table(result: dict) -> None:
     rr = result["rerun"]
     print(f"\nre-run: {rr['rerun_same_folder_s']} s vs first run {rr['first_run_s']} s ({100 * rr['rerun_fraction']:.2f}%)")
     print("peak RSS: " + ", ".join(f"{m['items']} items {m['peak_rss_mb']} MB" for m in result["memory"]))
+    dd = result["bon_dedupe"]
+    print(f"Best-of-N grader calls: {dd['prbench_calls']} (distinct samples {dd['distinct_samples']}) "
+          f"vs naive {dd['naive_calls']}")
 
 
 if __name__ == "__main__":
