@@ -164,3 +164,24 @@ def test_likelihood_judge_position_debiasing(tiny_engine: Any) -> None:
     # antisymmetric by construction: the swapped query gets exactly the other side
     assert v.meta["p_a"] + w.meta["p_a"] == pytest.approx(1.0, abs=1e-6)
     assert {v.winner, w.winner} == {"A", "B"} or v.winner == w.winner == "tie"
+
+
+def test_cli_debias_position_reaches_the_likelihood_judge(tiny_lm: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from prbench.cli import _register, app
+
+    _register()  # what main() does: attach eval and the other top-level commands
+    data = tmp_path / "b.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(3)), encoding="utf-8")
+    base = ["eval", "-m", f"judge:hf:{tiny_lm}", "--mode", "likelihood", "--data", str(data), "--device", "cpu",
+            "--json"]
+    runs = {}
+    for flag in ([], ["--debias-position"]):
+        r = CliRunner().invoke(app, [*base, *flag, "--out", str(tmp_path / f"runs{len(flag)}")])
+        assert r.exit_code == 0, r.output
+        (summary,) = json.loads(r.stdout)
+        runs[bool(flag)] = summary
+    assert runs[True]["model_info"]["fingerprint"]["debias_position"] is True
+    assert runs[False]["model_info"]["fingerprint"]["debias_position"] is False
+    assert runs[True]["metrics"]["n"] == runs[False]["metrics"]["n"] == 3
