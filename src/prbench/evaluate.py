@@ -27,7 +27,16 @@ from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.data import iter_examples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
-from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, RewardModel, Score, Verdict, load_rm
+from prbench.rewards.base import (
+    PairQuery,
+    PairwiseRM,
+    PointwiseRM,
+    RewardModel,
+    Score,
+    Verdict,
+    capabilities,
+    load_rm,
+)
 from prbench.runs import RunDir, read_json, refuse_secrets, slug
 from prbench.schema import Example
 
@@ -373,7 +382,7 @@ def evaluate(
         fresh.extend(recs)
         if on_progress:
             on_progress(len(done) + len(fresh), len(order))
-    rm_name = getattr(rm, "name", rm.spec) if rm is not None else spec
+    rm_name = rm.name if rm is not None else spec
     records = run.records() if run else fresh
     in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
     if run and in_order != records:
@@ -383,6 +392,7 @@ def evaluate(
     summary = {
         "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "seed": seed,
         "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
+        "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
         "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
                        else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": ray_address}),

@@ -53,6 +53,10 @@ class BM25Retriever(Retriever):
 
     spec = "bm25"
 
+    def __init__(self, rest: str = ""):
+        if rest:
+            raise SpecError(f"retriever bm25 takes no argument, got bm25:{rest}")
+
     def scores(self, question: str, texts: Sequence[str]) -> np.ndarray:
         import bm25s
 
@@ -116,12 +120,10 @@ def _auto_encoder(model: str):
 
 
 def load_retriever(spec: str = "bm25") -> Retriever:
-    """Build a retriever from its spec string."""
-    if spec == "bm25":
-        return BM25Retriever()
-    kind, _, model = spec.partition(":")
-    if kind == "dense" and model:
-        return DenseRetriever(model)
-    if kind == "contriever" and model:
-        return ContrieverRetriever(model)
-    raise SpecError(f"unknown retriever {spec!r} (use bm25, dense:<model>, contriever:<model>)")
+    """Build a retriever from its spec string (`bm25`, `dense:<model>`, `contriever:<model>`, plug-ins)."""
+    from prbench.registry import RETRIEVERS
+
+    prefix, _, rest = spec.partition(":")
+    if prefix in ("dense", "contriever") and not rest:
+        raise SpecError(f"retriever {prefix} needs a model: {prefix}:<model>")
+    return RETRIEVERS.build(spec)

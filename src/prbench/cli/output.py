@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-console = Console(stderr=True)
+from prbench.progress import console, progress  # noqa: F401  (re-exported for the commands)
+
 T = TypeVar("T")
 
 
@@ -31,14 +30,3 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     if not out.is_terminal:
         out = Console(width=220)  # files and pipes: never squeeze numbers into ellipses
     out.print(t)
-
-
-@contextmanager
-def progress(quiet: bool = False) -> Iterator[Progress]:
-    """A rich progress display that is silent under --quiet or when not a terminal."""
-    p = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=console, disable=quiet or not console.is_terminal,
-    )
-    with p:
-        yield p

@@ -34,7 +34,7 @@ import numpy as np
 from prbench import metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, build_views, read_planner_file
-from prbench.downstream.grader import RubricGrader, load_grader
+from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, read_samples
 from prbench.errors import PrbenchError
@@ -86,7 +86,7 @@ def _load_rm(spec: str | RewardModel, options: dict[str, Any]) -> PointwiseRM:
 def best_of_n(
     samples: str | Path | SampleSet,
     rms: Sequence[str | RewardModel],
-    grader: str | RubricGrader,
+    grader: str | Grader,
     *,
     condition: str = "none",
     out: str | Path | None = None,
@@ -118,7 +118,7 @@ def best_of_n(
     persist = out is not None
     score_cache = score_cache if score_cache is not None else (Cache(namespace="scores") if persist else NullCache())
     grade_cache = grade_cache if grade_cache is not None else (Cache(namespace="grades") if persist else NullCache())
-    if isinstance(grader, RubricGrader):
+    if isinstance(grader, Grader):
         grader_obj = grader
     else:
         grader_obj = load_grader(grader, cache=grade_cache, **(grader_options or {}))

@@ -65,3 +65,9 @@ class EmbeddingRubricGrader:
 
     def run_info(self) -> dict[str, Any]:
         return {"grader": self.spec, "low": self.low, "high": self.high, **self.stats.as_dict()}
+
+
+def load_embedding_grader(encoder: str, **options: Any) -> EmbeddingRubricGrader:
+    """`embedding:<encoder>`; options: `low`, `high` thresholds. Engine-grader options are not for it."""
+    known = {k: v for k, v in options.items() if k in ("low", "high")}
+    return EmbeddingRubricGrader(encoder or "builtin:minilm-l6", **known)

@@ -24,10 +24,11 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from prbench.cache import Cache, NullCache, content_key
 from prbench.engines.base import Engine, GenParams, load_engine
+from prbench.errors import SpecError
 from prbench.prompts import Prompt, load_prompt
 from prbench.schema import SourceItem
 
@@ -65,6 +66,22 @@ class Grade:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Grade:
         return cls(aspects=list(data["aspects"]), raw=data.get("raw", ""), error=data.get("error"))
+
+
+@runtime_checkable
+class Grader(Protocol):
+    """What Best-of-N, RL and RGD need of a grader; any object with these works where a spec does."""
+
+    spec: str
+    stats: Any
+
+    def grade(self, pairs: Sequence[tuple[SourceItem, str]]) -> list[Grade]: ...
+
+    def key(self, item: SourceItem, response: str) -> str: ...
+
+    def fingerprint(self) -> dict[str, Any]: ...
+
+    def run_info(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -317,7 +334,7 @@ class RubricGrader:
 
 
 def load_grader(
-    spec: str | Engine,
+    spec: Any,
     *,
     cache: Cache | None = None,
     show_narrative: bool = False,
@@ -325,15 +342,23 @@ def load_grader(
     max_new_tokens: int = 512,
     batch_size: int = 16,
     engine_options: dict[str, Any] | None = None,
-) -> RubricGrader:
-    """A grader over the engine `spec` names (e.g. `openai:Qwen2.5-32B-Instruct`, `hf:DIR`).
+) -> Grader:
+    """A grader from a spec, an engine, or a ready grader object (returned as it is).
 
-    `embedding:<encoder>` gives the offline embedding grader (weak; for demos and smoke runs).
+    A spec whose prefix is a registered grader (`embedding:<encoder>`, `prbench.graders`
+    plug-ins) builds that grader; any engine spec (`openai:...`, `hf:DIR`, `vllm:...`) gives the
+    LLM rubric grader over that engine.
     """
-    if isinstance(spec, str) and spec.startswith("embedding:"):
-        from prbench.downstream.embedding_grader import EmbeddingRubricGrader
+    from prbench.registry import ENGINES, GRADERS
 
-        return EmbeddingRubricGrader(spec.split(":", 1)[1])  # type: ignore[return-value]
+    if isinstance(spec, Grader):
+        return spec
+    if isinstance(spec, str):
+        prefix = spec.partition(":")[0]
+        if prefix in GRADERS:
+            return GRADERS.build(spec)
+        if prefix not in ENGINES:
+            raise SpecError(GRADERS.unknown(prefix, extra=ENGINES.names()))
     engine = spec if isinstance(spec, Engine) else load_engine(spec, **(engine_options or {}))
     return RubricGrader(engine=engine, spec=spec if isinstance(spec, str) else engine.spec,
                         cache=cache if cache is not None else NullCache(),

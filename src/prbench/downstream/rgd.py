@@ -657,7 +657,7 @@ def run_rgd(
     """Generate with reward guidance for each item, store resumably, score against gold / rubric.
 
     With `out`, results go to `rgd_path(out, ...)` (or `out` itself with `exact_out`); a re-run
-    skips finished items. `grader` is a spec string or a `RubricGrader`.
+    skips finished items. `grader` is a spec string or a `Grader`.
     """
     from prbench.data import write_examples
     from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items, policy_messages
@@ -767,11 +767,11 @@ def _finish(run: Any, records: list[dict[str, Any]], items: Sequence[SourceItem]
             grader: Any, encoder: str | None, seed: int, n_boot: int, downstream_metric: str, rm_name: str | None,
             setting: str, extra_summary: dict[str, Any], downstream_extra: dict[str, Any], t0: float) -> dict[str, Any]:
     """Assess outputs (gold, rubric), write scores.jsonl, downstream.json and summary.json."""
-    from prbench.downstream.grader import RubricGrader, load_grader
+    from prbench.downstream.grader import Grader, load_grader
 
     grader_obj = None
     if grader is not None:
-        grader_obj = grader if isinstance(grader, RubricGrader) else load_grader(
+        grader_obj = grader if isinstance(grader, Grader) else load_grader(
             grader, cache=Cache(namespace="grades") if run else NullCache())
     done_items = [it for it in items if it.id in texts]
     assessed = gold_or_grade(done_items, texts, grader=grader_obj, encoder=encoder, seed=seed, n_boot=n_boot)

@@ -40,7 +40,7 @@ import numpy as np
 from prbench import metrics
 from prbench.cache import Cache, NullCache, content_key
 from prbench.conditions import CONDITIONS, View, build_view, build_views, read_planner_file
-from prbench.downstream.grader import RubricGrader, load_grader
+from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, load_items, policy_messages, sample_policy
 from prbench.errors import PrbenchError
@@ -226,7 +226,7 @@ def _rows(items: Sequence[SourceItem], views: Sequence[View], condition: str, pr
     return rows
 
 
-def _grade_samples(ss: SampleSet, grader: RubricGrader) -> dict[str, float]:
+def _grade_samples(ss: SampleSet, grader: Grader) -> dict[str, float]:
     """Per item: mean grade over its answers; items with an invalid grade are left out."""
     pairs = [(it, t) for it in ss.items for t in ss.samples[it.id]]
     grades = grader.grade(pairs)
@@ -245,7 +245,7 @@ def train_rl(
     data: str | Sequence[SourceItem],
     out: str | Path,
     *,
-    grader: str | RubricGrader | None = None,
+    grader: str | Grader | None = None,
     condition: str = "profile",
     policy_condition: str = "profile",
     steps: int = 50,
@@ -375,7 +375,7 @@ def train_rl(
     if grader is not None:
         from prbench.engines.transformers_engine import TransformersEngine
 
-        grader_obj = grader if isinstance(grader, RubricGrader) else load_grader(
+        grader_obj = grader if isinstance(grader, Grader) else load_grader(
             grader, cache=Cache(namespace="grades"), **(grader_options or {}))
         common: dict[str, Any] = {
             "n": eval_n, "condition": policy_condition, "top_k": top_k, "retriever": retriever,

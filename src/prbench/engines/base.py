@@ -1,7 +1,7 @@
 """The engine interface: chat generation and teacher-forced log-likelihood.
 
-Engines are named by spec strings: `hf:<hub id | dir>`, `builtin:<name>`, `openai:<model>`,
-`vllm:<hub id | dir>`. Every random choice is seeded per request (callers derive the seed
+Engines are named by spec strings whose prefixes are registered in `prbench.registry.ENGINES`
+(`hf:`, `builtin:`, `openai:`, `vllm:` and `prbench.engines` entry points). Every random choice is seeded per request (callers derive the seed
 from (run seed, example id)), so batching and caching cannot change results.
 """
 
@@ -67,24 +67,14 @@ class Engine(ABC):
 
 
 def load_engine(spec: str, **options: Any) -> Engine:
-    """Build the engine a spec string names; options are backend-specific (device, dtype, base_url...)."""
-    prefix, _, rest = spec.partition(":")
-    if not rest:
-        raise SpecError(f"engine spec {spec!r} needs a prefix: hf:, builtin:, openai:, vllm:")
-    if prefix == "hf":
-        from prbench.engines.transformers_engine import TransformersEngine
+    """Build the engine a spec string names (see `prbench.registry.ENGINES`); options are backend-specific."""
+    from prbench.registry import ENGINES
 
-        return TransformersEngine(rest, **options)
-    if prefix == "builtin":
-        from prbench.engines.builtin import builtin_engine
-
-        return builtin_engine(rest, **options)
-    if prefix == "openai":
-        from prbench.engines.openai_engine import OpenAIEngine
-
-        return OpenAIEngine(rest, **options)
-    if prefix == "vllm":
-        from prbench.engines.vllm_engine import VLLMEngine
-
-        return VLLMEngine(rest, **options)
-    raise SpecError(f"unknown engine prefix {prefix!r} in {spec!r} (use hf:, builtin:, openai:, vllm:)")
+    prefix, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise SpecError(f"engine spec {spec!r} needs a prefix and a model, e.g. hf:DIR "
+                        f"(known prefixes: {', '.join(ENGINES.names())})")
+    engine = ENGINES.get(prefix)(rest, **options)
+    if not isinstance(engine, Engine):
+        raise SpecError(f"{prefix}: its factory returned {type(engine).__name__}, not a prbench Engine")
+    return engine

@@ -37,6 +37,7 @@ from prbench.meta import (
     meta_evaluate,
 )
 from prbench.report import plots
+from prbench.rewards.base import capabilities
 from prbench.runs import read_json
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
 
@@ -163,7 +164,17 @@ def signed_pp(v: float | None) -> str:
 
 
 def is_baseline(run: EvalRun) -> bool:
-    return run.key.startswith("baseline:") or run.summary.get("kind") == "baseline"
+    """A control row: read from the run's recorded capabilities (runs before they were recorded: its kind)."""
+    caps = run.summary.get("capabilities")
+    return bool(caps["is_control"]) if caps else is_control_spec(run.key)
+
+
+def is_control_spec(spec: str) -> bool:
+    """Whether the RM kind a spec names is a control, from its class; unknown kinds are not."""
+    try:
+        return capabilities(str(spec)).is_control
+    except PrbenchError:
+        return False
 
 
 def model_cell(name: str, baseline: bool = False, reference: str = "", rowspan: int = 1) -> Cell:
@@ -553,9 +564,9 @@ def bon_section(d: ReportData) -> str:
         for _, r in members:
             cells = [numc(f'{v:.3f}<span class="ci">[{fnum(lo)}, {fnum(hi)}]</span>' if lo is not None
                           else f"{v:.3f}") for v, lo, hi in zip(r.expected, r.ci_low, r.ci_high)]
-            rows.append([model_cell(r.rm, r.rm.startswith("baseline:")), numc(fnum(r.n_items)), *cells,
+            rows.append([model_cell(r.rm, is_control_spec(r.rm)), numc(fnum(r.n_items)), *cells,
                          numc(f"{r.first_k[-1]:.3f}")])
-            classes.append("baseline" if r.rm.startswith("baseline:") else "")
+            classes.append("baseline" if is_control_spec(r.rm) else "")
         for label, curve in (("oracle (ceiling)", oracle), ("random pick (floor)", rand)):
             if isinstance(curve, list) and len(curve) == len(ks):
                 rows.append([model_cell(label, reference="reference"), numc(fnum(ref.n_items)),
@@ -588,7 +599,7 @@ def rl_rgd_section(d: ReportData) -> str:
         rows, classes = [], []
         for f, r in sorted(res, key=lambda fr: -fr[1].expected[-1]):
             metric = r.extra.get("metric")
-            rows.append([model_cell(r.rm, r.rm.startswith("baseline:")), text(r.extra.get("condition", "–")),
+            rows.append([model_cell(r.rm, is_control_spec(r.rm)), text(r.extra.get("condition", "–")),
                          text(r.extra.get("policy", "–"), "nowrap"),
                          *([numc(f'{fnum(r.extra.get("w"), 2)} / {fnum(r.extra.get("candidates_k"))}')]
                            if setting == "rgd" else []),
@@ -600,7 +611,7 @@ def rl_rgd_section(d: ReportData) -> str:
                 run_summary = _run_summary(f)
                 rouge = (((run_summary.get("gold") or {}).get("metrics") or {}).get("rouge1") or {}).get("mean")
                 rows[-1] += [numc(pct(run_summary.get("changed_share"))), numc(fnum(rouge))]
-            classes.append("baseline" if r.rm.startswith("baseline:") else "")
+            classes.append("baseline" if is_control_spec(r.rm) else "")
         scales = sorted({r.scale for _, r in res})
         body.append(table(head, rows, row_classes=classes, caption="score: " + "; ".join(scales)
                           + " (mean over items, 95% bootstrap CI)"))
@@ -640,14 +651,14 @@ def rl_rgd_section(d: ReportData) -> str:
                 own = mm.get("rm_accuracy") or {}
                 plain_ref = plain_ref if plain_ref is not None else plain.get("accuracy")
                 name = s.get("rm") or "(no RM: plain policy)"
-                rows.append([model_cell(name, str(name).startswith("baseline:"), "" if s.get("rm") else "reference"),
+                rows.append([model_cell(name, is_control_spec(name), "" if s.get("rm") else "reference"),
                              acc_cell(tot.get("accuracy"), tot.get("ci_low"), tot.get("ci_high")),
                              acc_cell(nor.get("accuracy"), nor.get("ci_low"), nor.get("ci_high")),
                              acc_cell(plain.get("accuracy"), plain.get("ci_low"), plain.get("ci_high")),
                              acc_cell(own.get("accuracy"), own.get("ci_low"), own.get("ci_high")),
                              numc(pct((mm.get("agreement_with_plain") or {}).get("total"))),
                              numc(pct(mm.get("mean_topk_coverage"))), numc(fnum(mm.get("n")))])
-                classes.append("reference" if not s.get("rm") else ("baseline" if str(name).startswith("baseline:") else ""))
+                classes.append("reference" if not s.get("rm") else ("baseline" if is_control_spec(name) else ""))
                 if s.get("rm"):
                     bars.append((str(name), tuple(None if v is None else 100 * v for v in
                                                   (tot.get("accuracy"), tot.get("ci_low"), tot.get("ci_high")))))

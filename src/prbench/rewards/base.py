@@ -4,20 +4,16 @@ A *pointwise* RM scores (view, response) -> float; a *pairwise* RM returns a ver
 (view, response A, response B). The evaluator, not the RM, decides which side `chosen`
 takes, so position randomisation is the same for every judge.
 
-Spec prefixes: `hf:` sequence classifier, `baseline:<name>`, `py:<file.py>:<Class>`,
-`judge:<engine spec>` (LLM judge), `pmi:<engine spec>` (personalization PMI), `lik:<engine spec>`
-(log-likelihood of the response given the context), `bt:<dir>`,
-`pal:<dir>`.
+Kinds are named by spec prefixes registered in `prbench.registry.REWARDS` (built-ins and
+`prbench.rewards` entry points alike). This module holds the interfaces only.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from prbench.conditions import View
@@ -59,10 +55,26 @@ class Verdict:
 
 
 class RewardModel(ABC):
-    """Common identity of every RM: its spec and what enters a cache key."""
+    """Common identity of every RM: its spec, what it needs and costs, and what enters a cache key.
+
+    The capability flags are read by the study planner, the leaderboard and the report, so a
+    new kind (built in or a plug-in) declares them here instead of being guessed from its prefix.
+    """
 
     spec: str
     kind: Literal["pointwise", "pairwise"]
+    calls_model: bool = True  # runs a neural model or API (costs calls and tokens in a dry run)
+    is_control: bool = False  # a baseline/control shown beside real RMs, never ranked as one
+    uses_context: bool = True  # reads user context (profile, rubric...), so conditions matter
+
+    @property
+    def name(self) -> str:
+        """What tables show: the spec the user wrote, unless the kind names a mode beside it."""
+        return self.__dict__.get("_name") or self.spec
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.__dict__["_name"] = value
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that determines this RM's outputs (weights, template and prompt hashes)."""
@@ -89,72 +101,55 @@ class PairwiseRM(RewardModel):
         """A verdict for each query; order preserved."""
 
 
-def _load_plugin(target: str, options: dict[str, Any]) -> RewardModel:
-    """`py:path/to/file.py:ClassName` -- runs the user's own code, by design."""
-    path, sep, cls_name = target.rpartition(":")
-    if not sep or not path.endswith(".py"):
-        raise SpecError(f"py: spec must be py:<file.py>:<ClassName>, got py:{target}")
-    file = Path(path)
-    if not file.is_file():
-        raise SpecError(f"py: plug-in file not found: {file}")
-    spec = importlib.util.spec_from_file_location(f"prbench_plugin_{file.stem}", file)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cls = getattr(module, cls_name, None)
-    if cls is None:
-        raise SpecError(f"py: {file} has no class {cls_name!r}")
-    rm = cls(**options)
+def load_rm(spec: str, **options: Any) -> RewardModel:
+    """Build the reward model a spec string names (see `prbench.registry.REWARDS`).
+
+    Options go to the kind's factory as keywords. A plug-in that returns no RewardModel is refused.
+    """
+    from prbench.registry import REWARDS
+
+    prefix, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise SpecError(f"model spec {spec!r} needs a prefix and a target, e.g. hf:DIR or baseline:length "
+                        f"(known prefixes: {', '.join(REWARDS.names())})")
+    rm = REWARDS.get(prefix)(rest, **options)
     if not isinstance(rm, (PointwiseRM, PairwiseRM)):
-        raise SpecError(f"py: {cls_name} must subclass prbench.rewards.PointwiseRM or PairwiseRM")
-    rm.spec = f"py:{target}"
+        raise SpecError(f"{prefix}: its factory returned {type(rm).__name__}, not a PointwiseRM or PairwiseRM")
+    if not getattr(rm, "spec", None):
+        rm.spec = spec
     return rm
 
 
-def _frozen_head_kind(folder: str) -> bool:
-    """A `bt:` folder trained as a head over a frozen encoder loads like PAL (same format)."""
-    import json
+@dataclass(frozen=True)
+class Capabilities:
+    """What a reward-model kind needs and costs, known without loading any weights."""
 
-    marker = Path(folder) / "prbench_rm.json"
-    try:
-        return json.loads(marker.read_text(encoding="utf-8")).get("kind") in ("context-bt", "pal-a", "pal-b")
-    except (OSError, ValueError):
-        return False
+    calls_model: bool = True
+    is_control: bool = False
+    uses_context: bool = True
+
+    def as_dict(self) -> dict[str, bool]:
+        return {"calls_model": self.calls_model, "is_control": self.is_control, "uses_context": self.uses_context}
 
 
-def load_rm(spec: str, **options: Any) -> RewardModel:
-    """Build the reward model a spec string names. Options are passed to its constructor."""
-    prefix, _, rest = spec.partition(":")
-    if not rest:
-        raise SpecError(f"model spec {spec!r} needs a prefix: hf:, baseline:, py:, judge:, pmi:, lik:, bt:, pal:")
-    if prefix == "baseline":
-        from prbench.rewards.baselines import load_baseline
+def capabilities(spec: str | RewardModel) -> Capabilities:
+    """Capabilities of a built RM, or of the class a spec would build (no weights loaded).
 
-        return load_baseline(rest, **options)
-    if prefix == "bt" and _frozen_head_kind(rest):
-        from prbench.rewards.pal import PALReward
+    A factory tells its class by being the class itself or through a `model_class(rest)`
+    attribute; a factory that says neither gets the cautious defaults (a model call, not a control).
+    """
+    if isinstance(spec, RewardModel):
+        cls: Any = spec
+    else:
+        from prbench.registry import REWARDS
 
-        return PALReward(rest, **options)
-    if prefix in ("hf", "bt"):
-        from prbench.rewards.classifier import SequenceClassifierRM
-
-        return SequenceClassifierRM(rest, spec=spec, **options)
-    if prefix == "py":
-        return _load_plugin(rest, options)
-    if prefix == "judge":
-        from prbench.rewards.judges import load_judge
-
-        return load_judge(rest, **options)
-    if prefix == "pmi":
-        from prbench.rewards.likelihood import PMIReward
-
-        return PMIReward(rest, **options)
-    if prefix == "lik":
-        from prbench.rewards.likelihood import LikelihoodReward
-
-        return LikelihoodReward(rest, **options)
-    if prefix == "pal":
-        from prbench.rewards.pal import PALReward
-
-        return PALReward(rest, **options)
-    raise SpecError(f"unknown model prefix {prefix!r} in {spec!r}")
+        prefix, _, rest = spec.partition(":")
+        factory = REWARDS.get(prefix)
+        if isinstance(factory, type):
+            cls = factory
+        elif callable(getattr(factory, "model_class", None)):
+            cls = factory.model_class(rest)
+        else:
+            return Capabilities()
+    return Capabilities(bool(getattr(cls, "calls_model", True)), bool(getattr(cls, "is_control", False)),
+                        bool(getattr(cls, "uses_context", True)))

@@ -35,6 +35,8 @@ def context_units(view: View) -> list[str]:
 
 
 class LengthRM(PointwiseRM):
+    calls_model, is_control, uses_context = False, True, False
+
     def __init__(self, sign: float = 1.0, spec: str = "baseline:length"):
         self.sign, self.spec = sign, spec
 
@@ -44,6 +46,7 @@ class LengthRM(PointwiseRM):
 
 class RandomRM(PointwiseRM):
     spec = "baseline:random"
+    calls_model, is_control, uses_context = False, True, False
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -61,6 +64,7 @@ class RandomRM(PointwiseRM):
 
 class LexicalRM(PointwiseRM):
     spec = "baseline:lexical"
+    calls_model, is_control = False, True
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         import bm25s
@@ -80,6 +84,8 @@ class LexicalRM(PointwiseRM):
 
 
 class EmbeddingRM(PointwiseRM):
+    calls_model, is_control = False, True  # a small local encoder: no model calls to budget
+
     def __init__(self, encoder: str = "builtin:minilm-l6", batch_size: int = 64):
         self.encoder, self.batch_size = encoder, batch_size
         self.spec = "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
@@ -101,7 +107,8 @@ class EmbeddingRM(PointwiseRM):
         return out
 
 
-BASELINES = ("length", "short", "random", "lexical", "embedding")
+BASELINES = {"length": LengthRM, "short": LengthRM, "random": RandomRM, "lexical": LexicalRM,
+             "embedding": EmbeddingRM}
 
 
 def load_baseline(name: str, seed: int = 0, encoder: str | None = None, **_: object) -> PointwiseRM:
@@ -117,3 +124,14 @@ def load_baseline(name: str, seed: int = 0, encoder: str | None = None, **_: obj
     if name == "embedding":
         return EmbeddingRM(encoder or "builtin:minilm-l6")
     raise SpecError(f"unknown baseline {name!r} (use {', '.join(BASELINES)})")
+
+
+def baseline_class(name: str) -> type[PointwiseRM]:
+    """The class `baseline:<name>` builds (for capabilities, without building it)."""
+    kind = name.split("@", 1)[0]
+    if kind not in BASELINES:
+        raise SpecError(f"unknown baseline {name!r} (use {', '.join(BASELINES)})")
+    return BASELINES[kind]
+
+
+load_baseline.model_class = baseline_class  # type: ignore[attr-defined]

@@ -229,3 +229,8 @@ class SequenceClassifierRM(PointwiseRM):
         self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
         self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
         return out
+
+
+def load_classifier(rest: str, **options: Any) -> SequenceClassifierRM:
+    """`hf:<hub id | dir>`."""
+    return SequenceClassifierRM(rest, spec=f"hf:{rest}", **options)

@@ -10,9 +10,10 @@ from typing import Any
 from rich.markup import escape
 
 from prbench.evaluate import evaluate
+from prbench.rewards.base import capabilities
 from prbench.runs import slug
 from prbench.study.config import ModelEntry
-from prbench.study.runner import PlannedRun, StudyContext, stage
+from prbench.study.context import PlannedRun, StudyContext, stage
 
 # Known hosted datasets, so a dry run needs no network: items and rough tokens per part.
 KNOWN_DATA = {
@@ -68,7 +69,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
             n = _item_count(ctx.data, eval_limit(ctx, entry, cond))
             per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
             tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if is_pairwise(entry) else 0))
-            calls = 0 if entry.spec.startswith("baseline:") else n * per_item
+            calls = n * per_item if capabilities(entry.spec).calls_model else 0
             out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens))
     return out
 
@@ -158,8 +159,9 @@ def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
     s, b = ctx.cfg.sample, ctx.cfg.bon
     n = _item_count(ctx.data, s.limit or ctx.cfg.limit) if s else 0
     rms = b.rms or _eval_specs(ctx)
-    runs = [PlannedRun("bon", f"score {spec} [{b.condition}]", 0 if spec.startswith("baseline:") else n * s.n,
-                       0 if spec.startswith("baseline:") else n * s.n * _input_tokens(b.condition, ctx.cfg.top_k))
+    costly = {spec: capabilities(spec).calls_model for spec in rms}
+    runs = [PlannedRun("bon", f"score {spec} [{b.condition}]", n * s.n if costly[spec] else 0,
+                       n * s.n * _input_tokens(b.condition, ctx.cfg.top_k) if costly[spec] else 0)
             for spec in rms]
     runs.append(PlannedRun("bon", f"grade with {b.grader} (distinct samples, at most)", n * s.n,
                            n * s.n * (TOKENS["response"] + TOKENS["aspects"] + 200)))

@@ -1,0 +1,164 @@
+"""Named registries: one per extension point (reward models, engines, graders, retrievers,
+data formats, study stages).
+
+A kind is found by the prefix of its spec string (`hf:DIR` -> the `hf` entry). Each entry is a
+lazy `"module:attr"` target, so naming a kind imports nothing until it is used. Built-in kinds
+are listed here in the same form third-party packages use in their entry points
+(`[project.entry-points."prbench.rewards"] myrm = "mypkg.rm:build"`), so both go through one
+code path. A factory is called as `factory(rest, **options)`, `rest` being the spec after the
+first colon.
+
+This module imports no concrete class: targets are strings until `get` resolves them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prbench.errors import SpecError
+
+Factory = Callable[..., Any]
+
+
+@dataclass
+class Registry:
+    """Names -> factories for one extension point, with entry-point plug-ins."""
+
+    kind: str  # what an entry is, for messages ("reward model", "engine", ...)
+    group: str  # the entry-point group third-party packages declare
+    builtins: dict[str, str] = field(default_factory=dict)
+    _added: dict[str, str | Factory] = field(default_factory=dict, repr=False)
+    _plugins: dict[str, Any] | None = field(default=None, repr=False)  # name -> EntryPoint
+    _resolved: dict[str, Factory] = field(default_factory=dict, repr=False)
+
+    def register(self, name: str, target: str | Factory | None = None) -> Any:
+        """Add a kind: `register("x", "pkg.mod:build")`, `register("x", build)` or `@register("x")`."""
+        if target is None:
+            def wrap(fn: Factory) -> Factory:
+                self.register(name, fn)
+                return fn
+            return wrap
+        if name in self.builtins:
+            raise SpecError(f"{self.kind} {name!r} is built in; choose another name")
+        self._added[name] = target
+        self._resolved.pop(name, None)
+        return target
+
+    def unregister(self, name: str) -> None:
+        self._added.pop(name, None)
+        self._resolved.pop(name, None)
+
+    def plugins(self) -> dict[str, Any]:
+        """Entry points of installed distributions in this registry's group (read once)."""
+        if self._plugins is None:
+            from importlib.metadata import entry_points
+
+            self._plugins = {ep.name: ep for ep in entry_points(group=self.group)}
+        return self._plugins
+
+    def refresh(self) -> None:
+        """Forget what was read from installed distributions (after installing one at run time)."""
+        self._plugins = None
+        self._resolved = {k: v for k, v in self._resolved.items() if k in self.builtins or k in self._added}
+
+    def names(self) -> list[str]:
+        return sorted({*self.builtins, *self._added, *self.plugins()})
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.builtins or name in self._added or name in self.plugins()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def get(self, name: str) -> Factory:
+        """The factory registered as `name`; an unknown name lists the known ones."""
+        if name in self._resolved:
+            return self._resolved[name]
+        if name in self.builtins:
+            target: Any = self.builtins[name]
+        elif name in self._added:
+            target = self._added[name]
+        elif name in self.plugins():
+            ep = self.plugins()[name]
+            try:
+                target = ep.load()
+            except Exception as e:  # a broken plug-in must say which one it is
+                dist = getattr(getattr(ep, "dist", None), "name", "?")
+                raise SpecError(f"{self.kind} plug-in {name!r} ({ep.value}, from {dist}) failed to load: "
+                                f"{type(e).__name__}: {e}") from e
+        else:
+            raise SpecError(self.unknown(name))
+        factory = resolve(target) if isinstance(target, str) else target
+        self._resolved[name] = factory
+        return factory
+
+    def unknown(self, name: str, extra: list[str] | None = None) -> str:
+        """The message for an unknown name: the known ones and the closest match."""
+        known = sorted({*self.names(), *(extra or [])})
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown {self.kind} {name!r} (known: {', '.join(known)}){hint}"
+
+    def build(self, spec: str, **options: Any) -> Any:
+        """`prefix:rest` -> `factory(rest, **options)`."""
+        prefix, _, rest = spec.partition(":")
+        return self.get(prefix)(rest, **options)
+
+
+def resolve(target: str) -> Factory:
+    """`"package.module:attr"` -> the object."""
+    module, sep, attr = target.partition(":")
+    if not sep:
+        raise SpecError(f"registry target {target!r} must be 'module:attr'")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+REWARDS = Registry("reward model", "prbench.rewards", {
+    "hf": "prbench.rewards.classifier:load_classifier",
+    "bt": "prbench.rewards.folders:load_bt",
+    "pal": "prbench.rewards.pal:PALReward",
+    "baseline": "prbench.rewards.baselines:load_baseline",
+    "judge": "prbench.rewards.judges:load_judge",
+    "pmi": "prbench.rewards.likelihood:PMIReward",
+    "lik": "prbench.rewards.likelihood:LikelihoodReward",
+    "py": "prbench.rewards.plugin:load_plugin",
+})
+
+ENGINES = Registry("engine", "prbench.engines", {
+    "hf": "prbench.engines.transformers_engine:TransformersEngine",
+    "builtin": "prbench.engines.builtin:builtin_engine",
+    "openai": "prbench.engines.openai_engine:OpenAIEngine",
+    "vllm": "prbench.engines.vllm_engine:VLLMEngine",
+})
+
+# Graders named by their own prefix; any engine spec also works as a grader (an LLM rubric
+# grader over that engine), see prbench.downstream.grader.load_grader.
+GRADERS = Registry("grader", "prbench.graders", {
+    "embedding": "prbench.downstream.embedding_grader:load_embedding_grader",
+})
+
+RETRIEVERS = Registry("retriever", "prbench.retrievers", {
+    "bm25": "prbench.retrieval:BM25Retriever",
+    "dense": "prbench.retrieval:DenseRetriever",
+    "contriever": "prbench.retrieval:ContrieverRetriever",
+})
+
+# Data formats: a reader per format, see prbench.formats.
+FORMATS = Registry("data format", "prbench.formats", {})
+
+# Study stages: name -> prbench.study.stages.Stage (a planner and a runner).
+STAGES = Registry("study stage", "prbench.stages", {
+    name: f"prbench.study.stages:{attr}" for name, attr in (
+        ("plan", "run_plan"), ("eval", "run_eval"), ("sample", "run_sample"), ("bon", "run_bon"),
+        ("rl", "run_rl"), ("rgd", "run_rgd_stage"), ("policy_accuracy", "run_policy_accuracy"),
+        ("meta", "run_meta"), ("report", "run_report"))
+})
+
+ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES)}

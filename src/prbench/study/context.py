@@ -1,0 +1,66 @@
+"""What study stages share: the context they run in, planned runs, and the Stage type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prbench.study.config import StudyConfig
+
+
+@dataclass
+class StudyContext:
+    """Where a study writes, and what its stages hand each other."""
+
+    cfg: StudyConfig
+    root: Path
+    quiet: bool = False
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        p = Path(self.cfg.out)
+        return p if p.is_absolute() else self.root / p
+
+    @property
+    def runs(self) -> Path:
+        return self.out / "runs"
+
+    def path(self, *parts: str) -> Path:
+        return self.out.joinpath(*parts)
+
+    @property
+    def data(self) -> str:
+        d = self.cfg.data
+        p = Path(d)
+        return str(self.root / p) if not p.is_absolute() and (self.root / p).exists() else d
+
+
+@dataclass
+class PlannedRun:
+    stage: str
+    what: str
+    model_calls: int
+    tokens: int
+
+
+StageFn = Callable[[StudyContext], None]
+PlanFn = Callable[[StudyContext], list[PlannedRun]]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A study stage: its dry-run planner and its runner (registered in `prbench.registry.STAGES`)."""
+
+    name: str
+    plan: PlanFn
+    run: StageFn
+
+
+def stage(name: str, plan: PlanFn) -> Callable[[StageFn], Stage]:
+    """Make a runner function into a Stage with its dry-run planner."""
+    def wrap(fn: StageFn) -> Stage:
+        return Stage(name, plan, fn)
+    return wrap
