@@ -33,7 +33,7 @@ class _Worker:
 
     def records(self, examples: list[Example], views: list[View]) -> list[dict[str, Any]]:
         from prbench.cache import Cache, NullCache
-        from prbench.evaluate import chunk_records
+        from prbench.scoring import chunk_records
 
         cache = Cache(namespace="scores") if self.use_cache else NullCache()
         return chunk_records(self.rm, examples, views, self.seed, self.both_orders, cache)

@@ -9,9 +9,7 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 from __future__ import annotations
 
 import json
-import math
 import platform
-import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -22,23 +20,19 @@ from typing import Any
 import numpy as np
 
 from prbench import __version__, metrics
-from prbench.cache import Cache, NullCache, content_key
-from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
+from prbench.cache import Cache, NullCache
+from prbench.conditions import CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
-    PairQuery,
-    PairwiseRM,
-    PointwiseRM,
     RewardModel,
-    Score,
-    Verdict,
     capabilities,
     load_rm,
 )
 from prbench.runs import RunDir, read_json, refuse_secrets, slug
 from prbench.schema import Example
+from prbench.scoring import SIDE_CREDIT, chosen_first, chunk_records, example_seed, score_cached  # noqa: F401
 
 
 @dataclass
@@ -69,16 +63,6 @@ class EvalResult:
     path: Path | None = None
 
 
-def example_seed(seed: int, example_id: str, purpose: str) -> int:
-    """A per-example seed: results never depend on order, batching, caching or workers."""
-    return int(content_key(seed, example_id, purpose)[:8], 16)
-
-
-def chosen_first(seed: int, example_id: str) -> bool:
-    """Whether `chosen` is shown as Response A for this example (seeded coin flip)."""
-    return random.Random(example_seed(seed, example_id, "position")).random() < 0.5
-
-
 def _versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -91,146 +75,6 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def _round(v: float) -> float:
-    # 7 significant digits: runs with the same batch size give the same bytes; across batch sizes
-    # float32 kernel noise can move the last digit, so scores there agree within 1e-5 only.
-    return float(f"{v:.7g}")
-
-
-def _check_results(rm: RewardModel, results: Sequence[Any], n: int, kind: type) -> None:
-    """A plug-in RM must return one `kind` per input, in order: fail clearly here, not with a KeyError later."""
-    if len(results) != n:
-        raise PrbenchError(f"{rm.spec}: returned {len(results)} results for {n} inputs")
-    bad = next((r for r in results if not isinstance(r, kind)), None)
-    if bad is not None:
-        raise PrbenchError(f"{rm.spec}: returned a {type(bad).__name__}, not a {kind.__name__}")
-
-
-# -- pointwise ------------------------------------------------------------------------------
-def score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cache) -> list[Score]:
-    fp = rm.fingerprint()
-    keys = [content_key("score", fp, v.key(), r) for v, r in items]
-    hits = cache.get_many(keys)
-    todo = [i for i, k in enumerate(keys) if k not in hits]
-    fresh = list(rm.score([items[i] for i in todo])) if todo else []
-    _check_results(rm, fresh, len(todo), Score)
-    out: list[Score | None] = [None] * len(items)
-    store = {}
-    for i, s in zip(todo, fresh):
-        out[i] = s
-        if s.valid:
-            store[keys[i]] = {"v": s.value, "t": s.truncated}
-    cache.put_many(store)
-    for i, k in enumerate(keys):
-        if out[i] is None:
-            out[i] = Score(hits[k]["v"], truncated=hits[k]["t"])
-    return out  # type: ignore[return-value]
-
-
-def _pointwise_records(rm: PointwiseRM, exs: Sequence[Example], views: Sequence[View], cache: Cache) -> list[dict]:
-    items = [(v, r) for ex, v in zip(exs, views) for r in (ex.chosen, ex.rejected)]
-    scores = score_cached(rm, items, cache)
-    recs = []
-    for j, ex in enumerate(exs):
-        c, r = scores[2 * j], scores[2 * j + 1]
-        rec = _base_record(ex, views[j])
-        rec.update(score_chosen=_round(c.value) if c.valid else None,
-                   score_rejected=_round(r.value) if r.valid else None,
-                   truncated={"chosen": c.truncated, "rejected": r.truncated})
-        if c.valid and r.valid:
-            rec["credit"] = float(metrics.pair_outcomes([c.value], [r.value])[0])
-            rec["margin"] = _round(c.value - r.value)
-        else:
-            rec["credit"] = None
-            rec["invalid"] = c.error or r.error or "non-finite score"
-        recs.append(rec)
-    return recs
-
-
-# -- pairwise -------------------------------------------------------------------------------
-def _side(verdict: Verdict, chosen_pos: str) -> str | None:
-    """Map a positional verdict to 'chosen' / 'rejected' / 'tie' (None = invalid)."""
-    if verdict.winner not in ("A", "B", "tie") or verdict.error:
-        return None  # also 'a', 'C', '': never silently a side
-    if verdict.winner == "tie":
-        return "tie"
-    return "chosen" if verdict.winner == chosen_pos else "rejected"
-
-
-_CREDIT = {"chosen": 1.0, "rejected": 0.0, "tie": 0.5}
-
-
-def _pairwise_records(
-    rm: PairwiseRM, exs: Sequence[Example], views: Sequence[View], seed: int, both_orders: bool
-) -> list[dict]:
-    queries: list[PairQuery] = []
-    plan: list[list[str]] = []
-    for ex, v in zip(exs, views):
-        first = "A" if chosen_first(seed, ex.id) else "B"
-        orders = [first, "B" if first == "A" else "A"] if both_orders else [first]
-        plan.append(orders)
-        for pos in orders:
-            a, b = (ex.chosen, ex.rejected) if pos == "A" else (ex.rejected, ex.chosen)
-            queries.append(PairQuery(v, a, b, seed=example_seed(seed, ex.id, f"judge-{pos}")))
-    verdicts = list(rm.compare(queries))
-    _check_results(rm, verdicts, len(queries), Verdict)
-    recs, k = [], 0
-    for ex, v, orders in zip(exs, views, plan):
-        vs = verdicts[k : k + len(orders)]
-        k += len(orders)
-        sides = [_side(vd, pos) for vd, pos in zip(vs, orders)]
-        rec = _base_record(ex, v)
-        rec.update(
-            chosen_position=orders[0],
-            verdicts=[vd.winner for vd in vs],
-            sides=sides,
-            truncated=any(vd.truncated for vd in vs),
-        )
-        probs = [vd.meta.get("p_a") for vd in vs]
-        has_probs = all(isinstance(p, (int, float)) and math.isfinite(p) for p in probs)
-        if has_probs:
-            rec["p_a"] = [_round(p) for p in probs]
-        if any(s is None for s in sides):
-            rec["credit"] = None
-            rec["invalid"] = next((vd.error for vd in vs if vd.error), None) or "unparseable verdict"
-        elif len(sides) == 1:
-            rec["credit"] = _CREDIT[sides[0]]
-        else:
-            rec["consistent"] = sides[0] == sides[1]
-            if has_probs:
-                # Probability verdicts: average the chance given to `chosen` over both positions,
-                # which cancels a constant position bias instead of turning it into ties.
-                p_chosen = sum(p if pos == "A" else 1 - p for p, pos in zip(probs, orders)) / len(orders)
-                rec["p_chosen"] = _round(p_chosen)
-                rec["credit"] = 1.0 if p_chosen > 0.5 else 0.0 if p_chosen < 0.5 else 0.5
-            else:
-                rec["credit"] = _CREDIT[sides[0]] if sides[0] == sides[1] else 0.5
-        recs.append(rec)
-    return recs
-
-
-def chunk_records(rm: RewardModel, exs: Sequence[Example], views: Sequence[View], seed: int, both_orders: bool,
-                  cache: Cache) -> list[dict[str, Any]]:
-    """Records for one chunk of examples, whatever the RM kind (also what a Ray worker runs)."""
-    if isinstance(rm, PairwiseRM):
-        return _pairwise_records(rm, exs, views, seed, both_orders)
-    return _pointwise_records(rm, exs, views, cache)  # type: ignore[arg-type]
-
-
-def _base_record(ex: Example, view: View) -> dict[str, Any]:
-    rec: dict[str, Any] = {"id": ex.id, "category": ex.category}
-    if ex.user_id:
-        rec["user_id"] = ex.user_id
-    rec["longer"] = "chosen" if len(ex.chosen.split()) > len(ex.rejected.split()) else (
-        "rejected" if len(ex.rejected.split()) > len(ex.chosen.split()) else "equal")
-    if view.posts:
-        rec["posts_shown"] = view.shown_posts
-    if "donor" in view.meta:
-        rec["donor"] = view.meta["donor"]
-    return rec
-
-
-# -- summary --------------------------------------------------------------------------------
 def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 1000) -> dict[str, Any]:
     """Metrics from per-example records (so a summary can always be recomputed from the file)."""
     valid = [r for r in records if r.get("credit") is not None]
@@ -266,7 +110,7 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     first = [(r["chosen_position"], r["sides"][0], r["verdicts"][0]) for r in records]
 
     def acc_when(pos: str) -> float | None:
-        vals = [_CREDIT[s] for p, s, _ in first if p == pos and s is not None]
+        vals = [SIDE_CREDIT[s] for p, s, _ in first if p == pos and s is not None]
         return float(np.mean(vals)) if vals else None
 
     letters = [v for r in records for v in r["verdicts"] if v in ("A", "B")]

@@ -320,7 +320,7 @@ def plan(
 ) -> PlanResult:
     """Plan aspects for every example of `data` into the JSONL file `out` (resumable)."""
     from prbench.data import load_examples
-    from prbench.evaluate import example_seed
+    from prbench.scoring import example_seed
 
     if isinstance(planner, Planner):
         pl = planner

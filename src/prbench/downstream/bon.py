@@ -38,10 +38,10 @@ from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, read_samples
 from prbench.errors import PrbenchError
-from prbench.evaluate import score_cached
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.runs import dumps, slug, write_json_atomic
+from prbench.scoring import score_cached
 
 
 def k_values(n: int) -> list[int]:

@@ -42,11 +42,11 @@ from prbench.downstream.rgd import (
 )
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import PrbenchError
-from prbench.evaluate import example_seed
 from prbench.prompts import Prompt, load_prompt
 from prbench.retrieval import Retriever
 from prbench.runs import slug
 from prbench.schema import ProfilePost, SourceItem
+from prbench.scoring import example_seed
 
 EXAMPLE_SOURCES = ("auto", "qa", "posts")
 ANSWER_FIELDS = ("answer", "response", "reply")

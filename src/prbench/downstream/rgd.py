@@ -57,13 +57,13 @@ from prbench.cache import Cache, NullCache, content_key, text_hash
 from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.engines.base import Engine, load_engine
 from prbench.errors import PrbenchError
-from prbench.evaluate import example_seed
 from prbench.extras import require
 from prbench.prompts import load_prompt
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.runs import read_json, slug, write_json_atomic
 from prbench.schema import SourceItem
+from prbench.scoring import example_seed
 
 REWARD_NORMS = ("none", "zscore")
 POLICY_CONDITIONS = ("profile", "none", "wrong-profile")

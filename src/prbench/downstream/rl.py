@@ -44,13 +44,13 @@ from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, load_items, policy_messages, sample_policy
 from prbench.errors import PrbenchError
-from prbench.evaluate import score_cached
 from prbench.extras import require
 from prbench.prompts import load_prompt
 from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.runs import write_json_atomic
 from prbench.schema import ProfilePost, RubricAspect, SourceItem
+from prbench.scoring import score_cached
 
 
 def resolve_policy(spec: str) -> str:

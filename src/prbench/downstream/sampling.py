@@ -27,11 +27,11 @@ from prbench.conditions import View, build_view, read_planner_file
 from prbench.data import load_examples, write_examples
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import DataError, PrbenchError
-from prbench.evaluate import example_seed
 from prbench.prompts import Prompt, load_prompt
 from prbench.retrieval import load_retriever
 from prbench.runs import RunDir, read_json
 from prbench.schema import SourceItem
+from prbench.scoring import example_seed
 
 SAMPLES_FILE = "samples.jsonl"
 ITEMS_FILE = "items.jsonl"
