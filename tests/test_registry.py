@@ -1,0 +1,223 @@
+"""The plug-in architecture: registries, "did you mean", and third-party kinds through entry points.
+
+The plug-in test builds a real (throw-away) installed distribution: a package plus its
+`*.dist-info` with METADATA and entry_points.txt, on sys.path / PYTHONPATH. That is exactly
+what `pip install` leaves behind, so `importlib.metadata.entry_points` finds it as it finds any
+installed package; the registry is never patched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from prbench.errors import SpecError
+from prbench.registry import ENGINES, FORMATS, GRADERS, REWARDS, RETRIEVERS, STAGES, Registry
+from prbench.rewards.base import capabilities, load_rm
+
+PLUGIN = '''
+"""A third-party reward model: prefers responses that share more words with the question."""
+from prbench.rewards import PointwiseRM, Score
+
+
+class OverlapRM(PointwiseRM):
+    calls_model = False
+    is_control = False
+    uses_context = False
+
+    def __init__(self, rest, weight=1.0):
+        self.spec = f"myrm:{rest}"
+        self.weight = float(weight)
+
+    def fingerprint(self):
+        return {"spec": self.spec, "weight": self.weight}
+
+    def score(self, batch):
+        out = []
+        for view, response in batch:
+            q = set(view.question.lower().split())
+            out.append(Score(self.weight * len(q & set(response.lower().split()))))
+        return out
+
+
+def build(rest, **options):
+    options.pop("batch_size", None)
+    options.pop("seed", None)
+    return OverlapRM(rest, **options)
+
+
+build.model_class = lambda rest: OverlapRM
+'''
+
+
+def make_distribution(root: Path) -> Path:
+    """Write an installed distribution `prbench-myrm` exposing `myrm` in `prbench.rewards`."""
+    site = root / "site"
+    (site / "prbench_myrm").mkdir(parents=True)
+    (site / "prbench_myrm" / "__init__.py").write_text(PLUGIN, encoding="utf-8")
+    info = site / "prbench_myrm-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: prbench-myrm\nVersion: 0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[prbench.rewards]\nmyrm = prbench_myrm:build\n", encoding="utf-8")
+    (info / "RECORD").write_text("", encoding="utf-8")
+    return site
+
+
+@pytest.fixture()
+def plugin_site(tmp_path, monkeypatch):
+    site = make_distribution(tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    REWARDS.refresh()
+    yield site
+    sys.modules.pop("prbench_myrm", None)
+    REWARDS.refresh()
+
+
+def test_unknown_prefix_lists_known_and_suggests_closest():
+    with pytest.raises(SpecError) as e:
+        load_rm("baseline_:length")
+    msg = str(e.value)
+    assert "unknown reward model 'baseline_'" in msg and "did you mean 'baseline'?" in msg
+    for name in ("hf", "bt", "pal", "judge", "pmi", "lik", "py"):
+        assert name in msg
+    from prbench.engines.base import load_engine
+
+    with pytest.raises(SpecError, match="did you mean 'openai'"):
+        load_engine("opena:gpt-5.1")
+    from prbench.retrieval import load_retriever
+
+    with pytest.raises(SpecError, match="did you mean 'dense'"):
+        load_retriever("dens:x")
+
+
+def test_unknown_name_without_close_match_still_lists_known():
+    with pytest.raises(SpecError) as e:
+        load_rm("zzzzzz:x")
+    assert "did you mean" not in str(e.value) and "known: baseline" in str(e.value)
+
+
+def test_builtin_targets_all_resolve_lazily():
+    """Every built-in entry names an importable object (a typo in a target string would fail here)."""
+    for reg in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES):
+        for name in reg.builtins:
+            assert callable(reg.get(name)) or hasattr(reg.get(name), "run"), (reg.kind, name)
+
+
+def test_base_modules_import_no_concrete_class():
+    """Interfaces only: importing the bases loads none of the concrete kinds."""
+    code = ("import sys, prbench.rewards.base, prbench.engines.base, prbench.registry;"
+            "bad=[m for m in ('prbench.rewards.classifier','prbench.rewards.judges','prbench.rewards.pal',"
+            "'prbench.engines.transformers_engine','prbench.engines.openai_engine','prbench.engines.vllm_engine')"
+            " if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_study_imports_no_cli():
+    code = "import sys, prbench.study; print([m for m in sys.modules if m.startswith('prbench.cli') or m == 'typer'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_register_decorator_and_refusal_of_builtin_names():
+    reg = Registry("thing", "prbench.test-things", {"a": "prbench.registry:resolve"})
+
+    @reg.register("b")
+    def build_b(rest, **options):
+        return ("b", rest, options)
+
+    assert reg.build("b:x", k=1) == ("b", "x", {"k": 1})
+    assert reg.names() == ["a", "b"]
+    with pytest.raises(SpecError, match="built in"):
+        reg.register("a", build_b)
+
+
+def test_capabilities_come_from_the_class():
+    assert capabilities("baseline:length").is_control and not capabilities("baseline:length").calls_model
+    assert capabilities("baseline:lexical").uses_context
+    assert capabilities("pmi:builtin:smollm2-135m-instruct").calls_model  # the class, not a prefix rule
+
+
+def test_entry_point_reward_model_in_process(plugin_site):
+    assert "myrm" in REWARDS.names()
+    rm = load_rm("myrm:q", weight=2.0, batch_size=8, seed=0)
+    assert rm.spec == "myrm:q" and rm.weight == 2.0
+    caps = capabilities("myrm:anything")
+    assert (caps.calls_model, caps.is_control, caps.uses_context) == (False, False, False)
+
+
+def _env_with(site: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _prbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=300)
+
+
+def test_entry_point_reward_model_through_cli_and_study(tmp_path):
+    site = make_distribution(tmp_path)
+    env = _env_with(site)
+    env["PRBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+    out = tmp_path / "runs"
+    res = _prbench(["eval", "-m", "myrm:x", "--data", "sample", "-c", "none", "--out", str(out), "--json"],
+                   env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    summaries = list(out.rglob("summary.json"))
+    assert len(summaries) == 1
+    summary = json.loads(summaries[0].read_text())
+    assert summary["spec"] == "myrm:x" and summary["n_total"] == 63
+    assert summary["capabilities"] == {"calls_model": False, "is_control": False, "uses_context": False}
+
+    # the same accuracy computed here from the raw sample, independently of the plug-in's code path
+    from prbench.data import load_examples
+
+    def overlap(q: str, r: str) -> int:
+        return len(set(q.lower().split()) & set(r.lower().split()))
+
+    credits = []
+    for ex in load_examples("sample"):
+        c, r = overlap(ex.question, ex.chosen), overlap(ex.question, ex.rejected)
+        credits.append(1.0 if c > r else 0.5 if c == r else 0.0)
+    assert summary["accuracy"] == pytest.approx(sum(credits) / len(credits))
+
+    study = tmp_path / "study.yaml"
+    study.write_text(textwrap.dedent(f"""\
+        name: plugin-study
+        data: sample
+        out: {tmp_path / 'study-out'}
+        conditions: [none]
+        limit: 8
+        models:
+          - spec: myrm:x
+            options: {{weight: 1.0}}
+          - spec: baseline:length
+        stages: [eval]
+        """), encoding="utf-8")
+    dry = _prbench(["study", str(study), "--dry-run", "--json"], env, tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    res = _prbench(["study", str(study)], env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    specs = {json.loads(p.read_text())["spec"] for p in (tmp_path / "study-out").rglob("summary.json")}
+    assert specs == {"myrm:x", "baseline:length"}
+
+
+def test_broken_plugin_names_itself(tmp_path, monkeypatch):
+    site = make_distribution(tmp_path)
+    (site / "prbench_myrm" / "__init__.py").write_text("raise ImportError('missing dependency foo')\n")
+    monkeypatch.syspath_prepend(str(site))
+    REWARDS.refresh()
+    try:
+        with pytest.raises(SpecError, match=r"plug-in 'myrm' .*prbench-myrm.*missing dependency foo"):
+            load_rm("myrm:x")
+    finally:
+        sys.modules.pop("prbench_myrm", None)
+        REWARDS.refresh()
