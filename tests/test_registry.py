@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from prbench.errors import SpecError
-from prbench.registry import ENGINES, FORMATS, GRADERS, REWARDS, RETRIEVERS, STAGES, Registry
+from prbench.registry import ENGINES, FORMATS, GRADERS, RETRIEVERS, REWARDS, STAGES, Registry
 from prbench.rewards.base import capabilities, load_rm
 
 PLUGIN = '''
@@ -159,7 +159,8 @@ def _env_with(site: Path) -> dict[str, str]:
 
 
 def _prbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "prbench", *args], check=False, capture_output=True, text=True,
+                          env=env,
                           cwd=cwd, timeout=300)
 
 

@@ -67,7 +67,7 @@ def _view(i: int = 0) -> View:
 
 
 def _jobs(engine, texts: Sequence[str], seed: int = 0):
-    from prbench.downstream.rgd import RGDJob
+    from prbench.downstream.decoding import RGDJob
 
     return [RGDJob(engine.encode_chat([{"role": "user", "content": t}], True), _view(i), seed + i)
             for i, t in enumerate(texts)]
@@ -79,10 +79,10 @@ PROMPTS = ["Tell me about film.", "How to push HP5?", "A much longer question ab
 # -- exactness and guidance ---------------------------------------------------------------------
 @pytest.mark.parametrize("penalty", [1.0, 1.3])
 def test_w0_reproduces_engine_greedy(tiny_engine, penalty):
-    from prbench.downstream.rgd import RGDParams, rgd_decode
+    from prbench.downstream.decoding import RGDParams, rgd_decode
 
     rm = RecordingRM(letters("e"))
-    from prbench.downstream.rgd import PrefixRewards
+    from prbench.downstream.prefix_rewards import PrefixRewards
 
     outs = rgd_decode(tiny_engine, _jobs(tiny_engine, PROMPTS),
                       RGDParams(w=0.0, k=5, max_new_tokens=20, repetition_penalty=penalty),
@@ -97,7 +97,8 @@ def test_w0_reproduces_engine_greedy(tiny_engine, penalty):
 
 
 def test_guidance_changes_output_and_batching_does_not(tiny_engine):
-    from prbench.downstream.rgd import PrefixRewards, RGDParams, rgd_decode
+    from prbench.downstream.decoding import RGDParams, rgd_decode
+    from prbench.downstream.prefix_rewards import PrefixRewards
 
     params = RGDParams(w=50.0, k=8, max_new_tokens=16, repetition_penalty=1.0)
     plain = rgd_decode(tiny_engine, _jobs(tiny_engine, PROMPTS), RGDParams(w=0, k=8, max_new_tokens=16,
@@ -118,7 +119,8 @@ def test_guidance_changes_output_and_batching_does_not(tiny_engine):
 
 
 def test_rm_batches_all_candidates_of_a_step_and_chunk_spaces_decisions(tiny_engine):
-    from prbench.downstream.rgd import PrefixRewards, RGDParams, rgd_decode
+    from prbench.downstream.decoding import RGDParams, rgd_decode
+    from prbench.downstream.prefix_rewards import PrefixRewards
 
     rm = RecordingRM(letters("e"))
     outs = rgd_decode(tiny_engine, _jobs(tiny_engine, PROMPTS[:2]),
@@ -132,7 +134,8 @@ def test_rm_batches_all_candidates_of_a_step_and_chunk_spaces_decisions(tiny_eng
 
 
 def test_sampling_is_seeded_per_item(tiny_engine):
-    from prbench.downstream.rgd import PrefixRewards, RGDParams, rgd_decode
+    from prbench.downstream.decoding import RGDParams, rgd_decode
+    from prbench.downstream.prefix_rewards import PrefixRewards
 
     params = RGDParams(w=1.0, k=8, max_new_tokens=12, temperature=5.0, repetition_penalty=1.0)
     a = rgd_decode(tiny_engine, _jobs(tiny_engine, PROMPTS, seed=7), params, PrefixRewards(RecordingRM(hashed("a"))),
@@ -145,7 +148,8 @@ def test_sampling_is_seeded_per_item(tiny_engine):
 
 
 def test_invalid_rewards_are_neutral_and_counted(tiny_engine):
-    from prbench.downstream.rgd import PrefixRewards, RGDParams, rgd_decode
+    from prbench.downstream.decoding import RGDParams, rgd_decode
+    from prbench.downstream.prefix_rewards import PrefixRewards
 
     nan_rm = RecordingRM(lambda t: math.nan)
     guided = rgd_decode(tiny_engine, _jobs(tiny_engine, PROMPTS[:1]),
@@ -157,7 +161,7 @@ def test_invalid_rewards_are_neutral_and_counted(tiny_engine):
 
 
 def test_shape_rewards():
-    from prbench.downstream.rgd import shape_rewards
+    from prbench.downstream.prefix_rewards import shape_rewards
 
     r, bad = shape_rewards(np.array([1.0, np.nan, 3.0]), "none")
     assert bad == 1 and r.tolist() == [1.0, 2.0, 3.0]
@@ -168,7 +172,7 @@ def test_shape_rewards():
 
 
 def test_prefix_rewards_dedupe_memo_and_disk_cache(tmp_path):
-    from prbench.downstream.rgd import PrefixRewards
+    from prbench.downstream.prefix_rewards import PrefixRewards
 
     rm = RecordingRM(letters("e"))
     cache = Cache(tmp_path / "c.sqlite", namespace="scores")

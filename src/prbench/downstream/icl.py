@@ -32,12 +32,12 @@ from typing import Any
 
 from prbench.cache import Cache
 from prbench.conditions import build_view
-from prbench.downstream.rgd import (
+from prbench.downstream.generation_runs import (
     GenerationRun,
-    _finish,
-    _ordered_records,
     context_sources,
+    finish_generation_run,
     generation_record,
+    ordered_records,
     policy_view,
 )
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
@@ -224,12 +224,12 @@ def run_icl(
         fresh.extend(recs)
         if on_progress:
             on_progress(len(done) + start + len(part), len(items))
-    records = _ordered_records(run, fresh, items)
+    records = ordered_records(run, fresh, items)
     texts = {r["id"]: r["samples"][0]["text"] for r in records}
     kinds: dict[str, int] = {}
     for r in records:
         kinds[r["icl"]["kind"]] = kinds.get(r["icl"]["kind"], 0) + 1
-    summary = _finish(run, records, items, texts, grader=grader, encoder=encoder, seed=seed, n_boot=n_boot,
+    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=encoder, seed=seed, n_boot=n_boot,
                       downstream_metric="none", rm_name=None, setting="icl",
                       extra_summary={"policy": cfg.policy, "method": "icl", "examples": examples,
                                      "max_examples": max_examples, "with_posts": with_posts,

@@ -52,19 +52,15 @@ from scipy.special import logsumexp
 from prbench import metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, View, build_view
-from prbench.downstream.rgd import (
-    PrefixRewards,
-    _Forward,
+from prbench.downstream.decoding import (
+    PolicyForward,
     apply_repetition_penalty,
-    context_sources,
     left_pad,
-    load_guiding_rm,
     load_policy,
     policy_pad_id,
-    policy_view,
-    rm_text,
-    shape_rewards,
 )
+from prbench.downstream.generation_runs import context_sources, policy_view
+from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text, shape_rewards
 from prbench.engines.base import Engine
 from prbench.errors import PrbenchError
 from prbench.extras import require
@@ -205,7 +201,7 @@ def _policy_pass(engine: Any, reqs: list[ScoreRequest],
     with torch.inference_mode():
         if keep > 1:
             ids, mask, pos = left_pad([r.prompt_ids + r.response_ids for r in reqs], pad_id, device)
-            logits, _ = _Forward(model)(ids, mask, pos, cache=False, keep=keep)
+            logits, _ = PolicyForward(model)(ids, mask, pos, cache=False, keep=keep)
         for b, req in enumerate(reqs):
             n = len(req.response_ids)
             if n == 0:
