@@ -24,6 +24,7 @@ from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
 from prbench.errors import PrbenchError
+from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
     RewardModel,
@@ -233,7 +234,7 @@ def evaluate(
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
     m = summarize(records, seed=seed, n_boot=n_boot)
-    summary = {
+    summary = stamp("eval", {
         "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "seed": seed,
         "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
         "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
@@ -241,7 +242,7 @@ def evaluate(
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
                        else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
-    }
+    })
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)

@@ -17,6 +17,7 @@ import numpy as np
 from prbench import metrics
 from prbench.conditions import CONDITIONS
 from prbench.errors import PrbenchError
+from prbench.records import run_kind, typed_summary
 from prbench.runs import read_json, write_json_atomic
 from prbench.schema import CATEGORY_SHORT
 
@@ -30,12 +31,17 @@ def find_runs(root: str | Path) -> list[Path]:
 
 
 def load_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """An eval run's summary and records; another kind of run folder is refused by its kind."""
     p = Path(path)
     if not (p / "summary.json").exists():
         raise PrbenchError(f"{p}: not a run folder (no summary.json)")
+    summary = read_json(p / "summary.json")
+    if run_kind(summary) != "eval":
+        raise PrbenchError(f"{p}: a {run_kind(summary) or 'non-run'} folder, not an eval run")
+    typed_summary(summary, p / "summary.json")
     with (p / "examples.jsonl").open(encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh if line.strip()]
-    return read_json(p / "summary.json"), records
+    return summary, records
 
 
 def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
@@ -49,7 +55,7 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for path in find_runs(root):
         s = read_json(path / "summary.json")
-        if not {"metrics", "condition", "model", "data"} <= s.keys() or "kind" not in s:
+        if run_kind(s) != "eval":
             continue  # not an eval run (e.g. a build or downstream folder)
         m = s["metrics"]
         row = rows.setdefault((s["data"], s["model"]), {"data": s["data"], "model": s["model"], "cells": {}})

@@ -39,6 +39,7 @@ from prbench import __version__, metrics
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
 from prbench.errors import PrbenchError
+from prbench.records import run_kind
 from prbench.runs import read_json, write_json_atomic
 
 SUMMARIES: tuple[str, ...] = ("mean", "worst_category", "mean_margin")
@@ -83,14 +84,13 @@ EXTRA_DEFINITIONS = {
 
 
 def is_eval_summary(s: Any) -> bool:
-    """An `evaluate` summary (not a policy-accuracy, build or downstream one)."""
-    return (isinstance(s, dict) and "policy" not in s and "condition" in s and ("spec" in s or "model" in s)
-            and isinstance(s.get("metrics"), dict) and "accuracy" in s["metrics"])
+    """An `evaluate` summary (not a policy-accuracy, build or downstream one), by its run kind."""
+    return run_kind(s) == "eval"
 
 
 def is_policy_accuracy_summary(s: Any) -> bool:
     """A `downstream.policy_accuracy` summary (it has its own RM, policy and per-pair credits)."""
-    return isinstance(s, dict) and "policy" in s and "policy_accuracy" in s and isinstance(s.get("metrics"), dict)
+    return run_kind(s) == "policy-accuracy"
 
 
 def _summary_files(paths: Sequence[str | Path]) -> list[Path]:

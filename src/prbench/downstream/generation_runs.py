@@ -16,6 +16,7 @@ from prbench import metrics
 from prbench.cache import Cache, NullCache, text_hash
 from prbench.conditions import View, build_view, read_planner_file
 from prbench.errors import PrbenchError
+from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.runs import read_json, write_json_atomic
 from prbench.schema import SourceItem
@@ -177,14 +178,14 @@ def finish_generation_run(run: Any, records: list[dict[str, Any]], items: Sequen
         if grader_obj is not None:
             row["grade"] = assessed["grades"].get(it.id)
         rows.append(row)
-    summary: dict[str, Any] = {
+    summary: dict[str, Any] = stamp(setting, {
         **extra_summary,
         "n_items": len(items), "n_generated": len(texts), "n_missing": len(items) - len(texts),
         "mean_words": (float(np.mean([len(t.split()) for t in texts.values()])) if texts else None),
         "gold": gold.summary() if gold is not None else None,
         "grade": assessed["grade_summary"], "grader": assessed["grader"],
         "seed": seed, "n_boot": n_boot,
-    }
+    })
     dpath = None
     picked = downstream_values(assessed, downstream_metric) if rm_name else None
     if run is not None:

@@ -65,6 +65,7 @@ from prbench.engines.base import Engine
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.prompts import load_prompt
+from prbench.records import stamp
 from prbench.rewards.base import RewardModel
 from prbench.runs import RunDir, slug
 from prbench.schema import Example
@@ -489,7 +490,7 @@ def policy_accuracy(
     records = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
     if run and records != run.records():
         run.rewrite(records)
-    summary = {
+    summary = stamp("policy-accuracy", {
         "policy": cfg.policy, "rm": rm_name, "data": cfg.data, "condition": condition,
         "w": w, "k": k, "mode": mode, "repetition_penalty": repetition_penalty, "reward_norm": reward_norm,
         "metrics": summarize(records, seed=seed, n_boot=n_boot),
@@ -499,7 +500,7 @@ def policy_accuracy(
         "scoring_seconds": round(score_s, 3),
         "seconds_per_pair": round(score_s / len(todo), 3) if todo else None,
         "wall_time_s": round(time.time() - t0, 3),
-    }
+    })
     m = summary["metrics"]
     summary["policy_accuracy"] = (m["policy_accuracy"]["total"] or {}).get("accuracy")
     summary["policy_accuracy_normalized"] = (m["policy_accuracy"]["normalized"] or {}).get("accuracy")

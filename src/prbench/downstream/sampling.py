@@ -28,6 +28,7 @@ from prbench.data import load_examples, write_examples
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import DataError, PrbenchError
 from prbench.prompts import Prompt, load_prompt
+from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.runs import RunDir, read_json
 from prbench.schema import SourceItem
@@ -179,13 +180,13 @@ def sample_policy(
         if on_progress:
             on_progress(len(done) + start + len(part), len(items))
     result = read_samples(run.path)
-    run.write_summary({
+    run.write_summary(stamp("sample", {
         "policy": cfg.policy, "n": n, "items": len(items), "complete_items": len(result.samples),
         "failed_items": failed, "resumed_from": len(done), "prompt_hash": prompt.hash,
         "wall_time_s": round(time.time() - t0, 3),
         "mean_words": (sum(len(t.split()) for s in result.samples.values() for t in s)
                        / max(1, sum(len(s) for s in result.samples.values()))),
-    })
+    }))
     return result
 
 
