@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -81,3 +81,49 @@ ReportTitle = Annotated[str, typer.Option(help="Report title.")]
 PublishedFile = Annotated[
     Path | None, typer.Option(help="JSON {model_spec: {condition: {category: accuracy %}}} of published numbers.")
 ]
+
+
+# -- options built from a driver's settings model (prbench.config) ------------------------------
+def settings_command(settings_cls: type, *, exclude: tuple[str, ...] = ()):
+    """Decorate `fn(settings, **own)`: the command's options are `fn`'s own plus the model's fields.
+
+    Each field becomes `--field-name` with its description as help, its default, and its
+    metavar; list fields are read as comma-separated text. So the CLI, the Python API and the
+    study share one declaration (and one default) per option.
+    """
+    import functools
+    import inspect
+    import typing
+
+    lists: set[str] = set()  # fields typed list[...]: comma-separated on the command line
+
+    def option_for(name: str, field: Any) -> inspect.Parameter:
+        extra = field.json_schema_extra or {}
+        ann = field.annotation
+        is_list = name in lists
+        cli_type = (str | None) if is_list else (str if typing.get_origin(ann) is typing.Literal else ann)
+        flags = ["--" + name.replace("_", "-"), *extra.get("cli", [])]
+        option = typer.Option(*flags, help=field.description, metavar=extra.get("metavar"))
+        default = ",".join(field.default) if is_list and field.default else field.default
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                 annotation=Annotated[cli_type, option])
+
+    def wrap(fn):
+        own = [p for n, p in inspect.signature(fn, eval_str=True).parameters.items() if n != "settings"]
+        own_names = {p.name for p in own}
+        fields = {n: f for n, f in settings_cls.model_fields.items() if n not in exclude and n not in own_names}
+        lists.update(n for n, f in fields.items() if "list[" in str(f.annotation))
+
+        @functools.wraps(fn)
+        def command(**given: Any):
+            values = {n: given.pop(n) for n in list(given) if n in fields}
+            for n in lists:
+                values[n] = split_csv(values[n])
+            return fn(settings=settings_cls.build(**values), **given)
+
+        params = own + [option_for(n, f) for n, f in fields.items()]
+        command.__signature__ = inspect.Signature(
+            [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+    return wrap

@@ -14,44 +14,27 @@ import typer
 from prbench.cli.options import (
     ApiKeyEnv,
     BaseUrl,
-    BatchSize,
-    Categories,
     Data,
     Device,
     Dtype,
     GraderBaseUrl,
     GraderKeyEnv,
     Json,
-    Limit,
-    MaxContextChars,
     MaxLength,
-    NBoot,
     Overwrite,
-    PlannerFile,
     Quiet,
-    Retriever,
-    RMCondition,
-    Seed,
-    Split,
-    TopK,
     engine_options,
     set_options,
+    settings_command,
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
+from prbench.config import ICLSettings, PolicyAccuracySettings, RGDSettings
 
 Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
 Ws = Annotated[str, typer.Option("--w", help="Reward weight(s), comma-separated (e.g. 0,0.5,1); 0 = the plain policy.")]
-K = Annotated[int, typer.Option("--k", help="Policy top-k candidates per decision point.")]
-RepPenalty = Annotated[float | None, typer.Option(help="Repetition penalty on the policy's logits.")]
-RewardNorm = Annotated[str, typer.Option(help="none (raw RM units, ARGS) or zscore (per decision point).")]
-PolicyCondition = Annotated[str, typer.Option(help="What the policy sees: profile (top-k posts) or none.")]
-MaxWords = Annotated[int, typer.Option(help="Word limit stated in the policy prompt.")]
-PromptFile = Annotated[str | None, typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")]
-RMBatch = Annotated[int, typer.Option(help="Texts per RM call (prefix rewards).")]
 Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader engine (openai:MODEL, hf:DIR, builtin:NAME).")]
-Encoder = Annotated[str, typer.Option(help="Sentence encoder for gold embedding similarity ('none' to skip).")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Results root (one sub-folder per setting).")]
 
 
@@ -107,36 +90,15 @@ def _gold_cell(summary: dict[str, Any], metric: str = "rouge1") -> str:
     return f"{m['mean']:.3f} [{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}]"
 
 
+@settings_command(RGDSettings, exclude=("w",))
 def rgd(
     policy: Policy,
     rm: RMs,
     out: OutDir,
+    settings: RGDSettings,
     data: Data = "sample",
-    condition: RMCondition = "none",
     w: Ws = "1.0",
-    k: K = 10,
-    chunk: Annotated[int, typer.Option(help="Tokens between RM decision points (greedy in between).")] = 1,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap per answer.")] = 128,
-    temperature: Annotated[float, typer.Option(help="0 = greedy on guided scores; > 0 samples them.")] = 0.0,
-    repetition_penalty: RepPenalty = None,
-    reward_norm: RewardNorm = "none",
-    policy_condition: PolicyCondition = "profile",
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    max_context_chars: MaxContextChars = None,
-    planner_file: PlannerFile = None,
-    max_words: MaxWords = 100,
-    prompt_file: PromptFile = None,
     grader: Grader = None,
-    downstream_metric: Annotated[str, typer.Option(help="downstream.json value: auto, grade, rouge1, rougeL, embedding, none.")] = "auto",
-    encoder: Encoder = "builtin:minilm-l6",
-    seed: Seed = 0,
-    limit: Limit = None,
-    categories: Categories = None,
-    split: Split = "test",
-    n_boot: NBoot = 1000,
-    batch_size: BatchSize = 8,
-    rm_batch_size: RMBatch = 64,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
     device: Device = None,
@@ -152,18 +114,12 @@ def rgd(
     """Reward-guided decoding (ARGS-style): generate, score against gold answers / rubric, write downstream.json."""
     from prbench.downstream.rgd import load_policy, run_rgd
 
-    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
+    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=settings.batch_size))
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
     ropts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                        api_key_env=api_key_env, batch_size=rm_batch_size)
-    summaries = _sweep(rm, _floats(w), seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_rgd(
-        engine, rm_obj, data, out, condition=condition, w=wv, k=k, chunk=chunk, max_new_tokens=max_new_tokens,
-        temperature=temperature, repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed,
-        limit=limit, categories=split_csv(categories), split=split, policy_condition=policy_condition, top_k=top_k,
-        retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file, max_words=max_words,
-        prompt_file=prompt_file, batch_size=batch_size, rm_batch_size=rm_batch_size, grader=g,
-        encoder=None if encoder == "none" else encoder, downstream_metric=downstream_metric, n_boot=n_boot,
-        overwrite=overwrite, on_progress=on_progress))
+                        api_key_env=api_key_env, batch_size=settings.rm_batch_size)
+    summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_rgd(
+        engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress))
     if json_out:
         emit_json(summaries)
         return
@@ -179,31 +135,14 @@ def rgd(
           ["rm", "condition", "w", "items", "ROUGE-1", "ROUGE-L", "grade", "picks changed", "s/item", "folder"], rows)
 
 
+@settings_command(PolicyAccuracySettings, exclude=("w",))
 def policy_accuracy(
     policy: Policy,
     rm: RMs,
     out: OutDir,
+    settings: PolicyAccuracySettings,
     data: Data = "sample",
-    condition: RMCondition = "none",
     w: Ws = "1.0",
-    k: K = 10,
-    mode_pa: Annotated[str, typer.Option("--mode", help="full (mass-preserving; w=0 = plain policy) or topk (softmax over top-k U {token}).")] = "full",
-    repetition_penalty: Annotated[float, typer.Option(help="Repetition penalty under teacher forcing (1.0 = the model's own likelihood).")] = 1.0,
-    reward_norm: RewardNorm = "none",
-    policy_condition: PolicyCondition = "profile",
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    max_context_chars: MaxContextChars = None,
-    planner_file: PlannerFile = None,
-    max_words: MaxWords = 100,
-    prompt_file: PromptFile = None,
-    seed: Seed = 0,
-    limit: Limit = None,
-    categories: Categories = None,
-    split: Split = "test",
-    n_boot: NBoot = 1000,
-    batch_size: Annotated[int, typer.Option(help="Responses per policy forward pass.")] = 4,
-    rm_batch_size: RMBatch = 64,
     max_length: MaxLength = None,
     judge_mode: Annotated[str | None, typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
     device: Device = None,
@@ -218,16 +157,11 @@ def policy_accuracy(
     from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
     from prbench.downstream.rgd import load_policy
 
-    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
+    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=settings.batch_size))
     ropts = set_options(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                        api_key_env=api_key_env, batch_size=rm_batch_size)
-    summaries = _sweep(rm, _floats(w), seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_pa(
-        engine, rm_obj, data, out, condition=condition, w=wv, k=k, mode=mode_pa,
-        repetition_penalty=repetition_penalty, reward_norm=reward_norm, seed=seed, limit=limit,
-        categories=split_csv(categories), split=split, policy_condition=policy_condition, top_k=top_k,
-        retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file, max_words=max_words,
-        prompt_file=prompt_file, batch_size=batch_size, rm_batch_size=rm_batch_size, n_boot=n_boot,
-        overwrite=overwrite, on_progress=on_progress))
+                        api_key_env=api_key_env, batch_size=settings.rm_batch_size)
+    summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_pa(
+        engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress))
     if json_out:
         emit_json(summaries)
         return
@@ -247,29 +181,13 @@ def policy_accuracy(
            "folder"], rows)
 
 
+@settings_command(ICLSettings)
 def icl(
     policy: Policy,
     out: OutDir,
+    settings: ICLSettings,
     data: Data = "sample",
-    examples: Annotated[str, typer.Option(help="auto, qa (user's past Q/A pairs), posts (top-k profile posts).")] = "auto",
-    max_examples: Annotated[int, typer.Option(help="Past Q/A pairs shown (qa).")] = 3,
-    with_posts: Annotated[bool, typer.Option(help="qa: also show the top-k posts before the question.")] = False,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap per answer.")] = 128,
-    temperature: Annotated[float, typer.Option(help="0 = greedy.")] = 0.0,
-    top_p: Annotated[float, typer.Option(help="Nucleus mass when sampling.")] = 1.0,
-    repetition_penalty: RepPenalty = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    max_words: MaxWords = 100,
-    prompt_file: PromptFile = None,
     grader: Grader = None,
-    encoder: Encoder = "builtin:minilm-l6",
-    seed: Seed = 0,
-    limit: Limit = None,
-    categories: Categories = None,
-    split: Split = "test",
-    n_boot: NBoot = 1000,
-    batch_size: BatchSize = 8,
     device: Device = None,
     dtype: Dtype = None,
     base_url: BaseUrl = None,
@@ -286,15 +204,10 @@ def icl(
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
     with progress(quiet or json_out) as bar:
         task = bar.add_task("icl", total=None)
-        res = run_icl(policy, data, out, examples=examples, max_examples=max_examples, with_posts=with_posts,
-                      top_k=top_k, retriever=retriever, max_new_tokens=max_new_tokens, temperature=temperature,
-                      top_p=top_p, repetition_penalty=repetition_penalty, max_words=max_words,
-                      prompt_file=prompt_file, seed=seed, limit=limit, categories=split_csv(categories), split=split,
-                      batch_size=batch_size,
+        res = run_icl(policy, data, out, settings=settings,
                       engine_options=engine_options(policy, device=device, dtype=dtype, base_url=base_url,
-                                                  api_key_env=api_key_env, batch_size=batch_size),
-                      grader=g, encoder=None if encoder == "none" else encoder, n_boot=n_boot, overwrite=overwrite,
-                      on_progress=lambda d, t: bar.update(task, completed=d, total=t))
+                                                  api_key_env=api_key_env, batch_size=settings.batch_size),
+                      grader=g, overwrite=overwrite, on_progress=lambda d, t: bar.update(task, completed=d, total=t))
     s = {**res.summary, "path": str(res.path)}
     if json_out:
         emit_json(s)

@@ -32,6 +32,7 @@ from typing import Any
 
 from prbench.cache import Cache
 from prbench.conditions import build_view
+from prbench.config import ICLSettings
 from prbench.downstream.generation_runs import (
     GenerationRun,
     context_sources,
@@ -129,83 +130,69 @@ def run_icl(
     data: str | Sequence[SourceItem] = "sample",
     out: str | Path | None = None,
     *,
-    examples: str = "auto",
-    max_examples: int = 3,
-    with_posts: bool = False,
-    top_k: int = 10,
-    retriever: str = "bm25",
-    max_new_tokens: int = 128,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    repetition_penalty: float | None = None,
-    max_words: int = 100,
-    prompt_file: str | None = None,
-    seed: int = 0,
-    limit: int | None = None,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
-    batch_size: int = 8,
+    settings: ICLSettings | None = None,
     engine_options: dict[str, Any] | None = None,
     grader: Any = None,
-    encoder: str | None = "builtin:minilm-l6",
-    n_boot: int = 1000,
     overwrite: bool = False,
     exact_out: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> GenerationRun:
     """Generate the ICL baseline's answers (resumable with `out`) and score them like RGD outputs.
 
-    The example pool (same-user items) is the whole loaded data before `limit`, so limiting
+    The example pool (same-user items) is the whole loaded data before `s.limit`, so limiting
     the run does not remove a user's past answers.
     """
     from prbench.data import write_examples
     from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items
 
+    s = ICLSettings.build(settings, **options)
     t0 = time.time()
-    if examples not in EXAMPLE_SOURCES:
-        raise PrbenchError(f"unknown ICL example source {examples!r} (use {', '.join(EXAMPLE_SOURCES)})")
+    if s.examples not in EXAMPLE_SOURCES:
+        raise PrbenchError(f"unknown ICL example source {s.examples!r} (use {', '.join(EXAMPLE_SOURCES)})")
     engine = policy if isinstance(policy, Engine) else load_engine(policy, **(engine_options or {}))
+    repetition_penalty = s.repetition_penalty
     if repetition_penalty is None:
         repetition_penalty = float(getattr(getattr(engine, "default_params", None), "repetition_penalty", 1.0) or 1.0)
-    pool = (load_items(data, categories=categories, split=split) if isinstance(data, str) else list(data))
-    items = pool[:limit] if limit is not None else pool
-    prompt = load_prompt("policy_answer", prompt_file)
+    pool = (load_items(data, categories=s.categories, split=s.split) if isinstance(data, str) else list(data))
+    items = pool[:s.limit] if s.limit is not None else pool
+    prompt = load_prompt("policy_answer", s.prompt_file)
     cfg = ICLConfig(policy=getattr(engine, "spec", str(policy)), data=data if isinstance(data, str) else "<in-memory>",
-                    examples=examples, max_examples=max_examples, with_posts=with_posts, top_k=top_k,
-                    retriever=retriever, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                    repetition_penalty=repetition_penalty, max_words=max_words, seed=seed, limit=limit,
-                    categories=list(categories) if categories else None, split=split, prompt_hash=prompt.hash,
-                    policy_fingerprint=engine.fingerprint(), batch_size=batch_size)
+                    examples=s.examples, max_examples=s.max_examples, with_posts=s.with_posts, top_k=s.top_k,
+                    retriever=s.retriever, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                    repetition_penalty=repetition_penalty, max_words=s.max_words, seed=s.seed, limit=s.limit,
+                    categories=list(s.categories) if s.categories else None, split=s.split, prompt_hash=prompt.hash,
+                    policy_fingerprint=engine.fingerprint(), batch_size=s.batch_size)
     run = None
     if out is not None:
-        path = Path(out) if exact_out else Path(out) / "icl" / slug(cfg.policy) / f"{examples}-m{max_examples}"
+        path = Path(out) if exact_out else Path(out) / "icl" / slug(cfg.policy) / f"{s.examples}-m{s.max_examples}"
         run = SamplesDir(path, asdict(cfg), overwrite)
         if not (run.path / ITEMS_FILE).exists():
             write_examples(items, run.path / ITEMS_FILE)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
-    ret, rcache, _ = context_sources(retriever, None, run is not None)
+    ret, rcache, _ = context_sources(s.retriever, None, run is not None)
     fresh: list[dict[str, Any]] = []
     gen_s = 0.0
     failed = 0
-    for start in range(0, len(todo), max(1, batch_size)):
-        part = todo[start : start + batch_size]
+    for start in range(0, len(todo), max(1, s.batch_size)):
+        part = todo[start : start + s.batch_size]
         msgs_list, params, info = [], [], []
         for it in part:
-            pairs, source, ids = ([], "none", []) if examples == "posts" else qa_pairs(it, pool, ret, max_examples,
+            pairs, source, ids = ([], "none", []) if s.examples == "posts" else qa_pairs(it, pool, ret, s.max_examples,
                                                                                      rcache)
-            if examples == "qa" or (examples == "auto" and pairs):
-                view = (policy_view(it, "profile", retriever=ret, top_k=top_k, pool=pool, seed=seed, cache=rcache)
-                        if with_posts else build_view(it, "none", retriever=ret))
-                msgs = icl_messages(it, pairs, view.prompt(), prompt, max_words)
+            if s.examples == "qa" or (s.examples == "auto" and pairs):
+                view = (policy_view(it, "profile", retriever=ret, top_k=s.top_k, pool=pool, seed=s.seed, cache=rcache)
+                        if s.with_posts else build_view(it, "none", retriever=ret))
+                msgs = icl_messages(it, pairs, view.prompt(), prompt, s.max_words)
                 kind = "qa"
             else:
-                view = policy_view(it, "profile", retriever=ret, top_k=top_k, pool=pool, seed=seed, cache=rcache)
-                msgs = icl_messages(it, [], view.prompt(), prompt, max_words)
+                view = policy_view(it, "profile", retriever=ret, top_k=s.top_k, pool=pool, seed=s.seed, cache=rcache)
+                msgs = icl_messages(it, [], view.prompt(), prompt, s.max_words)
                 kind, source, ids = "posts", "profile posts", [p.id for p in view.posts]
             msgs_list.append(msgs)
-            params.append(GenParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                    repetition_penalty=repetition_penalty, seed=example_seed(seed, it.id, "icl")))
+            params.append(GenParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                                    repetition_penalty=repetition_penalty, seed=example_seed(s.seed, it.id, "icl")))
             info.append({"kind": kind, "source": source, "example_ids": ids})
         t1 = time.time()
         gens = engine.generate(msgs_list, params)
@@ -229,12 +216,12 @@ def run_icl(
     kinds: dict[str, int] = {}
     for r in records:
         kinds[r["icl"]["kind"]] = kinds.get(r["icl"]["kind"], 0) + 1
-    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=encoder, seed=seed, n_boot=n_boot,
+    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=None if s.encoder == "none" else s.encoder, seed=s.seed, n_boot=s.n_boot,
                       downstream_metric="none", rm_name=None, setting="icl",
-                      extra_summary={"policy": cfg.policy, "method": "icl", "examples": examples,
-                                     "max_examples": max_examples, "with_posts": with_posts,
+                      extra_summary={"policy": cfg.policy, "method": "icl", "examples": s.examples,
+                                     "max_examples": s.max_examples, "with_posts": s.with_posts,
                                      "example_kinds": kinds, "failed_items": failed,
-                                     "temperature": temperature, "repetition_penalty": repetition_penalty,
+                                     "temperature": s.temperature, "repetition_penalty": repetition_penalty,
                                      "resumed_from": len(done), "generate_seconds": round(gen_s, 3),
                                      "seconds_per_item": round(gen_s / len(todo), 3) if todo else None},
                       downstream_extra={}, t0=t0)

@@ -52,6 +52,7 @@ from scipy.special import logsumexp
 from prbench import metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, View, build_view
+from prbench.config import PolicyAccuracySettings
 from prbench.downstream.decoding import (
     PolicyForward,
     apply_repetition_penalty,
@@ -395,90 +396,73 @@ def policy_accuracy(
     data: str | Sequence[Example] = "sample",
     out: str | Path | None = None,
     *,
-    condition: str = "none",
-    w: float = 1.0,
-    k: int = 10,
-    mode: str = "full",
-    repetition_penalty: float = 1.0,
-    reward_norm: str = "none",
-    seed: int = 0,
-    limit: int | None = None,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
-    policy_condition: str = "profile",
-    top_k: int = 10,
-    retriever: str = "bm25",
-    max_context_chars: int | None = None,
-    planner_file: str | None = None,
-    max_words: int = 100,
-    prompt_file: str | None = None,
-    batch_size: int = 4,
-    rm_batch_size: int = 64,
+    settings: PolicyAccuracySettings | None = None,
     engine_options: dict[str, Any] | None = None,
     rm_options: dict[str, Any] | None = None,
-    n_boot: int = 1000,
     cache: Cache | None = None,
     overwrite: bool = False,
     exact_out: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> PAResult:
     """Policy accuracy of the RGD-adapted policy on benchmark pairs (module docstring); resumable with `out`."""
     from prbench.data import load_examples
     from prbench.downstream.sampling import policy_messages
 
+    s = PolicyAccuracySettings.build(settings, **options)
     t0 = time.time()
-    if condition not in CONDITIONS:
-        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
-    params = PAParams(w=w, k=k, mode=mode, repetition_penalty=repetition_penalty, reward_norm=reward_norm)
+    if s.condition not in CONDITIONS:
+        raise PrbenchError(f"unknown condition {s.condition!r} (use {', '.join(CONDITIONS)})")
+    params = PAParams(w=s.w, k=s.k, mode=s.mode, repetition_penalty=s.repetition_penalty, reward_norm=s.reward_norm)
     params.check()
-    if rm is None and w != 0:
-        raise PrbenchError("policy accuracy with w != 0 needs --rm")
+    if rm is None and s.w != 0:
+        raise PrbenchError("policy accuracy with s.w != 0 needs --rm")
     engine = load_policy(policy, engine_options)
-    rm_obj = load_guiding_rm(rm, seed, rm_options, "policy accuracy") if rm is not None else None
-    rm_name = getattr(rm_obj, "name", rm_obj.spec) if rm_obj is not None else None
-    examples = (load_examples(data, categories=categories, limit=limit, split=split) if isinstance(data, str)
-                else list(data)[:limit])
-    prompt = load_prompt("policy_answer", prompt_file)
+    rm_obj = load_guiding_rm(rm, s.seed, rm_options, "policy accuracy") if rm is not None else None
+    rm_name = rm_obj.name if rm_obj is not None else None
+    examples = (load_examples(data, categories=s.categories, limit=s.limit, split=s.split) if isinstance(data, str)
+                else list(data)[:s.limit])
+    prompt = load_prompt("policy_answer", s.prompt_file)
     persist = out is not None
     cache = cache if cache is not None else (Cache(namespace="scores") if persist else NullCache())
     cfg = PAConfig(policy=getattr(engine, "spec", str(policy)), rm=rm_name,
-                   data=data if isinstance(data, str) else "<in-memory>", condition=condition,
-                   policy_condition=policy_condition, w=w, k=k, mode=mode, repetition_penalty=repetition_penalty,
-                   reward_norm=reward_norm, max_words=max_words, top_k=top_k, retriever=retriever,
-                   max_context_chars=max_context_chars, planner_file=planner_file, seed=seed, limit=limit,
-                   categories=list(categories) if categories else None, split=split, prompt_hash=prompt.hash,
+                   data=data if isinstance(data, str) else "<in-memory>", condition=s.condition,
+                   policy_condition=s.policy_condition, w=s.w, k=s.k, mode=s.mode, repetition_penalty=s.repetition_penalty,
+                   reward_norm=s.reward_norm, max_words=s.max_words, top_k=s.top_k, retriever=s.retriever,
+                   max_context_chars=s.max_context_chars, planner_file=s.planner_file, seed=s.seed, limit=s.limit,
+                   categories=list(s.categories) if s.categories else None, split=s.split, prompt_hash=prompt.hash,
                    policy_fingerprint=engine.fingerprint(),
-                   rm_fingerprint=rm_obj.fingerprint() if rm_obj is not None else None, n_boot=n_boot,
-                   batch_size=batch_size, rm_batch_size=rm_batch_size)
+                   rm_fingerprint=rm_obj.fingerprint() if rm_obj is not None else None, n_boot=s.n_boot,
+                   batch_size=s.batch_size, rm_batch_size=s.rm_batch_size)
     run = None
     if persist:
-        path = Path(out) if exact_out else pa_path(out, cfg.policy, rm_name, condition, params)
+        path = Path(out) if exact_out else pa_path(out, cfg.policy, rm_name, s.condition, params)
         run = RunDir(path, asdict(cfg), overwrite)
     done = run.done_ids() if run else set()
     todo = [ex for ex in examples if ex.id not in done]
-    ret, rcache, planner = context_sources(retriever, planner_file, persist)
-    rewards = PrefixRewards(rm_obj, cache, rm_batch_size) if rm_obj is not None and w != 0 else None
+    ret, rcache, planner = context_sources(s.retriever, s.planner_file, persist)
+    rewards = PrefixRewards(rm_obj, cache, s.rm_batch_size) if rm_obj is not None and s.w != 0 else None
     fresh: list[dict[str, Any]] = []
     score_s = 0.0
-    group = max(1, batch_size) * 4  # pairs per RM request and per durable write
+    group = max(1, s.batch_size) * 4  # pairs per RM request and per durable write
     for start in range(0, len(todo), group):
         part = todo[start : start + group]
         reqs: list[ScoreRequest] = []
         for ex in part:
-            pv = policy_view(ex, policy_condition, retriever=ret, top_k=top_k, pool=examples, seed=seed, cache=rcache)
-            msgs = policy_messages(pv, prompt, max_words)
-            rv = (build_view(ex, condition, retriever=ret, top_k=top_k, planner=planner, pool=examples, seed=seed,
-                             max_context_chars=max_context_chars, cache=rcache) if rewards is not None else None)
+            pv = policy_view(ex, s.policy_condition, retriever=ret, top_k=s.top_k, pool=examples, seed=s.seed, cache=rcache)
+            msgs = policy_messages(pv, prompt, s.max_words)
+            rv = (build_view(ex, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=examples, seed=s.seed,
+                             max_context_chars=s.max_context_chars, cache=rcache) if rewards is not None else None)
             for resp in (ex.chosen, ex.rejected):
                 p_ids, r_ids, cut = tokenize_response(engine, msgs, resp)
                 reqs.append(ScoreRequest(p_ids, r_ids, rv, cut))
         t1 = time.time()
-        scores = score_responses(engine, reqs, params, rewards, batch_size=batch_size)
+        scores = score_responses(engine, reqs, params, rewards, batch_size=s.batch_size)
         score_s += time.time() - t1
         recs = []
         for j, ex in enumerate(part):
             rec = pair_record(ex, scores[2 * j], scores[2 * j + 1])
-            rec["condition"] = condition
+            rec["condition"] = s.condition
             recs.append(rec)
         if run:
             run.append(recs)
@@ -491,12 +475,12 @@ def policy_accuracy(
     if run and records != run.records():
         run.rewrite(records)
     summary = stamp("policy-accuracy", {
-        "policy": cfg.policy, "rm": rm_name, "data": cfg.data, "condition": condition,
-        "w": w, "k": k, "mode": mode, "repetition_penalty": repetition_penalty, "reward_norm": reward_norm,
-        "metrics": summarize(records, seed=seed, n_boot=n_boot),
+        "policy": cfg.policy, "rm": rm_name, "data": cfg.data, "condition": s.condition,
+        "w": s.w, "k": s.k, "mode": s.mode, "repetition_penalty": s.repetition_penalty, "reward_norm": s.reward_norm,
+        "metrics": summarize(records, seed=s.seed, n_boot=s.n_boot),
         "definition": DEFINITION,
         "rewards": rewards.stats.as_dict() if rewards is not None else None,
-        "seed": seed, "resumed_from": len(done),
+        "seed": s.seed, "resumed_from": len(done),
         "scoring_seconds": round(score_s, 3),
         "seconds_per_pair": round(score_s / len(todo), 3) if todo else None,
         "wall_time_s": round(time.time() - t0, 3),

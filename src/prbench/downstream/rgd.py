@@ -51,6 +51,7 @@ from typing import Any
 
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, build_view
+from prbench.config import RGDSettings
 from prbench.downstream.decoding import RGDJob, RGDParams, load_policy, resolved_penalty, rgd_decode
 from prbench.downstream.generation_runs import (
     GenerationRun,
@@ -120,37 +121,15 @@ def run_rgd(
     data: str | Sequence[SourceItem] = "sample",
     out: str | Path | None = None,
     *,
-    condition: str = "none",
-    w: float = 1.0,
-    k: int = 10,
-    chunk: int = 1,
-    max_new_tokens: int = 128,
-    temperature: float = 0.0,
-    repetition_penalty: float | None = None,
-    reward_norm: str = "none",
-    seed: int = 0,
-    limit: int | None = None,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
-    policy_condition: str = "profile",
-    top_k: int = 10,
-    retriever: str = "bm25",
-    max_context_chars: int | None = None,
-    planner_file: str | None = None,
-    max_words: int = 100,
-    prompt_file: str | None = None,
-    batch_size: int = 8,
-    rm_batch_size: int = 64,
+    settings: RGDSettings | None = None,
     engine_options: dict[str, Any] | None = None,
     rm_options: dict[str, Any] | None = None,
     grader: Any = None,
-    encoder: str | None = "builtin:minilm-l6",
-    downstream_metric: str = "auto",
-    n_boot: int = 1000,
     cache: Cache | None = None,
     overwrite: bool = False,
     exact_out: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> GenerationRun:
     """Generate with reward guidance for each item, store resumably, score against gold / rubric.
 
@@ -160,56 +139,57 @@ def run_rgd(
     from prbench.data import write_examples
     from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items, policy_messages
 
+    s = RGDSettings.build(settings, **options)
     t0 = time.time()
-    if condition not in CONDITIONS:
-        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    if s.condition not in CONDITIONS:
+        raise PrbenchError(f"unknown condition {s.condition!r} (use {', '.join(CONDITIONS)})")
     engine = load_policy(policy, engine_options)
-    params = RGDParams(w=w, k=k, chunk=chunk, max_new_tokens=max_new_tokens, temperature=temperature,
-                       repetition_penalty=resolved_penalty(engine, repetition_penalty), reward_norm=reward_norm)
+    params = RGDParams(w=s.w, k=s.k, chunk=s.chunk, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                       repetition_penalty=resolved_penalty(engine, s.repetition_penalty), reward_norm=s.reward_norm)
     params.check()
-    rm_obj = load_guiding_rm(rm, seed, rm_options, "reward-guided decoding")
-    rm_name = getattr(rm_obj, "name", rm_obj.spec)
-    items = (load_items(data, categories=categories, limit=limit, split=split) if isinstance(data, str)
-             else list(data)[:limit])
-    prompt = load_prompt("policy_answer", prompt_file)
+    rm_obj = load_guiding_rm(rm, s.seed, rm_options, "reward-guided decoding")
+    rm_name = rm_obj.name
+    items = (load_items(data, categories=s.categories, limit=s.limit, split=s.split) if isinstance(data, str)
+             else list(data)[:s.limit])
+    prompt = load_prompt("policy_answer", s.prompt_file)
     persist = out is not None
     cache = cache if cache is not None else (Cache(namespace="scores") if persist else NullCache())
     cfg = RGDConfig(policy=getattr(engine, "spec", str(policy)), rm=rm_name,
-                    data=data if isinstance(data, str) else "<in-memory>", condition=condition,
-                    policy_condition=policy_condition, w=w, k=k, chunk=chunk, max_new_tokens=max_new_tokens,
-                    temperature=temperature, repetition_penalty=params.repetition_penalty or 1.0,
-                    reward_norm=reward_norm, max_words=max_words, top_k=top_k, retriever=retriever,
-                    max_context_chars=max_context_chars, planner_file=planner_file, seed=seed, limit=limit,
-                    categories=list(categories) if categories else None, split=split, prompt_hash=prompt.hash,
+                    data=data if isinstance(data, str) else "<in-memory>", condition=s.condition,
+                    policy_condition=s.policy_condition, w=s.w, k=s.k, chunk=s.chunk, max_new_tokens=s.max_new_tokens,
+                    temperature=s.temperature, repetition_penalty=params.repetition_penalty or 1.0,
+                    reward_norm=s.reward_norm, max_words=s.max_words, top_k=s.top_k, retriever=s.retriever,
+                    max_context_chars=s.max_context_chars, planner_file=s.planner_file, seed=s.seed, limit=s.limit,
+                    categories=list(s.categories) if s.categories else None, split=s.split, prompt_hash=prompt.hash,
                     policy_fingerprint=engine.fingerprint(), rm_fingerprint=rm_obj.fingerprint(),
-                    batch_size=batch_size, rm_batch_size=rm_batch_size)
+                    batch_size=s.batch_size, rm_batch_size=s.rm_batch_size)
     run = None
     if persist:
-        path = Path(out) if exact_out else rgd_path(out, cfg.policy, rm_name, condition, params)
+        path = Path(out) if exact_out else rgd_path(out, cfg.policy, rm_name, s.condition, params)
         run = SamplesDir(path, asdict(cfg), overwrite)
         if not (run.path / ITEMS_FILE).exists():
             write_examples(items, run.path / ITEMS_FILE)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
-    ret, rcache, planner = context_sources(retriever, planner_file, persist)
-    rewards = PrefixRewards(rm_obj, cache, rm_batch_size)
+    ret, rcache, planner = context_sources(s.retriever, s.planner_file, persist)
+    rewards = PrefixRewards(rm_obj, cache, s.rm_batch_size)
     fresh: list[dict[str, Any]] = []
     decode_s = 0.0
     truncated = 0
-    for start in range(0, len(todo), max(1, batch_size)):
-        part = todo[start : start + batch_size]
+    for start in range(0, len(todo), max(1, s.batch_size)):
+        part = todo[start : start + s.batch_size]
         jobs, prompts = [], []
         for it in part:
-            pv = policy_view(it, policy_condition, retriever=ret, top_k=top_k, pool=items, seed=seed, cache=rcache)
-            msgs = policy_messages(pv, prompt, max_words)
-            ids, cut = encode_prompt(engine, msgs, max_new_tokens)
+            pv = policy_view(it, s.policy_condition, retriever=ret, top_k=s.top_k, pool=items, seed=s.seed, cache=rcache)
+            msgs = policy_messages(pv, prompt, s.max_words)
+            ids, cut = encode_prompt(engine, msgs, s.max_new_tokens)
             truncated += cut
-            rv = build_view(it, condition, retriever=ret, top_k=top_k, planner=planner, pool=items, seed=seed,
-                            max_context_chars=max_context_chars, cache=rcache)
-            jobs.append(RGDJob(ids, rv, example_seed(seed, it.id, "rgd")))
+            rv = build_view(it, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=items, seed=s.seed,
+                            max_context_chars=s.max_context_chars, cache=rcache)
+            jobs.append(RGDJob(ids, rv, example_seed(s.seed, it.id, "rgd")))
             prompts.append(msgs[0]["content"])
         t1 = time.time()
-        outs = rgd_decode(engine, jobs, params, rewards, batch_size=batch_size)
+        outs = rgd_decode(engine, jobs, params, rewards, batch_size=s.batch_size)
         dt = time.time() - t1
         decode_s += dt
         recs = []
@@ -229,21 +209,21 @@ def run_rgd(
             on_progress(len(done) + start + len(part), len(items))
     records = ordered_records(run, fresh, items)
     texts = {r["id"]: r["samples"][0]["text"] for r in records}
-    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=encoder, seed=seed, n_boot=n_boot,
-                      downstream_metric=downstream_metric if w != 0 else "none", rm_name=rm_name, setting="rgd",
+    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=None if s.encoder == "none" else s.encoder, seed=s.seed, n_boot=s.n_boot,
+                      downstream_metric=s.downstream_metric if s.w != 0 else "none", rm_name=rm_name, setting="rgd",
                       extra_summary={
-                          "policy": cfg.policy, "rm": rm_name, "condition": condition, "w": w, "k": k, "chunk": chunk,
-                          "temperature": temperature, "repetition_penalty": cfg.repetition_penalty,
-                          "reward_norm": reward_norm, "rewards": rewards.stats.as_dict(),
+                          "policy": cfg.policy, "rm": rm_name, "condition": s.condition, "w": s.w, "k": s.k, "chunk": s.chunk,
+                          "temperature": s.temperature, "repetition_penalty": cfg.repetition_penalty,
+                          "reward_norm": s.reward_norm, "rewards": rewards.stats.as_dict(),
                           "truncated_prompts": truncated, "resumed_from": len(done),
                           "decode_seconds": round(decode_s, 3),
                           "seconds_per_item": round(decode_s / len(todo), 3) if todo else None,
                           "changed_share": _changed_share(records),
-                          "downstream_note": None if w != 0 else
+                          "downstream_note": None if s.w != 0 else
                           "w = 0 is the plain policy: no downstream.json (it would not describe the RM)",
                       },
-                      downstream_extra={"policy": cfg.policy, "condition": condition, "w": w, "candidates_k": k, "chunk": chunk,
-                                        "temperature": temperature, "reward_norm": reward_norm, "seed": seed,
+                      downstream_extra={"policy": cfg.policy, "condition": s.condition, "w": s.w, "candidates_k": s.k, "chunk": s.chunk,
+                                        "temperature": s.temperature, "reward_norm": s.reward_norm, "seed": s.seed,
                                         "rm_fingerprint": cfg.rm_fingerprint},
                       t0=t0)
     return GenerationRun(summary, texts, run.path if run else None, records)

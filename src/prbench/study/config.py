@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.conditions import CONDITIONS
+from prbench.config import PolicyAccuracySettings, RGDSettings
 from prbench.errors import DataError, PrbenchError
 
 Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "meta", "report"]
@@ -76,25 +77,17 @@ class RLStage(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class RGDStage(_Strict):
+class RGDStage(RGDSettings):
+    """The study's `rgd` section: the driver's own settings (one default each) plus what it runs."""
+
     policy: str
     rms: list[str]
-    condition: str = "oracle"
-    w: float = 1.0
-    k: int = 10
-    chunk: int = 1
-    max_new_tokens: int = 48
-    limit: int | None = None
     grader: str | None = None
 
 
-class PolicyAccuracyStage(_Strict):
+class PolicyAccuracyStage(PolicyAccuracySettings):
     policy: str
     rms: list[str]
-    condition: str = "oracle"
-    w: float = 1.0
-    k: int = 10
-    limit: int | None = None
 
 
 class StudyConfig(_Strict):

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from prbench.config import PolicyAccuracySettings, RGDSettings
 from prbench.evaluate import evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
@@ -209,17 +210,25 @@ def _plan_rgd(ctx: StudyContext) -> list[PlannedRun]:
                        n * g.max_new_tokens * g.k * 100 // g.chunk) for spec in g.rms]
 
 
+def study_defaults(ctx: StudyContext, section: Any, settings_cls: type) -> Any:
+    """A stage section's driver settings, with the study's shared values where the section sets none."""
+    shared = {"seed": ctx.cfg.seed, "limit": ctx.cfg.limit, "categories": ctx.cfg.categories,
+              "top_k": ctx.cfg.top_k, "retriever": ctx.cfg.retriever}
+    own = section.model_dump(include=set(settings_cls.model_fields))
+    inherit = {k: v for k, v in shared.items() if k not in section.model_fields_set and v is not None}
+    return settings_cls.build(**{**own, **inherit})
+
+
 @stage("rgd", _plan_rgd)
 def run_rgd_stage(ctx: StudyContext) -> None:
     from prbench.downstream.rgd import run_rgd
 
     g = ctx.cfg.rgd
+    settings = study_defaults(ctx, g, RGDSettings)
     out = []
     for spec in g.rms:
-        res = run_rgd(g.policy, spec, ctx.data, _downstream_dir(ctx, "rgd"), condition=g.condition, w=g.w, k=g.k,
-                      chunk=g.chunk, max_new_tokens=g.max_new_tokens, seed=ctx.cfg.seed,
-                      limit=g.limit or ctx.cfg.limit, categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
-                      retriever=ctx.cfg.retriever, grader=g.grader, rm_options=_options_of(ctx, spec))
+        res = run_rgd(g.policy, spec, ctx.data, _downstream_dir(ctx, "rgd"), settings=settings, grader=g.grader,
+                      rm_options=_options_of(ctx, spec))
         out.append(str(getattr(res, "path", "")))
     ctx.outputs["rgd"] = out
 
@@ -236,11 +245,10 @@ def run_policy_accuracy(ctx: StudyContext) -> None:
     from prbench.downstream.policy_accuracy import policy_accuracy
 
     a = ctx.cfg.policy_accuracy
+    settings = study_defaults(ctx, a, PolicyAccuracySettings)
     out = []
     for spec in a.rms:
-        res = policy_accuracy(a.policy, spec, ctx.data, _downstream_dir(ctx, "policy-accuracy"), condition=a.condition,
-                              w=a.w, k=a.k, seed=ctx.cfg.seed, limit=a.limit or ctx.cfg.limit,
-                              categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
+        res = policy_accuracy(a.policy, spec, ctx.data, _downstream_dir(ctx, "policy-accuracy"), settings=settings,
                               rm_options=_options_of(ctx, spec))
         out.append(str(getattr(res, "path", "")))
     ctx.outputs["policy_accuracy"] = out

@@ -1,0 +1,132 @@
+"""Driver settings: one pydantic model per driver, composed of shared parts.
+
+The Python API validates its keywords with these models, the CLI builds its options from their
+fields (`prbench.cli.options.settings_command`) and the study's stage sections are the same
+models, so every option has one name, one type, one range and one default everywhere.
+
+Parts: `DataSpec` (what to read), `ContextSpec` (what the RM sees of the user), `PolicyPromptSpec`
+(what the policy sees), `GuidanceSpec` (how an RM steers a policy). A field's `description` is
+its help text; `json_schema_extra={"cli": [...]}` names extra flags.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from prbench.errors import PrbenchError
+
+
+def opt(default: Any, help: str, *flags: str, metavar: str | None = None, **constraints: Any) -> Any:
+    """A settings field with its help text, extra CLI flags and metavar."""
+    extra: dict[str, Any] = {}
+    if flags:
+        extra["cli"] = list(flags)
+    if metavar:
+        extra["metavar"] = metavar
+    return Field(default, description=help, json_schema_extra=extra or None, **constraints)
+
+
+class Settings(BaseModel):
+    """Strict: an unknown key is an error naming the closest known one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def build(cls, base: Settings | None = None, **given: Any) -> Any:
+        """`base` (or the defaults) with `given` keywords on top, validated; one clear line on a bad key."""
+        known = set(cls.model_fields)
+        for key in given:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise PrbenchError(f"{cls.__name__}: unknown option {key!r}{hint}")
+        values = {**(base.model_dump() if base is not None else {}), **given}
+        try:
+            return cls(**values)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise PrbenchError(f"{cls.__name__}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+class DataSpec(Settings):
+    split: str = opt("test", "Split of a hub dataset.")
+    categories: list[str] | None = opt(None, "Categories to keep, comma-separated (e.g. arts,society).",
+                                       metavar="LIST")
+    limit: int | None = opt(None, "Keep at most N items.", metavar="N", ge=1)
+
+
+class ContextSpec(Settings):
+    condition: str = opt("none", "What the RM sees: none, profile, planner, oracle, wrong-profile.", "-c",
+                         metavar="NAME")
+    top_k: int = opt(10, "Profile posts kept after retrieval.", metavar="N", ge=1)
+    retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
+    max_context_chars: int | None = opt(None, "Character budget for the user context.", metavar="N", ge=1)
+    planner_file: str | None = opt(None, "Planner output (JSONL) for the planner condition.", metavar="PATH")
+
+
+class PolicyPromptSpec(Settings):
+    policy_condition: str = opt(
+        "profile", "What the policy sees: profile (top-k posts), none or wrong-profile.", metavar="NAME")
+    max_words: int = opt(100, "Word limit stated in the policy prompt.", metavar="N", ge=1)
+    prompt_file: str | None = opt(None, "Your own policy prompt ({{user_prompt}}, {{max_words}}).", metavar="PATH")
+
+
+class GuidanceSpec(Settings):
+    w: float = opt(1.0, "Reward weight; 0 = the plain policy.")
+    k: int = opt(10, "Policy top-k candidates per decision point.", metavar="N", ge=1)
+    reward_norm: Literal["none", "zscore"] = opt("none", "none (raw RM units, ARGS) or zscore (per decision point).",
+                                                 metavar="NAME")
+    rm_batch_size: int = opt(64, "Texts per RM call (prefix rewards).", metavar="N", ge=1)
+
+
+class RunSpec(Settings):
+    seed: int = opt(0, "Seed for every random choice (derived per example).", metavar="N", ge=0)
+    n_boot: int = opt(1000, "Bootstrap resamples for confidence intervals.", metavar="N", ge=1)
+
+
+class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, RunSpec):
+    """Reward-guided decoding (`prbench rgd`, `run_rgd`, the study's `rgd` section)."""
+
+    chunk: int = opt(1, "Tokens between RM decision points (greedy in between).", metavar="N", ge=1)
+    max_new_tokens: int = opt(128, "Token cap per answer.", metavar="N", ge=1)
+    temperature: float = opt(0.0, "0 = greedy on guided scores; > 0 samples them.", ge=0)
+    repetition_penalty: float | None = opt(None, "Repetition penalty on the policy's logits (default: the "
+                                                 "engine's own).", gt=0)
+    batch_size: int = opt(8, "Items decoded together.", metavar="N", ge=1)
+    downstream_metric: Literal["auto", "grade", "rouge1", "rougeL", "embedding", "none"] = opt(
+        "auto", "downstream.json value: auto, grade, rouge1, rougeL, embedding or none.", metavar="NAME")
+    encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
+                              metavar="SPEC")
+
+
+class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, RunSpec):
+    """Policy accuracy (`prbench policy-accuracy`, `policy_accuracy`, the study's section)."""
+
+    mode: Literal["full", "topk"] = opt("full", "full (mass-preserving; w=0 = plain policy) or topk (softmax over "
+                                                "top-k and the token).", metavar="NAME")
+    repetition_penalty: float = opt(1.0, "Repetition penalty under teacher forcing (1.0 = the model's own "
+                                         "likelihood).", gt=0)
+    batch_size: int = opt(4, "Responses per policy forward pass.", metavar="N", ge=1)
+
+
+class ICLSettings(DataSpec, RunSpec):
+    """The in-context-learning baseline (`prbench icl`, `run_icl`)."""
+
+    examples: Literal["auto", "qa", "posts"] = opt(
+        "auto", "auto, qa (the user's past Q/A pairs) or posts (top-k profile posts).", metavar="NAME")
+    max_examples: int = opt(3, "Past Q/A pairs shown (qa).", metavar="N", ge=1)
+    with_posts: bool = opt(False, "qa: also show the top-k posts before the question.")
+    max_new_tokens: int = opt(128, "Token cap per answer.", metavar="N", ge=1)
+    temperature: float = opt(0.0, "0 = greedy.", ge=0)
+    top_p: float = opt(1.0, "Nucleus mass when sampling.", gt=0, le=1)
+    repetition_penalty: float | None = opt(None, "Repetition penalty (default: the engine's own).", gt=0)
+    top_k: int = opt(10, "Profile posts kept after retrieval.", metavar="N", ge=1)
+    retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
+    max_words: int = opt(100, "Word limit stated in the policy prompt.", metavar="N", ge=1)
+    prompt_file: str | None = opt(None, "Your own policy prompt ({{user_prompt}}, {{max_words}}).", metavar="PATH")
+    batch_size: int = opt(8, "Items generated together.", metavar="N", ge=1)
+    encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
+                              metavar="SPEC")
