@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.errors import PrbenchError
 
@@ -34,6 +34,11 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("encoder", mode="before", check_fields=False)
+    @classmethod
+    def _none_word(cls, v: Any) -> Any:
+        return None if v == "none" else v  # the command line's way of saying "no encoder"
+
     @classmethod
     def build(cls, base: Settings | None = None, **given: Any) -> Any:
         """`base` (or the defaults) with `given` keywords on top, validated; one clear line on a bad key."""
@@ -49,6 +54,11 @@ class Settings(BaseModel):
         except ValidationError as e:
             err = e.errors()[0]
             raise PrbenchError(f"{cls.__name__}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def run_identity(settings: Settings, *, exclude: set[str], **facts: Any) -> dict[str, Any]:
+    """A run folder's config.json: the settings that decide its results, plus facts such as fingerprints."""
+    return {**facts, **settings.model_dump(exclude=exclude | set(facts))}
 
 
 class DataSpec(Settings):

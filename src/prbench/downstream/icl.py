@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prbench.cache import Cache
 from prbench.conditions import build_view
-from prbench.config import ICLSettings
+from prbench.config import ICLSettings, run_identity
 from prbench.downstream.generation_runs import (
     GenerationRun,
     context_sources,
@@ -99,32 +98,6 @@ def icl_messages(item: SourceItem, pairs: Sequence[tuple[str, str]], final_promp
     return msgs
 
 
-@dataclass
-class ICLConfig:
-    """What determines an ICL run's outputs (batch size does not)."""
-
-    policy: str
-    data: str
-    examples: str = "auto"
-    max_examples: int = 3
-    with_posts: bool = False
-    top_k: int = 10
-    retriever: str = "bm25"
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    max_words: int = 100
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    n: int = 1
-    prompt_hash: str = ""
-    policy_fingerprint: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 8
-
-
 def run_icl(
     policy: str | Engine,
     data: str | Sequence[SourceItem] = "sample",
@@ -157,16 +130,13 @@ def run_icl(
     pool = (load_items(data, categories=s.categories, split=s.split) if isinstance(data, str) else list(data))
     items = pool[:s.limit] if s.limit is not None else pool
     prompt = load_prompt("policy_answer", s.prompt_file)
-    cfg = ICLConfig(policy=getattr(engine, "spec", str(policy)), data=data if isinstance(data, str) else "<in-memory>",
-                    examples=s.examples, max_examples=s.max_examples, with_posts=s.with_posts, top_k=s.top_k,
-                    retriever=s.retriever, max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                    repetition_penalty=repetition_penalty, max_words=s.max_words, seed=s.seed, limit=s.limit,
-                    categories=list(s.categories) if s.categories else None, split=s.split, prompt_hash=prompt.hash,
-                    policy_fingerprint=engine.fingerprint(), batch_size=s.batch_size)
+    cfg = run_identity(s, exclude={"prompt_file", "encoder", "n_boot"}, policy=getattr(engine, "spec", str(policy)),
+                       data=data if isinstance(data, str) else "<in-memory>", repetition_penalty=repetition_penalty,
+                       n=1, prompt_hash=prompt.hash, policy_fingerprint=engine.fingerprint())
     run = None
     if out is not None:
-        path = Path(out) if exact_out else Path(out) / "icl" / slug(cfg.policy) / f"{s.examples}-m{s.max_examples}"
-        run = SamplesDir(path, asdict(cfg), overwrite)
+        path = Path(out) if exact_out else Path(out) / "icl" / slug(cfg["policy"]) / f"{s.examples}-m{s.max_examples}"
+        run = SamplesDir(path, cfg, overwrite)
         if not (run.path / ITEMS_FILE).exists():
             write_examples(items, run.path / ITEMS_FILE)
     done = run.done_ids() if run else set()
@@ -216,9 +186,10 @@ def run_icl(
     kinds: dict[str, int] = {}
     for r in records:
         kinds[r["icl"]["kind"]] = kinds.get(r["icl"]["kind"], 0) + 1
-    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=None if s.encoder == "none" else s.encoder, seed=s.seed, n_boot=s.n_boot,
+    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed,
+                      n_boot=s.n_boot,
                       downstream_metric="none", rm_name=None, setting="icl",
-                      extra_summary={"policy": cfg.policy, "method": "icl", "examples": s.examples,
+                      extra_summary={"policy": cfg["policy"], "method": "icl", "examples": s.examples,
                                      "max_examples": s.max_examples, "with_posts": s.with_posts,
                                      "example_kinds": kinds, "failed_items": failed,
                                      "temperature": s.temperature, "repetition_penalty": repetition_penalty,

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from scipy.special import logsumexp
 from prbench import metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, View, build_view
-from prbench.config import PolicyAccuracySettings
+from prbench.config import PolicyAccuracySettings, run_identity
 from prbench.downstream.decoding import (
     PolicyForward,
     apply_repetition_penalty,
@@ -288,37 +288,6 @@ def _apply_guidance(engine: Any, reqs: list[ScoreRequest], results: list[Respons
 
 
 @dataclass
-class PAConfig:
-    """What determines a policy-accuracy run's results (batch sizes do not)."""
-
-    policy: str
-    rm: str | None
-    data: str
-    condition: str = "none"
-    policy_condition: str = "profile"
-    w: float = 1.0
-    k: int = 10
-    mode: str = "full"
-    repetition_penalty: float = 1.0
-    reward_norm: str = "none"
-    max_words: int = 100
-    top_k: int = 10
-    retriever: str = "bm25"
-    max_context_chars: int | None = None
-    planner_file: str | None = None
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    prompt_hash: str = ""
-    policy_fingerprint: dict[str, Any] = field(default_factory=dict)
-    rm_fingerprint: dict[str, Any] | None = None
-    n_boot: int = 1000
-    batch_size: int = 4
-    rm_batch_size: int = 64
-
-
-@dataclass
 class PAResult:
     summary: dict[str, Any]
     records: list[dict[str, Any]]
@@ -425,19 +394,14 @@ def policy_accuracy(
     prompt = load_prompt("policy_answer", s.prompt_file)
     persist = out is not None
     cache = cache if cache is not None else (Cache(namespace="scores") if persist else NullCache())
-    cfg = PAConfig(policy=getattr(engine, "spec", str(policy)), rm=rm_name,
-                   data=data if isinstance(data, str) else "<in-memory>", condition=s.condition,
-                   policy_condition=s.policy_condition, w=s.w, k=s.k, mode=s.mode, repetition_penalty=s.repetition_penalty,
-                   reward_norm=s.reward_norm, max_words=s.max_words, top_k=s.top_k, retriever=s.retriever,
-                   max_context_chars=s.max_context_chars, planner_file=s.planner_file, seed=s.seed, limit=s.limit,
-                   categories=list(s.categories) if s.categories else None, split=s.split, prompt_hash=prompt.hash,
-                   policy_fingerprint=engine.fingerprint(),
-                   rm_fingerprint=rm_obj.fingerprint() if rm_obj is not None else None, n_boot=s.n_boot,
-                   batch_size=s.batch_size, rm_batch_size=s.rm_batch_size)
+    cfg = run_identity(s, exclude={"prompt_file"}, policy=getattr(engine, "spec", str(policy)), rm=rm_name,
+                       data=data if isinstance(data, str) else "<in-memory>", prompt_hash=prompt.hash,
+                       policy_fingerprint=engine.fingerprint(),
+                       rm_fingerprint=rm_obj.fingerprint() if rm_obj is not None else None)
     run = None
     if persist:
-        path = Path(out) if exact_out else pa_path(out, cfg.policy, rm_name, s.condition, params)
-        run = RunDir(path, asdict(cfg), overwrite)
+        path = Path(out) if exact_out else pa_path(out, cfg["policy"], rm_name, s.condition, params)
+        run = RunDir(path, cfg, overwrite)
     done = run.done_ids() if run else set()
     todo = [ex for ex in examples if ex.id not in done]
     ret, rcache, planner = context_sources(s.retriever, s.planner_file, persist)
@@ -475,7 +439,7 @@ def policy_accuracy(
     if run and records != run.records():
         run.rewrite(records)
     summary = stamp("policy-accuracy", {
-        "policy": cfg.policy, "rm": rm_name, "data": cfg.data, "condition": s.condition,
+        "policy": cfg["policy"], "rm": rm_name, "data": cfg["data"], "condition": s.condition,
         "w": s.w, "k": s.k, "mode": s.mode, "repetition_penalty": s.repetition_penalty, "reward_norm": s.reward_norm,
         "metrics": summarize(records, seed=s.seed, n_boot=s.n_boot),
         "definition": DEFINITION,

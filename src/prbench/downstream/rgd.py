@@ -45,13 +45,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, build_view
-from prbench.config import RGDSettings
+from prbench.config import RGDSettings, run_identity
 from prbench.downstream.decoding import RGDJob, RGDParams, load_policy, resolved_penalty, rgd_decode
 from prbench.downstream.generation_runs import (
     GenerationRun,
@@ -70,39 +69,6 @@ from prbench.rewards.base import RewardModel
 from prbench.runs import slug
 from prbench.schema import SourceItem
 from prbench.scoring import example_seed
-
-
-@dataclass
-class RGDConfig:
-    """What determines an RGD run's outputs (batch sizes do not)."""
-
-    policy: str
-    rm: str
-    data: str
-    condition: str = "none"
-    policy_condition: str = "profile"
-    w: float = 1.0
-    k: int = 10
-    chunk: int = 1
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    repetition_penalty: float = 1.0
-    reward_norm: str = "none"
-    max_words: int = 100
-    top_k: int = 10
-    retriever: str = "bm25"
-    max_context_chars: int | None = None
-    planner_file: str | None = None
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    n: int = 1  # samples per item: the samples-folder layout read by `read_samples`
-    prompt_hash: str = ""
-    policy_fingerprint: dict[str, Any] = field(default_factory=dict)
-    rm_fingerprint: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 8
-    rm_batch_size: int = 64
 
 
 def rgd_path(out: str | Path, policy: str, rm: str, condition: str, params: RGDParams) -> Path:
@@ -154,19 +120,15 @@ def run_rgd(
     prompt = load_prompt("policy_answer", s.prompt_file)
     persist = out is not None
     cache = cache if cache is not None else (Cache(namespace="scores") if persist else NullCache())
-    cfg = RGDConfig(policy=getattr(engine, "spec", str(policy)), rm=rm_name,
-                    data=data if isinstance(data, str) else "<in-memory>", condition=s.condition,
-                    policy_condition=s.policy_condition, w=s.w, k=s.k, chunk=s.chunk, max_new_tokens=s.max_new_tokens,
-                    temperature=s.temperature, repetition_penalty=params.repetition_penalty or 1.0,
-                    reward_norm=s.reward_norm, max_words=s.max_words, top_k=s.top_k, retriever=s.retriever,
-                    max_context_chars=s.max_context_chars, planner_file=s.planner_file, seed=s.seed, limit=s.limit,
-                    categories=list(s.categories) if s.categories else None, split=s.split, prompt_hash=prompt.hash,
-                    policy_fingerprint=engine.fingerprint(), rm_fingerprint=rm_obj.fingerprint(),
-                    batch_size=s.batch_size, rm_batch_size=s.rm_batch_size)
+    cfg = run_identity(s, exclude={"prompt_file", "downstream_metric", "encoder", "n_boot"},
+                       policy=getattr(engine, "spec", str(policy)), rm=rm_name,
+                       data=data if isinstance(data, str) else "<in-memory>",
+                       repetition_penalty=params.repetition_penalty or 1.0, n=1, prompt_hash=prompt.hash,
+                       policy_fingerprint=engine.fingerprint(), rm_fingerprint=rm_obj.fingerprint())
     run = None
     if persist:
-        path = Path(out) if exact_out else rgd_path(out, cfg.policy, rm_name, s.condition, params)
-        run = SamplesDir(path, asdict(cfg), overwrite)
+        path = Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)
+        run = SamplesDir(path, cfg, overwrite)
         if not (run.path / ITEMS_FILE).exists():
             write_examples(items, run.path / ITEMS_FILE)
     done = run.done_ids() if run else set()
@@ -209,11 +171,13 @@ def run_rgd(
             on_progress(len(done) + start + len(part), len(items))
     records = ordered_records(run, fresh, items)
     texts = {r["id"]: r["samples"][0]["text"] for r in records}
-    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=None if s.encoder == "none" else s.encoder, seed=s.seed, n_boot=s.n_boot,
+    summary = finish_generation_run(
+                      run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed, n_boot=s.n_boot,
                       downstream_metric=s.downstream_metric if s.w != 0 else "none", rm_name=rm_name, setting="rgd",
                       extra_summary={
-                          "policy": cfg.policy, "rm": rm_name, "condition": s.condition, "w": s.w, "k": s.k, "chunk": s.chunk,
-                          "temperature": s.temperature, "repetition_penalty": cfg.repetition_penalty,
+                          "policy": cfg["policy"], "rm": rm_name, "condition": s.condition, "w": s.w, "k": s.k,
+                          "chunk": s.chunk,
+                          "temperature": s.temperature, "repetition_penalty": cfg["repetition_penalty"],
                           "reward_norm": s.reward_norm, "rewards": rewards.stats.as_dict(),
                           "truncated_prompts": truncated, "resumed_from": len(done),
                           "decode_seconds": round(decode_s, 3),
@@ -222,9 +186,10 @@ def run_rgd(
                           "downstream_note": None if s.w != 0 else
                           "w = 0 is the plain policy: no downstream.json (it would not describe the RM)",
                       },
-                      downstream_extra={"policy": cfg.policy, "condition": s.condition, "w": s.w, "candidates_k": s.k, "chunk": s.chunk,
+                      downstream_extra={"policy": cfg["policy"], "condition": s.condition, "w": s.w,
+                                        "candidates_k": s.k, "chunk": s.chunk,
                                         "temperature": s.temperature, "reward_norm": s.reward_norm, "seed": s.seed,
-                                        "rm_fingerprint": cfg.rm_fingerprint},
+                                        "rm_fingerprint": cfg["rm_fingerprint"]},
                       t0=t0)
     return GenerationRun(summary, texts, run.path if run else None, records)
 
