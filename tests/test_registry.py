@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,39 +22,15 @@ from prbench.errors import SpecError
 from prbench.registry import ENGINES, FORMATS, GRADERS, RETRIEVERS, REWARDS, STAGES, Registry
 from prbench.rewards.base import capabilities, load_rm
 
-PLUGIN = '''
-"""A third-party reward model: prefers responses that share more words with the question."""
-from prbench.rewards import PointwiseRM, Score
+DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
-class OverlapRM(PointwiseRM):
-    calls_model = False
-    is_control = False
-    uses_context = False
-
-    def __init__(self, rest, weight=1.0):
-        self.spec = f"myrm:{rest}"
-        self.weight = float(weight)
-
-    def fingerprint(self):
-        return {"spec": self.spec, "weight": self.weight}
-
-    def score(self, batch):
-        out = []
-        for view, response in batch:
-            q = set(view.question.lower().split())
-            out.append(Score(self.weight * len(q & set(response.lower().split()))))
-        return out
+def doc_block(lang: str, n: int = 0) -> str:
+    """The n-th fenced `lang` block of docs/extending.md: the doc's example is what the test runs."""
+    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)[n]
 
 
-def build(rest, **options):
-    options.pop("batch_size", None)
-    options.pop("seed", None)
-    return OverlapRM(rest, **options)
-
-
-build.model_class = lambda rest: OverlapRM
-'''
+PLUGIN = doc_block("python")
 
 
 def make_distribution(root: Path) -> Path:
@@ -64,7 +41,9 @@ def make_distribution(root: Path) -> Path:
     info = site / "prbench_myrm-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: prbench-myrm\nVersion: 0.1\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text("[prbench.rewards]\nmyrm = prbench_myrm:build\n", encoding="utf-8")
+    toml = doc_block("toml")  # the entry point exactly as the doc declares it
+    group, name, target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"', toml).groups()
+    (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {target}\n", encoding="utf-8")
     (info / "RECORD").write_text("", encoding="utf-8")
     return site
 
