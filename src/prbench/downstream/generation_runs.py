@@ -5,7 +5,7 @@ and rubric assessment, and the summary / downstream.json writer.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,29 @@ def context_sources(retriever: str, planner_file: str | None, persist: bool) -> 
     """(retriever, its cache when results persist, planner outputs) for building policy and RM views."""
     return (load_retriever(retriever), Cache(namespace="retrieval") if persist else None,
             read_planner_file(planner_file) if planner_file else None)
+
+
+class GenerationWriter:
+    """Appends each batch's records to the run folder (durably) and reports progress; `finish`
+    returns the records in item order with their texts. Shared by RGD and ICL."""
+
+    def __init__(self, run: Any, items: Sequence[SourceItem], n_done: int,
+                 on_progress: Callable[[int, int], None] | None = None):
+        self.run, self.items, self.n_done, self.on_progress = run, items, n_done, on_progress
+        self.fresh: list[dict[str, Any]] = []
+
+    def add(self, records: list[dict[str, Any]], n_attempted: int) -> None:
+        """Store one batch; `n_attempted` counts its items, written or failed."""
+        if self.run:
+            self.run.append(records)
+        self.fresh.extend(records)
+        self.n_done += n_attempted
+        if self.on_progress:
+            self.on_progress(self.n_done, len(self.items))
+
+    def finish(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        records = ordered_records(self.run, self.fresh, self.items)
+        return records, {r["id"]: r["samples"][0]["text"] for r in records}
 
 
 def ordered_records(run: Any, fresh: list[dict[str, Any]], items: Sequence[SourceItem]) -> list[dict[str, Any]]:

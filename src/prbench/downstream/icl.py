@@ -34,10 +34,10 @@ from prbench.conditions import build_view
 from prbench.config import ICLSettings, run_identity
 from prbench.downstream.generation_runs import (
     GenerationRun,
+    GenerationWriter,
     context_sources,
     finish_generation_run,
     generation_record,
-    ordered_records,
     policy_view,
 )
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
@@ -142,7 +142,7 @@ def run_icl(
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
     ret, rcache, _ = context_sources(s.retriever, None, run is not None)
-    fresh: list[dict[str, Any]] = []
+    writer = GenerationWriter(run, items, len(done), on_progress)
     gen_s = 0.0
     failed = 0
     for start in range(0, len(todo), max(1, s.batch_size)):
@@ -176,13 +176,8 @@ def run_icl(
             prompt_text = "\n".join(x["content"] for x in m)
             recs.append(generation_record(it, prompt_text, g.text, g.finish_reason, g.n_tokens or 0, p.seed,
                                           {"icl": {**inf, "seconds": round(dt / len(part), 3)}}))
-        if run:
-            run.append(recs)
-        fresh.extend(recs)
-        if on_progress:
-            on_progress(len(done) + start + len(part), len(items))
-    records = ordered_records(run, fresh, items)
-    texts = {r["id"]: r["samples"][0]["text"] for r in records}
+        writer.add(recs, len(part))
+    records, texts = writer.finish()
     kinds: dict[str, int] = {}
     for r in records:
         kinds[r["icl"]["kind"]] = kinds.get(r["icl"]["kind"], 0) + 1

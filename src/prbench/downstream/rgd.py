@@ -54,11 +54,11 @@ from prbench.config import RGDSettings, run_identity
 from prbench.downstream.decoding import RGDJob, RGDParams, load_policy, resolved_penalty, rgd_decode
 from prbench.downstream.generation_runs import (
     GenerationRun,
+    GenerationWriter,
     context_sources,
     encode_prompt,
     finish_generation_run,
     generation_record,
-    ordered_records,
     policy_view,
 )
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text
@@ -135,7 +135,7 @@ def run_rgd(
     todo = [it for it in items if it.id not in done]
     ret, rcache, planner = context_sources(s.retriever, s.planner_file, persist)
     rewards = PrefixRewards(rm_obj, cache, s.rm_batch_size)
-    fresh: list[dict[str, Any]] = []
+    writer = GenerationWriter(run, items, len(done), on_progress)
     decode_s = 0.0
     truncated = 0
     for start in range(0, len(todo), max(1, s.batch_size)):
@@ -164,13 +164,8 @@ def run_rgd(
                 "rgd": {"decision_points": o.decision_points, "changed": o.changed,
                         "invalid_rewards": o.invalid_rewards, "final_reward": final,
                         "seconds": round(dt / len(part), 3)}}))
-        if run:
-            run.append(recs)
-        fresh.extend(recs)
-        if on_progress:
-            on_progress(len(done) + start + len(part), len(items))
-    records = ordered_records(run, fresh, items)
-    texts = {r["id"]: r["samples"][0]["text"] for r in records}
+        writer.add(recs, len(part))
+    records, texts = writer.finish()
     summary = finish_generation_run(
                       run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed, n_boot=s.n_boot,
                       downstream_metric=s.downstream_metric if s.w != 0 else "none", rm_name=rm_name, setting="rgd",
