@@ -78,3 +78,25 @@ def load_engine(spec: str, **options: Any) -> Engine:
     if not isinstance(engine, Engine):
         raise SpecError(f"{prefix}: its factory returned {type(engine).__name__}, not a prbench Engine")
     return engine
+
+
+def engine_keywords(spec: str) -> set[str] | None:
+    """The keyword options the engine kind of `spec` takes (None: any), without building it.
+
+    A factory that forwards its options to a class names that class in `options_of`
+    (e.g. the built-ins forward to `TransformersEngine`); otherwise its own signature counts.
+    """
+    import inspect
+
+    from prbench.registry import ENGINES, resolve
+
+    factory = ENGINES.get(spec.partition(":")[0])
+    target = getattr(factory, "options_of", factory)
+    target = resolve(target) if isinstance(target, str) else target
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

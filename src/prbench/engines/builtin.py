@@ -221,6 +221,9 @@ def builtin_engine(name: str, **opts: Any) -> Any:
     return engine
 
 
+builtin_engine.options_of = "prbench.engines.transformers_engine:TransformersEngine"  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def _hub_offline() -> Iterator[None]:
     """Set HF_HUB_OFFLINE=1 for the duration (a local folder must never trigger Hub calls)."""

@@ -29,7 +29,6 @@ request's own seed and the attempt number.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 import re
@@ -38,7 +37,7 @@ from typing import Any
 
 from prbench.cache import content_key
 from prbench.conditions import View
-from prbench.engines.base import Engine, Generation, GenParams, load_engine
+from prbench.engines.base import Engine, Generation, GenParams, engine_keywords, load_engine
 from prbench.errors import SpecError
 from prbench.prompts import load_prompt
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
@@ -222,14 +221,6 @@ def clip_raw(text: str, limit: int = RAW_CHARS) -> str:
 # Engines and prompts
 # ---------------------------------------------------------------------------------------------
 
-_ENGINE_FACTORIES = {
-    "hf": ("prbench.engines.transformers_engine", "TransformersEngine"),
-    "builtin": ("prbench.engines.transformers_engine", "TransformersEngine"),  # builtin_engine forwards **opts
-    "openai": ("prbench.engines.openai_engine", "OpenAIEngine"),
-    "vllm": ("prbench.engines.vllm_engine", "VLLMEngine"),
-}
-
-
 # Options the evaluator gives every RM; not worth reporting when an engine has no use for them.
 _EVALUATOR_OPTIONS = {"batch_size", "seed"}
 
@@ -242,21 +233,8 @@ def open_engine(engine: str | Engine, options: dict[str, Any]) -> tuple[Engine, 
     """
     if isinstance(engine, Engine):
         return engine, sorted(set(options) - _EVALUATOR_OPTIONS)
-    prefix = engine.partition(":")[0]
-    target = _ENGINE_FACTORIES.get(prefix)
-    if target is None:
-        return load_engine(engine, **options), []  # load_engine names the valid prefixes
-    import importlib
-
-    try:
-        factory = getattr(importlib.import_module(target[0]), target[1])
-        params = inspect.signature(factory).parameters
-    except (ImportError, AttributeError, ValueError, TypeError):
-        return load_engine(engine, **options), []
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        accepted = set(options)
-    else:
-        accepted = {k for k in options if k in params}
+    names = engine_keywords(engine)
+    accepted = set(options) if names is None else {k for k in options if k in names}
     return (load_engine(engine, **{k: v for k, v in options.items() if k in accepted}),
             sorted(set(options) - accepted - _EVALUATOR_OPTIONS))
 
