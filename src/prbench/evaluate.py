@@ -30,7 +30,7 @@ from prbench.rewards.base import (
     capabilities,
     load_rm,
 )
-from prbench.runs import RunDir, read_json, refuse_secrets, slug
+from prbench.runs import RunDir, refuse_secrets, slug
 from prbench.schema import Example
 from prbench.scoring import SIDE_CREDIT, chosen_first, chunk_records, example_seed, score_cached  # noqa: F401
 
@@ -157,6 +157,7 @@ def evaluate(
     cache: Cache | None = None,
     overwrite: bool = False,
     retry_failed: bool = False,
+    repair: bool = False,
     workers: int = 1,
     ray_address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
@@ -169,6 +170,8 @@ def evaluate(
     """
     if condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise PrbenchError(f"limit must be a whole number >= 1 (or unset for every item), got {limit!r}")
     t0 = time.time()
     options = dict(model_options or {})
     refuse_secrets(options)
@@ -187,12 +190,12 @@ def evaluate(
                                planner_file=planner_file, both_orders=both_orders,
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
     identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
-    run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite) if out else None
+    run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
     n_todo = sum(1 for i in order if i not in done)
-    previous = read_json(run.summary_path) if run and run.summary_path.exists() else None
+    previous = run.previous_summary() if run else None  # a damaged summary is recomputed
     if previous and not n_todo and previous.get("n_total") == len(order):
         return EvalResult(previous, run.records(), run.path)  # finished earlier: nothing to load or compute
     distributed = workers > 1 or ray_address is not None
@@ -202,7 +205,7 @@ def evaluate(
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
     view_args = {"retriever": load_retriever(retriever), "top_k": top_k, "seed": seed,
                  "planner": read_planner_file(planner_file) if planner_file else None,
-                 "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out else None,
+                 "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
                  "pool": list(stream()) if condition == "wrong-profile" and n_todo else ()}
     step = max(batch_size, 1) * 4

@@ -13,8 +13,8 @@ Split = Annotated[str, typer.Option(help="Split of a hub dataset.")]
 Categories = Annotated[
     str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
 ]
-Limit = Annotated[int | None, typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
-Seed = Annotated[int, typer.Option(help="Seed for every random choice (derived per example).")]
+Limit = Annotated[int | None, typer.Option(min=1, help="Keep at most this many items (after filtering/shuffle).")]
+Seed = Annotated[int, typer.Option(min=0, help="Seed for every random choice (derived per example).")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -50,6 +50,8 @@ RMCondition = Annotated[str, typer.Option("--condition", "-c", help="What the RM
 PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
 MaxContextChars = Annotated[int | None, typer.Option(help="Character budget for the RM's user context.")]
 Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the score and retrieval caches.")]
+Repair = Annotated[bool, typer.Option(help="Damaged examples.jsonl: keep the first record of each id, drop the rest.")]
 GraderBaseUrl = Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")]
 GraderKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")]
 
