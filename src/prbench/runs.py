@@ -380,6 +380,15 @@ class RunDir:
         self._state["wrote"] = True
 
 
+def close_under(folder: str | Path) -> None:
+    """Close every run folder this process holds below `folder` (e.g. when a study fails)."""
+    base = Path(folder).resolve()
+    for key, ref in list(_HELD.items()):
+        run = ref()
+        if run is not None and Path(key).is_relative_to(base):
+            run.close()
+
+
 def _release(state: dict[str, Any], path: Path, created: list[Path]) -> None:
     """Unlock; a folder this run created and never wrote a record or summary into is removed."""
     fd = state.pop("fd", None)
