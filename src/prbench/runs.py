@@ -115,6 +115,45 @@ def read_json(path: Path, fix: str = "delete it or restore it from a backup") ->
         raise DataError(str(path), None, None, f"not UTF-8 text; {fix}") from None
 
 
+def scan_records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str, str | None, str]]]:
+    """Records of a JSONL file in order (first of each id), and its problems: (line, kind, field, reason)."""
+    out: list[dict[str, Any]] = []
+    problems: list[tuple[int, str, str | None, str]] = []
+    if not path.exists():
+        return out, problems
+    seen: dict[Any, int] = {}
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError as exc:
+                problems.append((n, "unreadable", None, f"not a JSON record ({type(exc).__name__})"))
+                continue
+            rid = rec.get("id") if isinstance(rec, dict) else None
+            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+                problems.append((n, "unreadable", "id", "record without an id"))
+                continue
+            if rid in seen:
+                problems.append((n, "duplicate", "id", f"duplicate id {rid!r} (first on line {seen[rid]})"))
+                continue
+            seen[rid] = n
+            out.append(rec)
+    return out, problems
+
+
+def read_records(path: Path, fix: str = "rerun the same command with --repair to keep the first record of each "
+                                        "id and drop the rest (dropped items are scored again)") -> list[dict[str, Any]]:
+    """Every record of a run's JSONL file, or a DataError naming the file, the first bad line and the fix."""
+    recs, problems = scan_records(Path(path))
+    if problems:
+        line, _, field, reason = problems[0]
+        more = f" ({len(problems) - 1} more such lines)" if len(problems) > 1 else ""
+        raise DataError(str(path), line, field, f"{reason}{more}; {fix}")
+    return recs
+
+
 class RunBusy(PrbenchError):
     """Another process is writing the run folder."""
 
@@ -264,40 +303,10 @@ class RunDir:
                 raise self._write_error(exc) from None
 
     def _scan(self) -> tuple[list[dict[str, Any]], list[tuple[int, str, str | None, str]]]:
-        """Records in file order, and the problems: (line, kind, field, reason)."""
-        out: list[dict[str, Any]] = []
-        problems: list[tuple[int, str, str | None, str]] = []
-        if not self.examples_path.exists():
-            return out, problems
-        seen: dict[Any, int] = {}
-        with self.examples_path.open("rb") as fh:
-            for n, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw)
-                except ValueError as exc:
-                    problems.append((n, "unreadable", None, f"not a JSON record ({type(exc).__name__})"))
-                    continue
-                rid = rec.get("id") if isinstance(rec, dict) else None
-                if not isinstance(rid, (str, int)) or isinstance(rid, bool):
-                    problems.append((n, "unreadable", "id", "record without an id"))
-                    continue
-                if rid in seen:
-                    problems.append((n, "duplicate", "id", f"duplicate id {rid!r} (first on line {seen[rid]})"))
-                    continue
-                seen[rid] = n
-                out.append(rec)
-        return out, problems
+        return scan_records(self.examples_path)
 
     def records(self) -> list[dict[str, Any]]:
-        recs, problems = self._scan()
-        if problems:
-            line, _, field, reason = problems[0]
-            more = f" ({len(problems) - 1} more such lines)" if len(problems) > 1 else ""
-            raise DataError(str(self.examples_path), line, field,
-                            f"{reason}{more}; rerun the same command with --repair to keep the first record of "
-                            "each id and drop the rest (dropped items are scored again)")
+        recs = read_records(self.examples_path)
         self._ids = {r["id"] for r in recs}
         return recs
 
