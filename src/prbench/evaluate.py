@@ -24,6 +24,7 @@ from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
 from prbench.errors import PrbenchError
+from prbench.fingerprint import spec_digest
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
     RewardModel,
@@ -189,6 +190,8 @@ def evaluate(
                                retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders,
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
+    if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
+        config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
     run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:

@@ -83,3 +83,21 @@ def local_digest(model: str | os.PathLike | None) -> str | None:
     if p.is_file():
         return file_digest(p)[:32]
     return None
+
+
+def spec_digest(spec: str) -> str | None:
+    """Content digest of the local files a spec names (`hf:DIR`, `judge:hf:DIR`, `py:FILE:Class` ...).
+
+    Why: a finished run folder is keyed by its spec; recording this digest in the run's config
+    makes a retrained model a config change (named, refused or `--overwrite`), never old numbers.
+    """
+    rest = spec
+    while rest:
+        head, sep, tail = rest.partition(":")
+        if head == "py":
+            return local_digest(tail.rpartition(":")[0] or None)
+        digest = local_digest(tail) if sep and not tail.startswith("builtin:") else None
+        if digest is not None:
+            return digest
+        rest = tail if sep else ""
+    return None
