@@ -129,6 +129,12 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def check_limit(limit: object) -> None:
+    """`--limit 0` and a study's `limit: 0` agree: an error (a 0-item "finished" run never happens)."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise PrbenchError(f"limit must be a whole number >= 1 (or unset for every item), got {limit!r}")
+
+
 # -- driver ---------------------------------------------------------------------------------
 def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
     """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
@@ -171,8 +177,7 @@ def evaluate(
     """
     if condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise PrbenchError(f"limit must be a whole number >= 1 (or unset for every item), got {limit!r}")
+    check_limit(limit)
     t0 = time.time()
     options = dict(model_options or {})
     refuse_secrets(options)

@@ -73,9 +73,10 @@ def eval_cmd(
 ) -> None:
     """Evaluate reward models on a benchmark under one or more input conditions."""
     from prbench.cache import NullCache
-    from prbench.evaluate import evaluate
+    from prbench.evaluate import check_limit, evaluate
     from prbench.rewards import load_rm
 
+    check_limit(limit)  # before any model loads
     conds = split_csv(condition) or ["none"]
     opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,

@@ -13,8 +13,8 @@ Split = Annotated[str, typer.Option(help="Split of a hub dataset.")]
 Categories = Annotated[
     str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
 ]
-Limit = Annotated[int | None, typer.Option(min=1, help="Keep at most this many items (after filtering/shuffle).")]
-Seed = Annotated[int, typer.Option(min=0, help="Seed for every random choice (derived per example).")]
+Limit = Annotated[int | None, typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
+Seed = Annotated[int, typer.Option(help="Seed for every random choice (derived per example).")]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
