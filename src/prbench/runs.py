@@ -6,8 +6,8 @@ and rename). Re-running the same config skips ids already recorded; a half-writt
 line from a crash is dropped on resume, so the final files equal an uninterrupted run's.
 
 Integrity rules (why: two writers or a damaged file must never turn into a wrong number):
-- One writer: an OS lock (`flock` on `.lock`, which holds the writer's pid) is held from opening
-  until the RunDir is closed or dropped. A second process fails at once, naming that pid. In one
+- One writer: an OS lock (`flock` on `.lock`, which holds the writer's pid, removed on close) is
+  held from opening until the RunDir is closed or dropped. A second process fails at once, naming that pid. In one
   process, opening the folder again takes the lock over and the older RunDir can no longer write.
 - Each id at most once: `append` refuses an id already recorded; loading a file with a
   duplicate id, an unparseable line or a record without an id fails naming file and line
@@ -414,6 +414,10 @@ def _release(state: dict[str, Any], path: Path, created: list[Path]) -> None:
             except OSError:
                 break
     if fd is not None:
+        try:
+            (path / ".lock").unlink(missing_ok=True)  # a finished folder holds only its results
+        except OSError:
+            pass  # read-only media
         os.close(fd)
 
 
