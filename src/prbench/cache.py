@@ -2,6 +2,10 @@
 
 Keys are sha256 hashes of canonical JSON of everything that determines the answer (model
 fingerprint, prompt, parameters). Values are JSON. SQLite gives atomic, process-safe writes.
+
+The file is opened on first use (a finished run never touches it). Every SQLite problem (full
+disk, read-only file or folder, truncated or garbage file) becomes a `CacheError`: one line
+naming the cache file and the fix; `--no-cache` (a `NullCache`) runs without one.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from prbench.errors import PrbenchError
 
 
 def default_cache_dir() -> Path:
@@ -35,22 +41,46 @@ def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
+class CacheError(PrbenchError):
+    """The cache file cannot be used; the message names it and the fix."""
+
+
+_FIXES = (  # (words in SQLite's message, what it means, the fix)
+    (("full",), "the disk is full", "free disk space"),
+    (("readonly", "read-only", "unable to open", "permission", "access"), "it cannot be written",
+     "make it (and its folder) writable"),
+    (("not a database", "malformed", "corrupt", "disk i/o", "file is encrypted"), "it is damaged",
+     "delete it (it holds only cached model calls; they are recomputed)"),
+)
+
+
+def _cache_error(path: Path, exc: Exception) -> CacheError:
+    text = str(exc).lower()
+    what, fix = next(((w, f) for words, w, f in _FIXES if any(x in text for x in words)),
+                     (str(exc), "delete it"))
+    return CacheError(f"cache {path}: {what} ({exc}); {fix}, or set PRBENCH_CACHE_DIR to another folder, "
+                      "or pass --no-cache")
+
+
 class Cache:
     """A persistent key -> JSON value store (one SQLite file), safe across threads and processes."""
 
     def __init__(self, path: str | Path | None = None, namespace: str = "calls"):
         self.path = Path(path) if path else default_cache_dir() / "cache.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.namespace = namespace
         self._local = threading.local()
-        with self._conn() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT, k TEXT, v TEXT, PRIMARY KEY (ns, k))")
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.path, timeout=60)
+                conn.execute("PRAGMA journal_mode=WAL")
+                with conn:
+                    conn.execute("CREATE TABLE IF NOT EXISTS kv (ns TEXT, k TEXT, v TEXT, PRIMARY KEY (ns, k))")
+            except (sqlite3.Error, OSError) as exc:
+                raise _cache_error(self.path, exc) from None
             self._local.conn = conn
         return conn
 
@@ -60,12 +90,17 @@ class Cache:
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         keys = list(dict.fromkeys(keys))
         out: dict[str, Any] = {}
+        if not keys:
+            return out
         conn = self._conn()
-        for i in range(0, len(keys), 500):
-            chunk = keys[i : i + 500]
-            q = f"SELECT k, v FROM kv WHERE ns = ? AND k IN ({','.join('?' * len(chunk))})"
-            for k, v in conn.execute(q, [self.namespace, *chunk]):
-                out[k] = json.loads(v)
+        try:
+            for i in range(0, len(keys), 500):
+                chunk = keys[i : i + 500]
+                q = f"SELECT k, v FROM kv WHERE ns = ? AND k IN ({','.join('?' * len(chunk))})"
+                for k, v in conn.execute(q, [self.namespace, *chunk]):
+                    out[k] = json.loads(v)
+        except (sqlite3.Error, ValueError) as exc:
+            raise _cache_error(self.path, exc) from None
         return out
 
     def put(self, key: str, value: Any) -> None:
@@ -74,14 +109,20 @@ class Cache:
     def put_many(self, items: Mapping[str, Any]) -> None:
         if not items:
             return
-        with self._conn() as c:
-            c.executemany(
-                "INSERT OR REPLACE INTO kv (ns, k, v) VALUES (?, ?, ?)",
-                [(self.namespace, k, json.dumps(v, ensure_ascii=False)) for k, v in items.items()],
-            )
+        try:
+            with self._conn() as c:
+                c.executemany(
+                    "INSERT OR REPLACE INTO kv (ns, k, v) VALUES (?, ?, ?)",
+                    [(self.namespace, k, json.dumps(v, ensure_ascii=False)) for k, v in items.items()],
+                )
+        except sqlite3.Error as exc:
+            raise _cache_error(self.path, exc) from None
 
     def __len__(self) -> int:
-        return self._conn().execute("SELECT COUNT(*) FROM kv WHERE ns = ?", [self.namespace]).fetchone()[0]
+        try:
+            return self._conn().execute("SELECT COUNT(*) FROM kv WHERE ns = ?", [self.namespace]).fetchone()[0]
+        except sqlite3.Error as exc:
+            raise _cache_error(self.path, exc) from None
 
 
 class NullCache(Cache):

@@ -29,6 +29,14 @@ def opt(default: Any, help: str, *flags: str, metavar: str | None = None, **cons
     return Field(default, description=help, json_schema_extra=extra or None, **constraints)
 
 
+MAX_ITEMS = 10**9  # more items than any benchmark holds: a larger limit is a typo (or 1e38)
+
+
+def count(default: Any, help: str, hi: int, *flags: str, lo: int = 1) -> Any:
+    """A strict whole number in [lo, hi]: `5.0`, `"5"`, `true` and out-of-range values are refused."""
+    return opt(default, help, *flags, metavar="N", strict=True, ge=lo, le=hi)
+
+
 class Settings(BaseModel):
     """Strict: an unknown key is an error naming the closest known one."""
 
@@ -65,47 +73,47 @@ class DataSpec(Settings):
     split: str = opt("test", "Split of a hub dataset.")
     categories: list[str] | None = opt(None, "Categories to keep, comma-separated (e.g. arts,society).",
                                        metavar="LIST")
-    limit: int | None = opt(None, "Keep at most N items.", metavar="N", ge=1)
+    limit: int | None = count(None, "Keep at most N items.", MAX_ITEMS)
 
 
 class ContextSpec(Settings):
     condition: str = opt("none", "What the RM sees: none, profile, planner, oracle, wrong-profile.", "-c",
                          metavar="NAME")
-    top_k: int = opt(10, "Profile posts kept after retrieval.", metavar="N", ge=1)
+    top_k: int = count(10, "Profile posts kept after retrieval.", 10_000)
     retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
-    max_context_chars: int | None = opt(None, "Character budget for the user context.", metavar="N", ge=1)
+    max_context_chars: int | None = count(None, "Character budget for the user context.", 10**9)
     planner_file: str | None = opt(None, "Planner output (JSONL) for the planner condition.", metavar="PATH")
 
 
 class PolicyPromptSpec(Settings):
     policy_condition: str = opt(
         "profile", "What the policy sees: profile (top-k posts), none or wrong-profile.", metavar="NAME")
-    max_words: int = opt(100, "Word limit stated in the policy prompt.", metavar="N", ge=1)
+    max_words: int = count(100, "Word limit stated in the policy prompt.", 100_000)
     prompt_file: str | None = opt(None, "Your own policy prompt ({{user_prompt}}, {{max_words}}).", metavar="PATH")
 
 
 class GuidanceSpec(Settings):
-    w: float = opt(1.0, "Reward weight; 0 = the plain policy.")
-    k: int = opt(10, "Policy top-k candidates per decision point.", metavar="N", ge=1)
+    w: float = opt(1.0, "Reward weight; 0 = the plain policy.", ge=-1e6, le=1e6)
+    k: int = count(10, "Policy top-k candidates per decision point.", 4096)
     reward_norm: Literal["none", "zscore"] = opt("none", "none (raw RM units, ARGS) or zscore (per decision point).",
                                                  metavar="NAME")
-    rm_batch_size: int = opt(64, "Texts per RM call (prefix rewards).", metavar="N", ge=1)
+    rm_batch_size: int = count(64, "Texts per RM call (prefix rewards).", 10**7)
 
 
 class RunSpec(Settings):
-    seed: int = opt(0, "Seed for every random choice (derived per example).", metavar="N", ge=0)
-    n_boot: int = opt(1000, "Bootstrap resamples for confidence intervals.", metavar="N", ge=1)
+    seed: int = count(0, "Seed for every random choice (derived per example).", 2**63 - 1, lo=0)
+    n_boot: int = count(1000, "Bootstrap resamples for confidence intervals.", 10**6)
 
 
 class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, RunSpec):
     """Reward-guided decoding (`prbench rgd`, `run_rgd`, the study's `rgd` section)."""
 
-    chunk: int = opt(1, "Tokens between RM decision points (greedy in between).", metavar="N", ge=1)
-    max_new_tokens: int = opt(128, "Token cap per answer.", metavar="N", ge=1)
+    chunk: int = count(1, "Tokens between RM decision points (greedy in between).", 4096)
+    max_new_tokens: int = count(128, "Token cap per answer.", 65536)
     temperature: float = opt(0.0, "0 = greedy on guided scores; > 0 samples them.", ge=0)
     repetition_penalty: float | None = opt(None, "Repetition penalty on the policy's logits (default: the "
                                                  "engine's own).", gt=0)
-    batch_size: int = opt(8, "Items decoded together.", metavar="N", ge=1)
+    batch_size: int = count(8, "Items decoded together.", 65536)
     downstream_metric: Literal["auto", "grade", "rouge1", "rougeL", "embedding", "none"] = opt(
         "auto", "downstream.json value: auto, grade, rouge1, rougeL, embedding or none.", metavar="NAME")
     encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
@@ -119,7 +127,7 @@ class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSp
                                                 "top-k and the token).", metavar="NAME")
     repetition_penalty: float = opt(1.0, "Repetition penalty under teacher forcing (1.0 = the model's own "
                                          "likelihood).", gt=0)
-    batch_size: int = opt(4, "Responses per policy forward pass.", metavar="N", ge=1)
+    batch_size: int = count(4, "Responses per policy forward pass.", 65536)
 
 
 class ICLSettings(DataSpec, RunSpec):
@@ -127,16 +135,16 @@ class ICLSettings(DataSpec, RunSpec):
 
     examples: Literal["auto", "qa", "posts"] = opt(
         "auto", "auto, qa (the user's past Q/A pairs) or posts (top-k profile posts).", metavar="NAME")
-    max_examples: int = opt(3, "Past Q/A pairs shown (qa).", metavar="N", ge=1)
+    max_examples: int = count(3, "Past Q/A pairs shown (qa).", 4096)
     with_posts: bool = opt(False, "qa: also show the top-k posts before the question.")
-    max_new_tokens: int = opt(128, "Token cap per answer.", metavar="N", ge=1)
+    max_new_tokens: int = count(128, "Token cap per answer.", 65536)
     temperature: float = opt(0.0, "0 = greedy.", ge=0)
     top_p: float = opt(1.0, "Nucleus mass when sampling.", gt=0, le=1)
     repetition_penalty: float | None = opt(None, "Repetition penalty (default: the engine's own).", gt=0)
-    top_k: int = opt(10, "Profile posts kept after retrieval.", metavar="N", ge=1)
+    top_k: int = count(10, "Profile posts kept after retrieval.", 10_000)
     retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
-    max_words: int = opt(100, "Word limit stated in the policy prompt.", metavar="N", ge=1)
+    max_words: int = count(100, "Word limit stated in the policy prompt.", 100_000)
     prompt_file: str | None = opt(None, "Your own policy prompt ({{user_prompt}}, {{max_words}}).", metavar="PATH")
-    batch_size: int = opt(8, "Items generated together.", metavar="N", ge=1)
+    batch_size: int = count(8, "Items generated together.", 65536)
     encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
                               metavar="SPEC")

@@ -24,6 +24,7 @@ from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
 from prbench.errors import PrbenchError
+from prbench.fingerprint import spec_digest
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
@@ -31,7 +32,7 @@ from prbench.rewards.base import (
     capabilities,
     load_rm,
 )
-from prbench.runs import RunDir, read_json, refuse_secrets, slug
+from prbench.runs import RunDir, refuse_secrets, slug
 from prbench.schema import Example
 from prbench.scoring import SIDE_CREDIT, chosen_first, chunk_records, example_seed, score_cached  # noqa: F401
 
@@ -129,6 +130,12 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def check_limit(limit: object) -> None:
+    """`--limit 0` and a study's `limit: 0` agree: an error (a 0-item "finished" run never happens)."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise PrbenchError(f"limit must be a whole number >= 1 (or unset for every item), got {limit!r}")
+
+
 # -- driver ---------------------------------------------------------------------------------
 def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
     """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
@@ -158,6 +165,7 @@ def evaluate(
     cache: Cache | None = None,
     overwrite: bool = False,
     retry_failed: bool = False,
+    repair: bool = False,
     workers: int = 1,
     ray_address: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
@@ -170,6 +178,7 @@ def evaluate(
     """
     if condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    check_limit(limit)
     t0 = time.time()
     options = dict(model_options or {})
     refuse_secrets(options)
@@ -187,13 +196,15 @@ def evaluate(
                                retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders,
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
+    if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
+        config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
-    run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite) if out else None
+    run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
     n_todo = sum(1 for i in order if i not in done)
-    previous = read_json(run.summary_path) if run and run.summary_path.exists() else None
+    previous = run.previous_summary() if run else None  # a damaged summary is recomputed
     if previous and not n_todo and previous.get("n_total") == len(order):
         return EvalResult(previous, run.records(), run.path)  # finished earlier: nothing to load or compute
     distributed = workers > 1 or ray_address is not None
@@ -203,7 +214,7 @@ def evaluate(
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
     view_args = {"retriever": load_retriever(retriever), "top_k": top_k, "seed": seed,
                  "planner": read_planner_file(planner_file) if planner_file else None,
-                 "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out else None,
+                 "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
                  "pool": list(stream()) if condition == "wrong-profile" and n_todo else ()}
     step = max(batch_size, 1) * 4

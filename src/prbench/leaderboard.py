@@ -1,13 +1,17 @@
 """Collect run summaries into a leaderboard and compare two runs item by item.
 
 Rows are models (baselines included), columns are condition x category; each cell is
-accuracy (ties 0.5) with its bootstrap 95% CI.
+accuracy (ties 0.5) with its bootstrap 95% CI. A row is one run identity: data, spec and the
+options that decide results (`model_options`, `both_orders`), so two runs of one model with
+different options are two rows, labelled with the options that differ. A damaged run folder
+is skipped with one warning line naming the file and the fix; the other runs still show.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,9 +20,9 @@ import numpy as np
 
 from prbench import metrics
 from prbench.conditions import CONDITIONS
-from prbench.errors import PrbenchError
+from prbench.errors import DataError, PrbenchError
 from prbench.records import run_kind, typed_summary
-from prbench.runs import read_json, write_json_atomic
+from prbench.runs import read_json, read_records, write_json_atomic
 from prbench.schema import CATEGORY_SHORT
 
 
@@ -35,13 +39,11 @@ def load_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     p = Path(path)
     if not (p / "summary.json").exists():
         raise PrbenchError(f"{p}: not a run folder (no summary.json)")
-    summary = read_json(p / "summary.json")
+    summary = read_json(p / "summary.json", "rerun the eval to rewrite it")
     if run_kind(summary) != "eval":
         raise PrbenchError(f"{p}: a {run_kind(summary) or 'non-run'} folder, not an eval run")
     typed_summary(summary, p / "summary.json")
-    with (p / "examples.jsonl").open(encoding="utf-8") as fh:
-        records = [json.loads(line) for line in fh if line.strip()]
-    return summary, records
+    return summary, read_records(p / "examples.jsonl")
 
 
 def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
@@ -50,24 +52,70 @@ def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
     return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else f"{100 * acc:.1f}"
 
 
+log = logging.getLogger(__name__)
+
+
+def _identity(path: Path) -> dict[str, Any]:
+    """The options of a run that decide its results (from its config.json)."""
+    try:
+        cfg = read_json(path / "config.json", "rerun the eval (it rewrites config.json)")
+    except (DataError, OSError):
+        return {}
+    if not isinstance(cfg, dict):
+        return {}
+    ident = dict(cfg.get("model_options") or {})
+    if cfg.get("both_orders"):
+        ident["both_orders"] = True
+    return ident
+
+
+def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str:
+    parts = [f"{k}={json.dumps(options[k]) if not isinstance(options.get(k), str) else options[k]}"
+             if k in options else f"{k}=default" for k in differing]
+    return f"{model} ({', '.join(parts)})" if parts else model
+
+
 def leaderboard(root: str | Path) -> list[dict[str, Any]]:
-    """One row per (data, model) with accuracy per condition and per condition x category."""
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    """One row per (data, spec, options) with accuracy per condition and per condition x category."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for path in find_runs(root):
-        s = read_json(path / "summary.json")
-        if run_kind(s) != "eval":
-            continue  # not an eval run (e.g. a build or downstream folder)
-        m = s["metrics"]
-        row = rows.setdefault((s["data"], s["model"]), {"data": s["data"], "model": s["model"], "cells": {}})
-        cond = s["condition"]
-        row["cells"][cond] = {"accuracy": m["accuracy"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                              "n": m["n"], "n_invalid": m["n_invalid"], "path": str(path)}
-        for cat, g in m["categories"]["groups"].items():
+        try:
+            s = read_json(path / "summary.json", "delete it and rerun the eval (the summary is recomputed from "
+                                                 "examples.jsonl)")
+            if run_kind(s) != "eval":
+                continue  # not an eval run (e.g. a build or downstream folder)
+            m = s["metrics"]
+            cond = s["condition"]
+            cell = {"accuracy": m["accuracy"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
+                    "n": m["n"], "n_invalid": m["n_invalid"], "path": str(path)}
+            groups = dict(m["categories"]["groups"])
+        except DataError as exc:
+            log.warning("skipped: %s", exc)
+            continue
+        except (KeyError, TypeError, AttributeError) as exc:
+            log.warning("skipped: %s: summary lacks %s; delete it and rerun the eval", path / "summary.json", exc)
+            continue
+        options = _identity(path)
+        spec = s.get("spec", s["model"])
+        key = (s["data"], spec, json.dumps(options, sort_keys=True, default=str))
+        row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,
+                                    "cells": {}})
+        row["cells"][cond] = cell
+        for cat, g in groups.items():
             row["cells"][f"{cond}/{CATEGORY_SHORT.get(cat, cat)}"] = {"accuracy": g["accuracy"], "n": g["n"]}
+    by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows.values():
+        by_model.setdefault((r["data"], r["model"]), []).append(r)
+    for group in by_model.values():
+        keys = sorted({k for r in group for k in r["options"]})
+        differing = [k for k in keys if len({json.dumps(r["options"].get(k), sort_keys=True) for r in group}) > 1]
+        for r in group:
+            r["label"] = _label(r["model"], r["options"], differing) if len(group) > 1 else r["model"]
+
     def best(r: dict[str, Any]) -> float:
         accs = [c["accuracy"] for k, c in r["cells"].items() if "/" not in k and c["accuracy"] is not None]
         return -max(accs) if accs else 0.0
-    return sorted(rows.values(), key=lambda r: (r["data"], best(r), r["model"]))
+    return sorted(rows.values(), key=lambda r: (r["data"], best(r), r["label"]))
 
 
 def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -89,7 +137,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
             head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
         w.writerow(head)
         for r in rows:
-            line: list[Any] = [r["data"], r["model"]]
+            line: list[Any] = [r["data"], r.get("label", r["model"])]
             for c in cols:
                 cell = r["cells"].get(c, {})
                 line.append(cell.get("accuracy"))
@@ -103,7 +151,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
 
 def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -> tuple[list[str], list[list[str]]]:
     cols = [c for c in columns(rows) if with_categories or "/" not in c]
-    body = [[r["model"], *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
+    body = [[r.get("label", r["model"]), *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
                                  r["cells"].get(c, {}).get("ci_high")) for c in cols]] for r in rows]
     return ["model", *cols], body
 

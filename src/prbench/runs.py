@@ -1,28 +1,54 @@
-"""Run folders: config, append-only per-example records, summary.
+"""Run folders: config, append-only per-example records, summary; one writer at a time.
 
 A run folder holds `config.json` (what was asked), `examples.jsonl` (one line per example,
 appended, flushed and fsynced as it completes) and `summary.json` (written via a temp file
 and rename). Re-running the same config skips ids already recorded; a half-written last
 line from a crash is dropped on resume, so the final files equal an uninterrupted run's.
+
+Integrity rules (why: two writers or a damaged file must never turn into a wrong number):
+- One writer: an OS lock (`flock` on `.lock`, which holds the writer's pid, removed on close) is
+  held from opening until the RunDir is closed or dropped. A second process fails at once, naming that pid. In one
+  process, opening the folder again takes the lock over and the older RunDir can no longer write.
+- Each id at most once: `append` refuses an id already recorded; loading a file with a
+  duplicate id, an unparseable line or a record without an id fails naming file and line
+  (`repair=True` keeps the first record of each id, drops the rest and says how many).
+- A run that failed before writing any record or summary leaves nothing behind (the folder it
+  created is removed), and a leftover config of such a run never blocks a corrected command.
+- A finished run opens on read-only media: nothing is written unless something changed.
+- URLs are stored with userinfo and secret-looking query parameters redacted.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import re
 import tempfile
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from prbench.cache import content_key
-from prbench.errors import PrbenchError
+from prbench.errors import DataError, PrbenchError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX systems: no OS lock
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
 
 _SECRET_NAME = re.compile(r"(api_?key|secret|password|passwd|^((hf|hub|api|access|auth|openai)_?)?token)$",
                           re.IGNORECASE)  # not pad_token / eos_token: those name special tokens
 _SECRET_VALUE = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
                            r"|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|Bearer\s+\S{8,}")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]+@")
+_URL_SECRET_PARAM = re.compile(r"(?i)([?&;][^=&#\s]*(?:key|token|secret|password|passwd|pass|pwd|sig|signature"
+                               r"|auth|credential|session)[^=&#\s]*=)[^&#\s]*")
+REDACTED = "REDACTED"
 
 
 def refuse_secrets(options: dict[str, Any], what: str = "model_options") -> None:
@@ -33,6 +59,24 @@ def refuse_secrets(options: dict[str, Any], what: str = "model_options") -> None
         elif _SECRET_NAME.search(str(name)) or (isinstance(value, str) and _SECRET_VALUE.search(value)):
             raise PrbenchError(f"{what}: {name!r} looks like a secret; pass secrets through the environment: "
                                "api_key_env=NAME (the name of the variable that holds it)")
+
+
+def redact_url(text: str) -> str:
+    """`http://user:pw@host/?api_key=x&a=1` -> `http://REDACTED@host/?api_key=REDACTED&a=1`."""
+    if "://" not in text:
+        return text
+    return _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", text))
+
+
+def redact(obj: Any) -> Any:
+    """A copy of JSON-like `obj` with every URL's credentials redacted (what run folders store)."""
+    if isinstance(obj, str):
+        return redact_url(obj)
+    if isinstance(obj, dict):
+        return {k: redact(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact(v) for v in obj]
+    return obj
 
 
 def slug(text: str, max_len: int = 60) -> str:
@@ -61,32 +105,190 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+def read_json(path: Path, fix: str = "delete it or restore it from a backup") -> Any:
+    """A JSON file, or a DataError naming the file, the line and what to do."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(str(path), exc.lineno, None, f"damaged JSON ({exc.msg}); {fix}") from None
+    except UnicodeDecodeError:
+        raise DataError(str(path), None, None, f"not UTF-8 text; {fix}") from None
+
+
+def scan_records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str, str | None, str]]]:
+    """Records of a JSONL file in order (first of each id), and its problems: (line, kind, field, reason)."""
+    out: list[dict[str, Any]] = []
+    problems: list[tuple[int, str, str | None, str]] = []
+    if not path.exists():
+        return out, problems
+    seen: dict[Any, int] = {}
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError as exc:
+                problems.append((n, "unreadable", None, f"not a JSON record ({type(exc).__name__})"))
+                continue
+            rid = rec.get("id") if isinstance(rec, dict) else None
+            if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+                problems.append((n, "unreadable", "id", "record without an id"))
+                continue
+            if rid in seen:
+                problems.append((n, "duplicate", "id", f"duplicate id {rid!r} (first on line {seen[rid]})"))
+                continue
+            seen[rid] = n
+            out.append(rec)
+    return out, problems
+
+
+def read_records(path: Path, fix: str = "rerun the same command with --repair to keep the first record of each "
+                                        "id and drop the rest (dropped items are scored again)") -> list[dict[str, Any]]:
+    """Every record of a run's JSONL file, or a DataError naming the file, the first bad line and the fix."""
+    recs, problems = scan_records(Path(path))
+    if problems:
+        line, _, field, reason = problems[0]
+        more = f" ({len(problems) - 1} more such lines)" if len(problems) > 1 else ""
+        raise DataError(str(path), line, field, f"{reason}{more}; {fix}")
+    return recs
+
+
+class RunBusy(PrbenchError):
+    """Another process is writing the run folder."""
+
+
+_HELD: dict[str, weakref.ref] = {}  # resolved path -> the RunDir of this process that holds its lock
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        return {k: v for key, val in obj.items() for k, v in _flatten(val, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): obj}
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`field: old -> new` for each setting that differs (nested options named with dots)."""
+    a, b = _flatten(old), _flatten(new)
+    return [f"{k}: {json.dumps(a.get(k))} -> {json.dumps(b.get(k))}" for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k)]
 
 
 class RunDir:
     """One run's folder. `config` must match on resume, else the folder belongs to another run."""
 
-    def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False):
+    def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False, repair: bool = False):
         self.path = Path(path)
         self.config = config
         self.examples_path = self.path / "examples.jsonl"
         self.summary_path = self.path / "summary.json"
-        cfg_path = self.path / "config.json"
-        if cfg_path.exists() and not overwrite:
-            old = read_json(cfg_path)
-            if _comparable(old) != _comparable(json.loads(json.dumps(config, default=str))):
+        self.config_path = self.path / "config.json"
+        self.repaired: dict[str, int] = {}
+        self._ids: set[Any] | None = None
+        self._state = {"wrote": False, "fd": None}
+        key = str(self.path.resolve())
+        old = _HELD.get(key)
+        if old is not None and old() is not None:
+            old().close()  # reopened in this process: the older handle may no longer write
+        created = self._mkdirs()
+        self._state["fd"] = self._lock()
+        _HELD[key] = weakref.ref(self)
+        self._finalizer = weakref.finalize(self, _release, self._state, self.path, created)
+        stored = redact(json.loads(json.dumps(config, default=str)))
+        if self.config_path.exists() and not overwrite:
+            old_cfg = read_json(self.config_path, "delete the folder or pass --overwrite")
+            old_cfg = old_cfg if isinstance(old_cfg, dict) else {"config": old_cfg}
+            # a leftover config of a run that failed before its first record: the new config takes over
+            if _comparable(old_cfg) != _comparable(stored) and self._has_results():
+                n = sum(1 for line in self.examples_path.open("rb") if line.strip()) \
+                    if self.examples_path.exists() else 0
+                diff = "; ".join(config_diff(_comparable(old_cfg), _comparable(stored)))
                 raise PrbenchError(
-                    f"{self.path} holds a run with a different config; choose another --out or pass --overwrite"
-                )
+                    f"{self.path} holds a run with a different config ({diff}); to keep it, choose another "
+                    f"--out; to discard its {n} recorded examples, pass --overwrite")
         if overwrite:
             for p in (self.examples_path, self.summary_path):
                 p.unlink(missing_ok=True)
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(cfg_path, config)
+        if not self.config_path.exists() or read_json(self.config_path) != stored:
+            try:
+                write_json_atomic(self.config_path, stored)
+            except OSError as exc:
+                if not self._read_only(exc) or _comparable(read_json(self.config_path)) != _comparable(stored):
+                    raise self._write_error(exc) from None
         self._repair_tail()
+        if repair:
+            self.repair()
 
+    # -- lock and lifetime ----------------------------------------------------------------
+    def _mkdirs(self) -> list[Path]:
+        """Create the folder (and parents); return those created, deepest first, for cleanup."""
+        created = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self._write_error(exc) from None
+        return created
+
+    def _lock(self) -> int | None:
+        if fcntl is None:
+            return None
+        lock_path = self.path / ".lock"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            try:
+                fd = os.open(lock_path, os.O_RDONLY)
+            except OSError:
+                return None  # read-only media with no lock file: nothing can write here anyway
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                os.close(fd)
+                return None  # the file system has no locks (some network mounts)
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunBusy(f"{self.path} is being written by another prbench process (pid {holder}); wait for it "
+                          "to finish (a second writer would record every example twice) or choose another --out"
+                          ) from None
+        try:
+            if os.fstat(fd).st_ino != os.stat(lock_path).st_ino:  # removed by a failed start meanwhile
+                os.close(fd)
+                return self._lock()
+        except FileNotFoundError:
+            os.close(fd)
+            return self._lock()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # read-only lock file: still locked
+        return fd
+
+    def close(self) -> None:
+        """Release the lock (and remove the folder if this run wrote nothing into it)."""
+        self._finalizer()
+
+    def _check_writable(self) -> None:
+        if not self._finalizer.alive:
+            raise PrbenchError(f"{self.path} was reopened by another writer in this process; this handle "
+                               "can no longer write (one writer per run folder)")
+
+    @staticmethod
+    def _read_only(exc: OSError) -> bool:
+        return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+
+    def _write_error(self, exc: OSError) -> PrbenchError:
+        what = {errno.EROFS: "is on read-only media", errno.EACCES: "is not writable",
+                errno.EPERM: "is not writable", errno.ENOSPC: "is on a full disk",
+                errno.EDQUOT: "is over its disk quota"}.get(exc.errno or 0, f"cannot be written ({exc.strerror})")
+        return PrbenchError(f"{self.path} {what}: a finished run can be read there, but this one needs to write; "
+                            "copy the folder somewhere writable and point --out there, or free space")
+
+    def _has_results(self) -> bool:
+        return self.summary_path.exists() or (self.examples_path.exists() and self.examples_path.stat().st_size > 0)
+
+    # -- records --------------------------------------------------------------------------
     def _repair_tail(self) -> None:
         """Drop a partial last line left by a crash mid-write."""
         if not self.examples_path.exists():
@@ -94,39 +296,129 @@ class RunDir:
         data = self.examples_path.read_bytes()
         if data and not data.endswith(b"\n"):
             keep = data[: data.rfind(b"\n") + 1]
-            with self.examples_path.open("r+b") as fh:
-                fh.truncate(len(keep))
+            try:
+                with self.examples_path.open("r+b") as fh:
+                    fh.truncate(len(keep))
+            except OSError as exc:
+                raise self._write_error(exc) from None
+
+    def _scan(self) -> tuple[list[dict[str, Any]], list[tuple[int, str, str | None, str]]]:
+        return scan_records(self.examples_path)
 
     def records(self) -> list[dict[str, Any]]:
-        if not self.examples_path.exists():
-            return []
-        with self.examples_path.open(encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        recs = read_records(self.examples_path)
+        self._ids = {r["id"] for r in recs}
+        return recs
+
+    def repair(self) -> dict[str, int]:
+        """Keep the first record of each id, drop duplicates and unreadable lines; say how many."""
+        recs, problems = self._scan()
+        if problems:
+            counts = {"duplicate": sum(p[1] == "duplicate" for p in problems),
+                      "unreadable": sum(p[1] == "unreadable" for p in problems)}
+            self.rewrite(recs)
+            self.repaired = counts
+            log.warning("%s: --repair dropped %d lines (%d duplicate ids, %d unreadable or without an id); "
+                        "kept %d records", self.examples_path, len(problems), counts["duplicate"],
+                        counts["unreadable"], len(recs))
+        return self.repaired
 
     def done_ids(self) -> set[str]:
         return {r["id"] for r in self.records()}
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Append records durably (flush + fsync) so a kill never loses a finished example."""
-        lines = "".join(dumps(r) + "\n" for r in records)
-        if not lines:
+        records = list(records)
+        if not records:
             return
-        with self.examples_path.open("a", encoding="utf-8") as fh:
-            fh.write(lines)
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._check_writable()
+        if self._ids is None:
+            self.records()
+        ids = [r["id"] for r in records]
+        dup = next((i for i in ids if i in self._ids), None) if len(set(ids)) == len(ids) else ids[0]
+        if dup is not None:
+            raise PrbenchError(f"{self.examples_path}: refusing to record id {dup!r} twice")
+        lines = "".join(dumps(r) + "\n" for r in records)
+        try:
+            with self.examples_path.open("a", encoding="utf-8") as fh:
+                fh.write(lines)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise self._write_error(exc) from None
+        self._ids.update(ids)
+        self._state["wrote"] = True
 
     def rewrite(self, records: Iterable[dict[str, Any]]) -> None:
         """Replace all records at once (temp file + rename): used to drop failures or fix order."""
+        self._check_writable()
+        records = list(records)
+        ids = [r["id"] for r in records]
+        if len(set(ids)) != len(ids):
+            raise PrbenchError(f"{self.examples_path}: refusing to write an id twice")
         tmp = self.examples_path.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write("".join(dumps(r) + "\n" for r in records))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.examples_path)
+        try:
+            with tmp.open("w", encoding="utf-8") as fh:
+                fh.write("".join(dumps(r) + "\n" for r in records))
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.examples_path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self._write_error(exc) from None
+        self._ids = set(ids)
+        self._state["wrote"] = True
+
+    def previous_summary(self) -> dict[str, Any] | None:
+        """The stored summary; a damaged one is ignored with a warning (it is recomputed from the records)."""
+        if not self.summary_path.exists():
+            return None
+        try:
+            s = read_json(self.summary_path)
+        except DataError as exc:
+            log.warning("%s; it is recomputed from %s", exc, self.examples_path.name)
+            return None
+        return s if isinstance(s, dict) else None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_json_atomic(self.summary_path, summary)
+        self._check_writable()
+        try:
+            write_json_atomic(self.summary_path, redact(summary))
+        except OSError as exc:
+            raise self._write_error(exc) from None
+        self._state["wrote"] = True
+
+
+def close_under(folder: str | Path) -> None:
+    """Close every run folder this process holds below `folder` (e.g. when a study fails)."""
+    base = Path(folder).resolve()
+    for key, ref in list(_HELD.items()):
+        run = ref()
+        if run is not None and Path(key).is_relative_to(base):
+            run.close()
+
+
+def _release(state: dict[str, Any], path: Path, created: list[Path]) -> None:
+    """Unlock; a folder this run created and never wrote a record or summary into is removed."""
+    fd = state.pop("fd", None)
+    try:
+        leftover = set(os.listdir(path)) <= {"config.json", ".lock"}
+    except OSError:
+        leftover = False
+    if not state["wrote"] and created and leftover:
+        for name in ("config.json", ".lock"):
+            (path / name).unlink(missing_ok=True)
+        for p in created:
+            try:
+                p.rmdir()  # only if empty: never removes what someone else put there
+            except OSError:
+                break
+    if fd is not None:
+        try:
+            (path / ".lock").unlink(missing_ok=True)  # a finished folder holds only its results
+        except OSError:
+            pass  # read-only media
+        os.close(fd)
 
 
 _VOLATILE = {"batch_size", "workers", "ray_address", "quiet"}

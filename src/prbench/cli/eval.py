@@ -22,9 +22,11 @@ from prbench.cli.options import (
     Limit,
     MaxContextChars,
     MaxLength,
+    NoCache,
     Overwrite,
     PlannerFile,
     Quiet,
+    Repair,
     Retriever,
     Seed,
     Split,
@@ -62,15 +64,19 @@ def eval_cmd(
     prompt_file: Annotated[str | None, typer.Option(help="Your own judge prompt template.")] = None,
     overwrite: Overwrite = False,
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
+    repair: Repair = False,
+    no_cache: NoCache = False,
     workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
     ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto').")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark under one or more input conditions."""
-    from prbench.evaluate import evaluate
+    from prbench.cache import NullCache
+    from prbench.evaluate import check_limit, evaluate
     from prbench.rewards import load_rm
 
+    check_limit(limit)  # before any model loads
     conds = split_csv(condition) or ["none"]
     opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
@@ -85,7 +91,8 @@ def eval_cmd(
                 res = evaluate(rm, data, cond, out=out, seed=seed, limit=limit, categories=split_csv(categories),
                                split=split, top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders, batch_size=batch_size,
-                               model_options=opts, overwrite=overwrite, retry_failed=retry_failed,
+                               model_options=opts, overwrite=overwrite, retry_failed=retry_failed, repair=repair,
+                               cache=NullCache() if no_cache else None,
                                workers=workers, ray_address=ray_address,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})

@@ -50,6 +50,8 @@ RMCondition = Annotated[str, typer.Option("--condition", "-c", help="What the RM
 PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
 MaxContextChars = Annotated[int | None, typer.Option(help="Character budget for the RM's user context.")]
 Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the score and retrieval caches.")]
+Repair = Annotated[bool, typer.Option(help="Damaged examples.jsonl: keep the first record of each id, drop the rest.")]
 GraderBaseUrl = Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")]
 GraderKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")]
 

@@ -44,6 +44,7 @@ from prbench.engines.prefix import (
 )
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
+from prbench.fingerprint import local_digest
 
 log = logging.getLogger(__name__)
 
@@ -141,33 +142,6 @@ def apply_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     """Cut `text` at the earliest occurrence of any stop string; (text, whether one was found)."""
     cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
-
-
-def _file_digest(path: Path, chunk: int = 1 << 16) -> str:
-    """Quick identity of a weights file: size + sha256 of its first and last 64 KiB (not a full hash)."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with path.open("rb") as f:
-        h.update(f.read(chunk))
-        if size > chunk:
-            f.seek(max(size - chunk, chunk))
-            h.update(f.read(chunk))
-    return h.hexdigest()[:16]
-
-
-def local_weights_digest(directory: Path) -> str | None:
-    """A cheap content identity for a local checkpoint folder (so a re-saved model busts caches)."""
-    files = sorted(
-        p for p in directory.iterdir() if p.suffix in {".safetensors", ".bin", ".gguf", ".pt"} and p.is_file()
-    )
-    if not files:
-        return None
-    h = hashlib.sha256()
-    for p in files:
-        h.update(p.name.encode())
-        h.update(_file_digest(p).encode())
-    return h.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +294,7 @@ class TransformersEngine(Engine):
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def fingerprint(self) -> dict[str, Any]:
-        """Model identity (id or path + quick weights digest), revision, chat-template hash, dtype."""
+        """Model identity (id or path + content digest of its files), revision, chat-template hash, dtype."""
         fp: dict[str, Any] = {
             "engine": "transformers",
             "model": self.model_id,
@@ -332,7 +306,7 @@ class TransformersEngine(Engine):
             fp["gguf_file"] = self.gguf_file
         if self.local_dir is not None:
             fp["model"] = str(self.local_dir.resolve())
-            fp["weights"] = local_weights_digest(self.local_dir)
+            fp["weights"] = local_digest(self.local_dir)  # full content digest, memoized per file
         if self._identity:
             fp.update(self._identity)
         return fp

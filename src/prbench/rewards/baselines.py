@@ -91,7 +91,9 @@ class EmbeddingRM(PointwiseRM):
         self.spec = "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
 
     def fingerprint(self) -> dict:
-        return {"spec": self.spec, "encoder": self.encoder}
+        from prbench.fingerprint import local_digest
+
+        return {"spec": self.spec, "encoder": self.encoder, "encoder_weights": local_digest(self.encoder)}
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         from prbench.engines.builtin import load_sentence_encoder

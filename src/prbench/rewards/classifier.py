@@ -34,6 +34,7 @@ from prbench.engines.prefix import (
     supports_sharing,
 )
 from prbench.extras import require
+from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
@@ -111,6 +112,7 @@ class SequenceClassifierRM(PointwiseRM):
             "dtype": str(self.model.dtype),
             "max_length": self.max_length,
             "label_index": self.label_index,
+            "weights": local_digest(getattr(self.model, "name_or_path", None)),  # local folder: its content
         }
 
     def run_info(self) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from prbench.cache import Cache, content_key
 from prbench.conditions import View
 from prbench.errors import PrbenchError
 from prbench.extras import require
+from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 
 ARCHS = ("pal-a", "pal-b", "context-bt")
@@ -108,17 +109,19 @@ class Embedder:
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, cache: Cache | None = None, batch_size: int = 64):
         self.encoder, self.cache, self.batch_size = encoder, cache, batch_size
+        digest = local_digest(encoder)  # a local encoder folder: its content, so retraining it busts keys
+        self.key = encoder if digest is None else f"{encoder}@{digest}"
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         uniq = list(dict.fromkeys(texts))
-        missing = [t for t in uniq if (self.encoder, t) not in _MEMO]
+        missing = [t for t in uniq if (self.key, t) not in _MEMO]
         if missing and self.cache is not None:
-            keys = {t: content_key("embed", self.encoder, t) for t in missing}
+            keys = {t: content_key("embed", self.key, t) for t in missing}
             hits = self.cache.get_many(keys.values())
             for t, k in keys.items():
                 if k in hits:
-                    _MEMO[(self.encoder, t)] = np.asarray(hits[k], dtype=np.float32)
-            missing = [t for t in missing if (self.encoder, t) not in _MEMO]
+                    _MEMO[(self.key, t)] = np.asarray(hits[k], dtype=np.float32)
+            missing = [t for t in missing if (self.key, t) not in _MEMO]
         if missing:
             with torch_threads():
                 vecs = load_encoder(self.encoder).encode(
@@ -128,12 +131,12 @@ class Embedder:
             if len(_MEMO) + len(missing) > _MEMO_MAX:
                 _MEMO.clear()
             for t, v in zip(missing, vecs):
-                _MEMO[(self.encoder, t)] = v
+                _MEMO[(self.key, t)] = v
             if self.cache is not None:
-                self.cache.put_many({content_key("embed", self.encoder, t): v.tolist() for t, v in zip(missing, vecs)})
+                self.cache.put_many({content_key("embed", self.key, t): v.tolist() for t, v in zip(missing, vecs)})
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([_MEMO[(self.encoder, t)] for t in texts])
+        return np.stack([_MEMO[(self.key, t)] for t in texts])
 
     @property
     def dim(self) -> int:
@@ -412,13 +415,10 @@ class PALReward(PointwiseRM):
     # ---- identity for caches and run summaries
 
     def fingerprint(self) -> dict[str, Any]:
-        weights = Path(self.path) / WEIGHTS_FILE
-        import hashlib
-
-        digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+        digest = local_digest(self.path)  # every file of the folder (weights, config), memoized
         adapted = content_key({u: v.tolist() for u, v in sorted(self.adapted.items())})[:16]
         return {"spec": self.spec, "arch": self.arch, "weights": digest, "adapted": adapted,
-                "encoder": self.config["encoder"]}
+                "encoder": self.config["encoder"], "encoder_weights": local_digest(self.config["encoder"])}
 
     def run_info(self) -> dict[str, Any]:
         return {"arch": self.arch, "trained_users": len(self.users), "adapted_users": len(self.adapted),

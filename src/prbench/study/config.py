@@ -2,27 +2,71 @@
 
 Every stage reuses the run folders and caches of the single commands, so a study resumes,
 skips finished work, and a changed config recomputes only what changed.
+
+Loading is bounded, so a hostile or mistyped file fails in a moment with one line: at most
+1 MiB of UTF-8, no YAML aliases or anchors (`*name` could expand a small file into gigabytes),
+counts and sizes are strict whole numbers within ranges, every stage finds the sections it
+needs, and model specs are checked (`check_specs`) before anything runs.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.conditions import CONDITIONS
-from prbench.config import PolicyAccuracySettings, RGDSettings
-from prbench.errors import DataError, PrbenchError
+from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings
+from prbench.errors import DataError, PrbenchError, SpecError
 
 Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "meta", "report"]
 STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "meta", "report")
 
 
+MAX_BYTES = 1 << 20
+
+
+def Count(hi: int) -> Any:
+    """A strict whole number in [1, hi] (`5.0`, `"5"`, `true` and `0` are refused)."""
+    return Annotated[int, Field(strict=True, ge=1, le=hi)]
+
+
+Limit = Annotated[int | None, Field(strict=True, ge=1, le=MAX_ITEMS)]
+Seed = Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)]
+# Counts inside free-form `options` that decide how much work or memory a stage takes.
+OPTION_COUNTS = {"num_generations": (1, 1024), "n": (1, 4096), "k": (1, 4096), "chunk": (1, 4096),
+                 "batch_size": (1, 65536), "max_new_tokens": (1, 65536), "max_length": (1, 1 << 20),
+                 "top_k": (1, 10_000), "steps": (1, 10**6), "retries": (0, 100),
+                 "retries_on_parse_failure": (0, 100), "max_retries": (0, 100), "limit": (1, MAX_ITEMS),
+                 "gradient_accumulation_steps": (1, 4096)}
+Options = dict[str, Any]
+
+
+def _check_options(v: dict[str, Any]) -> dict[str, Any]:
+    for name, value in v.items():
+        lo, hi = OPTION_COUNTS.get(name, (None, None))
+        if lo is not None and (type(value) is not int or not lo <= value <= hi):
+            raise ValueError(f"options.{name} must be a whole number from {lo} to {hi}, got {value!r}"[:200])
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a typo in a key is an error, not a silent default
+
+    @field_validator("condition", check_fields=False)
+    @classmethod
+    def _known_condition(cls, v: str) -> str:
+        if v not in CONDITIONS:
+            raise ValueError(f"unknown condition {v!r} (use {', '.join(CONDITIONS)})")
+        return v
+
+    @field_validator("options", check_fields=False)
+    @classmethod
+    def _bounded_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_options(v)
 
 
 class ModelEntry(_Strict):
@@ -32,7 +76,7 @@ class ModelEntry(_Strict):
     conditions: list[str] | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     both_orders: bool = False
-    limit: int | None = None  # this model's items (first N); default: the study's limit
+    limit: Limit = None  # this model's items (first N); default: the study's limit
     published: dict[str, dict[str, float]] | None = None  # {condition: {category: accuracy %}}
 
     @field_validator("conditions")
@@ -46,18 +90,18 @@ class ModelEntry(_Strict):
 
 class PlannerStage(_Strict):
     spec: str
-    top_k: int = 10
-    limit: int | None = None  # plan the first N items; `planner`-condition runs then cover those N
+    top_k: Count(10_000) = 10
+    limit: Limit = None  # plan the first N items; `planner`-condition runs then cover those N
     options: dict[str, Any] = Field(default_factory=dict)
 
 
 class SampleStage(_Strict):
     policy: str
-    n: int = 16
-    limit: int | None = None
-    temperature: float = 1.0
-    top_p: float = 0.9
-    max_new_tokens: int = 160
+    n: Count(4096) = 16
+    limit: Limit = None
+    temperature: float = Field(1.0, ge=0, le=100)
+    top_p: float = Field(0.9, gt=0, le=1)
+    max_new_tokens: Count(65536) = 160
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -71,9 +115,9 @@ class RLStage(_Strict):
     policy: str
     rms: list[str]
     condition: str = "profile"
-    steps: int = 2
+    steps: Count(10**6) = 2
     grader: str | None = None
-    limit: int | None = None
+    limit: Limit = None
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -97,13 +141,13 @@ class StudyConfig(_Strict):
     description: str = ""
     data: str = "sample"
     out: str = "prbench-study"
-    seed: int = 0
-    limit: int | None = None
+    seed: Seed = 0
+    limit: Limit = None
     categories: list[str] | None = None
     conditions: list[str] = Field(default_factory=lambda: ["none", "profile", "oracle", "wrong-profile"])
-    top_k: int = 10
+    top_k: Count(10_000) = 10
     retriever: str = "bm25"
-    batch_size: int = 16
+    batch_size: Count(65536) = 16
     models: list[ModelEntry]
     stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"])
     planner: PlannerStage | None = None
@@ -139,24 +183,218 @@ def _line_of(root: yaml.Node, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def parse_study(text: str, source: str) -> StudyConfig:
-    """Validate YAML text; errors name the source, the YAML line and the field."""
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors and aliases before anything is expanded."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _AliasFound(event.start_mark.line + 1)
+        return super().compose_node(parent, index)
+
+
+class _AliasFound(Exception):
+    def __init__(self, line: int):
+        self.line = line
+
+
+def _decode(data: str | bytes, source: str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_BYTES:
+        raise DataError(source, None, None, f"a study config is at most {MAX_BYTES // 1024} KiB; this one is larger")
     try:
-        root = yaml.compose(text)
-        raw = yaml.safe_load(text)
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DataError(source, line, None, f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+                        ) from None
+
+
+def parse_study(text: str | bytes, source: str, root: Path | None = None) -> StudyConfig:
+    """Validate YAML text; errors name the source, the YAML line and the field.
+
+    With `root` (the config's folder), model specs are resolved too (`resolve_specs`).
+    """
+    text, base = _decode(text, source), root
+    loader = _NoAliasLoader(text)
+    try:
+        root = loader.get_single_node()
+        raw = loader.construct_document(root) if root is not None else None
+    except _AliasFound as exc:
+        raise DataError(source, exc.line, None, "YAML anchors and aliases (&name, *name) are not allowed in a "
+                        "study config; write the value out") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise DataError(source, mark.line + 1 if mark else None, None, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    finally:
+        loader.dispose()
     if not isinstance(raw, dict):
         raise DataError(source, 1, None, "a study config must be a YAML mapping")
     try:
-        return StudyConfig.model_validate(raw)
+        cfg = StudyConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         field = ".".join(str(p) for p in loc) or None
-        msg = "missing required field" if err["type"] == "missing" else err["msg"]
-        raise DataError(source, _line_of(root, loc) if root else None, field, msg) from None
+        msg = "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+        raise DataError(source, _line_of(root, loc) if root else None, field, msg[:300]) from None
+    for loc, msg in _requirements(cfg):
+        raise DataError(source, _line_of(root, loc), ".".join(str(p) for p in loc), msg)
+    return cfg if base is None else resolve_specs(cfg, base, source, root)
+
+
+# What each stage needs from the rest of the config: (stage, needed sections, why).
+NEEDS = {
+    "plan": (("planner",), "the planner model"),
+    "sample": (("sample",), "the policy and N"),
+    "bon": (("sample", "bon"), "the samples to rerank (sample) and the grader (bon)"),
+    "rl": (("rl",), "the policy and RMs"),
+    "rgd": (("rgd",), "the policy and RMs"),
+    "policy_accuracy": (("policy_accuracy",), "the policy and RMs"),
+}
+
+
+def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
+    """(YAML location, message) for every stage or condition whose sections are missing."""
+    out = []
+    for i, name in enumerate(cfg.stages):
+        sections, what = NEEDS.get(name, ((), ""))
+        missing = [s for s in sections if getattr(cfg, s) is None]
+        if missing:
+            need = " and a ".join(repr(m) for m in missing)
+            out.append((("stages", i), f"stage {name!r} needs a {need} section ({what})"))
+    if cfg.planner is None:
+        if "planner" in cfg.conditions:
+            out.append((("conditions",), "condition 'planner' needs a 'planner' section (the planner model)"))
+        for i, m in enumerate(cfg.models):
+            if "planner" in (m.conditions or []):
+                out.append((("models", i, "conditions"),
+                            "condition 'planner' needs a 'planner' section (the planner model)"))
+    if "bon" in cfg.stages and cfg.bon is not None and not cfg.bon.rms and not any(
+            not m.spec.startswith("judge:") for m in cfg.models):
+        out.append((("bon",), "bon needs rms (no pointwise model in models to default to)"))
+    return out
+
+
+# -- model specs: resolved through the registries before anything runs --------------------
+_OVER_ENGINE = ("judge", "pmi", "lik")  # reward kinds whose rest is an engine spec
+_FOLDERS = ("bt", "pal")  # reward kinds whose rest is always a local folder
+
+
+def _path(p: str, root: Path, must_exist: bool) -> str:
+    """A local path made absolute against the config's folder; a missing local-looking one is an error."""
+    cand = Path(p).expanduser()
+    here = cand if cand.is_absolute() else root / cand
+    if here.exists():
+        return str(here.resolve())
+    if must_exist or p.startswith(("/", ".", "~")):
+        raise SpecError(f"{p}: no such file or folder (relative paths are read from the config's folder, {root})")
+    return p  # a hub id (checked when loaded: a dry run of a paper preset must work offline)
+
+
+def _builtin(name: str) -> None:
+    from prbench.engines.builtin import BUILTIN_NAMES
+
+    if name not in BUILTIN_NAMES:
+        raise SpecError(f"unknown builtin model {name!r} (known: {', '.join(BUILTIN_NAMES)})")
+
+
+def resolve_engine(spec: str, root: Path) -> str:
+    from prbench.registry import ENGINES
+
+    prefix, _, rest = spec.partition(":")
+    if prefix not in ENGINES:
+        raise SpecError(ENGINES.unknown(prefix))
+    if prefix == "builtin":
+        _builtin(rest)
+    elif prefix in ("hf", "vllm"):
+        return f"{prefix}:{_path(rest, root, False)}"
+    return spec
+
+
+def resolve_rm(spec: str, root: Path) -> str:
+    """The RM spec with local paths made absolute, after checking every part of it names something."""
+    from prbench.registry import REWARDS
+
+    prefix, _, rest = spec.partition(":")
+    if prefix not in REWARDS:
+        raise SpecError(REWARDS.unknown(prefix))
+    if prefix in _OVER_ENGINE:
+        return f"{prefix}:{resolve_engine(rest, root)}"
+    if prefix == "hf":
+        if rest.startswith("builtin:"):
+            _builtin(rest.split(":", 1)[1])
+            return spec
+        return f"hf:{_path(rest, root, False)}"
+    if prefix in _FOLDERS:
+        return f"{prefix}:{_path(rest, root, True)}"
+    if prefix == "py":
+        file, sep, cls = rest.rpartition(":")
+        if not sep or not file.endswith(".py") or not cls:
+            raise SpecError(f"py: spec must be py:<file.py>:<ClassName>, got {spec}")
+        return f"py:{_path(file, root, True)}:{cls}"
+    if prefix == "baseline":
+        REWARDS.get("baseline").model_class(rest)
+    return spec
+
+
+def resolve_grader(spec: str, root: Path) -> str:
+    from prbench.registry import ENGINES, GRADERS
+
+    prefix, _, rest = spec.partition(":")
+    if prefix in GRADERS:
+        if prefix == "embedding" and rest.startswith("builtin:"):
+            _builtin(rest.split(":", 1)[1])
+        elif prefix == "embedding":
+            return f"embedding:{_path(rest, root, False)}"
+        return spec
+    if prefix in ENGINES:
+        return resolve_engine(spec, root)
+    raise SpecError(GRADERS.unknown(prefix, extra=ENGINES.names()))
+
+
+def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node: yaml.Node | None = None
+                  ) -> StudyConfig:
+    """Every spec of the study checked (no weights loaded) and its relative paths made absolute.
+
+    Why before anything runs: a typo in the third model must not surface after the first two ran,
+    and a dry run must not plan calls to a model that does not exist.
+    """
+    data = cfg.model_dump()
+    fields: list[tuple[tuple[Any, ...], Any]] = [(("models", i, "spec"), resolve_rm) for i in range(len(cfg.models))]
+    fields.append((("planner", "spec"), resolve_engine))
+    fields.append((("sample", "policy"), resolve_engine))
+    for section in ("bon", "rl", "rgd", "policy_accuracy"):
+        sec = data.get(section) or {}
+        if section != "bon":
+            fields.append(((section, "policy"), resolve_engine))
+        fields += [((section, "rms", j), resolve_rm) for j in range(len(sec.get("rms") or []))]
+        if section != "policy_accuracy":
+            fields.append(((section, "grader"), resolve_grader))
+    for loc, fn in fields:
+        parent: Any = data
+        for part in loc[:-1]:
+            parent = parent.get(part) if isinstance(parent, dict) else parent[part]
+            if parent is None:
+                break
+        if parent is None or (isinstance(parent, dict) and parent.get(loc[-1]) is None):
+            continue
+        try:
+            parent[loc[-1]] = fn(parent[loc[-1]], root)
+        except PrbenchError as exc:
+            field = ".".join(str(p) for p in loc)
+            if source is None:
+                raise PrbenchError(f"{field}: {exc}") from None
+            raise DataError(source, _line_of(node, loc) if node is not None else None, field, str(exc)) from None
+    retr = cfg.retriever.partition(":")[0]
+    from prbench.registry import RETRIEVERS
+
+    if retr not in RETRIEVERS:
+        msg = RETRIEVERS.unknown(retr)
+        raise (PrbenchError(f"retriever: {msg}") if source is None else
+               DataError(source, _line_of(node, ("retriever",)) if node is not None else None, "retriever", msg))
+    return StudyConfig.model_validate(data)
 
 
 def list_presets() -> dict[str, str]:
@@ -175,10 +413,12 @@ def load_study_config(path: str | Path | None = None, preset: str | None = None)
         res = resources.files("prbench.presets") / f"{preset}.yaml"
         if not res.is_file():
             raise PrbenchError(f"no preset {preset!r} (available: {', '.join(list_presets())})")
-        return parse_study(res.read_text(encoding="utf-8"), f"preset:{preset}"), Path.cwd()
+        return parse_study(res.read_bytes(), f"preset:{preset}", Path.cwd()), Path.cwd()
     if path is None:
         raise PrbenchError("give a study config file or --preset NAME")
     p = Path(path)
     if not p.is_file():
         raise PrbenchError(f"study config not found: {p}")
-    return parse_study(p.read_text(encoding="utf-8"), str(p)), p.parent
+    with p.open("rb") as fh:
+        data = fh.read(MAX_BYTES + 1)  # never more than the cap in memory
+    return parse_study(data, str(p), p.parent.resolve()), p.parent

@@ -15,7 +15,8 @@ from rich.markup import escape
 from prbench.errors import PrbenchError
 from prbench.progress import progress
 from prbench.registry import STAGES
-from prbench.study.config import STAGE_ORDER, StudyConfig
+from prbench.runs import close_under
+from prbench.study.config import STAGE_ORDER, StudyConfig, resolve_specs
 from prbench.study.context import PlannedRun, Stage, StudyContext
 
 
@@ -29,15 +30,34 @@ def _stages(cfg: StudyConfig) -> list[Stage]:
 
 def plan_study(cfg: StudyConfig, root: Path) -> list[PlannedRun]:
     """What a study would do, with estimated model calls and tokens, without running anything."""
-    ctx = StudyContext(cfg, root, quiet=True)
+    ctx = StudyContext(resolve_specs(cfg, root), root, quiet=True)
     return [run for st in _stages(cfg) for run in st.plan(ctx)]
 
 
 def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext:
-    """Run every configured stage in order; returns the context with each stage's outputs."""
-    ctx = StudyContext(cfg, root, quiet=quiet)
-    ctx.out.mkdir(parents=True, exist_ok=True)
+    """Run every configured stage in order; returns the context with each stage's outputs.
+
+    Every spec is resolved and every stage found before anything is written, so a bad config
+    leaves no folder behind; a study folder this call created and left empty is removed.
+    """
+    ctx = StudyContext(resolve_specs(cfg, root), root, quiet=quiet)
     names = _stages(cfg)
+    created = not ctx.out.exists()
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    try:
+        timings = _run_stages(ctx, names, quiet)
+    except BaseException:
+        close_under(ctx.out)  # run folders that got no record remove themselves
+        if created and not any(ctx.out.iterdir()):
+            ctx.out.rmdir()
+        raise
+    ctx.outputs.pop("progress", None)
+    ctx.outputs["timings"] = timings
+    return ctx
+
+
+def _run_stages(ctx: StudyContext, names: list[Stage], quiet: bool) -> dict[str, float]:
+    cfg = ctx.cfg
     timings: dict[str, float] = {}
     with progress(quiet) as bar:
         overall = bar.add_task(escape(f"study {cfg.name}"), total=len(names))
@@ -48,6 +68,4 @@ def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext
             st.run(ctx)
             timings[st.name] = round(time.time() - t0, 2)
             bar.advance(overall)
-    ctx.outputs.pop("progress", None)
-    ctx.outputs["timings"] = timings
-    return ctx
+    return timings

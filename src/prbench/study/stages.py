@@ -194,10 +194,12 @@ def run_rl(ctx: StudyContext) -> None:
 
     r = ctx.cfg.rl
     done = []
+    options = dict(r.options)  # the config stays as written (a second RM must see the same options)
+    split = options.pop("split", "test")
     for spec in r.rms:
         res = train_rl(r.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)), grader=r.grader,
                        condition=r.condition, steps=r.steps, seed=ctx.cfg.seed, limit=r.limit or ctx.cfg.limit,
-                       split=r.options.pop("split", "test"), rm_options=_options_of(ctx, spec), **r.options)
+                       split=split, rm_options=_options_of(ctx, spec), **options)
         done.append(str(getattr(res, "path", "")))
     ctx.outputs["rl"] = done
 
