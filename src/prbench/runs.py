@@ -177,10 +177,13 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 class RunDir:
     """One run's folder. `config` must match on resume, else the folder belongs to another run."""
 
+    records_file = "examples.jsonl"  # the append-only per-example file
+    overwrite_also: tuple[str, ...] = ()  # other files an --overwrite discards
+
     def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False, repair: bool = False):
         self.path = Path(path)
         self.config = config
-        self.examples_path = self.path / "examples.jsonl"
+        self.examples_path = self.path / self.records_file
         self.summary_path = self.path / "summary.json"
         self.config_path = self.path / "config.json"
         self.repaired: dict[str, int] = {}
@@ -206,8 +209,8 @@ class RunDir:
                 raise PrbenchError(
                     f"{self.path} holds a run with a different config ({diff}); to keep it, choose another "
                     f"--out; to discard its {n} recorded examples, pass --overwrite")
-        if overwrite:
-            for p in (self.examples_path, self.summary_path):
+        if overwrite:  # under the lock: never while another process writes
+            for p in (self.examples_path, self.summary_path, *(self.path / f for f in self.overwrite_also)):
                 p.unlink(missing_ok=True)
         if not self.config_path.exists() or read_json(self.config_path) != stored:
             try:

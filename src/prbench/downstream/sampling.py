@@ -79,16 +79,10 @@ class SampleConfig:
 
 
 class SamplesDir(RunDir):
-    """A RunDir whose append-only record file is `samples.jsonl`."""
+    """A RunDir whose append-only record file is `samples.jsonl` (beside the items it samples)."""
 
-    def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False):
-        target = Path(path) / SAMPLES_FILE
-        if overwrite:
-            target.unlink(missing_ok=True)
-            (Path(path) / ITEMS_FILE).unlink(missing_ok=True)
-        super().__init__(path, config, overwrite)
-        self.examples_path = target
-        self._repair_tail()
+    records_file = SAMPLES_FILE
+    overwrite_also = (ITEMS_FILE,)
 
 
 @dataclass
