@@ -23,8 +23,10 @@ Why this shape:
   and thinking headroom, logprobs/echo availability); `provider=` forces one. Scoring calls a
   provider cannot serve fail at once with one SpecError line, before any request.
 - **Rate limits** (`prbench.engines.ratelimit`): `retry-after-ms`, `retry-after` and hints in
-  error bodies are honoured (capped at `backoff_max`); 429s get their own patient retry budget
-  (`rate_limit_retries`) and an AIMD concurrency limit that halves on 429s and recovers;
+  error bodies are honoured (capped at `backoff_max`, default 60 s); 429s without a hint back off
+  from 2 s doubling (five retries span more than a minute), have their own retry budget
+  (`rate_limit_retries`, default max_retries) and an AIMD concurrency limit that halves on 429s
+  and recovers;
   `rpm`/`tpm` cap requests and tokens per minute; an exhausted quota (`insufficient_quota`,
   per-day quotas) stops the call with `QuotaExhausted` (finished requests are cached: re-run to
   resume). `stats` holds requests, retries, rate_limited, tokens_in/out and wait_s.
@@ -150,7 +152,7 @@ class OpenAIEngine(Engine):
         reasoning_effort: str | None = None,
         rpm: float | None = None,
         tpm: float | None = None,
-        rate_limit_retries: int = 20,
+        rate_limit_retries: int | None = None,
         no_api_key: bool = False,
     ):
         if not model:
@@ -168,7 +170,7 @@ class OpenAIEngine(Engine):
         self.concurrency = max(1, int(concurrency if concurrency is not None else self.profile.concurrency))
         self.timeout = float(timeout)
         self.max_retries = max(0, int(max_retries))
-        self.rate_limit_retries = max(0, int(rate_limit_retries))
+        self.rate_limit_retries = self.max_retries if rate_limit_retries is None else max(0, int(rate_limit_retries))
         self.cache: Cache = cache if cache is not None else NullCache()
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
@@ -289,9 +291,14 @@ class OpenAIEngine(Engine):
             for k, v in notes.items():
                 self.adjusted[k] = self.adjusted.get(k, 0) + v
 
-    def _backoff(self, attempt: int, hint: float | None) -> float:
+    def _backoff(self, attempt: int, hint: float | None, rate_limited: bool = False) -> float:
+        """The server's hint (capped at backoff_max); else full-jitter exponential backoff. 429s
+        without a hint start at 2 s with half jitter, so five retries outlast a one-minute window."""
         if hint is not None:
             return min(self.backoff_max, hint)
+        if rate_limited:
+            top = min(self.backoff_max, max(2.0, self.backoff_base) * (2**attempt))
+            return self._rng.uniform(top / 2, top)
         return self._rng.uniform(0.0, min(self.backoff_max, self.backoff_base * (2**attempt)))
 
     def _chat(self, messages: Messages, p: GenParams) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -371,7 +378,7 @@ class OpenAIEngine(Engine):
                     attempt += 1
                 if give_up:
                     raise RequestFailed(f"{exc} (after {attempt + rate_attempt} attempts)") from None
-                wait = self._backoff(n - 1, exc.wait)
+                wait = self._backoff(n - 1, exc.wait, exc.rate_limited)
                 log.warning("%s: %s; retry in %.2fs", self.spec, exc, wait)
                 self._count("retries")
                 retry_wait = wait
