@@ -24,7 +24,7 @@ Why this shape:
   provider cannot serve fail at once with one SpecError line, before any request.
 - **Rate limits** (`prbench.engines.ratelimit`): `retry-after-ms`, `retry-after` and hints in
   error bodies are honoured (capped at `backoff_max`, default 60 s); 429s without a hint back off
-  from 2 s doubling (five retries span more than a minute), have their own retry budget
+  from 3 s doubling (five retries span more than a minute), have their own retry budget
   (`rate_limit_retries`, default max_retries) and an AIMD concurrency limit that halves on 429s
   and recovers;
   `rpm`/`tpm` cap requests and tokens per minute; an exhausted quota (`insufficient_quota`,
@@ -293,12 +293,12 @@ class OpenAIEngine(Engine):
 
     def _backoff(self, attempt: int, hint: float | None, rate_limited: bool = False) -> float:
         """The server's hint (capped at backoff_max); else full-jitter exponential backoff. 429s
-        without a hint start at 2 s with half jitter, so five retries outlast a one-minute window."""
+        without a hint start at 3 s, doubling, with 25% jitter: five retries outlast a one-minute window."""
         if hint is not None:
             return min(self.backoff_max, hint)
         if rate_limited:
-            top = min(self.backoff_max, max(2.0, self.backoff_base) * (2**attempt))
-            return self._rng.uniform(top / 2, top)
+            top = min(self.backoff_max, max(3.0, self.backoff_base) * (2**attempt))
+            return self._rng.uniform(0.75 * top, top)
         return self._rng.uniform(0.0, min(self.backoff_max, self.backoff_base * (2**attempt)))
 
     def _chat(self, messages: Messages, p: GenParams) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -9,7 +9,8 @@ large judge runs need; the engine's job is only to build requests correctly and 
   (`LLM.chat` would re-render the template inside vLLM; token prompts make the tokens auditable).
 - Every request carries its own `SamplingParams(seed=...)`, so results do not depend on batching.
 - `loglik` uses `prompt_logprobs` on prompt + continuation (`max_tokens=1`);
-  `choice_logprobs` uses `logprobs=20, max_tokens=1` (a choice outside the top 20 gets -inf).
+  `choice_logprobs` reads each choice token's exact log-prob the same way (prompt + [token]),
+  not from the top-20 `logprobs`, so an unlikely choice is not -inf.
 - `score_classifier` runs sequence-classifier reward models with `runner="pooling"` and the
   activation off (`use_activation=False`, `activation=False` on 0.10.x), i.e. raw logits (the
   RM's scalar score), through `LLM.classify`. `hf:DIR` RMs get it with the option `engine=vllm`.
@@ -407,15 +408,23 @@ class VLLMEngine(Engine):
         return results
 
     def choice_logprobs(self, prompts: Sequence[Messages], choices: Sequence[str]) -> list[dict[str, float]]:
-        """First-token log-probs (top 20); a prompt that does not fit gives NaN for every choice."""
+        """Exact first-token log-probs of each choice spelling, read as the prompt log-prob of
+        prompt + [token] (prefix caching shares the prompt), so a choice outside vLLM's top-k
+        logprobs is still scored; a prompt that does not fit gives NaN for every choice."""
         self._need("generate")
         tok_ids = {c: choice_token_ids(self.tokenizer, c) for c in choices}
+        variants = sorted({t for ids in tok_ids.values() for t in ids})
         ids = [prompt_ids(self.tokenizer, m, True) for m in prompts]
         results: list[dict[str, float]] = [{c: math.nan for c in choices} for _ in ids]
-        todo = [i for i, p in enumerate(ids) if self._fits(len(p), 1)]
-        sp = self._vllm.SamplingParams(**choice_kwargs())
-        for i, out in zip(todo, self._run([ids[i] for i in todo], sp)):
-            results[i] = read_choice_logprobs(out.outputs[0].logprobs[0], tok_ids)
+        todo = [i for i, p in enumerate(ids) if self._fits(len(p) + 1, 1)]
+        sp = self._vllm.SamplingParams(**loglik_kwargs())
+        outputs = self._run([ids[i] + [t] for i in todo for t in variants], sp)
+        for k, i in enumerate(todo):
+            step = {}
+            for j, t in enumerate(variants):
+                out = outputs[k * len(variants) + j]
+                step[t] = read_prompt_logprobs(out.prompt_logprobs, ids[i] + [t], len(ids[i]))[0]
+            results[i] = read_choice_logprobs(step, tok_ids)
         return results
 
     def score_classifier(self, inputs: Sequence[str | Messages]) -> list[list[float]]:
