@@ -185,3 +185,37 @@ def test_named_key_variable_must_be_set(monkeypatch, fake_openai) -> None:
 
 def test_provider_list_is_the_documented_one() -> None:
     assert PROVIDERS == ("openai", "anthropic", "gemini", "vllm", "llamacpp", "generic")
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    import sys
+    from unittest import mock
+
+    from prbench.cli import main
+
+    capsys.readouterr()
+    code = 0
+    with mock.patch.object(sys, "argv", ["prbench", *args]):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_provider_options(fake_openai, api_key_env, tmp_path, capsys) -> None:
+    srv = fake_openai(judge_reply, provider="anthropic")
+    data = records_file(tmp_path)
+    common = ["eval", "-m", "judge:openai:claude-sonnet-4-6", "--data", data, "--base-url", srv.base_url,
+              "--api-key-env", api_key_env[0], "--provider", "anthropic", "--quiet"]
+    code, out, err = run_cli(capsys, *common, "--mode", "likelihood", "--out", str(tmp_path / "a"))
+    assert code != 0 and srv.n_posts == 0
+    lines = [ln for ln in (out + err).splitlines() if "logprobs" in ln]
+    assert len(lines) == 1 and "anthropic" in lines[0]
+    code, out, err = run_cli(capsys, *common, "--rpm", "600", "--out", str(tmp_path / "b"), "--json")
+    assert code == 0, out + err
+    assert srv.n_posts == 3 and srv.refused == [] and "top_p" not in srv.requests[0]
+    code, out, err = run_cli(capsys, "eval", "-m", "judge:openai:m", "--data", data, "--base-url",
+                             "https://YOUR-ENDPOINT/v1", "--quiet", "--out", str(tmp_path / "c"))
+    assert code != 0 and "placeholder" in out + err and "idna" not in out + err
