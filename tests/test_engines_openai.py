@@ -40,7 +40,9 @@ def test_generate_maps_params_and_replies(fake_openai, api_key_env) -> None:
     assert "repetition_penalty" not in body  # neutral values are not sent (OpenAI rejects unknown fields)
     short = eng.generate(prompts(1), GenParams(max_new_tokens=2))[0]
     assert short.finish_reason == "length" and short.text == "the answer"
-    assert eng.stats == {"requests": 4, "retries": 0, "failures": 0, "cache_hits": 0}
+    core = {k: eng.stats[k] for k in ("requests", "retries", "failures", "cache_hits")}
+    assert core == {"requests": 4, "retries": 0, "failures": 0, "cache_hits": 0}
+    assert eng.stats["rate_limited"] == 0 and eng.stats["tokens_out"] == 3 * 5 + 2  # usage.completion_tokens summed
 
 
 @pytest.mark.parametrize(

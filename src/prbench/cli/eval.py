@@ -22,15 +22,19 @@ from prbench.cli.options import (
     Limit,
     MaxContextChars,
     MaxLength,
+    NoApiKey,
     NoCache,
     Overwrite,
     PlannerFile,
+    Provider,
     Quiet,
     Repair,
     Retriever,
+    Rpm,
     Seed,
     Split,
     TopK,
+    Tpm,
     set_options,
     split_csv,
 )
@@ -61,6 +65,10 @@ def eval_cmd(
     trust_remote_code: Annotated[bool, typer.Option(help="Allow model repos to run their own code.")] = False,
     base_url: BaseUrl = None,
     api_key_env: ApiKeyEnv = None,
+    provider: Provider = None,
+    rpm: Rpm = None,
+    tpm: Tpm = None,
+    no_api_key: NoApiKey = False,
     prompt_file: Annotated[str | None, typer.Option(help="Your own judge prompt template.")] = None,
     overwrite: Overwrite = False,
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
@@ -80,7 +88,8 @@ def eval_cmd(
     conds = split_csv(condition) or ["none"]
     opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
-                         prompt_file=prompt_file, debias_position=debias_position)
+                         prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
+                         tpm=tpm, no_api_key=no_api_key)
     summaries = []
     with progress(quiet or json_out) as bar:
         for spec in model:

@@ -54,17 +54,24 @@ NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write 
 Repair = Annotated[bool, typer.Option(help="Damaged examples.jsonl: keep the first record of each id, drop the rest.")]
 GraderBaseUrl = Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")]
 GraderKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")]
+Provider = Annotated[str | None, typer.Option(
+    help="API profile: openai, anthropic, gemini, vllm, llamacpp or generic (default: from host and model name).")]
+Rpm = Annotated[float | None, typer.Option("--rpm", help="Cap on API requests per minute.")]
+Tpm = Annotated[float | None, typer.Option("--tpm", help="Cap on API tokens (prompt + max output) per minute.")]
+NoApiKey = Annotated[bool, typer.Option("--no-api-key", help="The endpoint needs no key (keyless local server).")]
 
 
 def engine_options(spec: str, *, device: str | None = None, dtype: str | None = None, base_url: str | None = None,
                    api_key_env: str | None = None, batch_size: int | None = None,
-                   max_length: int | None = None) -> dict[str, object]:
+                   max_length: int | None = None, provider: str | None = None, rpm: float | None = None,
+                   tpm: float | None = None, no_api_key: bool = False) -> dict[str, object]:
     """Only the options the named engine backend takes, and only those the user set."""
     prefix = spec.partition(":")[0]
     if prefix in ("hf", "builtin", "vllm"):
         given = {"device": device, "dtype": dtype, "batch_size": batch_size, "max_length": max_length}
     elif prefix == "openai":
-        given = {"base_url": base_url, "api_key_env": api_key_env}
+        given = {"base_url": base_url, "api_key_env": api_key_env, "provider": provider, "rpm": rpm, "tpm": tpm,
+                 "no_api_key": no_api_key}
     else:
         given = {}
     return set_options(**given)

@@ -15,8 +15,24 @@ Why this shape:
   `api_key_env` when the client is built, is handed to the SDK only, and appears in no
   attribute that is serialised (`__getstate__` drops the client), no `repr`, no fingerprint,
   no cache key and no log line. It travels only in the `Authorization` header.
-- **Bounded concurrency** with a thread pool of `concurrency` workers and a per-request
-  `timeout` in seconds. The SDK's own retries are switched off (`max_retries=0`).
+- **Bounded concurrency** with a thread pool of `concurrency` workers (default: the provider
+  profile's) and a per-request `timeout` in seconds. The SDK's own retries are switched off
+  (`max_retries=0`).
+- **Provider profiles** (`prbench.engines.providers`): the request is built for what the
+  provider accepts (token-limit field, exclusive or fixed sampling parameters, reasoning effort
+  and thinking headroom, logprobs/echo availability); `provider=` forces one. Scoring calls a
+  provider cannot serve fail at once with one SpecError line, before any request.
+- **Rate limits** (`prbench.engines.ratelimit`): `retry-after-ms`, `retry-after` and hints in
+  error bodies are honoured (capped at `backoff_max`, default 60 s); 429s without a hint back off
+  from 3 s doubling (five retries span more than a minute), have their own retry budget
+  (`rate_limit_retries`, default max_retries) and an AIMD concurrency limit that halves on 429s
+  and recovers;
+  `rpm`/`tpm` cap requests and tokens per minute; an exhausted quota (`insufficient_quota`,
+  per-day quotas) stops the call with `QuotaExhausted` (finished requests are cached: re-run to
+  resume). `stats` holds requests, retries, rate_limited, tokens_in/out and wait_s.
+- **Endpoints are checked before the first request**: a placeholder or malformed base URL is
+  one SpecError line; a named key variable (`api_key_env`) that is unset is an error naming it;
+  keyless use needs `no_api_key=True` except for local hosts under the implicit OPENAI_API_KEY.
 
 Server support for the scoring calls:
 
@@ -33,6 +49,7 @@ Server support for the scoring calls:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -43,12 +60,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from prbench.cache import Cache, NullCache, content_key
+from prbench.engines import providers
 from prbench.engines.base import Engine, Generation, GenParams, Messages
+from prbench.engines.ratelimit import (
+    Limiter,
+    QuotaExhausted,
+    classify,
+    parse_retry_after,  # noqa: F401  (re-exported: older imports)
+)
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 
@@ -64,9 +87,14 @@ class RequestFailed(Exception):
 
 
 class _Retryable(Exception):
-    def __init__(self, message: str, wait: float | None = None):
+    def __init__(self, message: str, wait: float | None = None, rate_limited: bool = False):
         super().__init__(message)
         self.wait = wait
+        self.rate_limited = rate_limited
+
+
+class _Quota(Exception):
+    """The provider's quota is gone (stops the whole call)."""
 
 
 def _strip_userinfo(url: str) -> str:
@@ -77,24 +105,6 @@ def _strip_userinfo(url: str) -> str:
             host = f"{host}:{parts.port}"
         parts = parts._replace(netloc=host)
     return urlunsplit(parts).rstrip("/")
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None when absent or bad."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        seconds = when.timestamp() - time.time()
-    if math.isnan(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) -> dict[str, float]:
@@ -110,100 +120,95 @@ def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) 
     return out
 
 
-def chat_payload(
-    model: str,
-    messages: Messages,
-    p: GenParams,
-    max_tokens_param: str = "max_tokens",
-    omit: Sequence[str] = (),
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(SDK keyword arguments, extra_body) for one chat request. Non-OpenAI knobs go in extra_body
-    and are only sent when they differ from their neutral value (OpenAI rejects unknown fields)."""
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "messages": list(messages),
-        max_tokens_param: p.max_new_tokens,
-        "temperature": p.temperature,
-        "top_p": p.top_p,
-        "seed": p.seed,
-    }
-    if p.stop:
-        kwargs["stop"] = list(p.stop)
-    extra: dict[str, Any] = {}
-    if p.top_k is not None:
-        extra["top_k"] = p.top_k
-    if p.repetition_penalty != 1.0:
-        extra["repetition_penalty"] = p.repetition_penalty
-    for key in omit:
-        kwargs.pop(key, None)
-        extra.pop(key, None)
-    return kwargs, extra
-
-
 class OpenAIEngine(Engine):
     """Chat models behind an OpenAI-compatible API (see module docstring for guarantees).
 
-    `base_url`: argument, else $OPENAI_BASE_URL, else OpenAI's. A missing key is an error only
-    for OpenAI's own URL (local servers get a dummy). `tokenizer`: HF id or folder whose chat
-    template renders `loglik` prompts. `max_tokens_param`: "max_completion_tokens" for OpenAI
-    reasoning models. `omit_params`: request fields to drop (e.g. "temperature" for models that
-    reject it). `extra_body`: provider-specific fields sent with every request. After each call
-    `last_errors[i]` holds request i's final error (None when it succeeded).
+    `base_url`: argument, else $OPENAI_BASE_URL, else OpenAI's. `provider`: openai, anthropic,
+    gemini, vllm, llamacpp or generic (default: from the host, else the model family).
+    `reasoning_effort`: override the profile's. `tokenizer`: HF id or folder whose chat
+    template renders `loglik` prompts. `max_tokens_param` / `omit_params`: manual overrides of
+    the profile (token-limit field; request fields to drop). `extra_body`: provider-specific
+    fields sent with every request. After each call `last_errors[i]` holds request i's final
+    error (None when it succeeded).
     """
 
     def __init__(
         self,
         model: str,
         base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        concurrency: int = 8,
+        api_key_env: str | None = None,
+        concurrency: int | None = None,
         timeout: float = 60.0,
         max_retries: int = 5,
         cache: Cache | None = None,
         backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
+        backoff_max: float = 60.0,
         tokenizer: str | None = None,
-        max_tokens_param: str = "max_tokens",
+        max_tokens_param: str | None = None,
         omit_params: Sequence[str] = (),
         extra_body: dict[str, Any] | None = None,
         default_params: GenParams | None = None,
+        provider: str | None = None,
+        reasoning_effort: str | None = None,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        rate_limit_retries: int | None = None,
+        no_api_key: bool = False,
     ):
         if not model:
             raise SpecError("openai engine needs a model name, e.g. openai:gpt-4o-mini")
         self.spec = f"openai:{model}"
         self.model = model
-        self.base_url = _strip_userinfo(base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL)
-        self.api_key_env = api_key_env
-        self.concurrency = max(1, int(concurrency))
+        raw_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        self.base_url = _strip_userinfo(providers.validate_base_url(raw_url))
+        self.api_key_env = api_key_env or "OPENAI_API_KEY"
+        self._key_named = api_key_env is not None
+        self.no_api_key = bool(no_api_key)
+        self.profile = providers.with_effort(providers.profile(provider, model, self.base_url), reasoning_effort)
+        if max_tokens_param:
+            self.profile = dataclasses.replace(self.profile, token_param=max_tokens_param)
+        self.concurrency = max(1, int(concurrency if concurrency is not None else self.profile.concurrency))
         self.timeout = float(timeout)
         self.max_retries = max(0, int(max_retries))
+        self.rate_limit_retries = self.max_retries if rate_limit_retries is None else max(0, int(rate_limit_retries))
         self.cache: Cache = cache if cache is not None else NullCache()
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
-        self.max_tokens_param = max_tokens_param
+        self.max_tokens_param = self.profile.token_param
         self.omit_params = tuple(omit_params)
         self.extra_body = dict(extra_body or {})
         self.default_params = default_params or GenParams()
         self.tokenizer_id = tokenizer
+        self.rpm, self.tpm = rpm, tpm
         self._tokenizer: Any = None
-        self.stats: dict[str, int] = {"requests": 0, "retries": 0, "failures": 0, "cache_hits": 0}
+        self.stats: dict[str, Any] = {"requests": 0, "retries": 0, "failures": 0, "cache_hits": 0,
+                                      "rate_limited": 0, "tokens_in": 0, "tokens_out": 0, "wait_s": 0.0}
+        self.adjusted: dict[str, int] = {}
         self.last_errors: list[str | None] = []
         self._last_hits: list[bool] = []
         self._lock = threading.Lock()
         self._client: Any = None
         self._rng = random.Random()
         self._sleep: Callable[[float], None] = time.sleep
+        self._stop = threading.Event()
+        self._new_limiter()
+
+    def _new_limiter(self) -> None:
+        self.limiter = Limiter(self.concurrency, rpm=self.rpm, tpm=self.tpm, sleep=lambda s: self._sleep(s))
 
     # -- identity (never the key) ---------------------------------------------------------------
 
     def __repr__(self) -> str:
-        return f"OpenAIEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
+        return (f"OpenAIEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r}, "
+                f"provider={self.profile.provider!r})")
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the SDK client (it holds the key), the lock, or the SQLite connection."""
+        """Pickle without the SDK client (it holds the key), locks, or the SQLite connection."""
         state = self.__dict__.copy()
         state["_client"] = None
         state["_lock"] = None
+        state["_stop"] = None
+        state["limiter"] = None
         cache = state.pop("cache")
         state["_cache_spec"] = None if isinstance(cache, NullCache) else (str(cache.path), cache.namespace)
         return state
@@ -213,9 +218,15 @@ class OpenAIEngine(Engine):
         self.__dict__.update(state)
         self.cache = NullCache() if spec is None else Cache(spec[0], namespace=spec[1])
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._new_limiter()
 
     def fingerprint(self) -> dict[str, Any]:
         fp: dict[str, Any] = {"engine": "openai", "model": self.model, "base_url": self.base_url}
+        if self.profile.provider != "generic":
+            fp["provider"] = self.profile.provider
+        if self.profile.reasoning_effort:
+            fp["reasoning_effort"] = self.profile.reasoning_effort
         if self.tokenizer_id:
             fp["tokenizer"] = self.tokenizer_id
             fp["chat_template_sha256"] = self._template_hash()
@@ -224,6 +235,13 @@ class OpenAIEngine(Engine):
         if self.omit_params:
             fp["omit_params"] = list(self.omit_params)
         return fp
+
+    def capabilities(self) -> dict[str, bool]:
+        return self.profile.capabilities()
+
+    def run_info(self) -> dict[str, Any]:
+        return {"provider": self.profile.provider, "usage": dict(self.stats), "adjusted": dict(self.adjusted),
+                "concurrency_limits": list(self.limiter.history)}
 
     def _template_hash(self) -> str:
         template = getattr(self._get_tokenizer(), "chat_template", None) or ""
@@ -235,10 +253,17 @@ class OpenAIEngine(Engine):
         with self._lock:
             if self._client is None:
                 openai = require("openai", "api")
-                key = os.environ.get(self.api_key_env)
+                key = None if self.no_api_key else os.environ.get(self.api_key_env)
                 if not key:
-                    if self.base_url == DEFAULT_BASE_URL:
-                        raise PrbenchError(f"set the environment variable {self.api_key_env} to your API key")
+                    host = urlsplit(self.base_url).hostname or ""
+                    if self.no_api_key:
+                        pass
+                    elif self._key_named:
+                        raise PrbenchError(f"the environment variable {self.api_key_env} (named by api_key_env) "
+                                           f"is not set: export it, or pass --no-api-key for a keyless server")
+                    elif not providers.is_local(host):
+                        raise PrbenchError(f"set the environment variable {self.api_key_env} to your API key for "
+                                           f"{host} (or name another with --api-key-env; --no-api-key for none)")
                     key = "unused"  # local servers (vLLM, llama.cpp) usually need no key
                 self._client = openai.OpenAI(
                     api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
@@ -257,17 +282,67 @@ class OpenAIEngine(Engine):
             self._tokenizer = transformers.AutoTokenizer.from_pretrained(self.tokenizer_id)
         return self._tokenizer
 
-    def _count(self, key: str, n: int = 1) -> None:
+    def _count(self, key: str, n: float = 1) -> None:
         with self._lock:
             self.stats[key] += n
 
-    def _backoff(self, attempt: int, hint: float | None) -> float:
+    def _note(self, notes: dict[str, int]) -> None:
+        with self._lock:
+            for k, v in notes.items():
+                self.adjusted[k] = self.adjusted.get(k, 0) + v
+
+    def _backoff(self, attempt: int, hint: float | None, rate_limited: bool = False) -> float:
+        """The server's hint (capped at backoff_max); else full-jitter exponential backoff. 429s
+        without a hint start at 3 s, doubling, with 25% jitter: five retries outlast a one-minute window."""
         if hint is not None:
             return min(self.backoff_max, hint)
+        if rate_limited:
+            top = min(self.backoff_max, max(3.0, self.backoff_base) * (2**attempt))
+            return self._rng.uniform(0.75 * top, top)
         return self._rng.uniform(0.0, min(self.backoff_max, self.backoff_base * (2**attempt)))
 
+    def _chat(self, messages: Messages, p: GenParams) -> tuple[dict[str, Any], dict[str, Any]]:
+        notes: dict[str, int] = {}
+        kwargs, extra = providers.chat_request(self.profile, self.model, messages, p, notes)
+        for key in self.omit_params:
+            kwargs.pop(key, None)
+            extra.pop(key, None)
+        if notes:
+            self._note(notes)
+        return kwargs, extra
+
+    def _attempt(self, create: Any, openai: Any, kwargs: dict[str, Any], body_extra: dict[str, Any]) -> dict[str, Any]:
+        """One HTTP request: the parsed body, or _Retryable / _Quota / RequestFailed."""
+        try:
+            raw = create(**kwargs, extra_body=body_extra or None, timeout=self.timeout)
+            text = raw.text
+        except openai.APITimeoutError:
+            raise _Retryable("timeout") from None
+        except openai.APIConnectionError as exc:
+            raise _Retryable(f"connection error: {type(exc.__cause__ or exc).__name__}") from None
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            message = self._redact(f"HTTP {status}: {_error_message(exc)}")
+            failure = classify(status, exc.response.headers, getattr(exc, "body", None), message)
+            if failure.kind == "quota":
+                raise _Quota(message) from None
+            if failure.kind in ("rate_limit", "retry"):
+                raise _Retryable(message, failure.wait, failure.kind == "rate_limit") from None
+            raise RequestFailed(message) from None
+        except Exception as exc:  # transport-level surprises (e.g. a body cut mid-read)
+            if type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "h11"}:
+                raise _Retryable(f"transport error: {type(exc).__name__}") from None
+            raise
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or not data.get("choices"):
+                raise ValueError("no choices")
+        except ValueError as exc:
+            raise _Retryable(self._redact(f"malformed response body: {str(exc)[:80]}")) from None
+        return data
+
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-        """One request with retries; returns the parsed JSON body or raises RequestFailed."""
+        """One request with retries; returns the parsed JSON body or raises RequestFailed / _Quota."""
         openai = require("openai", "api")
         client = self._get_client()
         create = (
@@ -276,46 +351,41 @@ class OpenAIEngine(Engine):
             else client.completions.with_raw_response.create
         )
         body_extra = {**self.extra_body, **extra}
-        attempt = 0
+        estimate = len(json.dumps(kwargs.get("messages") or kwargs.get("prompt") or "")) // 4 + int(
+            kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
+        attempt = rate_attempt = 0
         while True:
+            if self._stop.is_set():
+                raise RequestFailed("not sent: the provider's quota is exhausted")
+            self._count("wait_s", self.limiter.acquire(estimate))
             self._count("requests")
+            outcome, hint = "error", None
             try:
-                try:
-                    raw = create(**kwargs, extra_body=body_extra or None, timeout=self.timeout)
-                    text = raw.text
-                except openai.APITimeoutError:
-                    raise _Retryable("timeout") from None
-                except openai.APIConnectionError as exc:
-                    raise _Retryable(f"connection error: {type(exc.__cause__ or exc).__name__}") from None
-                except openai.APIStatusError as exc:
-                    status = exc.status_code
-                    message = self._redact(f"HTTP {status}: {_error_message(exc)}")
-                    if status in RETRY_STATUS or status >= 500:
-                        raise _Retryable(
-                            message, parse_retry_after(exc.response.headers.get("retry-after"))
-                        ) from None
-                    raise RequestFailed(message) from None
-                except Exception as exc:  # transport-level surprises (e.g. a body cut mid-read)
-                    if type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "h11"}:
-                        raise _Retryable(f"transport error: {type(exc).__name__}") from None
-                    raise
-                try:
-                    data = json.loads(text)
-                    if not isinstance(data, dict) or not data.get("choices"):
-                        raise ValueError("no choices")
-                except ValueError as exc:
-                    raise _Retryable(self._redact(f"malformed response body: {str(exc)[:80]}")) from None
+                data = self._attempt(create, openai, kwargs, body_extra)
+                outcome = "ok"
+                usage = data.get("usage") or {}
+                self._count("tokens_in", int(usage.get("prompt_tokens") or 0))
+                self._count("tokens_out", int(usage.get("completion_tokens") or 0))
                 return data
             except _Retryable as exc:
-                if attempt >= self.max_retries:
-                    raise RequestFailed(f"{exc} (after {attempt + 1} attempts)") from None
-                wait = self._backoff(attempt, exc.wait)
-                log.warning(
-                    "%s: %s; retry %d/%d in %.2fs", self.spec, exc, attempt + 1, self.max_retries, wait
-                )
+                if exc.rate_limited:
+                    outcome, hint = "rate_limit", exc.wait
+                    self._count("rate_limited")
+                    rate_attempt += 1
+                    give_up, n = rate_attempt > self.rate_limit_retries, rate_attempt
+                else:
+                    give_up, n = attempt >= self.max_retries, attempt + 1
+                    attempt += 1
+                if give_up:
+                    raise RequestFailed(f"{exc} (after {attempt + rate_attempt} attempts)") from None
+                wait = self._backoff(n - 1, exc.wait, exc.rate_limited)
+                log.warning("%s: %s; retry in %.2fs", self.spec, exc, wait)
                 self._count("retries")
-                self._sleep(wait)
-                attempt += 1
+                retry_wait = wait
+            finally:
+                self.limiter.release(outcome, min(hint, self.backoff_max) if hint is not None else None)
+            self._sleep(retry_wait)
+            self._count("wait_s", retry_wait)
 
     def _run(self, keys: list[str], work: Callable[[int], Any]) -> tuple[list[Any], list[str | None]]:
         """Cached, deduplicated, concurrent execution of `work(i)` for each request index."""
@@ -331,10 +401,15 @@ class OpenAIEngine(Engine):
                 self._count("cache_hits")
             else:
                 todo.setdefault(k, []).append(i)
+        quota: list[str] = []
 
         def one(k: str) -> tuple[str, Any, str | None]:
             try:
                 value = work(todo[k][0])
+            except _Quota as exc:
+                self._stop.set()
+                quota.append(str(exc))
+                return k, None, f"quota exhausted: {exc}"
             except RequestFailed as exc:
                 return k, None, self._redact(str(exc))
             except Exception as exc:  # noqa: BLE001 - a bug or odd reply must not sink the batch
@@ -344,6 +419,7 @@ class OpenAIEngine(Engine):
 
         if todo:
             self._get_client()  # a missing key is one clear PrbenchError, not a failure per request
+            self._stop.clear()
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
                 for k, value, err in pool.map(one, list(todo)):
                     for i in todo[k]:
@@ -352,7 +428,20 @@ class OpenAIEngine(Engine):
                         self._count("failures", len(todo[k]))
                         log.warning("%s: request failed for good: %s", self.spec, err)
         self.last_errors = errors
+        if quota:
+            done = sum(1 for e in errors if e is None)
+            kept = "cached, so re-running the same command resumes" if not isinstance(self.cache, NullCache) \
+                else "not cached (no cache given), so a re-run starts over"
+            raise QuotaExhausted(f"{self.spec}: the provider reports its quota is exhausted ({quota[0]}); "
+                                 f"stopped after {done} of {n} requests ({kept}); add credit or wait for the quota "
+                                 f"to reset")
         return values, errors
+
+    def _require(self, capability: str, what: str) -> None:
+        if not self.profile.capabilities()[capability]:
+            raise SpecError(f"{self.spec}: provider {self.profile.provider!r} has no {what}, so it cannot "
+                            f"{'score answer tokens (judge --mode likelihood)' if capability == 'choice_logprobs' else 'compute log-likelihoods (lik:/pmi:)'}; "
+                            f"use a vLLM or llama.cpp endpoint, or --provider to correct the profile")
 
     # -- the Engine interface ------------------------------------------------------------------
 
@@ -370,9 +459,7 @@ class OpenAIEngine(Engine):
         def work(i: int) -> dict[str, Any]:
             from prbench.engines.transformers_engine import apply_stop
 
-            kwargs, extra = chat_payload(
-                self.model, prompts[i], plist[i], self.max_tokens_param, self.omit_params
-            )
+            kwargs, extra = self._chat(prompts[i], plist[i])
             data = self._post("chat", kwargs, extra)
             choice = data["choices"][0]
             text = (choice.get("message") or {}).get("content")
@@ -404,15 +491,14 @@ class OpenAIEngine(Engine):
 
     def choice_logprobs(self, prompts: Sequence[Messages], choices: Sequence[str]) -> list[dict[str, float]]:
         """First-token log-probs from top-20 logprobs; missing -> -inf, failed request -> NaN."""
+        self._require("choice_logprobs", "logprobs")
         fp = self.fingerprint()
         keys = [content_key("choices", fp, list(m), list(choices)) for m in prompts]
         probe = GenParams(max_new_tokens=1, temperature=0.0)
 
         def work(i: int) -> dict[str, float]:
-            kwargs, extra = chat_payload(
-                self.model, prompts[i], probe, self.max_tokens_param, self.omit_params
-            )
-            kwargs.update(logprobs=True, top_logprobs=TOP_LOGPROBS)
+            kwargs, extra = self._chat(prompts[i], probe)
+            kwargs = providers.logprob_request(self.profile, kwargs, TOP_LOGPROBS)
             data = self._post("chat", kwargs, extra)
             content = ((data["choices"][0].get("logprobs") or {}).get("content")) or []
             if not content:
@@ -434,6 +520,7 @@ class OpenAIEngine(Engine):
         """Continuation log-probs via /v1/completions echo; a failed request gives `[nan]`."""
         from prbench.engines.transformers_engine import chat_text, render_plain
 
+        self._require("loglik", "echo with logprobs on /v1/completions")
         tokenizer = self._get_tokenizer()
         fp = self.fingerprint()
         keys = [content_key("loglik", fp, list(m), c) for m, c in requests]

@@ -233,6 +233,78 @@ class SequenceClassifierRM(PointwiseRM):
         return out
 
 
-def load_classifier(rest: str, **options: Any) -> SequenceClassifierRM:
-    """`hf:<hub id | dir>`."""
+class VLLMClassifierRM(SequenceClassifierRM):
+    """The same RM run on vLLM's pooling runner (`hf:DIR` with the option `engine=vllm`).
+
+    Why: vLLM's continuous batching scores large runs faster on a GPU. Tokenization, the
+    max_length rule (posts dropped first, counted) and the logit reduction are the classifier's
+    own, so scores match the transformers path within float tolerance; vLLM returns raw logits
+    (activation off). Architectures vLLM cannot classify (reward-model heads such as
+    InternLM2ForRewardModel) are refused before any weights load.
+    """
+
+    def __init__(self, model: str, *, spec: str | None = None, max_length: int | None = None,
+                 label_index: int | None = None, batch_size: int | None = None, device: str | None = None,
+                 dtype: str = "auto", trust_remote_code: bool = False, vllm_options: dict[str, Any] | None = None,
+                 **_: Any):
+        from prbench.engines.vllm_engine import VLLMEngine
+
+        self.spec = spec or f"hf:{model}"
+        self.model_id = model
+        opts = {"runner": "pooling", "dtype": dtype, "trust_remote_code": trust_remote_code, "device": device,
+                **(vllm_options or {})}
+        if max_length is not None:
+            opts["max_length"] = max_length
+        self.engine = VLLMEngine(model, **{k: v for k, v in opts.items() if v is not None})
+        self.tokenizer = self.engine.tokenizer
+        self.max_length = int(self.engine.max_model_len or max_length or 4096)
+        self.batch_size = batch_size or 8
+        self.label_index = label_index
+        self.has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.share_prefix = False
+        self.counts = {"scored": 0, "truncated": 0, "too_long": 0, "tokens": 0}
+
+    def fingerprint(self) -> dict[str, Any]:
+        template = self.tokenizer.chat_template if self.has_template else PLAIN_FORMAT
+        return {"spec": self.spec, "engine": self.engine.fingerprint(), "template": text_hash(str(template)),
+                "max_length": self.max_length, "label_index": self.label_index}
+
+    def _reduce_row(self, logits: Sequence[float]) -> float:
+        k = len(logits)
+        if k == 1:
+            return float(logits[0])
+        if self.label_index is not None:
+            return float(logits[self.label_index])
+        if k == 2:
+            return float(logits[1] - logits[0])
+        raise ValueError(f"{self.spec}: {k} labels; pass label_index to pick the reward logit")
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        from prbench.engines.vllm_engine import raw_pooling_params, token_prompt
+
+        fitted = [self.fit(view, resp) for view, resp in batch]
+        out = [Score(math.nan, truncated=tr, error="input exceeds max_length without any profile")
+               if ids is None else Score(math.nan, truncated=tr) for ids, tr, _ in fitted]
+        ok = [i for i, (ids, _, _) in enumerate(fitted) if ids is not None]
+        if ok:
+            eng = self.engine
+            outputs = eng.llm.classify([token_prompt(fitted[i][0]) for i in ok],  # type: ignore[arg-type]
+                                       pooling_params=raw_pooling_params(eng._vllm), use_tqdm=False)
+            for i, o in zip(ok, outputs):
+                out[i].value = self._reduce_row([float(x) for x in o.outputs.probs])
+        self.counts["scored"] += len(batch)
+        self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
+        self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
+        self.counts["tokens"] += sum(len(fitted[i][0]) for i in ok)  # type: ignore[arg-type]
+        return out
+
+
+def load_classifier(rest: str, engine: str = "transformers", **options: Any) -> SequenceClassifierRM:
+    """`hf:<hub id | dir>`; `engine="vllm"` scores it on vLLM's pooling runner."""
+    if engine == "vllm":
+        return VLLMClassifierRM(rest, spec=f"hf:{rest}", **options)
+    if engine not in ("transformers", "hf"):
+        from prbench.errors import SpecError
+
+        raise SpecError(f"hf: reward model engine must be 'transformers' or 'vllm', not {engine!r}")
     return SequenceClassifierRM(rest, spec=f"hf:{rest}", **options)

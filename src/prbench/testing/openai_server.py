@@ -28,7 +28,13 @@ arrival order), by predicate, or by any callable `(n, body) -> Fault | None`::
     # every distinct prompt fails once with a 503, then succeeds (robust under concurrency):
     serve(faults=per_prompt(Fault.server_error(503), times=1))
 
-Fault kinds: HTTP status (429 with or without `Retry-After`, 5xx, any 4xx), `delay` (sleep
+Provider modes (`serve(provider="openai"|"anthropic"|"gemini"|"vllm"|"llamacpp")`) refuse, with the
+provider's own 400 body, exactly the requests that provider refuses (see `refusal` for the rules and
+their sources); refused bodies are also kept in `srv.refused`. Gemini mode spends simulated thinking
+tokens inside `max_tokens` as Gemini 2.5/3 does, so a budget without headroom comes back cut.
+
+Fault kinds: HTTP status (429 with or without `Retry-After` / `retry-after-ms`, a quota error
+body, a retry hint in the body, 5xx, any 4xx), `delay` (sleep
 before answering; longer than the client timeout -> client timeout), `malformed` (200 with a
 non-JSON body), `truncated` (200 with a JSON body cut in half, consistent Content-Length),
 `short_body` (Content-Length promises more bytes than sent, then the socket closes), `reset`
@@ -78,10 +84,36 @@ class Fault:
     status: int = 500
     retry_after: str | None = None
     seconds: float = 0.0
+    retry_after_ms: str | None = None
+    body: Any = None  # the error JSON to send instead of the default
 
     @classmethod
-    def rate_limit(cls, retry_after: float | str | None = None) -> Fault:
-        return cls("status", 429, None if retry_after is None else str(retry_after))
+    def rate_limit(cls, retry_after: float | str | None = None, retry_after_ms: float | None = None) -> Fault:
+        return cls("status", 429, None if retry_after is None else str(retry_after),
+                   retry_after_ms=None if retry_after_ms is None else str(retry_after_ms))
+
+    @classmethod
+    def quota(cls) -> Fault:
+        """OpenAI's 429 for an exhausted quota or credit (retrying cannot help)."""
+        return cls("status", 429, body={"error": {
+            "message": "You exceeded your current quota, please check your plan and billing details.",
+            "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}})
+
+    @classmethod
+    def rate_limit_hint(cls, seconds: float, style: str = "openai") -> Fault:
+        """A 429 whose only retry hint is in the body: OpenAI's message or Gemini's RetryInfo."""
+        if style == "gemini":
+            body: Any = [{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+                                    "message": "Resource has been exhausted (e.g. check quota).",
+                                    "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                                                 "violations": [{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}]},
+                                                {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                                 "retryDelay": f"{seconds:g}s"}]}}]
+        else:
+            body = {"error": {"message": f"Rate limit reached for requests per min (RPM): Limit 3, Used 3. "
+                                         f"Please try again in {seconds * 1000:g}ms.",
+                              "type": "requests", "param": None, "code": "rate_limit_exceeded"}}
+        return cls("status", 429, body=body)
 
     @classmethod
     def server_error(cls, status: int = 500, retry_after: float | str | None = None) -> Fault:
@@ -147,6 +179,161 @@ class Record:
     received_at: float = field(default_factory=time.monotonic)
 
 
+# -- provider modes: what each real provider refuses --------------------------------------------
+
+PROVIDER_MODES = (None, "openai", "anthropic", "gemini", "vllm", "llamacpp")
+_NOT_BODY = {"self", "extra_body", "extra_headers", "extra_query", "timeout"}
+
+# Anthropic's OpenAI-compatibility field table (platform.claude.com/docs/en/api/openai-sdk, read
+# 2026-12): supported or ignored fields. Fields the table does not list are refused here (stricter
+# than the page, which does not say).
+ANTHROPIC_FIELDS = frozenset({
+    "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options", "top_p",
+    "parallel_tool_calls", "stop", "temperature", "n", "logprobs", "metadata", "response_format",
+    "prediction", "presence_penalty", "frequency_penalty", "seed", "service_tier", "audio", "logit_bias",
+    "store", "user", "modalities", "top_logprobs", "reasoning_effort", "tools", "tool_choice", "functions",
+    "function_call", "thinking", "extra_headers",
+})
+# Gemini's OpenAI compatibility: the OpenAI fields it maps (generationConfig) plus its own `extra_body`
+# keys; unknown names are an INVALID_ARGUMENT "Unknown name" 400.
+GEMINI_FIELDS = frozenset({
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stop", "seed",
+    "stream", "stream_options", "response_format", "tools", "tool_choice", "reasoning_effort",
+    "presence_penalty", "frequency_penalty", "google", "extra_body",
+})
+GEMINI_THINKING = {"none": 0, "minimal": 128, "low": 512, "medium": 2048, "high": 4096}
+
+
+def openai_fields(route: str) -> frozenset[str]:
+    """Body fields the openai client itself sends for this route (its create() parameters, 3.57.0)."""
+    import inspect
+
+    if route == "/v1/chat/completions":
+        from openai.resources.chat.completions import Completions
+    else:
+        from openai.resources.completions import Completions  # type: ignore[assignment]
+    return frozenset(inspect.signature(Completions.create).parameters) - _NOT_BODY
+
+
+def _model(body: dict[str, Any]) -> str:
+    return str(body.get("model") or "").lower().rsplit("/", 1)[-1]
+
+
+def _openai_reasoning(model: str) -> bool:
+    return bool(re.match(r"o\d", model)) or (model.startswith("gpt-5") and "chat" not in model)
+
+
+def _claude_one_sampler(model: str) -> bool:
+    for family, first in (("sonnet", (4, 5)), ("haiku", (4, 5)), ("opus", (4, 1))):
+        m = re.search(rf"{family}-(\d+)(?:-(\d{{1,2}})(?!\d))?", model)
+        if m:
+            return (int(m.group(1)), int(m.group(2) or 0)) >= first
+    m = re.search(r"claude-(?:[a-z]+-)?(\d+)", model)
+    return bool(m) and int(m.group(1)) >= 5
+
+
+def _gemini_version(model: str) -> tuple[int, int] | None:
+    m = re.search(r"gemini-(\d+)(?:\.(\d+))?", model)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def thinking_tokens(provider: str | None, body: dict[str, Any]) -> int:
+    """Simulated reasoning tokens a request spends inside its token limit (Gemini 2.5+/3; OpenAI
+    reasoning models at effort != none), so an answer without headroom comes back cut."""
+    model = _model(body)
+    effort = body.get("reasoning_effort")
+    if provider == "gemini":
+        v = _gemini_version(model)
+        if v is None or v < (2, 5):
+            return 0
+        default = "high" if v >= (3, 0) or "pro" in model else "medium"
+        return GEMINI_THINKING.get(str(effort or default), 0)
+    if provider == "openai" and _openai_reasoning(model):
+        return {"none": 0, "minimal": 64, "low": 512, "medium": 2048, "high": 4096}.get(str(effort or "medium"), 0)
+    return 0
+
+
+def _bad(message: str, kind: str = "invalid_request_error", param: str | None = None) -> tuple[int, dict[str, Any]]:
+    return 400, {"error": {"message": message, "type": kind, "param": param, "code": None}}
+
+
+def refusal(provider: str | None, route: str, body: dict[str, Any]) -> tuple[int, Any] | None:
+    """(status, error body) the provider answers this request with, or None when it accepts it."""
+    if provider in (None, "vllm"):
+        return None  # vLLM serve takes echo, prompt logprobs, top_k, repetition_penalty
+    model = _model(body)
+    if provider == "llamacpp":
+        if route == "/v1/completions" and body.get("echo"):
+            return _bad("'echo' is not supported by this server", param="echo")
+        return None
+    if route != "/v1/chat/completions" and provider in ("anthropic", "gemini"):
+        return 404, {"error": {"message": f"{route} is not available on this endpoint", "type": "not_found_error"}}
+    if provider == "openai":
+        known = openai_fields(route)
+        unknown = sorted(set(body) - known)
+        if unknown:
+            return _bad(f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
+        if route == "/v1/completions" and body.get("echo") and body.get("logprobs") is not None:
+            return _bad("This model does not support echo with logprobs.", param="echo")
+        if _openai_reasoning(model):
+            if "max_tokens" in body:
+                return _bad("Unsupported parameter: 'max_tokens' is not supported with this model. "
+                            "Use 'max_completion_tokens' instead.", param="max_tokens")
+            for name in ("temperature", "top_p"):
+                if name in body and body[name] != 1:
+                    return _bad(f"Unsupported value: '{name}' does not support {body[name]} with this model. "
+                                "Only the default (1) value is supported.", param=name)
+            for name in ("logprobs", "top_logprobs", "stop"):
+                if body.get(name) not in (None, False):
+                    return _bad(f"Unsupported parameter: '{name}' is not supported with this model.", param=name)
+            effort = body.get("reasoning_effort")
+            if effort is not None:
+                gpt51 = re.match(r"gpt-5\.\d", model) is not None
+                valid = ("low", "medium", "high") if re.match(r"o\d", model) else (
+                    ("none", "low", "medium", "high", "xhigh") if gpt51 else ("minimal", "low", "medium", "high"))
+                if effort not in valid:
+                    return _bad(f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this "
+                                f"model. Supported values are: {', '.join(valid)}.", param="reasoning_effort")
+        elif body.get("reasoning_effort") is not None:
+            return _bad("Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+                        param="reasoning_effort")
+        stops = body.get("stop")
+        if isinstance(stops, list) and len(stops) > 4:
+            return _bad("'stop': array too long. Expected an array with maximum length 4.", param="stop")
+        return None
+    if provider == "anthropic":
+        unknown = sorted(set(body) - ANTHROPIC_FIELDS)
+        if unknown:
+            return _bad(f"{unknown[0]}: Extra inputs are not permitted", param=unknown[0])
+        if body.get("n", 1) != 1:
+            return _bad("n: only n=1 is supported", param="n")
+        if "temperature" in body and "top_p" in body and _claude_one_sampler(model):
+            return _bad("`temperature` and `top_p` cannot both be specified for this model. Please use only one.")
+        return None
+    if provider == "gemini":
+        unknown = sorted(set(body) - GEMINI_FIELDS)
+        if unknown:
+            return 400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                    "message": f'Invalid JSON payload received. Unknown name "{unknown[0]}": '
+                                               "Cannot find field."}}]
+        effort = body.get("reasoning_effort")
+        v = _gemini_version(model)
+        if effort is not None:
+            valid = ("low", "high") if (v and v >= (3, 0) and "pro" in model) else ("high", "low", "medium", "none")
+            if v is not None and v < (2, 5):
+                valid = ()
+            if effort not in valid:
+                return 400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                        "message": f"Invalid reasoning_effort: {effort}. Valid values are: "
+                                                   f"{', '.join(valid) or 'none accepted by this model'}"}}]
+        stops = body.get("stop")
+        if isinstance(stops, list) and len(stops) > 5:
+            return 400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                    "message": "stop_sequences: at most 5 are allowed"}}]
+        return None
+    return None
+
+
 def _default_reply(body: dict[str, Any]) -> str:
     messages = body.get("messages") or []
     users = [m.get("content", "") for m in messages if m.get("role") == "user"]
@@ -183,7 +370,12 @@ class OpenAIServer:
         model: str = "fake-model",
         logprob_fn: Callable[[str], float] = fake_logprob,
         top_logprobs_fn: Callable[[dict[str, Any], str], list[tuple[str, float]]] | None = None,
+        provider: str | None = None,
     ):
+        if provider not in PROVIDER_MODES:
+            raise ValueError(f"provider mode must be one of {PROVIDER_MODES}, not {provider!r}")
+        self.provider = provider
+        self.refused: list[dict[str, Any]] = []
         self.reply_fn = reply_fn or _default_reply
         self.fault_fn = _as_fault_fn(faults)
         self.model = model
@@ -278,9 +470,11 @@ class OpenAIServer:
         if cut >= 0:
             text = text[:cut]
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        if limit is not None and self.provider in ("gemini", "openai"):
+            limit = int(limit) - thinking_tokens(self.provider, body)  # thinking is spent first
         tokens = fake_tokenize(text)
-        if limit is not None and len(tokens) > int(limit):
-            text, finish = "".join(tokens[: int(limit)]), "length"
+        if limit is not None and len(tokens) > max(0, int(limit)):
+            text, finish = "".join(tokens[: max(0, int(limit))]), "length"
         return text, finish
 
     def chat_response(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +486,7 @@ class OpenAIServer:
             "finish_reason": finish,
             "logprobs": None,
         }
-        if body.get("logprobs"):
+        if body.get("logprobs") and self.provider not in ("anthropic", "gemini"):  # ignored there
             k = min(int(body.get("top_logprobs") or 0), 20)
             content = []
             for tok in tokens:
@@ -311,6 +505,7 @@ class OpenAIServer:
                 )
             choice["logprobs"] = {"content": content}
         prompt_tokens = sum(len(fake_tokenize(str(m.get("content", "")))) for m in body.get("messages") or [])
+        thought = thinking_tokens(self.provider, body)
         return {
             "id": f"chatcmpl-{self.n_posts}",
             "object": "chat.completion",
@@ -319,8 +514,8 @@ class OpenAIServer:
             "choices": [choice],
             "usage": {
                 "prompt_tokens": prompt_tokens,
-                "completion_tokens": len(tokens),
-                "total_tokens": prompt_tokens + len(tokens),
+                "completion_tokens": len(tokens) + thought,
+                "total_tokens": prompt_tokens + len(tokens) + thought,
             },
         }
 
@@ -431,11 +626,22 @@ class _Handler(BaseHTTPRequestHandler):
         if route not in ("/v1/chat/completions", "/v1/completions"):
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
+        refused = refusal(state.provider, route, body)
+        if refused is not None:
+            with state._lock:
+                state.refused.append(body)
+            self._send_json(refused[0], refused[1])
+            return
         if fault is not None and fault.kind == "reset":
             self._reset()
             return
         if fault is not None and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
+            if fault.retry_after_ms is not None:
+                headers["retry-after-ms"] = fault.retry_after_ms
+            if fault.body is not None:
+                self._send_json(fault.status, fault.body, headers)
+                return
             kind = (
                 "rate_limit_error"
                 if fault.status == 429
@@ -499,9 +705,10 @@ def serve(
     model: str = "fake-model",
     logprob_fn: Callable[[str], float] = fake_logprob,
     top_logprobs_fn: Callable[[dict[str, Any], str], list[tuple[str, float]]] | None = None,
+    provider: str | None = None,
 ) -> Iterator[OpenAIServer]:
     """Run an `OpenAIServer` on 127.0.0.1 (ephemeral port) for the duration of the block."""
-    server = OpenAIServer(reply_fn, faults, model, logprob_fn, top_logprobs_fn).start()
+    server = OpenAIServer(reply_fn, faults, model, logprob_fn, top_logprobs_fn, provider).start()
     try:
         yield server
     finally:
