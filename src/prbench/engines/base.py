@@ -65,6 +65,18 @@ class Engine(ABC):
         """What identifies this engine's outputs in a cache key (model, revision, template hash)."""
         return {"spec": self.spec}
 
+    def capabilities(self) -> dict[str, bool]:
+        """What this engine can do: generate, loglik, choice_logprobs, classify (an override narrows it)."""
+        cls = type(self)
+        return {"generate": True, "loglik": cls.loglik is not Engine.loglik,
+                "choice_logprobs": cls.choice_logprobs is not Engine.choice_logprobs, "classify": False}
+
+    def require(self, capability: str, what: str) -> None:
+        """Fail at construction, with one line, when a kind needs a capability (`what` it is) this engine lacks."""
+        if not self.capabilities().get(capability, False):
+            raise SpecError(f"{self.spec}: this engine has no {what} ({capability}); see the README's engine "
+                            f"capability table")
+
 
 def load_engine(spec: str, **options: Any) -> Engine:
     """Build the engine a spec string names (see `prbench.registry.ENGINES`); options are backend-specific."""

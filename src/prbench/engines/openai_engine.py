@@ -437,7 +437,7 @@ class OpenAIEngine(Engine):
                                  f"to reset")
         return values, errors
 
-    def _require(self, capability: str, what: str) -> None:
+    def require(self, capability: str, what: str) -> None:
         if not self.profile.capabilities()[capability]:
             raise SpecError(f"{self.spec}: provider {self.profile.provider!r} has no {what}, so it cannot "
                             f"{'score answer tokens (judge --mode likelihood)' if capability == 'choice_logprobs' else 'compute log-likelihoods (lik:/pmi:)'}; "
@@ -491,7 +491,7 @@ class OpenAIEngine(Engine):
 
     def choice_logprobs(self, prompts: Sequence[Messages], choices: Sequence[str]) -> list[dict[str, float]]:
         """First-token log-probs from top-20 logprobs; missing -> -inf, failed request -> NaN."""
-        self._require("choice_logprobs", "logprobs")
+        self.require("choice_logprobs", "logprobs")
         fp = self.fingerprint()
         keys = [content_key("choices", fp, list(m), list(choices)) for m in prompts]
         probe = GenParams(max_new_tokens=1, temperature=0.0)
@@ -520,7 +520,7 @@ class OpenAIEngine(Engine):
         """Continuation log-probs via /v1/completions echo; a failed request gives `[nan]`."""
         from prbench.engines.transformers_engine import chat_text, render_plain
 
-        self._require("loglik", "echo with logprobs on /v1/completions")
+        self.require("loglik", "echo with logprobs on /v1/completions")
         tokenizer = self._get_tokenizer()
         fp = self.fingerprint()
         keys = [content_key("loglik", fp, list(m), c) for m, c in requests]

@@ -446,6 +446,7 @@ class LikelihoodJudge(_JudgeBase, PairwiseRM):
 
     def __init__(self, engine: str | Engine, debias_position: bool = False, **kw: Any):
         super().__init__(engine, mode="likelihood", **kw)
+        self.engine.require("choice_logprobs", "logprobs")  # fail before the first request, not per record
         self.debias_position = bool(debias_position)
         if self.debias_position:
             self.name = f"judge[likelihood-debiased]:{self.spec.removeprefix('judge:')}"

@@ -67,6 +67,7 @@ class _LoglikRM(PointwiseRM):
         self.system = system
         opts = {**{k: v for k, v in options.items() if k != "seed"}, **(engine_options or {})}
         self.engine, self.ignored_options = open_engine(engine_spec, opts)
+        self.engine.require("loglik", "echo with logprobs on /v1/completions")
         engine_name = engine_spec if isinstance(engine_spec, str) else self.engine.spec
         self.spec = f"{self.prefix}:{engine_name}"
         self.name = self.spec if normalize == "mean" else f"{self.prefix}[{normalize}]:{engine_name}"
