@@ -14,6 +14,7 @@ environment variables, so a framework that only imports a file can still be conf
 | `fallback_reward` | PRBENCH_FALLBACK_REWARD | reward of an item that cannot be scored (0.0) |
 | `reward_scale` | PRBENCH_REWARD_SCALE | multiplies every valid score (the paper used 0.1) |
 | `device` | PRBENCH_DEVICE | in-process RM device (e.g. cuda:1) |
+| `top_k`, `retriever` | PRBENCH_TOP_K, PRBENCH_RETRIEVER | in-process: profile posts shown to the RM (10, bm25) |
 
 A failing server (unreachable, 4xx, 5xx) raises: training must stop rather than learn from
 made-up rewards. An item the RM cannot score gets `fallback_reward` and is flagged invalid.
@@ -34,7 +35,8 @@ from prbench.schema import SourceItem
 ENV = {"url": "PRBENCH_REWARD_URL", "rm": "PRBENCH_RM", "condition": "PRBENCH_CONDITION",
        "items": "PRBENCH_ITEMS", "token_env": "PRBENCH_REWARD_TOKEN_ENV",
        "fallback_reward": "PRBENCH_FALLBACK_REWARD", "reward_scale": "PRBENCH_REWARD_SCALE",
-       "device": "PRBENCH_DEVICE", "policy_template": "PRBENCH_POLICY_TEMPLATE"}
+       "device": "PRBENCH_DEVICE", "policy_template": "PRBENCH_POLICY_TEMPLATE", "top_k": "PRBENCH_TOP_K",
+       "retriever": "PRBENCH_RETRIEVER"}
 _CLIENTS: dict[tuple, RewardClient] = {}
 _LOCK = threading.Lock()
 
@@ -50,6 +52,14 @@ def settings(given: Mapping[str, Any]) -> dict[str, Any]:
             raise PrbenchError(f"{ENV[key]}={raw!r} is not a number") from None
         if not math.isfinite(out[key]):
             raise PrbenchError(f"{key} must be finite, got {raw!r}")
+    raw = out["top_k"]
+    try:
+        out["top_k"] = int(raw) if raw not in (None, "") else 10
+    except ValueError:
+        raise PrbenchError(f"{ENV['top_k']}={raw!r} is not an integer") from None
+    if out["top_k"] < 1:
+        raise PrbenchError(f"top_k must be >= 1, got {raw!r}")
+    out["retriever"] = out["retriever"] or "bm25"
     return out
 
 
@@ -59,7 +69,7 @@ class RewardClient:
     def __init__(self, url: str | None = None, rm: str | None = None, *, condition: str | None = None,
                  items: str | Sequence[SourceItem] | None = None, token_env: str | None = None,
                  fallback_reward: float = 0.0, reward_scale: float = 1.0, device: str | None = None,
-                 timeout: float = 120.0, **_: Any):
+                 top_k: int = 10, retriever: str = "bm25", timeout: float = 120.0, **_: Any):
         if bool(url) == bool(rm):
             raise PrbenchError("give exactly one reward source: a serve-reward URL (PRBENCH_REWARD_URL / url=) "
                                "or an RM spec (PRBENCH_RM / rm=)")
@@ -83,7 +93,10 @@ class RewardClient:
             model = load_rm(rm, **({"device": device} if device else {}))
             if not isinstance(model, PointwiseRM):
                 raise PrbenchError(f"{rm}: a reward needs a pointwise RM (a judge in mode pointwise)")
-            self.service = RewardService(model, condition or "profile", items=list(self.items.values()))
+            from prbench.retrieval import load_retriever
+
+            self.service = RewardService(model, condition or "profile", items=list(self.items.values()), top_k=top_k,
+                                         retriever=load_retriever(retriever))
 
     def _payload(self, rows: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict[str, Any]] | None:
         out = []

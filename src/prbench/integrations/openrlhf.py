@@ -7,7 +7,8 @@ reading `rewards`, `scores` and `extra_logs` from the dict it returns. This file
 as `prbench serve-reward`'s `POST /get_reward` does (the same `RewardService.rewards`), with the
 RM loaded in this process: set PRBENCH_RM (RM spec), PRBENCH_POLICY_TEMPLATE (the policy,
 whose chat template tells where the answer starts), PRBENCH_CONDITION (default profile),
-optionally PRBENCH_ITEMS, PRBENCH_FALLBACK_REWARD, PRBENCH_REWARD_SCALE, PRBENCH_DEVICE.
+optionally PRBENCH_ITEMS, PRBENCH_FALLBACK_REWARD, PRBENCH_REWARD_SCALE, PRBENCH_DEVICE,
+PRBENCH_TOP_K, PRBENCH_RETRIEVER (as `prbench.integrations.client` documents them).
 To use a running server instead, point `--reward.remote_url` at `http://HOST:PORT/get_reward`.
 """
 
@@ -36,6 +37,7 @@ def service_from_env(**given: Any) -> Any:
             from prbench.downstream.sampling import load_items
             from prbench.downstream.server import RewardService
             from prbench.integrations.chat import load_splitter
+            from prbench.retrieval import load_retriever
             from prbench.rewards.base import PointwiseRM, load_rm
 
             rm = load_rm(cfg["rm"], **({"device": cfg["device"]} if cfg["device"] else {}))
@@ -44,7 +46,7 @@ def service_from_env(**given: Any) -> Any:
             _SERVICES[key] = RewardService(
                 rm, cfg["condition"] or "profile", items=load_items(cfg["items"]) if cfg["items"] else (),
                 splitter=load_splitter(cfg["policy_template"]), fallback_reward=cfg["fallback_reward"],
-                reward_scale=cfg["reward_scale"])
+                reward_scale=cfg["reward_scale"], top_k=cfg["top_k"], retriever=load_retriever(cfg["retriever"]))
         return _SERVICES[key]
 
 
