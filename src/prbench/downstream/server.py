@@ -384,6 +384,7 @@ def create_app(
                             splitter=policy_template, fallback_reward=fallback_reward, reward_scale=reward_scale)
     app = fastapi.FastAPI(title="prbench reward server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    app.state.body_timeout = body_timeout  # the servers below set it from their Limits
     rm_name = _redact_spec(getattr(model, "name", model.spec))
 
     def reject(status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
@@ -416,10 +417,11 @@ def create_app(
                 return reject(400, "invalid Content-Length")
             if int(length) > max_body_bytes:
                 return reject(413, f"body over {max_body_bytes} bytes")
+        limit = app.state.body_timeout
         try:
-            return await asyncio.wait_for(read_all(request), body_timeout)
+            return await asyncio.wait_for(read_all(request), limit)
         except asyncio.TimeoutError:
-            return reject(408, f"request body not received within {body_timeout:g} s", {"Connection": "close"})
+            return reject(408, f"request body not received within {limit:g} s", {"Connection": "close"})
 
     async def read_json(request: Any) -> Any:
         """The parsed body, or a ready error response (auth first: a bad body without a token is 401)."""
@@ -534,6 +536,7 @@ def serve(
     check_bind(host, token, allow_remote)
     limits = limits or Limits()
     app = create_app(rm, condition, token=token, body_timeout=limits.body_timeout, **app_options)
+    app.state.body_timeout = limits.body_timeout
     uvicorn.run(app, host=host, port=port, log_level=log_level, **limits.uvicorn_config())
 
 
@@ -542,8 +545,11 @@ class ThreadedServer:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, limits: Limits | None = None):
         uvicorn = require("uvicorn", "serve")
+        if limits is not None:  # explicit limits win over the app's own body timeout
+            app.state.body_timeout = limits.body_timeout
+        limits = limits or Limits()
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                                                    **(limits or Limits()).uvicorn_config()))
+                                                    **limits.uvicorn_config()))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.host = host
     def __enter__(self) -> ThreadedServer:  # noqa: PYI034 - py3.10 has no typing.Self
