@@ -7,7 +7,7 @@ no critic: it samples `num_generations` answers per prompt and uses each answer'
 relative to its group as the advantage. It answers the same question (does optimising this
 RM's reward make answers fit the user's rubric better?) with a simpler, cheaper estimator;
 results are comparable across RMs, not numerically to the paper's PPO. For PPO proper, run
-verl or OpenRLHF against `prbench serve-reward` (see `prbench.downstream.server`).
+verl or OpenRLHF against `prbench serve-reward` (docs/rl.md, `prbench.integrations`).
 
 What the RM sees: each training row carries the item's `example_id`, `question` and `profile`
 as dataset columns (plus `rubric_aspects` only under the `oracle` condition); the reward
