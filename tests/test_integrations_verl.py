@@ -154,3 +154,26 @@ def test_compute_score_fails_loudly_and_flags_invalid(parquet, tmp_path) -> None
     res = module.compute_score("prbench", "two words", row["reward_model"]["ground_truth"], row["extra_info"],
                                rm="baseline:length", fallback_reward=-2.0)
     assert res == {"score": 2.0, "prbench_invalid": 0.0}
+
+
+def test_cli_export_writes_both_datasets(tmp_path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from prbench.cli import _register, app
+
+    _register()
+    runner = CliRunner()
+    res = runner.invoke(app, ["export", "verl", "--limit", "3", "--out", str(tmp_path / "v.parquet"), "--json"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["rows"] == 3 and info["reward_file"] == verl_hook.__file__
+    assert [r["reward_model"]["ground_truth"] for r in dataset_rows(tmp_path / "v.parquet")] == \
+        [it.id for it in load_examples("sample", "source", limit=3)]
+    res = runner.invoke(app, ["export", "openrlhf", "--limit", "2", "-c", "oracle", "--out", str(tmp_path / "o.jsonl")])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and "rubric_aspects" in json.loads(rows[0]["label"])
+    bad = runner.invoke(app, ["export", "verl", "-c", "wrong-profile", "--out", str(tmp_path / "x.parquet")])
+    assert bad.exit_code != 0 and not (tmp_path / "x.parquet").exists()
