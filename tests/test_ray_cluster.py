@@ -44,7 +44,7 @@ def cluster(tmp_path_factory):
     try:
         import ray
 
-        deadline = time.time() + 120
+        deadline = time.time() + 240  # a loaded 2-core machine can take minutes
         while True:  # wait until the head answers, then leave the connecting to prbench
             try:
                 ray.init(log_to_driver=False)
@@ -58,6 +58,9 @@ def cluster(tmp_path_factory):
         shutdown()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        current = Path("/tmp/ray/ray_current_cluster")  # what `ray stop` would clean up, if it is ours
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -68,7 +68,9 @@ def connect(ray: Any, ray_address: str | None, workers: int) -> None:
     if address:
         ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
     else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        # "local": always a new Ray of our own, never a stale `ray start` cluster recorded in /tmp/ray
+        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                 ignore_reinit_error=True)
 
 
 def default_gpus(cluster_gpus: float, workers: int) -> float:
