@@ -82,6 +82,7 @@ def free_cpus(ray) -> float:
     return ray.available_resources().get("CPU", 0)
 
 
+@pytest.mark.slow
 def test_ray_address_run_and_an_actor_killed_mid_run_give_single_process_bytes(cluster, data, tmp_path) -> None:
     import ray
 

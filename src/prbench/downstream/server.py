@@ -265,8 +265,9 @@ class RewardService:
         values: list[float] = [self.fallback_reward] * n
         flags = [1.0] * n
         for i, s in zip(todo, scores):
-            if s.valid:
-                values[i], flags[i] = s.value * self.reward_scale, 0.0
+            value = s.value * self.reward_scale if s.valid else math.nan
+            if math.isfinite(value):  # also catches a valid score that overflows when scaled
+                values[i], flags[i] = value, 0.0
             else:
                 parsed[i] = _Invalid("rm_failed", s.error or "non-finite score")
         reasons = Counter(x.reason for x in parsed if isinstance(x, _Invalid))

@@ -113,8 +113,11 @@ class RewardClient:
         return out
 
     def _finish(self, scores: Sequence[float | None]) -> list[tuple[float, bool]]:
-        return [(s * self.reward_scale, True) if s is not None and math.isfinite(s) else (self.fallback_reward, False)
-                for s in scores]
+        out = []
+        for s in scores:
+            value = s * self.reward_scale if isinstance(s, (int, float)) else math.nan
+            out.append((value, True) if math.isfinite(value) else (self.fallback_reward, False))
+        return out
 
     def _check(self, r: Any) -> list[float | None]:
         if r.status_code != 200:
