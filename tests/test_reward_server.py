@@ -210,3 +210,97 @@ def test_cli_serve_reward_reads_token_from_env() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+# -- hardening (issue 21, point 7) ------------------------------------------------------------
+def _raw(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.settimeout(5)
+    return s
+
+
+def _closed(s: socket.socket) -> bool:
+    """True when the server has closed this connection (reads EOF, possibly after a reply)."""
+    try:
+        while True:
+            data = s.recv(4096)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_connection_cap_and_header_timeout_free_descriptors() -> None:
+    from prbench.downstream.server import Limits
+
+    limits = Limits(max_connections=4, header_timeout=0.6, body_timeout=5, idle_timeout=5)
+    with ThreadedServer(create_app(load_rm("baseline:length"), "none"), limits=limits) as srv:
+        idle = [_raw(srv.port) for _ in range(4)]
+        time.sleep(0.1)
+        over = _raw(srv.port)
+        assert over.recv(4096).startswith(b"HTTP/1.1 503")  # answered and closed at once
+        assert _closed(over)
+        slow = idle[0]
+        slow.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")  # headers never finish
+        t0 = time.time()
+        assert all(_closed(s) for s in idle)  # idle and slow clients are dropped after header_timeout
+        assert time.time() - t0 < 4
+        assert httpx.get(f"{srv.base_url}/health", timeout=5).status_code == 200
+        for s in [*idle, over]:
+            s.close()
+
+
+def test_body_timeout_is_408_and_idle_keepalive_closes() -> None:
+    from prbench.downstream.server import Limits
+
+    limits = Limits(max_connections=8, header_timeout=5, body_timeout=0.5, idle_timeout=0.4)
+    with ThreadedServer(create_app(load_rm("baseline:length"), "none"), limits=limits) as srv:
+        s = _raw(srv.port)
+        s.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"it")
+        reply = s.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 408"), reply[:80]
+        s.close()
+        k = _raw(srv.port)
+        k.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert k.recv(4096).startswith(b"HTTP/1.1 200")
+        t0 = time.time()
+        assert _closed(k) and time.time() - t0 < 3  # kept alive, then closed when idle
+        k.close()
+
+
+def test_binding_beyond_loopback_needs_a_flag_and_empty_tokens_are_errors(monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from prbench.cli import _register, app
+    from prbench.downstream.server import check_bind
+
+    for host in ("", "0.0.0.0", "::", "10.1.2.3"):
+        with pytest.raises(PrbenchError, match="allow-remote"):
+            check_bind(host, "tok", allow_remote=False)
+    check_bind("0.0.0.0", "tok", allow_remote=True)
+    check_bind("127.0.0.1", None, allow_remote=False)
+    monkeypatch.setenv("PRB_EMPTY", "")
+    with pytest.raises(PrbenchError, match="PRB_EMPTY is set but empty"):
+        token_from_env("PRB_EMPTY")
+    monkeypatch.setenv("PRB_EMPTY", "   ")
+    with pytest.raises(PrbenchError, match="empty"):
+        token_from_env("PRB_EMPTY", required=True)
+    with pytest.raises(PrbenchError, match="empty"):
+        create_app(load_rm("baseline:length"), "none", token=" ")
+    _register()
+    monkeypatch.delenv("PRBENCH_REWARD_TOKEN", raising=False)
+    res = CliRunner().invoke(app, ["serve-reward", "--rm", "baseline:length", "--host", "0.0.0.0"])
+    assert res.exit_code != 0 and "allow-remote" in str(res.exception or res.output)
+    res = CliRunner().invoke(app, ["serve-reward", "--rm", "baseline:length", "--token-env", "PRB_EMPTY"])
+    assert res.exit_code != 0 and "empty" in str(res.exception or res.output)
+
+
+def test_urls_are_redacted() -> None:
+    from prbench.downstream.server import redact_url
+
+    assert redact_url("http://user:pass@host:8000/v1?api_key=abc&model=m&token=t") == \
+        "http://***@host:8000/v1?api_key=***&model=m&token=***"
+    assert redact_url("https://host/v1") == "https://host/v1"
+    assert "sekrit" not in redact_url("http://h/?Signature=sekrit&X-Amz-Credential=sekrit")

@@ -168,6 +168,7 @@ def evaluate(
     repair: bool = False,
     workers: int = 1,
     ray_address: str | None = None,
+    gpus_per_worker: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
@@ -225,7 +226,7 @@ def evaluate(
         from prbench.distributed import ray_chunks
 
         stream = ray_chunks(str(model), rm_options, chunks, workers=max(workers, 1), seed=seed,
-                            both_orders=both_orders, ray_address=ray_address,
+                            both_orders=both_orders, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
     else:
         stream = (chunk_records(rm, exs, vs, seed, both_orders, cache) for exs, vs in chunks)

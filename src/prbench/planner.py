@@ -422,10 +422,12 @@ def train_planner(
     """
     from prbench.data import load_examples
     from prbench.extras import require
+    from prbench.train import is_main_process, pin_device, single_process_args
 
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
     trl = require("trl", "train")
+    device = pin_device(device)  # one GPU without a launcher (TRL refuses n_gpu > 1)
     items = (load_examples(data, "source", limit=limit, split=split) if isinstance(data, str)
              else list(data)[:limit])
     rows = planner_sft_rows(items, top_k=top_k, retriever=retriever, max_aspects=max_aspects,
@@ -450,6 +452,7 @@ def train_planner(
         use_cpu=use_cpu, bf16=False, fp16=False, disable_tqdm=True, lr_scheduler_type="constant",
         warmup_steps=0,
     )
+    single_process_args(args)
     peft_config = None
     if lora:
         peft = require("peft", "train")
@@ -459,6 +462,8 @@ def train_planner(
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_ds, processing_class=tok,
                              peft_config=peft_config)
     result = trainer.train()
+    if not is_main_process():  # a launched run's other ranks: rank 0 writes the planner
+        return {"rank": int(os.environ.get("RANK", "0"))}
     trained = trainer.model
     if lora:
         trained = trained.merge_and_unload()

@@ -61,7 +61,7 @@ def _register() -> None:
 # Modules that add top-level commands to `app` when imported.
 _COMMAND_MODULES: list[str] = ["eval", "study"]
 # Modules that expose register(app).
-_REGISTER_MODULES: list[str] = ["downstream", "rgd", "meta"]
+_REGISTER_MODULES: list[str] = ["downstream", "rgd", "meta", "export"]
 
 
 def main() -> None:

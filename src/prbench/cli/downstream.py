@@ -233,12 +233,21 @@ def rl(
 def serve_reward(
     rm: Annotated[str, typer.Option("--rm", "-m", help="Pointwise RM spec to serve.")],
     condition: RMCondition = "none",
-    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; others need --allow-remote).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    token_env: Annotated[str, typer.Option(help="Env var holding the bearer token (auth on when it is set).")] = "PRBENCH_REWARD_TOKEN",
+    allow_remote: Annotated[bool, typer.Option("--allow-remote", help="Allow binding beyond loopback (set a token too).")] = False,
+    token_env: Annotated[str, typer.Option(help="Env var holding the bearer token (auth on when it is set; set but empty is an error).")] = "PRBENCH_REWARD_TOKEN",
     require_token: Annotated[bool, typer.Option(help="Refuse to start when the token env var is unset.")] = False,
+    policy_template: Annotated[str | None, typer.Option(help="Policy (hf:DIR, builtin:NAME, folder) whose chat template splits OpenRLHF queries at /get_reward.")] = None,
+    items: Annotated[str | None, typer.Option(help="Benchmark items, so a /get_reward label may name only an id.")] = None,
+    fallback_reward: Annotated[float, typer.Option(help="/get_reward value of an item that cannot be scored (counted in /stats).")] = 0.0,
+    reward_scale: Annotated[float, typer.Option(help="/get_reward: multiply RM scores (the paper used 0.1).")] = 1.0,
     max_batch: Annotated[int, typer.Option(help="Most items per request.")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 1_000_000,
+    max_connections: Annotated[int, typer.Option(help="Most open connections (more get 503 and are closed).")] = 256,
+    header_timeout: Annotated[float, typer.Option(help="Seconds for a request's headers to arrive.")] = 10.0,
+    body_timeout: Annotated[float, typer.Option(help="Seconds for a request's body to arrive (else 408).")] = 30.0,
+    idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle keep-alive connection is closed.")] = 5.0,
     top_k: TopK = 10,
     retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
@@ -252,16 +261,28 @@ def serve_reward(
     api_key_env: ApiKeyEnv = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve an RM over HTTP (POST /score, GET /health) for verl, OpenRLHF or your own RL loop."""
-    from prbench.downstream.server import serve, token_from_env
+    """Serve an RM over HTTP (POST /score, POST /get_reward for OpenRLHF, GET /health, GET /stats)."""
+    from prbench.downstream.server import Limits, check_bind, redact_url, serve, token_from_env
     from prbench.rewards.base import load_rm
 
     token = token_from_env(token_env, required=require_token)
+    check_bind(host, token, allow_remote)  # before any model loads: a refused bind costs nothing
+    limits = Limits(max_connections=max_connections, header_timeout=header_timeout, body_timeout=body_timeout,
+                    idle_timeout=idle_timeout)
+    served = []
+    if items:
+        from prbench.downstream.sampling import load_items
+
+        served = load_items(items)
     model = load_rm(rm, **set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                                       base_url=base_url, api_key_env=api_key_env, batch_size=batch_size))
-    typer.echo(f"serving {rm} [{condition}] on http://{host}:{port} (auth: {'on' if token else 'off'})", err=True)
-    serve(model, condition, host=host, port=port, token=token, max_batch=max_batch, max_body_bytes=max_body_bytes,
-          top_k=top_k, retriever=retriever, planner_file=planner_file, max_context_chars=max_context_chars,
+    shown = redact_url(f"http://{host}:{port}") if host else f"http://*:{port}"
+    typer.echo(f"serving {rm} [{condition}] on {shown} (auth: {'on' if token else 'off'}; "
+               f"/get_reward: {'on' if policy_template else 'needs --policy-template'})", err=True)
+    serve(model, condition, host=host, port=port, token=token, allow_remote=allow_remote, limits=limits,
+          max_batch=max_batch, max_body_bytes=max_body_bytes, top_k=top_k, retriever=retriever,
+          planner_file=planner_file, max_context_chars=max_context_chars, items=served,
+          policy_template=policy_template, fallback_reward=fallback_reward, reward_scale=reward_scale,
           log_level=log_level)
 
 

@@ -75,7 +75,8 @@ def eval_cmd(
     repair: Repair = False,
     no_cache: NoCache = False,
     workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
-    ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto').")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).")] = None,
+    gpus_per_worker: Annotated[float | None, typer.Option(help="GPUs per Ray actor (fractional ok; 0 for API judges; default: a share of the cluster's).")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -102,7 +103,7 @@ def eval_cmd(
                                planner_file=planner_file, both_orders=both_orders, batch_size=batch_size,
                                model_options=opts, overwrite=overwrite, retry_failed=retry_failed, repair=repair,
                                cache=NullCache() if no_cache else None,
-                               workers=workers, ray_address=ray_address,
+                               workers=workers, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
     if json_out:

@@ -112,7 +112,7 @@ def train_cmd(
     limit: Limit = None,
     split: Annotated[str, typer.Option(help="Split of a hub dataset.")] = "train",
     seed: Seed = 0,
-    device: Annotated[str, typer.Option(help="auto or cpu.")] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda:N (then the only GPU used; many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
     """Supervised fine-tuning of a planner on (question + posts -> true rubric) with TRL."""

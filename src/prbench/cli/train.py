@@ -74,6 +74,7 @@ def bt(
     retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
     encoder: Encoder = "builtin:minilm-l6",
+    device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
     """Bradley-Terry RM on user views; saves a folder usable as hf:<out> / bt:<out> (or pal:<out>)."""
@@ -94,7 +95,7 @@ def bt(
         d = BTConfig
         cfg = BTConfig(condition=condition, retriever=retriever, top_k=top_k, epochs=epochs or d.epochs,
                        lr=lr or d.lr, batch_size=batch_size or d.batch_size, seed=seed, lora=lora, lora_r=lora_r,
-                       max_length=max_length, max_steps=max_steps)
+                       max_length=max_length, max_steps=max_steps, device=device)
         result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
     _report(result, json_out)
 

@@ -7,7 +7,7 @@ no critic: it samples `num_generations` answers per prompt and uses each answer'
 relative to its group as the advantage. It answers the same question (does optimising this
 RM's reward make answers fit the user's rubric better?) with a simpler, cheaper estimator;
 results are comparable across RMs, not numerically to the paper's PPO. For PPO proper, run
-verl or OpenRLHF against `prbench serve-reward` (see `prbench.downstream.server`).
+verl or OpenRLHF against `prbench serve-reward` (docs/rl.md, `prbench.integrations`).
 
 What the RM sees: each training row carries the item's `example_id`, `question` and `profile`
 as dataset columns (plus `rubric_aspects` only under the `oracle` condition); the reward
@@ -24,11 +24,19 @@ After training, the policy (LoRA merged if used) is saved to `<out>/policy`, ans
 sampled on held-out items (`<out>/eval_samples`, and the untrained policy's in
 `<out>/base_samples` for comparison), graded against each user's rubric, and written to
 `<out>/downstream.json` (setting "rl", k = [1]: per item, the mean grade of its answers).
+
+Devices: without a launcher, training uses one device (`device="cuda:N"` makes GPU N the only
+visible one, `prbench.train.pin_device`, and `n_gpu` is pinned to 1, which TRL requires); under
+`accelerate launch` / `torchrun` every rank trains and rank 0 alone saves, samples and grades.
+Before grading, the trainer, policy and RM are released and the CUDA cache emptied, and the
+grader is created only then: a `vllm:` grader wants most of the GPU free when it starts.
 """
 
 from __future__ import annotations
 
+import gc
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -226,6 +234,18 @@ def _rows(items: Sequence[SourceItem], views: Sequence[View], condition: str, pr
     return rows
 
 
+def release_gpu_memory() -> None:
+    """Collect dropped models and hand cached CUDA memory back, so a following engine can claim it."""
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 def _grade_samples(ss: SampleSet, grader: Grader) -> dict[str, float]:
     """Per item: mean grade over its answers; items with an invalid grade are left out."""
     pairs = [(it, t) for it in ss.items for t in ss.samples[it.id]]
@@ -290,6 +310,16 @@ def train_rl(
     transformers = require("transformers", "hf")
     trl = require("trl", "train")
     datasets = require("datasets", "hf")
+    from prbench.train import is_main_process, pin_device, single_process_args
+
+    given_device, device = device, pin_device(device)
+    rm_options = {**(rm_options or {})}
+    if rm_options.get("device") == given_device:  # the same GPU under its new name
+        rm_options["device"] = device
+    grader_options = {**(grader_options or {})}
+    eng = grader_options.get("engine_options")
+    if isinstance(eng, dict) and eng.get("device") == given_device:
+        grader_options["engine_options"] = {**eng, "device": device}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -306,7 +336,7 @@ def train_rl(
     rows = _rows(train_items, policy_views, condition, prompt, max_words)
     dataset = datasets.Dataset.from_list(rows)
 
-    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(rm_options or {})})
+    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **rm_options})
     if not isinstance(rm_obj, PointwiseRM):
         raise PrbenchError(f"{rm_obj.spec}: RL needs a pointwise RM (a judge in --mode pointwise)")
     rm_name = getattr(rm_obj, "name", rm_obj.spec)
@@ -343,6 +373,7 @@ def train_rl(
         scale_rewards="group",
         **({} if gradient_checkpointing is None else {"gradient_checkpointing": gradient_checkpointing}),
     )
+    single_process_args(args)
     peft_config = None
     if lora:
         peft = require("peft", "train")
@@ -354,6 +385,8 @@ def train_rl(
     trainer.train()
     train_s = time.time() - t_train
 
+    if not is_main_process():  # other ranks of a launched run: rank 0 saves, samples and grades
+        return RLResult({"rank": int(os.environ.get("RANK", "0")), "train_time_s": round(train_s, 3)}, None, out)
     trained = trainer.model
     if lora:
         trained = trained.merge_and_unload()
@@ -362,7 +395,11 @@ def train_rl(
     tokenizer.padding_side = "right"
     tokenizer.save_pretrained(policy_dir)
     history = [{k: v for k, v in rec.items() if isinstance(v, (int, float))} for rec in trainer.state.log_history]
-    del trainer
+    del trainer, trained, model
+    if not isinstance(rm, RewardModel):  # ours to release (a caller's RM object stays theirs)
+        reward.rm = None
+        del rm_obj
+    release_gpu_memory()
 
     summary: dict[str, Any] = {
         "config": asdict(cfg), "train_items": len(train_items), "heldout_items": len(held),
@@ -375,20 +412,19 @@ def train_rl(
     if grader is not None:
         from prbench.engines.transformers_engine import TransformersEngine
 
-        grader_obj = grader if isinstance(grader, Grader) else load_grader(
-            grader, cache=Cache(namespace="grades"), **(grader_options or {}))
         common: dict[str, Any] = {
             "n": eval_n, "condition": policy_condition, "top_k": top_k, "retriever": retriever,
             "temperature": eval_temperature, "top_p": top_p if eval_temperature > 0 else 1.0,
             "max_new_tokens": eval_max_new_tokens, "max_words": max_words, "seed": seed}
         trained_ss = sample_policy(TransformersEngine(str(policy_dir), device=device), held, out / "eval_samples",
                                    overwrite=True, **common)
+        base_ss = sample_policy(TransformersEngine(source, device=device), held, out / "base_samples",
+                                overwrite=True, **common) if compare_base else None
+        release_gpu_memory()  # the sampling engines are gone before the grader (maybe vLLM) starts
+        grader_obj = grader if isinstance(grader, Grader) else load_grader(
+            grader, cache=Cache(namespace="grades"), **grader_options)
         per_item = _grade_samples(trained_ss, grader_obj)
-        base_item: dict[str, float] = {}
-        if compare_base:
-            base_ss = sample_policy(TransformersEngine(source, device=device), held, out / "base_samples",
-                                    overwrite=True, **common)
-            base_item = _grade_samples(base_ss, grader_obj)
+        base_item: dict[str, float] = _grade_samples(base_ss, grader_obj) if base_ss is not None else {}
         if per_item:
             vals = np.array(list(per_item.values()))
             lo, hi = metrics.bootstrap_ci(vals, seed=seed, n_boot=n_boot)

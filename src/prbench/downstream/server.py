@@ -1,4 +1,4 @@
-'''Reward server: any pointwise RM behind HTTP, so external RL stacks (verl, OpenRLHF) can use it.
+"""Reward server: any pointwise RM behind HTTP, so external RL stacks (verl, OpenRLHF) can use it.
 
 Why: the paper's PPO runs served the RM over HTTP to verl. This server builds each RM
 input through `prbench.conditions` (a View per item under the server's one condition), so
@@ -12,76 +12,68 @@ Endpoints
   `profile` is required under the `profile` condition, `rubric_aspects` under `oracle`, `id`
   under `planner` (aspects come from the server's planner file); extra fields are ignored, and
   a narrative is never read.
-- `GET /health` returns `{"status": "ok", ...}` (no token needed: liveness only).
+- `POST /get_reward`: OpenRLHF's remote reward protocol (the path of its own `serve_rm`), as
+  OpenRLHF 0.11.2 sends it (`openrlhf/utils/agent.py`, `_fetch_rewards_via_http`):
+  `{"query": [str], "prompts": [str], "labels": [str]}`, no Authorization header. `query` is
+  prompt + response decoded with special tokens; the response is cut out of it by the policy's
+  chat template (`--policy-template`, see `prbench.integrations.chat`); each label is a JSON
+  object naming the user context (`prbench.integrations.items`: an `id` looked up in
+  `--items`, or `question` + `profile`). The reply is `{"rewards": [float], "scores": [float],
+  "extra_logs": {"prbench_invalid": [0.0 | 1.0]}}`: always finite floats. An item that cannot be
+  rewarded (unreadable label, unknown id, no assistant turn, an RM failure) gets the
+  server's `fallback_reward` (default 0.0) and is counted in `/stats` by reason; a malformed
+  request as a whole is a 4xx, as on `/score`.
+- `GET /health` (liveness) and `GET /stats` (requests, items, invalid by reason): no token needed.
 
-Safety: binds 127.0.0.1 unless told otherwise; optional bearer token whose *value* comes
-from an environment variable (never argv, which other users can read in `ps`); 401 without
-a token, 403 with a wrong one. Bodies over `max_body_bytes` get 413, batches over `max_batch`
-get 413, invalid JSON gets 400 and a wrong shape or type 422: malformed input never causes a 500.
+Safety: binds 127.0.0.1 unless told otherwise, and any other interface needs an explicit
+`allow_remote` (the CLI's `--allow-remote`); optional bearer token whose *value* comes from an
+environment variable (never argv, which other users can read in `ps`), and a variable set to the
+empty string is an error, not "auth off"; 401 without a token, 403 with a wrong one. Bodies
+over `max_body_bytes` get 413, batches over `max_batch` get 413, invalid JSON gets 400 and a wrong
+shape or type 422: malformed input never causes a 500. Connections: at most `max_connections`
+open (more are answered 503 and closed at once), request headers must arrive within
+`header_timeout` s and the body within `body_timeout` s (else 408), idle keep-alive connections
+close after `idle_timeout` s, so slow or idle clients cannot exhaust file descriptors.
 Scoring runs one batch at a time (a lock), because local models are not thread-safe.
 
-verl: a custom reward function (config `custom_reward_function.path=<this file>`,
-`custom_reward_function.name=compute_score`) that asks the server. Put the profile (and,
-for the oracle condition, the rubric) in the dataset's `extra_info`:
-
-    import os
-    import httpx
-
-    URL = os.environ.get("PRBENCH_REWARD_URL", "http://127.0.0.1:8000/score")
-    HEADERS = ({"Authorization": f"Bearer {os.environ['PRBENCH_REWARD_TOKEN']}"}
-               if os.environ.get("PRBENCH_REWARD_TOKEN") else {})
-
-    def _item(solution_str, extra_info):
-        info = extra_info or {}
-        item = {"query": info["question"], "response": solution_str, "id": str(info.get("id", ""))}
-        for key in ("profile", "rubric_aspects"):
-            if info.get(key) is not None:
-                item[key] = info[key]
-        return item
-
-    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-        r = httpx.post(URL, json={"items": [_item(solution_str, extra_info)]}, headers=HEADERS, timeout=120)
-        r.raise_for_status()
-        score = r.json()["scores"][0]
-        return 0.0 if score is None else score / 10.0  # the paper scaled RM scores by 1/10
-
-    # With verl's batch reward manager, send a whole batch in one request instead:
-    def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos):
-        items = [_item(s, e) for s, e in zip(solution_strs, extra_infos)]
-        r = httpx.post(URL, json={"items": items}, headers=HEADERS, timeout=600)
-        r.raise_for_status()
-        return [0.0 if s is None else s / 10.0 for s in r.json()["scores"]]
-
-Keep each request under `--max-batch` items (split client-side otherwise). The `0.0` for a
-null score is the client's choice; count those cases (the response's `invalid`).
-'''
-
+verl: `prbench.integrations.verl` holds `compute_score` (sync, and `compute_score_async` for
+verl's reward loop), which calls this server's `/score` or an in-process RM; see docs/rl.md.
+Keep each `/score` request under `--max-batch` items (the client splits larger batches).
+"""
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
+import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from prbench.cache import content_key
-from prbench.conditions import CONDITIONS, build_view, read_planner_file
+from prbench.cache import NullCache, content_key
+from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.errors import PrbenchError
 from prbench.extras import require
+from prbench.integrations.chat import ChatSplitter
+from prbench.integrations.items import item_from_context, parse_label
 from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.schema import ProfilePost, RubricAspect, SourceItem
+from prbench.scoring import score_cached
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN_ENV = "PRBENCH_REWARD_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_FALLBACK_REWARD = 0.0
 NonBlank = Annotated[StrictStr, Field(min_length=1)]
 
 
@@ -112,12 +104,26 @@ class ScoreRequest(BaseModel):
     items: list[ScoreItem]
 
 
+class RewardRequest(BaseModel):
+    """OpenRLHF's body: `query` always; `prompts` and `labels` as long as `query` when present."""
+
+    model_config = ConfigDict(extra="ignore")
+    query: list[StrictStr]
+    prompts: list[StrictStr] | None = None
+    labels: list[Any] | None = None
+
+
 @dataclass
 class ServerStats:
     requests: int = 0
     items: int = 0
     invalid: int = 0
     rejected: int = 0
+    invalid_reasons: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "items": self.items, "invalid": self.invalid, "rejected": self.rejected,
+                "invalid_reasons": dict(self.invalid_reasons)}
 
 
 class _Reject(Exception):
@@ -125,27 +131,71 @@ class _Reject(Exception):
         self.status, self.detail = status, detail
 
 
+class _Invalid(Exception):
+    """One /get_reward item that cannot be rewarded; `reason` is the /stats key."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
 def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
     return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()[:20]]
+
+
+SECRET_PARAMS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "signature", "sig", "credential")
+
+
+def redact_url(url: str) -> str:
+    """`url` without userinfo and with secret-looking query values replaced by ***."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    netloc = parts.netloc.rpartition("@")[2] if "@" in parts.netloc else parts.netloc
+    if "@" in parts.netloc:
+        netloc = "***@" + netloc
+    query = urlencode([(k, "***" if any(w in k.lower() for w in SECRET_PARAMS) else v)
+                       for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_spec(text: str) -> str:
+    """A spec or message may embed a URL (e.g. judge:openai:M with a base URL): redact every one."""
+    return " ".join(redact_url(w) if "://" in w else w for w in text.split(" "))
 
 
 class RewardService:
     """Request -> Views (through conditions) -> RM scores; independent of the HTTP layer."""
 
     def __init__(self, rm: PointwiseRM, condition: str, *, retriever: Retriever | None = None, top_k: int = 10,
-                 planner_file: str | None = None, max_context_chars: int | None = None):
+                 planner_file: str | None = None, max_context_chars: int | None = None,
+                 items: Sequence[SourceItem] = (), splitter: ChatSplitter | None = None,
+                 fallback_reward: float = DEFAULT_FALLBACK_REWARD, reward_scale: float = 1.0):
         if condition not in CONDITIONS:
             raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
         if condition == "wrong-profile":
             raise PrbenchError("the reward server does not offer 'wrong-profile' (a benchmark control, not a reward)")
         if condition == "planner" and not planner_file:
             raise PrbenchError("condition 'planner' needs --planner-file (aspects keyed by item id)")
+        if not (math.isfinite(fallback_reward) and math.isfinite(reward_scale)):
+            raise PrbenchError("fallback reward and reward scale must be finite numbers")
         self.rm, self.condition, self.top_k = rm, condition, top_k
         self.retriever = retriever or load_retriever("bm25")
         self.planner = read_planner_file(planner_file) if planner_file else None
         self.max_context_chars = max_context_chars
+        self.items: dict[str, SourceItem] = {it.id: it for it in items}
+        self.splitter, self.fallback_reward, self.reward_scale = splitter, float(fallback_reward), reward_scale
         self.lock = threading.Lock()
         self.stats = ServerStats()
+
+    def _view(self, item: SourceItem) -> View:
+        return build_view(item, self.condition, retriever=self.retriever, top_k=self.top_k, planner=self.planner,
+                          max_context_chars=self.max_context_chars)
+
+    def _scores(self, batch: list[tuple[View, str]]) -> list[Any]:
+        with self.lock:
+            return score_cached(self.rm, batch, NullCache()) if batch else []
 
     def _source(self, n: int, item: ScoreItem) -> SourceItem:
         if self.condition == "profile" and item.profile is None:
@@ -163,17 +213,139 @@ class RewardService:
 
     def score(self, items: Sequence[ScoreItem]) -> dict[str, Any]:
         sources = [self._source(n, it) for n, it in enumerate(items)]
-        views = [build_view(s, self.condition, retriever=self.retriever, top_k=self.top_k, planner=self.planner,
-                            max_context_chars=self.max_context_chars) for s in sources]
-        batch = [(v, it.response) for v, it in zip(views, items)]
-        with self.lock:
-            scores = self.rm.score(batch) if batch else []
+        scores = self._scores([(self._view(s), it.response) for s, it in zip(sources, items)])
         values = [s.value if s.valid else None for s in scores]
         invalid = sum(v is None for v in values)
         self.stats.items += len(values)
         self.stats.invalid += invalid
+        if invalid:
+            self.stats.invalid_reasons["rm_failed"] += invalid
         return {"scores": values, "invalid": invalid, "truncated": sum(bool(s.truncated) for s in scores),
-                "rm": getattr(self.rm, "name", self.rm.spec), "condition": self.condition}
+                "rm": _redact_spec(getattr(self.rm, "name", self.rm.spec)), "condition": self.condition}
+
+    # -- OpenRLHF -------------------------------------------------------------------------
+    def reward_item(self, query: str, prompt: str | None, label: Any) -> tuple[SourceItem, str]:
+        """The item and answer text of one OpenRLHF rollout; `_Invalid` when it cannot be rewarded."""
+        if self.splitter is None:
+            raise _Invalid("no_policy_template", "start serve-reward with --policy-template to read OpenRLHF queries")
+        try:
+            ctx = parse_label(label)
+            item = item_from_context(ctx, self.items or None)
+        except ValueError as exc:
+            raise _Invalid("bad_label", str(exc)) from None
+        looked_up = "question" not in ctx  # only an id found in --items gives an item without a question
+        if self.condition == "profile" and not looked_up and not isinstance(ctx.get("profile"), list):
+            raise _Invalid("bad_label", "condition 'profile' needs a 'profile' in the label (or --items)")
+        if self.condition == "oracle" and not item.rubric_aspects:
+            raise _Invalid("bad_label", "condition 'oracle' needs 'rubric_aspects' in the label (or --items)")
+        if self.condition == "planner" and (self.planner is None or item.id not in self.planner):
+            raise _Invalid("bad_label", f"no planner aspects for id {item.id!r}")
+        try:
+            response = self.splitter.response(query, prompt)
+        except ValueError as exc:
+            raise _Invalid("no_response", str(exc)) from None
+        return item, response
+
+    def rewards(self, req: RewardRequest) -> dict[str, Any]:
+        n = len(req.query)
+        for name in ("prompts", "labels"):
+            got = getattr(req, name)
+            if got is not None and len(got) != n:
+                raise _Reject(422, f"'{name}' has {len(got)} entries for {n} queries")
+        labels = req.labels if req.labels is not None else [None] * n
+        prompts = req.prompts if req.prompts is not None else [None] * n
+        parsed: list[tuple[SourceItem, str] | _Invalid] = []
+        for q, p, lab in zip(req.query, prompts, labels):
+            try:
+                parsed.append(self.reward_item(q, p, lab))
+            except _Invalid as exc:
+                parsed.append(exc)
+        todo = [i for i, x in enumerate(parsed) if not isinstance(x, _Invalid)]
+        scores = self._scores([(self._view(parsed[i][0]), parsed[i][1]) for i in todo])  # type: ignore[index]
+        values: list[float] = [self.fallback_reward] * n
+        flags = [1.0] * n
+        for i, s in zip(todo, scores):
+            value = s.value * self.reward_scale if s.valid else math.nan
+            if math.isfinite(value):  # also catches a valid score that overflows when scaled
+                values[i], flags[i] = value, 0.0
+            else:
+                parsed[i] = _Invalid("rm_failed", s.error or "non-finite score")
+        reasons = Counter(x.reason for x in parsed if isinstance(x, _Invalid))
+        self.stats.items += n
+        self.stats.invalid += sum(reasons.values())
+        self.stats.invalid_reasons.update(reasons)
+        for x in parsed:
+            if isinstance(x, _Invalid):
+                log.warning("reward fallback %s for an item: %s (%s)", self.fallback_reward, x.reason, x)
+        return {"rewards": values, "scores": list(values), "extra_logs": {"prbench_invalid": flags}}
+
+
+# -- connection guard -------------------------------------------------------------------------
+def _guarded_protocol(max_connections: int, header_timeout: float) -> type:
+    """uvicorn's h11 protocol with a connection cap and a deadline for each request's headers."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    busy = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+            b"content-length: 20\r\n\r\ntoo many connections")
+
+    class GuardedH11(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.write(busy)
+                transport.close()
+                return
+            self._arm()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+                self.transport.close()  # no complete request headers in time (slow or idle client)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Connection limits (seconds, counts); the defaults suit a trainer on the same machine."""
+
+    max_connections: int = 256
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    idle_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1 or min(self.header_timeout, self.body_timeout, self.idle_timeout) <= 0:
+            raise PrbenchError("connection limits must be positive (max_connections >= 1, timeouts > 0)")
+
+    def uvicorn_config(self) -> dict[str, Any]:
+        return {"http": _guarded_protocol(self.max_connections, self.header_timeout),
+                "timeout_keep_alive": self.idle_timeout}
 
 
 def create_app(
@@ -188,19 +360,33 @@ def create_app(
     planner_file: str | None = None,
     max_context_chars: int | None = None,
     rm_options: dict[str, Any] | None = None,
+    items: Sequence[SourceItem] = (),
+    policy_template: ChatSplitter | str | None = None,
+    fallback_reward: float = DEFAULT_FALLBACK_REWARD,
+    reward_scale: float = 1.0,
+    body_timeout: float = Limits.body_timeout,
 ) -> Any:
     """The FastAPI app. `token` is the bearer token value itself (the CLI reads it from an env var)."""
     fastapi = require("fastapi", "serve")
     from fastapi.responses import JSONResponse
     from starlette.concurrency import run_in_threadpool
 
+    if token is not None and not token.strip():
+        raise PrbenchError("the bearer token is empty (unset the variable to serve without auth on loopback)")
     model: RewardModel = load_rm(rm, **(rm_options or {})) if isinstance(rm, str) else rm
     if not isinstance(model, PointwiseRM):
         raise PrbenchError(f"{model.spec}: the reward server needs a pointwise RM (a judge in --mode pointwise)")
+    if isinstance(policy_template, str):
+        from prbench.integrations.chat import load_splitter
+
+        policy_template = load_splitter(policy_template)
     service = RewardService(model, condition, retriever=load_retriever(retriever), top_k=top_k,
-                            planner_file=planner_file, max_context_chars=max_context_chars)
+                            planner_file=planner_file, max_context_chars=max_context_chars, items=items,
+                            splitter=policy_template, fallback_reward=fallback_reward, reward_scale=reward_scale)
     app = fastapi.FastAPI(title="prbench reward server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    app.state.body_timeout = body_timeout  # the servers below set it from their Limits
+    rm_name = _redact_spec(getattr(model, "name", model.spec))
 
     def reject(status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
         service.stats.rejected += 1
@@ -217,13 +403,7 @@ def create_app(
             return reject(403, "invalid token")
         return None
 
-    async def read_body(request: Any) -> bytes | Any:
-        length = request.headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                return reject(400, "invalid Content-Length")
-            if int(length) > max_body_bytes:
-                return reject(413, f"body over {max_body_bytes} bytes")
+    async def read_all(request: Any) -> bytes | Any:
         body = bytearray()
         async for chunk in request.stream():
             body.extend(chunk)
@@ -231,24 +411,49 @@ def create_app(
                 return reject(413, f"body over {max_body_bytes} bytes")
         return bytes(body)
 
-    @app.get("/health")
-    def health() -> dict[str, Any]:
-        return {"status": "ok", "rm": getattr(model, "name", model.spec), "condition": condition,
-                "max_batch": max_batch, "max_body_bytes": max_body_bytes, "auth": token is not None,
-                "served_items": service.stats.items, "invalid": service.stats.invalid}
+    async def read_body(request: Any) -> bytes | Any:
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return reject(400, "invalid Content-Length")
+            if int(length) > max_body_bytes:
+                return reject(413, f"body over {max_body_bytes} bytes")
+        limit = app.state.body_timeout
+        try:
+            return await asyncio.wait_for(read_all(request), limit)
+        except asyncio.TimeoutError:
+            return reject(408, f"request body not received within {limit:g} s", {"Connection": "close"})
 
-    async def score(request):  # type: ignore[no-untyped-def]  # annotated below for FastAPI
+    async def read_json(request: Any) -> Any:
+        """The parsed body, or a ready error response (auth first: a bad body without a token is 401)."""
         service.stats.requests += 1
         denied = auth_error(request)
         if denied is not None:
-            return denied
+            return False, denied
         body = await read_body(request)
         if not isinstance(body, bytes):
-            return body
+            return False, body
         try:
-            payload = json.loads(body.decode("utf-8"))
+            return True, json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also huge integers, deep nesting
-            return reject(400, f"body is not valid UTF-8 JSON ({exc})")
+            return False, reject(400, f"body is not valid UTF-8 JSON ({exc})")
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "rm": rm_name, "condition": condition,
+                "max_batch": max_batch, "max_body_bytes": max_body_bytes, "auth": token is not None,
+                "served_items": service.stats.items, "invalid": service.stats.invalid,
+                "openrlhf": service.splitter is not None}
+
+    @app.get("/stats")
+    def stats() -> dict[str, Any]:
+        return {**service.stats.as_dict(), "fallback_reward": service.fallback_reward,
+                "reward_scale": service.reward_scale, "rm": rm_name, "condition": condition}
+
+    async def score(request):  # type: ignore[no-untyped-def]  # annotated below for FastAPI
+        ok, payload = await read_json(request)
+        if not ok:
+            return payload
         if isinstance(payload, dict) and isinstance(payload.get("items"), list) and len(payload["items"]) > max_batch:
             return reject(413, f"batch of {len(payload['items'])} items is over the limit of {max_batch}")
         try:
@@ -262,21 +467,57 @@ def create_app(
         except ValueError as exc:  # pydantic/schema checks of a built record: still the client's input
             return reject(422, str(exc))
 
-    score.__annotations__ = {"request": fastapi.Request}
+    async def get_reward(request):  # type: ignore[no-untyped-def]
+        ok, payload = await read_json(request)
+        if not ok:
+            return payload
+        if isinstance(payload, dict) and isinstance(payload.get("query"), list) and len(payload["query"]) > max_batch:
+            return reject(413, f"batch of {len(payload['query'])} queries is over the limit of {max_batch}")
+        try:
+            req = RewardRequest.model_validate(payload)
+        except ValidationError as exc:
+            return reject(422, _validation_detail(exc))
+        try:
+            return await run_in_threadpool(service.rewards, req)
+        except _Reject as exc:
+            return reject(exc.status, exc.detail)
+
+    for handler in (score, get_reward):
+        handler.__annotations__ = {"request": fastapi.Request}
     app.post("/score")(score)
+    app.post("/get_reward")(get_reward)
     return app
 
 
 def token_from_env(env_name: str | None, required: bool = False) -> str | None:
-    """The bearer token from the env var `env_name` (None when unset and not required)."""
+    """The bearer token from the env var `env_name` (None when unset and not required).
+
+    A variable that is set but empty (or blank) is an error: it usually means a secret failed to
+    load, and silently serving without auth would hide that.
+    """
     if not env_name:
         return None
     value = os.environ.get(env_name)
-    if value is None or not value.strip():
+    if value is None:
         if required:
             raise PrbenchError(f"environment variable {env_name} is not set (it should hold the bearer token)")
         return None
+    if not value.strip():
+        raise PrbenchError(f"environment variable {env_name} is set but empty: put the token in it, "
+                           "or unset it to serve without auth (loopback only)")
     return value.strip()
+
+
+def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
+    """Loopback unless `allow_remote`; off loopback without a token, warn loudly (anyone can use the RM)."""
+    if host in LOOPBACK:
+        return
+    if not allow_remote:
+        shown = repr(host) if host not in ("", "0.0.0.0", "::") else f"{host!r} (every interface)"
+        raise PrbenchError(f"--host {shown} is beyond loopback: pass --allow-remote to serve other machines "
+                           "(and set a token)")
+    if token is None:
+        log.warning("serving on %r without a token: anyone who can reach this port can use the RM", host)
 
 
 def serve(
@@ -286,26 +527,32 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     token: str | None = None,
+    allow_remote: bool = False,
     log_level: str = "info",
+    limits: Limits | None = None,
     **app_options: Any,
 ) -> None:
     """Run the server in the foreground (blocks)."""
     uvicorn = require("uvicorn", "serve")
-    if host not in LOOPBACK and token is None:
-        log.warning("serving on %s without a token: anyone who can reach this port can use the RM", host)
-    app = create_app(rm, condition, token=token, **app_options)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    check_bind(host, token, allow_remote)
+    limits = limits or Limits()
+    app = create_app(rm, condition, token=token, body_timeout=limits.body_timeout, **app_options)
+    app.state.body_timeout = limits.body_timeout
+    uvicorn.run(app, host=host, port=port, log_level=log_level, **limits.uvicorn_config())
 
 
 class ThreadedServer:
     """Uvicorn in a background thread on an ephemeral port (tests, notebooks)."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, limits: Limits | None = None):
         uvicorn = require("uvicorn", "serve")
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+        if limits is not None:  # explicit limits win over the app's own body timeout
+            app.state.body_timeout = limits.body_timeout
+        limits = limits or Limits()
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                                    **limits.uvicorn_config()))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.host = host
-
     def __enter__(self) -> ThreadedServer:  # noqa: PYI034 - py3.10 has no typing.Self
         self.thread.start()
         deadline = time.time() + 20

@@ -15,6 +15,8 @@ The plain-torch loop the frozen-encoder models share lives here.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 LOG_FILE = "train_log.jsonl"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -120,3 +123,70 @@ def _fit(margin_fn, param_groups, n_pairs, *, epochs, batch_size, seed, weight_d
         if on_epoch is not None:
             on_epoch(rec)
     return log
+
+
+# --------------------------------------------------------------------------- devices
+# TRL's GRPOTrainer, RewardTrainer and SFTTrainer refuse `n_gpu > 1`, which transformers sets from
+# `torch.cuda.device_count()` when no launcher is used. Without a launcher a trainer therefore gets
+# exactly one GPU: the one `--device cuda:N` names, made the only visible one while CUDA is not yet
+# initialised, and `n_gpu` pinned to 1 either way. Many GPUs: `accelerate launch` / `torchrun`, one
+# process per GPU (docs/rl.md); then every rank trains and only rank 0 writes the results.
+
+
+def launched() -> bool:
+    """True inside `accelerate launch` / `torchrun` (one process per device)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or "LOCAL_RANK" in os.environ
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def pin_device(device: str | None) -> str:
+    """The device a single-process trainer should use; `cuda:N` becomes the only visible GPU.
+
+    `cpu` stays `cpu`; under a launcher the launcher decides (`auto`); `auto` / `cuda` keep every
+    GPU visible and train on the first (`single_process_args` pins `n_gpu` to 1). `cuda:N` sets
+    CUDA_VISIBLE_DEVICES to that one GPU and returns `cuda:0`, which is then the chosen GPU for
+    everything in this process (the RM too). That only works before CUDA starts in this process
+    (the CLI calls this first): otherwise it is an error naming the fix, never the wrong GPU.
+    """
+    from prbench.errors import PrbenchError
+
+    device = (device or "auto").strip()
+    if launched():
+        return "cpu" if device == "cpu" else "auto"
+    if not device.startswith("cuda:"):
+        return device
+    try:
+        index = int(device.split(":", 1)[1])
+    except ValueError:
+        raise PrbenchError(f"--device {device!r}: expected cuda:N") from None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
+    if ids is not None and index >= len(ids):
+        raise PrbenchError(f"--device {device}: CUDA_VISIBLE_DEVICES={visible} names {len(ids)} device(s)")
+    import torch
+
+    if torch.cuda.is_initialized() or (ids is not None and len(ids) == 1):
+        if index == 0 and torch.cuda.is_available() and torch.cuda.device_count() == 1:
+            return "cuda:0"
+        if torch.cuda.is_initialized():
+            raise PrbenchError(f"--device {device}: CUDA already started in this process with several GPUs "
+                               f"visible; start it with CUDA_VISIBLE_DEVICES={index} instead")
+    chosen = ids[index] if ids is not None else str(index)
+    os.environ["CUDA_VISIBLE_DEVICES"] = chosen
+    if not torch.cuda.is_available():
+        raise PrbenchError(f"--device {device}: no CUDA device {chosen} is available")
+    if torch._C._cuda_getDeviceCount() != 1:  # the runtime enumerated devices before we narrowed them
+        raise PrbenchError(f"--device {device}: CUDA devices were enumerated before prbench could select one; "
+                           f"start the command with CUDA_VISIBLE_DEVICES={chosen}")
+    log.info("training on GPU %s only (CUDA_VISIBLE_DEVICES=%s); use accelerate launch for several", chosen, chosen)
+    return "cuda:0"
+
+
+def single_process_args(args: Any) -> Any:
+    """Pin a TrainingArguments object to one device when no launcher runs (never nn.DataParallel)."""
+    if not launched() and getattr(args, "n_gpu", 0) > 1:
+        args._n_gpu = 1
+    return args

@@ -39,7 +39,16 @@ from prbench.rewards.pal import (
     save_folder,
 )
 from prbench.schema import RubricAspect
-from prbench.train import TrainResult, fit_pairwise, pair_accuracy, seed_everything, write_log
+from prbench.train import (
+    TrainResult,
+    fit_pairwise,
+    is_main_process,
+    pair_accuracy,
+    pin_device,
+    seed_everything,
+    single_process_args,
+    write_log,
+)
 
 TRAINABLE_CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")
 # Used only when the base tokenizer has none; saved with the tokenizer so scoring uses it too.
@@ -187,6 +196,7 @@ class BTConfig:
     lora_target: str = "all-linear"
     gradient_checkpointing: bool = False
     bf16: bool | None = None  # None: only on a bf16-capable GPU
+    device: str = "auto"  # cpu, cuda:N (the only GPU this process then sees), auto; launchers decide themselves
 
 
 def conversational_rows(pairs: Sequence[PreferencePair], views: Sequence[View]) -> dict[str, list]:
@@ -235,6 +245,7 @@ def train_bt(
     trl = require("trl", "train")
     datasets = require("datasets", "train")
     cfg = config or BTConfig()
+    device = pin_device(cfg.device)
     if not pairs:
         raise PrbenchError("train_bt: no training pairs")
     out = Path(out)
@@ -257,7 +268,7 @@ def train_bt(
         peft = require("peft", "train")
         peft_config = peft.LoraConfig(task_type="SEQ_CLS", r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
                                       lora_dropout=cfg.lora_dropout, target_modules=cfg.lora_target)
-    cuda = torch.cuda.is_available()
+    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     bf16 = cfg.bf16 if cfg.bf16 is not None else bool(cuda and torch.cuda.is_bf16_supported())
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="prbench-trl-") as scratch:
@@ -269,6 +280,7 @@ def train_bt(
             save_strategy="no", report_to="none", disable_tqdm=True, bf16=bf16, use_cpu=not cuda,
             gradient_checkpointing=cfg.gradient_checkpointing, max_length=cfg.max_length,
         )
+        single_process_args(args)
         trainer = trl.RewardTrainer(model=base_model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                                     processing_class=tokenizer, peft_config=peft_config,
                                     callbacks=[_epoch_logger(records)])
@@ -279,6 +291,8 @@ def train_bt(
                                "tokens; raise --max-length or shorten the context (--top-k)")
         trainer.train()
         model = trainer.model
+    if not is_main_process():  # a launched run's other ranks: rank 0 writes the model
+        return TrainResult(out, records)
     if cfg.lora:
         model = model.merge_and_unload()
     out.mkdir(parents=True, exist_ok=True)

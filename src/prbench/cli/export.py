@@ -1,0 +1,61 @@
+"""`prbench export openrlhf|verl`: prompt datasets for RL frameworks, with the reward's user context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from prbench.cli.options import Data, Json, Limit, Retriever, RMCondition, Seed, Split, TopK
+from prbench.cli.output import emit_json
+
+app = typer.Typer(help="Write prompt datasets for OpenRLHF and verl (docs/rl.md).", no_args_is_help=True)
+
+OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file.")]
+PolicyCondition = Annotated[str, typer.Option(help="What the policy's prompt shows: profile or none.")]
+MaxWords = Annotated[int, typer.Option(help="Word limit stated in the policy prompt.")]
+
+
+def _run(kind: str, data: str, out: Path, condition: str, policy_condition: str, top_k: int, retriever: str,
+         max_words: int, seed: int, limit: int | None, split: str, json_out: bool) -> None:
+    from prbench.downstream.sampling import load_items
+    from prbench.integrations import export
+
+    items = load_items(data, limit=limit, split=split)
+    kw = {"condition": condition, "policy_condition": policy_condition, "top_k": top_k, "retriever": retriever,
+          "max_words": max_words, "seed": seed}
+    if kind == "verl":
+        path = export.write_parquet(export.verl_rows(items, **kw), out)
+        from prbench.integrations import verl as hook
+    else:
+        path = export.write_jsonl(export.openrlhf_rows(items, **kw), out)
+        from prbench.integrations import openrlhf as hook
+    info = {"path": str(path), "rows": len(items), "condition": condition, "reward_file": hook.__file__}
+    if json_out:
+        emit_json(info)
+    else:
+        typer.echo(f"wrote {len(items)} rows to {path}; reward file: {hook.__file__}")
+
+
+@app.command("openrlhf")
+def openrlhf(data: Data = "sample", out: OutFile = Path("prbench-openrlhf.jsonl"), condition: RMCondition = "profile",
+             policy_condition: PolicyCondition = "profile", top_k: TopK = 10, retriever: Retriever = "bm25",
+             max_words: MaxWords = 100, seed: Seed = 0, limit: Limit = None, split: Split = "train",
+             json_out: Json = False) -> None:
+    """JSONL prompts with JSON labels (--data.input_key prompt --data.label_key label --data.apply_chat_template)."""
+    _run("openrlhf", data, out, condition, policy_condition, top_k, retriever, max_words, seed, limit, split,
+         json_out)
+
+
+@app.command("verl")
+def verl(data: Data = "sample", out: OutFile = Path("prbench-verl.parquet"), condition: RMCondition = "profile",
+         policy_condition: PolicyCondition = "profile", top_k: TopK = 10, retriever: Retriever = "bm25",
+         max_words: MaxWords = 100, seed: Seed = 0, limit: Limit = None, split: Split = "train",
+         json_out: Json = False) -> None:
+    """Parquet with data_source, prompt, reward_model.ground_truth and extra_info (question, profile, id)."""
+    _run("verl", data, out, condition, policy_condition, top_k, retriever, max_words, seed, limit, split, json_out)
+
+
+def register(main: typer.Typer) -> None:
+    main.add_typer(app, name="export")
