@@ -54,7 +54,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
@@ -66,6 +65,7 @@ from prbench.integrations.chat import ChatSplitter
 from prbench.integrations.items import item_from_context, parse_label
 from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.runs import redact_url
 from prbench.schema import ProfilePost, RubricAspect, SourceItem
 from prbench.scoring import score_cached
 
@@ -143,28 +143,6 @@ def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
     return [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()[:20]]
 
 
-SECRET_PARAMS = ("key", "token", "secret", "password", "passwd", "pwd", "auth", "signature", "sig", "credential")
-
-
-def redact_url(url: str) -> str:
-    """`url` without userinfo and with secret-looking query values replaced by ***."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "***"
-    netloc = parts.netloc.rpartition("@")[2] if "@" in parts.netloc else parts.netloc
-    if "@" in parts.netloc:
-        netloc = "***@" + netloc
-    query = urlencode([(k, "***" if any(w in k.lower() for w in SECRET_PARAMS) else v)
-                       for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _redact_spec(text: str) -> str:
-    """A spec or message may embed a URL (e.g. judge:openai:M with a base URL): redact every one."""
-    return " ".join(redact_url(w) if "://" in w else w for w in text.split(" "))
-
-
 class RewardService:
     """Request -> Views (through conditions) -> RM scores; independent of the HTTP layer."""
 
@@ -221,7 +199,7 @@ class RewardService:
         if invalid:
             self.stats.invalid_reasons["rm_failed"] += invalid
         return {"scores": values, "invalid": invalid, "truncated": sum(bool(s.truncated) for s in scores),
-                "rm": _redact_spec(getattr(self.rm, "name", self.rm.spec)), "condition": self.condition}
+                "rm": redact_url(getattr(self.rm, "name", self.rm.spec)), "condition": self.condition}
 
     # -- OpenRLHF -------------------------------------------------------------------------
     def reward_item(self, query: str, prompt: str | None, label: Any) -> tuple[SourceItem, str]:
@@ -386,7 +364,7 @@ def create_app(
     app = fastapi.FastAPI(title="prbench reward server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
     app.state.body_timeout = body_timeout  # the servers below set it from their Limits
-    rm_name = _redact_spec(getattr(model, "name", model.spec))
+    rm_name = redact_url(getattr(model, "name", model.spec))
 
     def reject(status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
         service.stats.rejected += 1
