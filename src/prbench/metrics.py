@@ -107,10 +107,12 @@ def _check_ci(ci: float) -> None:
 
 
 def _check_credits(credits: Any, name: str = "credits") -> np.ndarray:
-    """Credits are the 1 / 0.5 / 0 outcomes of pair_outcomes; anything else is a caller bug."""
+    """Credits are the 1 / 0.5 / 0 outcomes of pair_outcomes, or an item's credit under its rule
+    (`item_credit`: a share in [0, 1], e.g. 1/3 for a three-way tie at the top of a best-of-4);
+    anything outside [0, 1] is a caller bug (a raw score passed as a credit)."""
     arr = _finite_1d(credits, name)
-    if not np.all(np.isin(arr, (0.0, 0.5, 1.0))):
-        raise ValueError(f"{name} must only contain 0, 0.5 or 1")
+    if not np.all((arr >= 0.0) & (arr <= 1.0)):
+        raise ValueError(f"{name} must lie in [0, 1] (0, 0.5 or 1 per pair; an item's share under its rule)")
     return arr
 
 

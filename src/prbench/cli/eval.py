@@ -18,6 +18,7 @@ from prbench.cli.options import (
     Data,
     Device,
     Dtype,
+    Format,
     Json,
     Limit,
     MaxContextChars,
@@ -39,6 +40,7 @@ from prbench.cli.output import emit_json, progress, table
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
     data: Data = "sample",
+    format_: Format = None,
     condition: Conditions = "none",
     out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder.")] = Path("runs"),
     seed: Seed = 0,
@@ -86,7 +88,7 @@ def eval_cmd(
                                split=split, top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
                                planner_file=planner_file, both_orders=both_orders, batch_size=batch_size,
                                model_options=opts, overwrite=overwrite, retry_failed=retry_failed,
-                               workers=workers, ray_address=ray_address,
+                               workers=workers, ray_address=ray_address, format=format_,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
     if json_out:

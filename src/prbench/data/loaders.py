@@ -248,11 +248,11 @@ def iter_examples(
 
     reader = resolve(src, format, split)
     native = reader.name in ("prb", "lamp-qa")
-    if kind is None or (format and native):
+    if kind is None:
         kind = reader.kind
+    if (format or not native) and reader.kind != kind:
+        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items")
     if not native:
-        if reader.kind != kind:
-            raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items")
         any_category = True
     cls = _record_class(kind)
     wanted = {normalize_category(c) for c in categories} if categories else None

@@ -34,20 +34,39 @@ def _first_row(src: str | Path, split: str) -> tuple[str, int, Any]:
     raise DataError(str(src), None, None, "no records (the source is empty)")
 
 
-def detect(src: str | Path, split: str = "test") -> str:
-    """The name of the format whose columns the first row has (`prb` when none claims it)."""
+def _claims(row: Any) -> str | None:
     from prbench.registry import FORMATS
 
-    _, _, row = _first_row(src, split)
     if not isinstance(row, dict):
-        return "prb"  # today's reader gives the located error
+        return None
     candidates = []
     for name in FORMATS.names():
         cls = FORMATS.get(name)
         matches = getattr(cls, "matches", None)
         if callable(matches) and matches(row):
             candidates.append((getattr(cls, "priority", 50), name))
-    return min(candidates)[1] if candidates else "prb"
+    return min(candidates)[1] if candidates else None
+
+
+def detect(src: str | Path, split: str = "test") -> str:
+    """The name of the format whose columns the first row has (`prb` when none claims it).
+
+    In a folder, files are tried in name order until one's first row is claimed (a LaMP
+    folder's gold-output file is not an array of rows, its questions file is).
+    """
+    from prbench.data.loaders import SUFFIXES
+
+    path = Path(str(src))
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
+            try:
+                name = _claims(_first_row(f, split)[2])
+            except DataError:
+                continue  # the reader (or today's loader) reports it with its location
+            if name:
+                return name
+        return "prb"
+    return _claims(_first_row(src, split)[2]) or "prb"
 
 
 def resolve(src: str | Path, spec: str | None, split: str = "test") -> Reader:

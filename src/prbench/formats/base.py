@@ -121,6 +121,33 @@ def split_at_last_assistant(turns: list[Message], file: str, line: int,
     return turns[:-2], turns[-2].content, turns[-1].content
 
 
+class Skips:
+    """Malformed rows a reader was told to leave out (`:skip`): counted, named, and warned about."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.errors: list[DataError] = []
+
+    def keep(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(...) or, when skipping and fn raises a DataError, None (the error is kept)."""
+        try:
+            return fn(*args, **kwargs)
+        except DataError as exc:
+            if not self.enabled:
+                raise DataError(exc.file, exc.line, exc.field, f"{exc.reason} (':skip' leaves such rows out, counted)") \
+                    from None
+            self.errors.append(exc)
+            return None
+
+    def report(self, name: str, src: str | Path) -> None:
+        if self.errors:
+            import warnings
+
+            first = self.errors[0]
+            warnings.warn(f"{src}: {name} left out {len(self.errors)} malformed row(s), first at "
+                          f"{first.file}:{first.line}: {first.field}: {first.reason}", stacklevel=3)
+
+
 def build(cls: type, file: str, line: int, **fields: Any) -> Any:
     """Validate a record, mapping the first pydantic error to a located DataError."""
     from prbench.data.loaders import _first_error

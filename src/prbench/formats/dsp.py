@@ -9,7 +9,9 @@ Source: github.com/Linear95/DSP README and `reward_datasets.py`
   does: 4 pairs per domain, 16 per query. `dsp:academy` keeps one domain.
 - text-score pairs (`data/*.json` converted, e.g. `helpful.test.json`): `text` (two
   transcripts, "\\n\\nHuman:" or "## Human:" turns) and `score` (two numbers); the higher
-  score is chosen; equal scores are an error. No persona: general preference data.
+  score is chosen; equal scores are an error. No persona: general preference data. As in
+  `hh-rlhf`, transcripts that differ before the last assistant turn or end in an empty one
+  are errors; `dsp:skip` leaves them out, counted (13 of 2,352 in helpful.test.json).
 Licence: the DSP data is CC BY-NC 4.0 (its DATA_LICENSE); helpful/harmless derive from HH-RLHF (MIT).
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, build, parse_transcript, rows, stem, text
+from prbench.formats.base import Reader, Skips, build, parse_transcript, rows, stem, text
 from prbench.formats.hh import pair_from_transcripts
 from prbench.schema import Example
 
@@ -44,7 +46,9 @@ class DSP(Reader):
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)
-        self.domains = tuple(d for d in rest.split(",") if d) or DOMAINS
+        opts = [d for d in rest.replace(":", ",").split(",") if d]
+        self.skip = "skip" in opts
+        self.domains = tuple(d for d in opts if d != "skip") or DOMAINS
         bad = [d for d in self.domains if d not in DOMAINS]
         if bad:
             raise SpecError(f"dsp: unknown domain {bad[0]!r} (use {', '.join(DOMAINS)})")
@@ -55,9 +59,12 @@ class DSP(Reader):
             isinstance(row.get("text"), list) and isinstance(row.get("score"), list))
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
+        skips = Skips(self.skip)
         for file, line, row in rows(src, split):
             if "text" in row and "query" not in row:
-                yield file, line, self._text_score(row, file, line)
+                rec = skips.keep(self._text_score, row, file, line)
+                if rec is not None:
+                    yield file, line, rec
                 continue
             query = text(row, "query", file, line)
             responses = row.get("responses")
@@ -73,6 +80,7 @@ class DSP(Reader):
                         Example, file, line, id=f"{stem(file)}:{line}:{domain}>{other}", question=query,
                         chosen=responses[domain], rejected=responses[other], category=domain, user_id=domain,
                         persona=PERSONAS[domain], profile=[], rubric_aspects=[])
+        skips.report(self.name, src)
 
     @staticmethod
     def _text_score(row: Mapping[str, Any], file: str, line: int) -> Example:

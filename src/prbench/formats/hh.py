@@ -6,7 +6,9 @@ object per line with `chosen` and `rejected`, each the whole dialogue in the
 Read: `chosen`, `rejected` (optional `id`). The shared turns become `context` (dialogue before
 the last user turn) and `question` (the last user turn); the last assistant turns are the
 judged responses. A pair whose transcripts differ before the last assistant turn is an error
-naming its line: it would not be a pair of answers to one conversation.
+naming its line: it would not be a pair of answers to one conversation; so is an empty last
+assistant turn. The real harmless-base test split has 9 such rows of 2,312: `hh-rlhf:skip`
+leaves them out, counts them and warns (first row named).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, parse_transcript, rows, split_at_last_assistant, stem, text
+from prbench.errors import SpecError
+from prbench.formats.base import Reader, Skips, build, parse_transcript, rows, split_at_last_assistant, stem, text
 from prbench.schema import Example
 
 
@@ -30,16 +33,28 @@ class HHRLHF(Reader):
     fields = "chosen (full transcript), rejected (full transcript), id (optional)"
     priority = 30
 
+    def __init__(self, rest: str = "", **options: Any):
+        super().__init__(rest, **options)
+        if rest not in ("", "skip"):
+            raise SpecError(f"hh-rlhf: unknown option {rest!r} (use hh-rlhf or hh-rlhf:skip)")
+
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:
         return "prompt" not in row and _is_transcript(row.get("chosen")) and _is_transcript(row.get("rejected"))
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
+        skips = Skips(self.rest == "skip")
         for file, line, row in rows(src, split):
-            chosen = parse_transcript(text(row, "chosen", file, line), file, line, "chosen")
-            rejected = parse_transcript(text(row, "rejected", file, line), file, line, "rejected")
-            yield file, line, pair_from_transcripts(chosen, rejected, file, line, row.get("id"),
-                                                    f"{stem(file)}:{line}", "hh-rlhf")
+            rec = skips.keep(self.record, row, file, line)
+            if rec is not None:
+                yield file, line, rec
+        skips.report(self.name, src)
+
+    @staticmethod
+    def record(row: Mapping[str, Any], file: str, line: int) -> Example:
+        chosen = parse_transcript(text(row, "chosen", file, line), file, line, "chosen")
+        rejected = parse_transcript(text(row, "rejected", file, line), file, line, "rejected")
+        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), f"{stem(file)}:{line}", "hh-rlhf")
 
 
 def pair_from_transcripts(chosen: list, rejected: list, file: str, line: int, given_id: Any, default_id: str,
