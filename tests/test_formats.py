@@ -309,7 +309,7 @@ def test_formats_carry_persona_and_history() -> None:
     train_users = {e.user_id for e in load_examples(FIX / "prism", None, format="prism:user:0.34", split="train")}
     assert user_split and not ({e.user_id for e in user_split} & train_users)  # user-disjoint
     prb = load_examples(FIX / "personalrewardbench.jsonl", None)
-    u1 = [e for e in prb if e.user_id == "u1"][0]
+    u1 = next(e for e in prb if e.user_id == "u1")
     assert len(u1.history) == 2 and u1.flip is False  # the two train rows; `flip` kept as given
     dsp = load_examples(FIX / "domain_specific_preference.test.json", None, format="dsp:academy")
     assert len(dsp) == 8 and {e.user_id for e in dsp} == {"academy"} and dsp[0].persona

@@ -17,9 +17,17 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from prbench.errors import DataError
-from prbench.errors import SpecError
-from prbench.formats.base import Reader, Skips, build, parse_transcript, rows, split_at_last_assistant, stem, text
+from prbench.errors import DataError, SpecError
+from prbench.formats.base import (
+    Reader,
+    Skips,
+    build,
+    parse_transcript,
+    rows,
+    split_at_last_assistant,
+    stem,
+    text,
+)
 from prbench.schema import Example
 
 
