@@ -256,6 +256,21 @@ def test_rewardbench2_best_of_4_and_ties(tmp_path: Path, capsys: pytest.CaptureF
     assert fs["value"] == pytest.approx(float(np.mean(list(subsets.values()))), abs=1e-12)
 
 
+def test_a_response_scores_the_same_in_every_pair_of_its_item(tmp_path: Path, capsys) -> None:
+    """baseline:random seeds by the view's example id: the pairs of one item share it (the item id)."""
+    s = eval_length(capsys, tmp_path, FIX / "rewardbench2.jsonl", "rewardbench2")
+    recs = [json.loads(x) for x in (Path(s["path"]) / "examples.jsonl").read_text().splitlines()]
+    assert {r["item"] for r in recs} == {"0", "1", "2", "3", "ref:1", "tied:1"} and len(recs) == 20
+    code, out, err = run_cli(capsys, "eval", "-m", "baseline:random", "--data", str(FIX / "rewardbench2.jsonl"),
+                             "--out", str(tmp_path / "rnd"), "--json", "--quiet")
+    assert code == 0, err
+    path = Path(json.loads(out)[0]["path"])
+    by_item = defaultdict(set)
+    for r in map(json.loads, (path / "examples.jsonl").read_text().splitlines()):
+        by_item[r["item"]].add((r["variant"].split("-")[0], r["score_chosen"]))
+    assert all(len({v for k, v in pairs}) == len({k for k, _ in pairs}) for pairs in by_item.values())
+
+
 def test_rmbench_easy_normal_hard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = FIX / "rm-bench.json"
     assert detect(path) == "rm-bench"

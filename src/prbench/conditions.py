@@ -204,7 +204,9 @@ def build_view(
     cache: Cache | None = None,
 ) -> View:
     """Build what an RM may see of `example` under `condition`."""
-    base = {"example_id": example.id, "question": example.question, "condition": condition,
+    # The pairs of one multi-response item share one view (its item id), so a response scores the same in each.
+    base = {"example_id": getattr(example, "item_id", None) or example.id, "question": example.question,
+            "condition": condition,
             "max_context_chars": max_context_chars, "turns": tuple(example.context)}
     if condition == "none":
         return View(**base)

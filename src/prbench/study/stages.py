@@ -85,13 +85,22 @@ def run_eval(ctx: StudyContext) -> None:
                 entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond),
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
-                batch_size=ctx.cfg.batch_size, model_options=entry.options,
+                batch_size=ctx.cfg.batch_size, model_options=entry.options, format=ctx.cfg.format,
                 on_progress=(lambda d, t, task=task: bar.update(task, completed=d, total=t)) if bar else None,
             )
             if bar:
                 bar.remove_task(task)
             results.append({"spec": entry.spec, "condition": cond, "path": str(res.path),
                             "accuracy": res.summary["accuracy"]})
+    for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
+        for entry in ctx.cfg.models:
+            for cond in bench.conditions:
+                res = evaluate(entry.spec, ctx.resolve_data(bench.data), cond, out=ctx.runs, seed=ctx.cfg.seed,
+                               limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
+                               both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
+                               model_options=entry.options, format=bench.format)
+                results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
+                                "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
 
 
