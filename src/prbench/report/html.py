@@ -790,10 +790,10 @@ def cross_benchmark_html(entries: Sequence[Mapping[str, Any]]) -> str:
     """Per downstream setting, every benchmark's rank agreement; the best per metric marked."""
     from prbench.meta import CROSS_LABELS, CROSS_METRICS
 
-    parts = ["<h3 id=\"cross-benchmark\">Which benchmark ranks the RMs most like each downstream setting</h3>"
-             '<p class="explain">One table per downstream setting compared with two or more benchmarks. '
-             "<b>best</b> marks the highest value per metric; best overall is best on most metrics (ties: "
-             "Spearman). Small grey numbers: CI, then permutation p-value.</p>"]
+    parts = [("<h3 id=\"cross-benchmark\">Which benchmark ranks the RMs most like each downstream setting</h3>"
+              '<p class="explain">One table per downstream setting compared with two or more benchmarks. '
+              "<b>best</b> marks the highest value per metric; best overall is best on most metrics (ties: "
+              "Spearman). Small grey numbers: CI, then permutation p-value.</p>")]
     for c in entries:
         head = ["benchmark", Cell("RMs", "num"), *[Cell(esc(CROSS_LABELS[m]), "num") for m in CROSS_METRICS]]
         body_rows = []
