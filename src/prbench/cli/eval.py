@@ -101,6 +101,10 @@ def eval_cmd(
             acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
             rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
         table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+        for s in summaries:  # a benchmark's own headline (RewardBench sections, RewardBench 2, RM-Bench grid)
+            fs = s["metrics"].get("format_score")
+            if fs and fs.get("value") is not None:
+                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}")
 
 
 @app.command("leaderboard")

@@ -22,7 +22,9 @@ from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category
 
 Kind = Literal["benchmark", "source"]
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
-SAMPLE_FILES = {"sample": "benchmark.jsonl", "sample:source": "source.jsonl"}
+SAMPLE_FILES = {"sample": "sample/benchmark.jsonl", "sample:source": "sample/source.jsonl",
+                # 24 rows of HH-RLHF harmless-base test (MIT), the shipped sample of a general format
+                "sample:hh-rlhf": "sample_formats/hh-rlhf-harmless-test-sample.jsonl"}
 # One record per line: a longer line is a broken file (a missing newline, a binary blob), not a
 # record, and reading it whole could exhaust memory. Real records are kilobytes.
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -34,8 +36,8 @@ def _record_class(kind: Kind) -> type[SourceItem]:
 
 
 def sample_path(name: str = "sample") -> Path:
-    """Path of the built-in sample (`sample`) or its LaMP-QA source form (`sample:source`)."""
-    return Path(str(resources.files("prbench.data") / "sample" / SAMPLE_FILES[name]))
+    """Path of a built-in sample: `sample`, its LaMP-QA source form `sample:source`, `sample:hh-rlhf`."""
+    return Path(str(resources.files("prbench.data").joinpath(*SAMPLE_FILES[name].split("/"))))
 
 
 def _loc(error: dict[str, Any]) -> str:
