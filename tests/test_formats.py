@@ -425,3 +425,36 @@ def test_real_files(path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[st
         s = eval_length(capsys, tmp_path, path, fmt)
     assert s["metrics"]["n"] == len(pairs)
     assert s["accuracy"] == pytest.approx(float(np.mean([credit(c, r) for c, r in pairs])), abs=1e-12)
+
+
+def test_convert_to_prbench_jsonl_and_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Any format converts to prbench JSONL; read back with --format prb it scores the same."""
+    for name, fmt in (("rewardbench2.jsonl", "rewardbench2"), ("hh-rlhf.jsonl", "hh-rlhf"), ("prism", "prism")):
+        dst = tmp_path / f"{fmt}.jsonl"
+        code, _, err = run_cli(capsys, "data", "convert", str(FIX / name), str(dst), "--format", fmt)
+        assert code == 0, err
+        original, back = load_examples(FIX / name, None, format=fmt), load_examples(dst, format="prb")
+        assert back == original  # context, history, persona, item rules survive the round trip
+        a = eval_length(capsys, tmp_path / f"a-{fmt}", FIX / name, fmt)
+        b = eval_length(capsys, tmp_path / f"b-{fmt}", dst, "prb")
+        assert a["metrics"]["n"] == b["metrics"]["n"] and a["accuracy"] == b["accuracy"]
+    plain = tmp_path / "plain.jsonl"
+    assert run_cli(capsys, "data", "convert", "sample", str(plain))[0] == 0
+    from prbench.data.loaders import sample_path
+
+    # today's files convert to the same records with no new keys (empty context/history/persona stay absent)
+    assert rows(plain) == rows(sample_path())
+
+
+def test_training_pairs_and_stats_from_other_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    from prbench.data.pairs import load_pairs
+
+    pairs = load_pairs(FIX / "prism", format="prism", split="train")
+    assert len(pairs) == 8 and {p.user_id for p in pairs} == {"user0", "user1", "user2"}
+    assert len(load_pairs(FIX / "rm-bench.json")) == 27  # detected; every expanded pair is a training pair
+    code, out, _ = run_cli(capsys, "data", "stats", str(FIX / "rewardbench2.jsonl"), "--json")
+    stats = json.loads(out)
+    assert code == 0 and stats["multi_response_items"] == 6 and stats["rules"] == {"best-of-n": 12, "ties": 8}
+    code, out, _ = run_cli(capsys, "data", "stats", str(FIX / "personalrewardbench.jsonl"), "--json")
+    assert json.loads(out)["context_turns"]["max"] == 2.0 and "history_pairs" in json.loads(out)
+    assert detect("sample:hh-rlhf") == "hh-rlhf" and len(load_examples("sample:hh-rlhf")) == 24

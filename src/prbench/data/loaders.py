@@ -240,7 +240,9 @@ def iter_examples(
 
     `format` names a reader of `prbench.formats` (`rewardbench2`, `prism:user`...); without it
     the format is detected from the first row's columns, and today's files (`prb`, `lamp-qa`)
-    read exactly as before. `kind=None` takes the kind the format holds (pairs or sources).
+    read exactly as before (LaMP-QA categories only). Named, every format keeps its own
+    categories, so `--format prb` reads back what `prbench data convert` wrote from another
+    format. `kind=None` takes the kind the format holds (pairs or sources).
 
     A source with no records is an error ("no records"), and so is a `categories` filter that
     keeps none of them (or, for the known categories, names one that does not exist): a run
@@ -254,8 +256,8 @@ def iter_examples(
         kind = reader.kind
     if (format or not native) and reader.kind != kind:
         raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items")
-    if not native:
-        any_category = True
+    if format or not native:
+        any_category = True  # named formats keep their own categories (a converted file: --format prb)
     cls = _record_class(kind)
     wanted = {normalize_category(c) for c in categories} if categories else None
     if wanted and not any_category:
