@@ -458,3 +458,18 @@ def test_training_pairs_and_stats_from_other_formats(capsys: pytest.CaptureFixtu
     code, out, _ = run_cli(capsys, "data", "stats", str(FIX / "personalrewardbench.jsonl"), "--json")
     assert json.loads(out)["context_turns"]["max"] == 2.0 and "history_pairs" in json.loads(out)
     assert detect("sample:hh-rlhf") == "hh-rlhf" and len(load_examples("sample:hh-rlhf")) == 24
+
+
+def test_limit_counts_items_and_never_cuts_one(tmp_path: Path) -> None:
+    from prbench.evaluate import evaluate
+
+    path = FIX / "rewardbench2.jsonl"
+    assert [e.item_id for e in load_examples(path, None, limit=2)] == ["0"] * 3 + ["1"] * 3
+    shuffled = load_examples(path, None, limit=3, shuffle_seed=1)
+    assert len({e.item_id for e in shuffled}) == 3
+    assert all(sum(e.item_id == k for e in shuffled) == (6 if k == "tied:1" else 2 if k == "ref:1" else 3)
+               for k in {e.item_id for e in shuffled})
+    res = evaluate("baseline:length", str(path), "none", limit=5, format="rewardbench2")
+    assert res.summary["metrics"]["n"] == 5 and res.summary["n_total"] == 14  # 4 x 3 pairs + ref:1's 2
+    assert len(load_examples("sample", limit=7)) == 7 and load_examples("sample", limit=5, shuffle_seed=3) == \
+        load_examples("sample", shuffle_seed=3)[:5]

@@ -23,6 +23,7 @@ from prbench import __version__, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import ALL_CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
+from prbench.data.loaders import take_items
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
@@ -184,7 +185,7 @@ def evaluate(
         """Examples in order, read lazily: memory stays flat in the number of items."""
         src = (iter_examples(data, categories=categories, split=split, format=format) if isinstance(data, str)
                else iter(data))
-        return islice(src, limit)
+        return take_items(src, limit)  # items, not pairs: a multi-response item is never cut
 
     order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())

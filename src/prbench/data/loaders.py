@@ -289,6 +289,22 @@ def iter_examples(
                         f"(the data has: {', '.join(sorted(map(_short, found)))})")
 
 
+def take_items(records: Iterable[Any], limit: int | None) -> Iterator[Any]:
+    """The first `limit` items: the pairs of a multi-response item (same `item_id`) count as one
+    and are never cut apart, so an item is always scored over all its responses."""
+    if limit is None:
+        yield from records
+        return
+    seen: set[str] = set()
+    for rec in records:
+        key = getattr(rec, "item_id", None) or rec.id
+        if key not in seen:
+            if len(seen) >= limit:
+                return
+            seen.add(key)
+        yield rec
+
+
 def load_examples(
     src: str | Path,
     kind: Kind | None = "benchmark",
@@ -307,9 +323,14 @@ def load_examples(
     limited run is a fair subsample.
     """
     items = list(iter_examples(src, kind, categories, split, any_category, format))
-    if shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(items)
-    return items[:limit] if limit is not None else items
+    if shuffle_seed is not None:  # whole items move: the pairs of one item stay together, in order
+        groups: dict[str, list[Any]] = {}
+        for it in items:
+            groups.setdefault(getattr(it, "item_id", None) or it.id, []).append(it)
+        keys = list(groups)
+        random.Random(shuffle_seed).shuffle(keys)
+        items = [it for k in keys for it in groups[k]]
+    return list(take_items(items, limit))
 
 
 _OPTIONAL_EMPTY = ("context", "history", "persona")  # fields other formats add; absent stays absent
