@@ -8,7 +8,15 @@ Conditions (the paper's, plus a control):
   narrative text): the upper bound.
 - `wrong-profile`: top-k posts of a different user, chosen by (seed, example id): a control
   that should score no better than `none`.
-`narrative` never reaches a reward model under any condition.
+- `history`: the top-k earlier preference pairs of this user (`example.history`, which a
+  format reader fills from the training part of the same data), ranked by the retriever
+  against the question. The judged pair itself is never shown (same id, item or texts), nor
+  any pair later than the judged one when both carry a time.
+- `persona`: the user's stated preferences or self-description (`example.persona`).
+- `wrong-history` / `wrong-persona`: the same from a different user, chosen by (seed,
+  example id): controls, like `wrong-profile`.
+`narrative` never reaches a reward model under any condition. Multi-turn items carry their
+dialogue so far in `View.turns`; RMs render `View.messages()` with their chat template.
 """
 
 from __future__ import annotations
@@ -22,10 +30,15 @@ from pathlib import Path
 from prbench.cache import Cache, content_key
 from prbench.errors import DataError, PrbenchError
 from prbench.retrieval import Retriever
-from prbench.schema import ProfilePost, RubricAspect, SourceItem
+from prbench.schema import HistoryPair, Message, ProfilePost, RubricAspect, SourceItem
 
-CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")
+CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")  # the paper's
+# For users known by their earlier choices or their own words (formats that carry them).
+HISTORY_CONDITIONS = ("history", "persona", "wrong-history", "wrong-persona")
+ALL_CONDITIONS = CONDITIONS + HISTORY_CONDITIONS
 PROFILE_HEADER = "Earlier posts by this user (most relevant first):"
+HISTORY_HEADER = "Earlier choices of this user (most relevant first):"
+PERSONA_HEADER = "What this user says about themselves and what they want:"
 ASPECTS_HEADER = {
     "planner": "What this user probably expects from an answer:",
     "oracle": "What this user expects from an answer:",
@@ -44,12 +57,26 @@ class View:
     max_context_chars: int | None = None
     user_id: str | None = None  # whose context this is; None under `none` (the condition withholds it)
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+    turns: tuple[Message, ...] = ()  # the dialogue before the last user message (`question`)
+    pairs: tuple[HistoryPair, ...] = ()  # earlier preference pairs shown (history conditions)
+    persona: str = ""  # stated preferences / self-description shown (persona conditions)
+
+    @property
+    def units(self) -> int:
+        """Droppable pieces of user context (posts, history pairs, or the persona as one)."""
+        return len(self.posts) or len(self.pairs) or (1 if self.persona else 0)
 
     def context(self, n_posts: int | None = None) -> str:
-        """The user context as text; `n_posts` keeps only the most relevant posts (token budgets)."""
+        """The user context as text; `n_posts` keeps only the most relevant pieces (token budgets)."""
         if self.aspects:
             lines = [f"- {a.aspect}" + (f": {a.reason}" if a.reason else "") for a in self.aspects]
             return "\n".join([ASPECTS_HEADER[self.condition], *lines])
+        if self.pairs:
+            pairs = self.pairs if n_posts is None else self.pairs[:n_posts]
+            lines = [f"- Asked: {p.prompt}\n  Preferred: {p.chosen}\n  Over: {p.rejected}" for p in pairs]
+            return "\n".join([HISTORY_HEADER, *lines]) if pairs else ""
+        if self.persona:
+            return "" if n_posts == 0 else f"{PERSONA_HEADER}\n{self.persona}"
         posts = self.posts if n_posts is None else self.posts[:n_posts]
         if not posts:
             return ""
@@ -58,13 +85,26 @@ class View:
 
     @property
     def shown_posts(self) -> int:
-        """Posts that fit the character budget (least relevant dropped first)."""
+        """Pieces of context that fit the character budget (least relevant dropped first)."""
+        n = self.units
         if self.max_context_chars is None:
-            return len(self.posts)
-        n = len(self.posts)
+            return n
         while n > 0 and len(self.context(n)) > self.max_context_chars:
             n -= 1
         return n
+
+    def messages(self, n_posts: int | None = None) -> list[dict[str, str]]:
+        """Chat messages before the response: the dialogue so far, then the user turn `prompt(n)`.
+
+        The user context goes in front of the last user message, next to what is judged, as
+        in single-turn items; earlier turns are passed as they are, for the chat template.
+        """
+        return [*({"role": m.role, "content": m.content} for m in self.turns),
+                {"role": "user", "content": self.prompt(n_posts)}]
+
+    def transcript(self) -> str:
+        """Earlier turns as text, for text-prompted judges ('' for a single-turn item)."""
+        return "\n\n".join(f"{m.role.capitalize()}: {m.content}" for m in self.turns)
 
     def prompt(self, n_posts: int | None = None) -> str:
         """The user turn an RM sees: context (if any) then the question."""
@@ -75,8 +115,10 @@ class View:
     def key(self) -> str:
         """Content hash of everything shown, for caches."""
         # The id is part of it: some scorers (baseline:random) depend on the example, not only the text.
-        return content_key(self.example_id, self.question, self.condition, self.context(), self.max_context_chars,
-                           self.user_id)
+        parts = [self.example_id, self.question, self.condition, self.context(), self.max_context_chars, self.user_id]
+        if self.turns:  # only multi-turn views add it, so single-turn keys (and caches) stay as they were
+            parts.append([(m.role, m.content) for m in self.turns])
+        return content_key(*parts)
 
 
 def read_planner_file(path: str | Path) -> dict[str, list[RubricAspect]]:
@@ -95,17 +137,58 @@ def read_planner_file(path: str | Path) -> dict[str, list[RubricAspect]]:
     return out
 
 
-def _donor(example: SourceItem, pool: Sequence[SourceItem], seed: int) -> SourceItem:
-    """A different user's item, chosen reproducibly from (seed, example id)."""
+_DONOR_NEEDS = {"wrong-profile": ("profile", "profile"), "wrong-history": ("history", "history"),
+                "wrong-persona": ("persona", "persona")}
+
+
+def _donor(example: SourceItem, pool: Sequence[SourceItem], seed: int, condition: str = "wrong-profile") -> SourceItem:
+    """A different user's item that has what `condition` shows, chosen reproducibly from (seed, example id)."""
+    attr, what = _DONOR_NEEDS[condition]
+
     def other(it: SourceItem) -> bool:
         if example.user_id and it.user_id:
             return it.user_id != example.user_id
         return it.id != example.id and {p.text for p in it.profile}.isdisjoint(p.text for p in example.profile)
 
-    candidates = sorted((it for it in pool if other(it) and it.profile), key=lambda it: it.id)
+    candidates = sorted((it for it in pool if other(it) and getattr(it, attr)), key=lambda it: it.id)
     if not candidates:
-        raise PrbenchError(f"wrong-profile: no other user's profile available for {example.id}")
-    return random.Random(f"{seed}:wrong-profile:{example.id}").choice(candidates)
+        raise PrbenchError(f"{condition}: no other user's {what} available for {example.id}")
+    # The wrong-profile draw keeps its historical seed string, so earlier runs reproduce exactly.
+    return random.Random(f"{seed}:{condition}:{example.id}").choice(candidates)
+
+
+def _judged_keys(example: SourceItem) -> set[str]:
+    keys = {example.id}
+    item = getattr(example, "item_id", None)
+    if item:
+        keys.add(item)
+    return keys
+
+
+def eligible_history(example: SourceItem, history: Sequence[HistoryPair]) -> list[HistoryPair]:
+    """History pairs that may be shown for `example`: never the judged pair, never a later one.
+
+    The judged pair is recognised by id (the pair's or its item's) and by content (same prompt
+    with the same chosen and rejected), so a reader that copied it into history cannot leak it.
+    """
+    judged = _judged_keys(example)
+    texts = {(example.question, getattr(example, "chosen", None), getattr(example, "rejected", None))}
+    out = []
+    for h in history:
+        if h.id in judged or (h.prompt, h.chosen, h.rejected) in texts:
+            continue
+        if example.time is not None and (h.time is None or h.time >= example.time):
+            continue  # time known for the judged pair: only pairs known to be earlier
+        out.append(h)
+    return out
+
+
+def _top_history(example: SourceItem, history: Sequence[HistoryPair], retriever: Retriever, k: int,
+                 cache: Cache | None) -> tuple[HistoryPair, ...]:
+    pairs = eligible_history(example, history)
+    by_id = {h.id: h for h in pairs}
+    as_posts = [ProfilePost(id=h.id, text=h.prompt) for h in pairs]
+    return tuple(by_id[p.id] for p in retriever.top_k(example.question, as_posts, k, cache))
 
 
 def build_view(
@@ -121,8 +204,10 @@ def build_view(
     cache: Cache | None = None,
 ) -> View:
     """Build what an RM may see of `example` under `condition`."""
-    base = {"example_id": example.id, "question": example.question, "condition": condition,
-            "max_context_chars": max_context_chars}
+    # The pairs of one multi-response item share one view (its item id), so a response scores the same in each.
+    base = {"example_id": getattr(example, "item_id", None) or example.id, "question": example.question,
+            "condition": condition,
+            "max_context_chars": max_context_chars, "turns": tuple(example.context)}
     if condition == "none":
         return View(**base)
     uid = example.user_id or example.id
@@ -132,6 +217,20 @@ def build_view(
         donor = _donor(example, pool, seed)
         posts = retriever.top_k(example.question, donor.profile, top_k, cache)
         return View(**base, user_id=donor.user_id or donor.id, posts=tuple(posts), meta={"donor": donor.id})
+    if condition == "history":
+        return View(**base, user_id=uid, pairs=_top_history(example, example.history, retriever, top_k, cache))
+    if condition == "wrong-history":
+        donor = _donor(example, pool, seed, condition)
+        pairs = _top_history(example, donor.history, retriever, top_k, cache)
+        return View(**base, user_id=donor.user_id or donor.id, pairs=pairs, meta={"donor": donor.id})
+    if condition == "persona":
+        if not example.persona.strip():
+            raise PrbenchError(f"condition 'persona': example {example.id!r} has no stated preferences or "
+                               "self-description (its format does not provide one)")
+        return View(**base, user_id=uid, persona=example.persona)
+    if condition == "wrong-persona":
+        donor = _donor(example, pool, seed, condition)
+        return View(**base, user_id=donor.user_id or donor.id, persona=donor.persona, meta={"donor": donor.id})
     if condition == "oracle":
         return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
                                                        for a in example.rubric_aspects))
@@ -142,7 +241,7 @@ def build_view(
             raise PrbenchError(f"planner output has no aspects for example {example.id!r}")
         return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
                                                        for a in planner[example.id]))
-    raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(ALL_CONDITIONS)})")
 
 
 def build_views(examples: Sequence[SourceItem], condition: str, **kwargs) -> list[View]:

@@ -21,8 +21,9 @@ import numpy as np
 
 from prbench import __version__, metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import CONDITIONS, build_view, read_planner_file
+from prbench.conditions import ALL_CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
+from prbench.data.loaders import take_items
 from prbench.errors import PrbenchError
 from prbench.fingerprint import spec_digest
 from prbench.records import stamp
@@ -79,6 +80,7 @@ def _versions() -> dict[str, str | None]:
 
 def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 1000) -> dict[str, Any]:
     """Metrics from per-example records (so a summary can always be recomputed from the file)."""
+    pairs, records = records, metrics.collapse_items(records)  # multi-response items: one credit each
     valid = [r for r in records if r.get("credit") is not None]
     credits = np.array([r["credit"] for r in valid], dtype=float)
     acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot)
@@ -101,10 +103,14 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     margins = [r["margin"] for r in valid if "margin" in r]
     if margins:
         out["mean_margin"] = float(np.mean(margins))
-    trunc = [r["truncated"] for r in records]
+    trunc = [r["truncated"] for r in pairs]
     out["truncated_inputs"] = int(sum(sum(t.values()) if isinstance(t, dict) else bool(t) for t in trunc))
-    if any("verdicts" in r for r in records):
-        out["pairwise"] = _pairwise_diagnostics(records)
+    if any("verdicts" in r for r in pairs):
+        out["pairwise"] = _pairwise_diagnostics(pairs)
+    from prbench.formats import format_score
+
+    if (score := format_score(pairs)) is not None:
+        out["format_score"] = score  # the benchmark's own headline (RewardBench sections, RM-Bench grid...)
     return out
 
 
@@ -170,6 +176,7 @@ def evaluate(
     ray_address: str | None = None,
     gpus_per_worker: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    format: str | None = None,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
@@ -177,8 +184,8 @@ def evaluate(
     run costs no model load) or a ready RewardModel (reused across conditions). With
     `workers` > 1 or a `ray_address`, chunks are scored by Ray actors (spec strings only).
     """
-    if condition not in CONDITIONS:
-        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    if condition not in ALL_CONDITIONS:
+        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(ALL_CONDITIONS)})")
     check_limit(limit)
     t0 = time.time()
     options = dict(model_options or {})
@@ -187,8 +194,9 @@ def evaluate(
     data_name = data if isinstance(data, str) else "<in-memory>"
     def stream() -> Iterator[Example]:
         """Examples in order, read lazily: memory stays flat in the number of items."""
-        src = iter_examples(data, categories=categories, split=split) if isinstance(data, str) else iter(data)
-        return islice(src, limit)
+        src = (iter_examples(data, categories=categories, split=split, format=format) if isinstance(data, str)
+               else iter(data))
+        return take_items(src, limit)  # items, not pairs: a multi-response item is never cut
 
     order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
@@ -199,6 +207,8 @@ def evaluate(
                                model_options=options, batch_size=batch_size, n_boot=n_boot))
     if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
+    if format:
+        config["format"] = format
     identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
     run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:
@@ -217,7 +227,7 @@ def evaluate(
                  "planner": read_planner_file(planner_file) if planner_file else None,
                  "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
-                 "pool": list(stream()) if condition == "wrong-profile" and n_todo else ()}
+                 "pool": list(stream()) if condition.startswith("wrong-") and n_todo else ()}
     step = max(batch_size, 1) * 4
     todo = (ex for ex in stream() if ex.id not in done)
     chunks = ((part, [build_view(ex, condition, **view_args) for ex in part])

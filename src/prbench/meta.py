@@ -77,6 +77,11 @@ EXTRA_DEFINITIONS = {
                "benchmark run ('benchmark') and from the RM's own full-text preference inside the policy-accuracy run "
                "('in-run', same items and condition)",
     "best_summary": "the benchmark summary with the highest Spearman rho (then Kendall tau-b) against the setting",
+    "cross_benchmark": "per downstream setting compared with two or more benchmarks (data x condition): the benchmark "
+                       "with the highest NDCG, weighted tau, Spearman and RBO, and the one best on most of them "
+                       "(ties: Spearman); point values decide, CIs and permutation p-values say how firmly",
+    "items_multi_response": "benchmarks whose items hold several responses (RewardBench 2, RM-Bench) count each item "
+                            "once, by its format's rule (prbench.metrics.collapse_items)",
 }
 
 
@@ -402,7 +407,9 @@ def _bench_side(runs: Mapping[str, EvalRun], rms: Sequence[str], summary: str) -
     cats: dict[str, str] = {}
     for rm in rms:
         t = {}
-        for r in runs[rm].records:
+        # Multi-response items (RewardBench 2, RM-Bench) count once, by their rule; margins stay per pair.
+        records = runs[rm].records if summary == "mean_margin" else metrics.collapse_items(runs[rm].records)
+        for r in records:
             if r.get("credit") is None or r.get(field_name) is None:
                 continue
             t[str(r["id"])] = float(r[field_name])
@@ -602,6 +609,51 @@ def _summary_comparison(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
                     "defined (ties: mean Kendall tau-b); point values, no CI: a hint, not a test"}
 
 
+CROSS_METRICS: tuple[str, ...] = ("ndcg", "weighted_tau", "spearman", "rbo")
+
+
+def cross_benchmark(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per downstream setting: every benchmark's rank agreement, and which one tracks it best.
+
+    One entry per setting (Best-of-N at its largest k) that at least two benchmarks (data x
+    condition) were compared with. `best[metric]` is the benchmark with the highest value of
+    that metric (ties: the first in label order); `best_overall` the one best on most of
+    NDCG, weighted tau, Spearman and RBO (ties: higher Spearman). `same_rms` says whether every
+    benchmark was compared over the same RMs (else the values rank different RM sets).
+    Point values decide; the CIs and permutation p-values beside them say how firmly.
+    """
+    by_setting: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["setting"]["setting"] == "bon" and not r["setting"]["max_k"]:
+            continue
+        by_setting.setdefault(r["setting"]["label"], []).append(r)
+    out = []
+    for label, rs in by_setting.items():
+        if len({r["benchmark"]["label"] for r in rs}) < 2:
+            continue
+        entries = [{"benchmark": r["benchmark"]["label"], "data": r["benchmark"]["data"],
+                    "condition": r["benchmark"]["condition"], "n_rms": r["n_rms"], "rms": r["rms"],
+                    "metrics": {m: (r["metrics"] or {}).get(m) for m in CROSS_METRICS} if r["metrics"] else None,
+                    "note": r["note"]} for r in sorted(rs, key=lambda r: r["benchmark"]["label"])]
+        best: dict[str, str | None] = {}
+        for m in CROSS_METRICS:
+            scored = [(e["metrics"][m]["value"], e["benchmark"]) for e in entries
+                      if e["metrics"] and e["metrics"][m] and e["metrics"][m]["value"] is not None]
+            top = max((v for v, _ in scored), default=None)
+            best[m] = next((b for v, b in scored if v == top), None) if scored else None
+        wins = {e["benchmark"]: sum(1 for m in CROSS_METRICS if best[m] == e["benchmark"]) for e in entries}
+
+        def spearman_of(e: Mapping[str, Any]) -> float:
+            v = (e["metrics"] or {}).get("spearman") or {}
+            return v.get("value") if v.get("value") is not None else -2.0
+
+        ranked = sorted((e for e in entries if e["metrics"]), key=lambda e: (-wins[e["benchmark"]], -spearman_of(e)))
+        out.append({"setting": label, "benchmarks": entries, "best": best,
+                    "best_overall": ranked[0]["benchmark"] if ranked and wins[ranked[0]["benchmark"]] else None,
+                    "wins": wins, "same_rms": len({tuple(e["rms"]) for e in entries}) == 1})
+    return out
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -690,6 +742,7 @@ def meta_evaluate(
         "rows": rows,
         "paper_b": _paper_b(rows, settings, opts),
         "summary_comparison": _summary_comparison(rows),
+        "cross_benchmark": cross_benchmark(rows),
         "notes": notes,
     }
 
@@ -754,6 +807,11 @@ def meta_markdown(result: Mapping[str, Any]) -> str:
             cell = (fmt_ci(kt) if kt and kt.get("value") is not None else
                     e["note"] or ("undefined (constant scores)" if kt else "-"))
             out.append(f"| {e['benchmark']} | {e['setting']} | {e['n_rms']} | {cell} |")
+    if result.get("cross_benchmark"):
+        out += ["", "## Which benchmark ranks the RMs most like each downstream setting", "",
+                "Cells: value [CI] (permutation p). Best per metric in bold; 'best overall' is best on most metrics.",
+                ""]
+        out += cross_benchmark_markdown(result["cross_benchmark"])
     comp = result["summary_comparison"]
     out += ["", "## Which benchmark summary predicts downstream best", "",
             "| summary | mean Spearman | mean Kendall | common rows | rows with a value | best in rows |",
@@ -770,6 +828,30 @@ def meta_markdown(result: Mapping[str, Any]) -> str:
         out += [f"- {n}" for n in result["notes"]]
     out += ["", "## Definitions", ""] + [f"- **{k}**: {v}" for k, v in result["definitions"].items()]
     return "\n".join(out) + "\n"
+
+
+CROSS_LABELS = {"ndcg": "NDCG", "weighted_tau": "weighted tau", "spearman": "Spearman", "rbo": "RBO"}
+
+
+def cross_benchmark_markdown(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The cross-benchmark table: one block per downstream setting, one line per benchmark."""
+    lines: list[str] = []
+    for c in entries:
+        lines += [f"### {c['setting']}: best overall {c['best_overall'] or '-'}"
+                  + ("" if c["same_rms"] else " (benchmarks compared over different RM sets)"), "",
+                  "| benchmark | RMs | " + " | ".join(CROSS_LABELS[m] for m in CROSS_METRICS) + " |",
+                  "|---|---:|" + "---:|" * len(CROSS_METRICS)]
+        for e in c["benchmarks"]:
+            cells = []
+            for m in CROSS_METRICS:
+                v = (e["metrics"] or {}).get(m)
+                cell = fmt_ci(v) + (f" (p {v['p_value']:.3f})" if v and v.get("p_value") is not None else "")
+                cells.append(f"**{cell}**" if c["best"][m] == e["benchmark"] else cell)
+            if e["metrics"] is None:
+                cells = [e["note"] or "-"] + [""] * (len(CROSS_METRICS) - 1)
+            lines.append(f"| {e['benchmark']} | {e['n_rms']} | " + " | ".join(x.replace("|", "\\|") for x in cells) + " |")
+        lines.append("")
+    return lines
 
 
 def write_csv(result: Mapping[str, Any], path: Path) -> Path:

@@ -107,10 +107,12 @@ def _check_ci(ci: float) -> None:
 
 
 def _check_credits(credits: Any, name: str = "credits") -> np.ndarray:
-    """Credits are the 1 / 0.5 / 0 outcomes of pair_outcomes; anything else is a caller bug."""
+    """Credits are the 1 / 0.5 / 0 outcomes of pair_outcomes, or an item's credit under its rule
+    (`item_credit`: a share in [0, 1], e.g. 1/3 for a three-way tie at the top of a best-of-4);
+    anything outside [0, 1] is a caller bug (a raw score passed as a credit)."""
     arr = _finite_1d(credits, name)
-    if not np.all(np.isin(arr, (0.0, 0.5, 1.0))):
-        raise ValueError(f"{name} must only contain 0, 0.5 or 1")
+    if not np.all((arr >= 0.0) & (arr <= 1.0)):
+        raise ValueError(f"{name} must lie in [0, 1] (0, 0.5 or 1 per pair; an item's share under its rule)")
     return arr
 
 
@@ -658,3 +660,93 @@ def random_of_k(g: Any) -> float:
     if ga.size == 0:
         raise ValueError("need at least one candidate")
     return float(ga.mean())
+
+
+# -- items with several chosen or rejected responses --------------------------------------
+# An item (`item` in its pair records) is scored by its format's rule, from the per-pair records
+# the scoring core wrote (pointwise scores where there are, else per-pair credits):
+# - "best-of-n" (RewardBench 2): the chosen response must score highest; when it ties with
+#   others at the top the item earns 1/(number tied), as `reroll_and_score_dataset` in
+#   allenai/reward-bench rewardbench/utils.py does; below any rejected one: 0.
+# - "ties" (RewardBench 2 Ties): 1 if every chosen response beats every rejected one (worst
+#   chosen > best rejected, `_compute_prompt_stats`), else 0.
+# - "matrix" (RM-Bench): the mean over the chosen x rejected style grid of strict wins
+#   (chosen > rejected; a tie is 0, as RM-Bench's `compute_accuracy`).
+# - "pair": each pair is its own item, credit as `pair_outcomes` (ties 0.5).
+ITEM_RULES = ("pair", "best-of-n", "ties", "matrix")
+
+
+def _pair_scores(rec: dict[str, Any]) -> tuple[float, float] | None:
+    c, r = rec.get("score_chosen"), rec.get("score_rejected")
+    return (float(c), float(r)) if c is not None and r is not None else None
+
+
+def item_credit(rule: str, pairs: Sequence[dict[str, Any]]) -> float | None:
+    """Credit of one item from its pair records; None when any pair is invalid."""
+    if any(p.get("credit") is None for p in pairs):
+        return None
+    scores = [_pair_scores(p) for p in pairs]
+    pointwise = all(s is not None for s in scores)
+    if rule == "pair":
+        return float(np.mean([p["credit"] for p in pairs]))
+    if rule == "matrix":
+        wins = [s[0] > s[1] for s in scores] if pointwise else [p["credit"] == 1.0 for p in pairs]
+        return float(np.mean(wins))
+    if rule == "ties":
+        if pointwise:
+            return float(min(s[0] for s in scores) > max(s[1] for s in scores))
+        return float(all(p["credit"] == 1.0 for p in pairs))
+    if rule == "best-of-n":
+        if pointwise:
+            chosen = {s[0] for s in scores}
+            if len(chosen) != 1:
+                raise ValueError("best-of-n item with more than one chosen response")
+            c = chosen.pop()
+            rej = [s[1] for s in scores]
+            return 0.0 if any(r > c for r in rej) else 1.0 / (1 + sum(r == c for r in rej))
+        credits = [p["credit"] for p in pairs]
+        return 0.0 if any(c == 0.0 for c in credits) else 1.0 / (1 + sum(c == 0.5 for c in credits))
+    raise ValueError(f"unknown item rule {rule!r} (use {', '.join(ITEM_RULES)})")
+
+
+def _longer(pairs: Sequence[dict[str, Any]]) -> str:
+    sides = {p.get("longer") for p in pairs}
+    return sides.pop() if len(sides) == 1 else "equal"  # mixed: no single side is longer
+
+
+def collapse_items(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-pair records -> one record per item (pairs without an `item` pass through unchanged).
+
+    The item record carries `id` (the item id), `category`, `credit` by the item's rule,
+    `longer` (a side only when every pair agrees), `n_pairs` and `rule`; `invalid` when a pair was.
+    """
+    if not any("item" in r for r in records):
+        return list(records)
+    groups: dict[str, list[dict[str, Any]]] = {}
+    order: list[tuple[str, str]] = []
+    for r in records:
+        key = r.get("item")
+        if key is None:
+            order.append(("pair", str(r["id"])))
+            groups[f"\0{r['id']}"] = [r]
+            continue
+        if key not in groups:
+            order.append(("item", key))
+            groups[key] = []
+        groups[key].append(r)
+    out = []
+    for kind, key in order:
+        if kind == "pair":
+            out.append(groups[f"\0{key}"][0])
+            continue
+        pairs = groups[key]
+        rule = pairs[0].get("rule") or "pair"
+        credit = item_credit(rule, pairs)
+        rec: dict[str, Any] = {"id": key, "category": pairs[0]["category"], "credit": credit, "rule": rule,
+                               "n_pairs": len(pairs), "longer": _longer(pairs), "truncated": False}
+        if pairs[0].get("user_id"):
+            rec["user_id"] = pairs[0]["user_id"]
+        if credit is None:
+            rec["invalid"] = next((p.get("invalid") for p in pairs if p.get("invalid")), "invalid pair")
+        out.append(rec)
+    return out

@@ -151,7 +151,21 @@ RETRIEVERS = Registry("retriever", "prbench.retrievers", {
 })
 
 # Data formats: a reader per format, see prbench.formats.
-FORMATS = Registry("data format", "prbench.formats", {})
+FORMATS = Registry("data format", "prbench.formats", {
+    "prb": "prbench.formats.prb:PRB",
+    "lamp-qa": "prbench.formats.prb:LampQA",
+    "personalrewardbench": "prbench.formats.personalrewardbench:PersonalRewardBench",
+    "prism": "prbench.formats.prism:Prism",
+    "psoups": "prbench.formats.psoups:PSoups",
+    "lamp": "prbench.formats.lamp:LaMP",
+    "longlamp": "prbench.formats.lamp:LongLaMP",
+    "dsp": "prbench.formats.dsp:DSP",
+    "rewardbench": "prbench.formats.rewardbench:RewardBench",
+    "rewardbench2": "prbench.formats.rewardbench2:RewardBench2",
+    "rm-bench": "prbench.formats.rmbench:RMBench",
+    "trl": "prbench.formats.trl:TRL",
+    "hh-rlhf": "prbench.formats.hh:HHRLHF",
+})
 
 # Study stages: name -> prbench.study.stages.Stage (a planner and a runner).
 STAGES = Registry("study stage", "prbench.stages", {

@@ -3,11 +3,21 @@
 Field names follow the released dataset: `id`, `question`, `profile`, `rubric_aspects`,
 `narrative`, `category`, `chosen`, `rejected`. `narrative` and `rubric_aspects` are the
 answer key: only `prbench.conditions` may put them in front of a reward model.
+
+Other formats (`prbench.formats`) read into the same records through optional fields that
+today's files never set, so those load unchanged:
+- `context`: the dialogue before the judged turn (a list of messages; `question` is the last
+  user message), rendered by the RM's chat template, never flattened for a classifier RM.
+- `history`: the user's earlier preference pairs; `persona`: stated preferences or a
+  self-description; `time`: when the judged pair happened (sortable text), so history never
+  shows a later pair. Only `prbench.conditions` reads them for an RM.
+- `item_id` / `rule` / `variant`: one pair of an item with several chosen or rejected
+  responses; `prbench.metrics.collapse_items` scores the item by its format's rule.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The three LaMP-QA categories of the paper; aliases map human spellings to config names.
 CATEGORIES = (
@@ -75,6 +85,36 @@ class RubricAspect(_Record):
     _aspect = field_validator("aspect")(_nonblank)
 
 
+ROLES = ("system", "user", "assistant")
+
+
+class Message(_Record):
+    """One chat message of the dialogue before the judged response."""
+
+    role: str
+    content: str
+
+    @field_validator("role")
+    @classmethod
+    def _role(cls, value: str) -> str:
+        if value not in ROLES:
+            raise ValueError(f"unknown role {value!r} (use {', '.join(ROLES)})")
+        return value
+
+
+class HistoryPair(_Record):
+    """One earlier preference of the same user: what they asked, preferred and passed over."""
+
+    id: str
+    prompt: str
+    chosen: str
+    rejected: str
+    time: str | None = None  # sortable (ISO 8601 or zero-padded): a later pair is never shown
+
+    _id = field_validator("id", mode="before")(_id_text)
+    _texts = field_validator("id", "prompt", "chosen", "rejected")(_nonblank)
+
+
 class SourceItem(_Record):
     """A LaMP-QA-style item: question, the asking user's profile, narrative and rubric."""
 
@@ -86,15 +126,37 @@ class SourceItem(_Record):
     category: str
     user_id: str | None = None
     gold_answer: str | None = None
+    context: list[Message] = Field(default_factory=list)
+    history: list[HistoryPair] = Field(default_factory=list)
+    persona: str = ""
+    time: str | None = None
 
     _id = field_validator("id", mode="before")(_id_text)
     _nonblank_fields = field_validator("id", "question", "category")(_nonblank)
 
 
+RULES = ("pair", "best-of-n", "ties", "matrix")
+
+
 class Example(SourceItem):
-    """A benchmark pair: `chosen` fits this user's rubric, `rejected` avoids it."""
+    """A benchmark pair: `chosen` fits this user's rubric, `rejected` avoids it.
+
+    `item_id`, `rule` and `variant` are set when the pair is one of several of one item (see
+    `prbench.metrics.collapse_items`); `section` names a format's score section (RewardBench).
+    """
 
     chosen: str
     rejected: str
+    item_id: str | None = None
+    rule: str | None = None
+    variant: str | None = None
+    section: str | None = None
 
     _responses = field_validator("chosen", "rejected")(_nonblank)
+
+    @field_validator("rule")
+    @classmethod
+    def _rule(cls, value: str | None) -> str | None:
+        if value is not None and value not in RULES:
+            raise ValueError(f"unknown item rule {value!r} (use {', '.join(RULES)})")
+        return value

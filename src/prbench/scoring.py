@@ -50,7 +50,9 @@ def score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cach
     fp = rm.fingerprint()
     keys = [content_key("score", fp, v.key(), r) for v, r in items]
     hits = cache.get_many(keys)
-    todo = [i for i, k in enumerate(keys) if k not in hits]
+    # A response shared by several pairs of one item (RM-Bench's grid, RewardBench 2's chosen) is scored once.
+    first: dict[str, int] = {}
+    todo = [first.setdefault(k, i) for i, k in enumerate(keys) if k not in hits and k not in first]
     fresh = list(rm.score([items[i] for i in todo])) if todo else []
     _check_results(rm, fresh, len(todo), Score)
     out: list[Score | None] = [None] * len(items)
@@ -62,7 +64,9 @@ def score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cach
     cache.put_many(store)
     for i, k in enumerate(keys):
         if out[i] is None:
-            out[i] = Score(hits[k]["v"], truncated=hits[k]["t"])
+            j = first.get(k)
+            out[i] = (Score(out[j].value, truncated=out[j].truncated, error=out[j].error)  # type: ignore[union-attr]
+                      if j is not None else Score(hits[k]["v"], truncated=hits[k]["t"]))
     return out  # type: ignore[return-value]
 
 
@@ -166,6 +170,12 @@ def _base_record(ex: Example, view: View) -> dict[str, Any]:
         rec["posts_shown"] = view.shown_posts
     if "donor" in view.meta:
         rec["donor"] = view.meta["donor"]
+    if view.pairs:
+        rec["history_shown"] = view.shown_posts
+    # One pair of a multi-response item: metrics.collapse_items scores the item by its rule.
+    for key, value in (("item", ex.item_id), ("rule", ex.rule), ("variant", ex.variant), ("section", ex.section)):
+        if value is not None:
+            rec[key] = value
     return rec
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from prbench.cli.options import Categories, DataArg, Json, Limit, Quiet, Split, split_csv
+from prbench.cli.options import Categories, DataArg, Format, Json, Limit, Quiet, Split, split_csv
 from prbench.cli.output import emit_json, table
 from prbench.data import iter_examples, load_examples, write_examples
 from prbench.data.stats import dataset_stats
@@ -16,14 +16,20 @@ app = typer.Typer(help="Validate, describe and convert benchmark data.", no_args
 Kind = Annotated[str, typer.Option(help="'benchmark' (with chosen/rejected) or 'source' (LaMP-QA form).")]
 
 
-def _kind(src: str, kind: str | None) -> str:
-    return kind or ("source" if src == "sample:source" else "benchmark")
+def _kind(src: str, kind: str | None, format_: str | None = None) -> str | None:
+    """The record kind asked for; with --format and no --kind, the kind that format holds."""
+    if kind:
+        return kind
+    if format_:
+        return None
+    return "source" if src == "sample:source" else "benchmark"
 
 
 @app.command()
-def validate(src: DataArg, kind: Kind = "", split: Split = "test", json_out: Json = False) -> None:
+def validate(src: DataArg, kind: Kind = "", format_: Format = None, split: Split = "test",
+             json_out: Json = False) -> None:
     """Check every record; exit 0 when all are valid, else print the first error and exit 2."""
-    n = sum(1 for _ in iter_examples(src, _kind(src, kind), split=split))
+    n = sum(1 for _ in iter_examples(src, _kind(src, kind, format_), split=split, format=format_))
     if json_out:
         emit_json({"valid": True, "records": n})
     else:
@@ -31,12 +37,34 @@ def validate(src: DataArg, kind: Kind = "", split: Split = "test", json_out: Jso
 
 
 @app.command()
+def formats(json_out: Json = False) -> None:
+    """Every data format prbench reads (built in and plug-ins): kind, fields read, source."""
+    from prbench.formats import describe
+
+    rows = describe()
+    if json_out:
+        emit_json(rows)
+        return
+    table("data formats (--format NAME)", ["name", "kind", "fields read", "source"],
+          [(r["name"], r["kind"], r["fields"], r["source"]) for r in rows])
+
+
+@app.command()
+def detect(src: DataArg, split: Split = "test") -> None:
+    """Print the format detected from the first row's columns."""
+    from prbench.formats import detect as detect_format
+
+    typer.echo(detect_format(src, split))
+
+
+@app.command()
 def stats(
-    src: DataArg, kind: Kind = "", categories: Categories = None, split: Split = "test",
+    src: DataArg, kind: Kind = "", format_: Format = None, categories: Categories = None, split: Split = "test",
     json_out: Json = False, quiet: Quiet = False,
 ) -> None:
     """Items per category, users, profile and rubric sizes, response lengths and length balance."""
-    items = load_examples(src, _kind(src, kind), categories=split_csv(categories), split=split)
+    items = load_examples(src, _kind(src, kind, format_), categories=split_csv(categories), split=split,
+                          format=format_)
     s = dataset_stats(items)
     if json_out:
         emit_json(s)
@@ -55,11 +83,13 @@ def convert(
     src: DataArg,
     dst: Annotated[Path, typer.Argument(help="Output .jsonl, .jsonl.gz, .json or .parquet.")],
     kind: Kind = "",
+    format_: Format = None,
     categories: Categories = None,
     limit: Limit = None,
     split: Split = "test",
 ) -> None:
-    """Convert any supported source to JSONL, JSON or parquet (validated on the way)."""
-    items = load_examples(src, _kind(src, kind), categories=split_csv(categories), limit=limit, split=split)
+    """Convert any supported format to prbench JSONL, JSON or parquet (validated on the way)."""
+    items = load_examples(src, _kind(src, kind, format_), categories=split_csv(categories), limit=limit, split=split,
+                          format=format_)
     n = write_examples(items, dst)
     typer.echo(f"wrote {n} records to {dst}")

@@ -18,6 +18,7 @@ from prbench.cli.options import (
     Data,
     Device,
     Dtype,
+    Format,
     Json,
     Limit,
     MaxContextChars,
@@ -45,6 +46,7 @@ from prbench.cli.output import emit_json, progress, table
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
     data: Data = "sample",
+    format_: Format = None,
     condition: Conditions = "none",
     out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder.")] = Path("runs"),
     seed: Seed = 0,
@@ -104,6 +106,7 @@ def eval_cmd(
                                model_options=opts, overwrite=overwrite, retry_failed=retry_failed, repair=repair,
                                cache=NullCache() if no_cache else None,
                                workers=workers, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
+                               format=format_,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
     if json_out:
@@ -116,6 +119,10 @@ def eval_cmd(
             acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
             rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
         table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+        for s in summaries:  # a benchmark's own headline (RewardBench sections, RewardBench 2, RM-Bench grid)
+            fs = s["metrics"].get("format_score")
+            if fs and fs.get("value") is not None:
+                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}")
 
 
 @app.command("leaderboard")

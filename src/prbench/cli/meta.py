@@ -64,6 +64,16 @@ def meta(
                [r["note"] or "-"] + [""] * (len(PAPER_COLUMNS) - 1))) for r in main_rows(res)]
     table(f"rank agreement over RMs, value [95% CI] (benchmark summary: {summary})",
           ["benchmark", "setting", "RMs", *[label for _, label in PAPER_COLUMNS]], rows)
+    from prbench.meta import CROSS_LABELS, CROSS_METRICS
+
+    for c in res.get("cross_benchmark") or []:  # several benchmarks: which one tracks this setting best
+        cells = []
+        for e in c["benchmarks"]:
+            vals = [fmt_ci((e["metrics"] or {}).get(m)) + (" *" if c["best"][m] == e["benchmark"] else "")
+                    for m in CROSS_METRICS]
+            cells.append((e["benchmark"], e["n_rms"], *vals))
+        table(f"{c['setting']}: which benchmark ranks the RMs most like it (* best per metric; best overall: "
+              f"{c['best_overall'] or '-'})", ["benchmark", "RMs", *[CROSS_LABELS[m] for m in CROSS_METRICS]], cells)
     for note in res["notes"]:
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {paths['json']}, {paths['csv']} and {paths['md']}")

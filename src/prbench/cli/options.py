@@ -9,7 +9,8 @@ import typer
 
 Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
-Split = Annotated[str, typer.Option(help="Split of a hub dataset.")]
+Split = Annotated[str, typer.Option(help="Split of a hub dataset (also: the part of a format that has one, e.g. personalrewardbench, prism).")]
+Format = Annotated[str | None, typer.Option("--format", "-F", help="Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: detected). See `prbench data formats`.")]
 Categories = Annotated[
     str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
 ]
@@ -20,7 +21,7 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or 
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 Model = Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. hf:DIR, baseline:length, judge:openai:gpt-5.1.")]
 Conditions = Annotated[
-    str, typer.Option("--condition", "-c", help="Comma-separated: none,profile,planner,oracle,wrong-profile.")
+    str, typer.Option("--condition", "-c", help="Comma-separated: none,profile,planner,oracle,wrong-profile,history,persona,wrong-history,wrong-persona.")
 ]
 BatchSize = Annotated[int, typer.Option(help="Examples per model batch.")]
 MaxLength = Annotated[int | None, typer.Option(help="Token budget per input (profile cut first, response never).")]

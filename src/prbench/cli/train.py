@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from prbench.cli.options import Data, Json, Out, Retriever, Seed, TopK, split_csv
+from prbench.cli.options import Data, Format, Json, Out, Retriever, Seed, TopK, split_csv
 from prbench.cli.output import emit_json, table
 from prbench.errors import PrbenchError
 
@@ -28,10 +28,10 @@ PlannerFile = Annotated[Path | None, typer.Option(help="Planner output (JSONL id
 Encoder = Annotated[str, typer.Option(help="Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers dir.")]
 
 
-def _load(data: str, eval_data: str | None):
+def _load(data: str, eval_data: str | None, format_: str | None = None):
     from prbench.data.pairs import load_pairs
 
-    return load_pairs(data), (load_pairs(eval_data) if eval_data else [])
+    return load_pairs(data, format=format_), (load_pairs(eval_data, format=format_) if eval_data else [])
 
 
 def _planner(path: Path | None):
@@ -56,6 +56,7 @@ def _report(result, json_out: bool) -> None:
 def bt(
     data: Data,
     out: Out,
+    format_: Format = None,
     base_model: Annotated[str | None, typer.Option(
         help="AutoModelForSequenceClassification-capable folder or hub id, fine-tuned with TRL.")] = None,
     frozen_encoder: Annotated[bool, typer.Option(
@@ -78,7 +79,7 @@ def bt(
     json_out: Json = False,
 ) -> None:
     """Bradley-Terry RM on user views; saves a folder usable as hf:<out> / bt:<out> (or pal:<out>)."""
-    pairs, held = _load(data, eval_data)
+    pairs, held = _load(data, eval_data, format_)
     planner = _planner(planner_file)
     if frozen_encoder == (base_model is not None):
         raise PrbenchError("give exactly one of --base-model (TRL fine-tuning) or --frozen-encoder")
@@ -104,6 +105,7 @@ def bt(
 def pal(
     data: Data,
     out: Out,
+    format_: Format = None,
     arch: Annotated[str, typer.Option(help="pal-a (ideal points) or pal-b (mixture of projections).")] = "pal-a",
     k_prototypes: Annotated[int, typer.Option(help="Number of prototypes K.")] = 8,
     dim: Annotated[int, typer.Option(help="Dimension of the preference space.")] = 32,
@@ -122,7 +124,7 @@ def pal(
     from prbench.data.pairs import load_pairs
     from prbench.train.pal import PALConfig, train_pal
 
-    pairs, held = _load(data, eval_data)
+    pairs, held = _load(data, eval_data, format_)
     cfg = PALConfig(arch=arch, k_prototypes=k_prototypes, dim=dim, hidden=hidden, epochs=epochs,
                     lr=lr or PALConfig.lr, batch_size=batch_size or PALConfig.batch_size, seed=seed, encoder=encoder)
     adapt = load_pairs(adapt_data) if adapt_data else []

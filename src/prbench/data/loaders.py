@@ -22,7 +22,9 @@ from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category
 
 Kind = Literal["benchmark", "source"]
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
-SAMPLE_FILES = {"sample": "benchmark.jsonl", "sample:source": "source.jsonl"}
+SAMPLE_FILES = {"sample": "sample/benchmark.jsonl", "sample:source": "sample/source.jsonl",
+                # 24 rows of HH-RLHF harmless-base test (MIT), the shipped sample of a general format
+                "sample:hh-rlhf": "sample_formats/hh-rlhf-harmless-test-sample.jsonl"}
 # One record per line: a longer line is a broken file (a missing newline, a binary blob), not a
 # record, and reading it whole could exhaust memory. Real records are kilobytes.
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -34,8 +36,8 @@ def _record_class(kind: Kind) -> type[SourceItem]:
 
 
 def sample_path(name: str = "sample") -> Path:
-    """Path of the built-in sample (`sample`) or its LaMP-QA source form (`sample:source`)."""
-    return Path(str(resources.files("prbench.data") / "sample" / SAMPLE_FILES[name]))
+    """Path of a built-in sample: `sample`, its LaMP-QA source form `sample:source`, `sample:hh-rlhf`."""
+    return Path(str(resources.files("prbench.data").joinpath(*SAMPLE_FILES[name].split("/"))))
 
 
 def _loc(error: dict[str, Any]) -> str:
@@ -228,17 +230,34 @@ def parse_record(raw: Any, cls: type[BaseModel], file: str, line: int, any_categ
 
 def iter_examples(
     src: str | Path,
-    kind: Kind = "benchmark",
+    kind: Kind | None = "benchmark",
     categories: Iterable[str] | None = None,
     split: str = "test",
     any_category: bool = False,
+    format: str | None = None,
 ) -> Iterator[SourceItem]:
     """Validated records in file order; duplicate ids are an error naming both places.
+
+    `format` names a reader of `prbench.formats` (`rewardbench2`, `prism:user`...); without it
+    the format is detected from the first row's columns, and today's files (`prb`, `lamp-qa`)
+    read exactly as before (LaMP-QA categories only). Named, every format keeps its own
+    categories, so `--format prb` reads back what `prbench data convert` wrote from another
+    format. `kind=None` takes the kind the format holds (pairs or sources).
 
     A source with no records is an error ("no records"), and so is a `categories` filter that
     keeps none of them (or, for the known categories, names one that does not exist): a run
     over nothing must never look like a finished run.
     """
+    from prbench.formats import resolve
+
+    reader = resolve(src, format, split)
+    native = reader.name in ("prb", "lamp-qa")
+    if kind is None:
+        kind = reader.kind
+    if (format or not native) and reader.kind != kind:
+        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items")
+    if format or not native:
+        any_category = True  # named formats keep their own categories (a converted file: --format prb)
     cls = _record_class(kind)
     wanted = {normalize_category(c) for c in categories} if categories else None
     if wanted and not any_category:
@@ -249,10 +268,14 @@ def iter_examples(
     seen: dict[str, str] = {}
     found: set[str] = set()
     kept = 0
-    for file, line, raw in iter_raw(src, split):
-        rec = parse_record(raw, cls, file, line, any_category)
+    if native:
+        records: Iterable[tuple[str, int, Any]] = (
+            (file, line, parse_record(raw, cls, file, line, any_category)) for file, line, raw in iter_raw(src, split))
+    else:
+        records = reader.read(src, split)
+    for file, line, rec in records:
         if rec.id in seen:
-            raise DataError(file, line, "id", f"duplicate id {_short(rec.id)} (first at {seen[rec.id]})")
+            raise DataError(file, line or None, "id", f"duplicate id {_short(rec.id)} (first at {seen[rec.id]})")
         seen[rec.id] = f"{file}:{line}"
         found.add(rec.category)
         if wanted is None or rec.category in wanted:
@@ -266,32 +289,66 @@ def iter_examples(
                         f"(the data has: {', '.join(sorted(map(_short, found)))})")
 
 
+def take_items(records: Iterable[Any], limit: int | None) -> Iterator[Any]:
+    """The first `limit` items: the pairs of a multi-response item (same `item_id`) count as one
+    and are never cut apart, so an item is always scored over all its responses."""
+    if limit is None:
+        yield from records
+        return
+    seen: set[str] = set()
+    for rec in records:
+        key = getattr(rec, "item_id", None) or rec.id
+        if key not in seen:
+            if len(seen) >= limit:
+                return
+            seen.add(key)
+        yield rec
+
+
 def load_examples(
     src: str | Path,
-    kind: Kind = "benchmark",
+    kind: Kind | None = "benchmark",
     *,
     categories: Iterable[str] | None = None,
     limit: int | None = None,
     shuffle_seed: int | None = None,
     split: str = "test",
     any_category: bool = False,
+    format: str | None = None,
 ) -> list[Any]:
     """Load and validate `src` (file, folder, hub id, or `sample` / `sample:source`).
 
-    Order is file order, or a deterministic shuffle when `shuffle_seed` is given; `limit`
-    applies after filtering and shuffling so a limited run is a fair subsample.
+    `format` names the reader (see `iter_examples`); order is file order, or a deterministic
+    shuffle when `shuffle_seed` is given; `limit` applies after filtering and shuffling so a
+    limited run is a fair subsample.
     """
-    items = list(iter_examples(src, kind, categories, split, any_category))
-    if shuffle_seed is not None:
-        random.Random(shuffle_seed).shuffle(items)
-    return items[:limit] if limit is not None else items
+    items = list(iter_examples(src, kind, categories, split, any_category, format))
+    if shuffle_seed is not None:  # whole items move: the pairs of one item stay together, in order
+        groups: dict[str, list[Any]] = {}
+        for it in items:
+            groups.setdefault(getattr(it, "item_id", None) or it.id, []).append(it)
+        keys = list(groups)
+        random.Random(shuffle_seed).shuffle(keys)
+        items = [it for k in keys for it in groups[k]]
+    return list(take_items(items, limit))
+
+
+_OPTIONAL_EMPTY = ("context", "history", "persona")  # fields other formats add; absent stays absent
+
+
+def _dump(item: BaseModel) -> dict[str, Any]:
+    row = item.model_dump(mode="json", exclude_none=True)
+    for key in _OPTIONAL_EMPTY:
+        if key in row and not row[key]:
+            del row[key]
+    return row
 
 
 def write_examples(items: Iterable[BaseModel], dst: str | Path) -> int:
     """Write records as .jsonl (optionally .gz), .json or .parquet; returns the count."""
     path = Path(dst)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [it.model_dump(mode="json", exclude_none=True) for it in items]
+    rows = [_dump(it) for it in items]
     name = path.name.lower()
     if name.endswith(".parquet"):
         import pyarrow as pa

@@ -60,10 +60,11 @@ class PreferencePair(_Record):
 
 def pair_from_example(example: Example) -> PreferencePair:
     """A benchmark example as a training pair; user falls back to the example id."""
+    extra = {"persona": example.persona} if example.persona else {}
     return PreferencePair(
         user_id=example.user_id or example.id, prompt=example.question, chosen=example.chosen,
         rejected=example.rejected, profile=list(example.profile), id=example.id,
-        category=example.category, rubric_aspects=list(example.rubric_aspects),
+        category=example.category, rubric_aspects=list(example.rubric_aspects), **extra,
     )
 
 
@@ -75,8 +76,20 @@ def _is_benchmark_record(raw: object) -> bool:
     return isinstance(raw, dict) and "question" in raw and "prompt" not in raw
 
 
-def iter_pairs(src: str | Path, split: str = "test") -> Iterable[PreferencePair]:
-    """Validated pairs in file order; benchmark records are converted; duplicate ids are an error."""
+def iter_pairs(src: str | Path, split: str = "test", format: str | None = None) -> Iterable[PreferencePair]:
+    """Validated pairs in file order; benchmark records are converted; duplicate ids are an error.
+
+    Any other benchmark format (`format`, or detected: rewardbench2, prism, hh-rlhf ...) is read
+    by its reader and converted pair by pair (a multi-turn item keeps only its last user turn as
+    the prompt: PreferencePair has no dialogue).
+    """
+    from prbench.formats import resolve
+
+    if format or resolve(src, None, split).name not in ("prb", "lamp-qa"):
+        from prbench.data.loaders import iter_examples
+
+        yield from (pair_from_example(ex) for ex in iter_examples(src, "benchmark", split=split, format=format))
+        return
     seen: dict[str, str] = {}
     for file, line, raw in iter_raw(src, split):
         if _is_benchmark_record(raw):
@@ -90,9 +103,10 @@ def iter_pairs(src: str | Path, split: str = "test") -> Iterable[PreferencePair]
         yield pair
 
 
-def load_pairs(src: str | Path, *, limit: int | None = None, split: str = "test") -> list[PreferencePair]:
-    """Load pairs (or benchmark examples, converted) from any source `load_examples` accepts."""
-    pairs = list(iter_pairs(src, split))
+def load_pairs(src: str | Path, *, limit: int | None = None, split: str = "test",
+               format: str | None = None) -> list[PreferencePair]:
+    """Load pairs (or benchmark examples of any format, converted) from any source `load_examples` accepts."""
+    pairs = list(iter_pairs(src, split, format))
     if not pairs:
         raise DataError(str(src), None, None, "no preference pairs found")
     return pairs[:limit] if limit is not None else pairs

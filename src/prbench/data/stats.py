@@ -33,7 +33,16 @@ def dataset_stats(items: Sequence[SourceItem]) -> dict[str, Any]:
         "rubric_aspects": _describe([len(it.rubric_aspects) for it in items]),
         "question_words": _describe([words(it.question) for it in items]),
     }
+    if any(it.context for it in items):
+        out["context_turns"] = _describe([len(it.context) for it in items])
+    if any(it.history for it in items):
+        out["history_pairs"] = _describe([len(it.history) for it in items])
+    if any(it.persona for it in items):
+        out["share_with_persona"] = round(float(np.mean([bool(it.persona) for it in items])), 4)
     pairs = [it for it in items if isinstance(it, Example)]
+    if any(it.item_id for it in pairs):  # multi-response items: pairs are expanded, items counted once
+        out["multi_response_items"] = len({it.item_id or it.id for it in pairs})
+        out["rules"] = dict(sorted(Counter(it.rule or "pair" for it in pairs).items()))
     if pairs:
         c = [words(it.chosen) for it in pairs]
         r = [words(it.rejected) for it in pairs]

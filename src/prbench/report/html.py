@@ -745,6 +745,8 @@ def meta_section(d: ReportData, meta: Mapping[str, Any] | None, meta_error: str 
                                                 colors=palette),
                            f"benchmark vs downstream: {label}",
                            f"One point per RM: benchmark {prm['summary']} (x) vs {label} (y)."))
+    if meta.get("cross_benchmark"):
+        body.append(cross_benchmark_html(meta["cross_benchmark"]))
     if meta.get("paper_b"):
         head = ["RM accuracy from", "setting", Cell("RMs", "num"), Cell("Kendall tau-b", "num"), Cell("Spearman", "num")]
         prow = []
@@ -782,6 +784,35 @@ def meta_section(d: ReportData, meta: Mapping[str, Any] | None, meta_error: str 
                 + "".join(f"<dt>parameter {esc(k)}</dt><dd>{esc(json.dumps(v, default=str))}</dd>"
                           for k, v in prm.items()) + "</dl></details>")
     return section("meta", "Meta-evaluation", explain, "".join(body))
+
+
+def cross_benchmark_html(entries: Sequence[Mapping[str, Any]]) -> str:
+    """Per downstream setting, every benchmark's rank agreement; the best per metric marked."""
+    from prbench.meta import CROSS_LABELS, CROSS_METRICS
+
+    parts = [("<h3 id=\"cross-benchmark\">Which benchmark ranks the RMs most like each downstream setting</h3>"
+              '<p class="explain">One table per downstream setting compared with two or more benchmarks. '
+              "<b>best</b> marks the highest value per metric; best overall is best on most metrics (ties: "
+              "Spearman). Small grey numbers: CI, then permutation p-value.</p>")]
+    for c in entries:
+        head = ["benchmark", Cell("RMs", "num"), *[Cell(esc(CROSS_LABELS[m]), "num") for m in CROSS_METRICS]]
+        body_rows = []
+        for e in c["benchmarks"]:
+            cells = []
+            for m in CROSS_METRICS:
+                v = (e["metrics"] or {}).get(m) or {}
+                if v.get("value") is None:
+                    cells.append(numc("–"))
+                    continue
+                ci = f'<span class="ci">[{v["ci_low"]:.2f}, {v["ci_high"]:.2f}]</span>' if v.get("ci_low") is not None \
+                    else ""
+                badge = ' <span class="badge ref">best</span>' if c["best"][m] == e["benchmark"] else ""
+                cells.append(numc(f'{v["value"]:.3f}{badge}{ci}{_p_span(v.get("p_value"))}'))
+            label = e["benchmark"] + (" (best overall)" if e["benchmark"] == c["best_overall"] else "")
+            body_rows.append([text(label, "nowrap"), numc(fnum(e["n_rms"])), *cells])
+        note = "" if c["same_rms"] else ' <span class="warn">(benchmarks compared over different RM sets)</span>'
+        parts.append(f"<h4>{esc(c['setting'])}{note}</h4>" + table(head, body_rows))
+    return "".join(parts)
 
 
 def _published_rows(published: Mapping[str, Any]) -> list[tuple[str, str, str, float]]:

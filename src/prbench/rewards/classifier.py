@@ -38,6 +38,7 @@ from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
+PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # earlier turns, same plain form
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -122,31 +123,41 @@ class SequenceClassifierRM(PointwiseRM):
     # -- tokenization ---------------------------------------------------------------------
     def encode(self, prompt: str, response: str) -> list[int]:
         """Token ids of the whole conversation, produced in one templating step."""
+        return self.encode_messages([{"role": "user", "content": prompt}], response)
+
+    def encode_messages(self, messages: list[dict[str, str]], response: str) -> list[int]:
+        """Token ids of a dialogue (`View.messages()`) plus the response, in one templating step."""
         if self.has_template:
-            messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
-            ids = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
+            ids = self.tokenizer.apply_chat_template([*messages, {"role": "assistant", "content": response}],
+                                                     tokenize=True, return_dict=False)
             if isinstance(ids, dict) or hasattr(ids, "keys"):
                 ids = ids["input_ids"]
             return list(ids)
-        return self.tokenizer(PLAIN_FORMAT.format(prompt=prompt, response=response))["input_ids"]
+        *before, last = messages
+        turns = "".join(f"{PLAIN_ROLES[m['role']]}: {m['content']}\n\n" for m in before)
+        return self.tokenizer(turns + PLAIN_FORMAT.format(prompt=last["content"], response=response))["input_ids"]
 
     def fit(self, view: View, response: str) -> tuple[list[int] | None, bool, str]:
         """Ids within max_length, dropping least relevant posts first; (None, True, _) if impossible.
 
         Also returns the prompt text used, so responses to one prompt can share its prefix.
         """
+        def ids_for(n: int) -> list[int]:
+            # Multi-turn items go through the chat template as messages, never as one flattened turn.
+            return self.encode_messages(view.messages(n), response) if view.turns else self.encode(view.prompt(n), response)
+
         n = view.shown_posts
-        prompt = view.prompt(n)
-        ids = self.encode(prompt, response)
+        ids = ids_for(n)
         truncated = False
         while len(ids) > self.max_length and n > 0:
             n -= 1
             truncated = True
-            prompt = view.prompt(n)
-            ids = self.encode(prompt, response)
+            ids = ids_for(n)
+        # The grouping key of shared-prefix scoring: the prompt, and the dialogue before it when there is one.
+        key = view.prompt(n) + ("\0" + view.transcript() if view.turns else "")
         if len(ids) > self.max_length:
-            return None, True, prompt
-        return ids, truncated, prompt
+            return None, True, key
+        return ids, truncated, key
 
     # -- scoring --------------------------------------------------------------------------
     def _reduce(self, logits: Any) -> list[float]:

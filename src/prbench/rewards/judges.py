@@ -241,11 +241,16 @@ def open_engine(engine: str | Engine, options: dict[str, Any]) -> tuple[Engine, 
 
 def context_of(view: View) -> str:
     """The user context shown under the view's condition, within its character budget."""
-    return view.context(view.shown_posts) if view.posts else view.context()
+    return view.context(view.shown_posts) if view.units else view.context()
 
 
 def was_truncated(view: View) -> bool:
-    return view.shown_posts < len(view.posts)
+    return view.shown_posts < view.units
+
+
+def question_of(view: View) -> str:
+    """The question as the judge reads it: for a multi-turn item, the dialogue so far, then the last turn."""
+    return f"{view.transcript()}\n\nUser: {view.question}" if view.turns else view.question
 
 
 class _Templates:
@@ -262,7 +267,7 @@ class _Templates:
     def render(self, view: View, **values: Any) -> str:
         ctx = context_of(view)
         tpl = self.with_ctx if ctx else self.without_ctx
-        fields = {"question": view.question, "context": ctx or NO_CONTEXT, **values}
+        fields = {"question": question_of(view), "context": ctx or NO_CONTEXT, **values}
         return tpl.render(**{k: str(v) for k, v in fields.items() if k in tpl.fields})
 
     def hashes(self) -> dict[str, str]:

@@ -49,9 +49,11 @@ def _reduce(logprobs: Sequence[float], normalize: str) -> float:
     return total / len(logprobs) if normalize == "mean" else total
 
 
-def _user_turn(text: str, system: str | None) -> Messages:
+def _user_turn(text: str, system: str | None, view: View | None = None) -> Messages:
+    """The messages before the response: optional system prompt, earlier turns (multi-turn items), the user turn."""
     msgs: Messages = [{"role": "system", "content": system}] if system else []
-    return [*msgs, {"role": "user", "content": text}]
+    earlier = view.messages()[:-1] if view is not None else []
+    return [*msgs, *earlier, {"role": "user", "content": text}]
 
 
 class _LoglikRM(PointwiseRM):
@@ -124,8 +126,8 @@ class PMIReward(_LoglikRM):
             return []
         requests: list[tuple[Messages, str]] = []
         for view, resp in batch:
-            requests.append((_user_turn(view.prompt(), self.system), resp))
-            requests.append((_user_turn(view.question, self.system), resp))
+            requests.append((_user_turn(view.prompt(), self.system, view), resp))
+            requests.append((_user_turn(view.question, self.system, view), resp))
         values = self._loglik(requests)
         pmi = []
         for i in range(len(batch)):
@@ -144,5 +146,5 @@ class LikelihoodReward(_LoglikRM):
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         if not batch:
             return []
-        values = self._loglik([(_user_turn(v.prompt(), self.system), r) for v, r in batch])
+        values = self._loglik([(_user_turn(v.prompt(), self.system, v), r) for v, r in batch])
         return self._finish(batch, values)

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prbench.conditions import CONDITIONS
+from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings
 from prbench.errors import DataError, PrbenchError, SpecError
 
@@ -83,9 +83,20 @@ class ModelEntry(_Strict):
     @classmethod
     def _known(cls, v: list[str] | None) -> list[str] | None:
         for c in v or []:
-            if c not in CONDITIONS:
-                raise ValueError(f"unknown condition {c!r} (use {', '.join(CONDITIONS)})")
+            if c not in ALL_CONDITIONS:
+                raise ValueError(f"unknown condition {c!r} (use {', '.join(ALL_CONDITIONS)})")
         return v
+
+
+class BenchmarkEntry(_Strict):
+    """Another benchmark the study's models are evaluated on (any format), for the cross-benchmark meta table."""
+
+    data: str
+    format: str | None = None  # default: detected from the columns
+    conditions: list[str] = Field(default_factory=lambda: ["none"])
+    limit: int | None = None
+
+    _known = field_validator("conditions")(lambda cls, v: ModelEntry._known(v) or [])
 
 
 class PlannerStage(_Strict):
@@ -140,6 +151,8 @@ class StudyConfig(_Strict):
     name: str
     description: str = ""
     data: str = "sample"
+    format: str | None = None  # the format of `data` (default: detected)
+    benchmarks: list[BenchmarkEntry] = Field(default_factory=list)  # more benchmarks for the same models
     out: str = "prbench-study"
     seed: Seed = 0
     limit: Limit = None

@@ -33,7 +33,10 @@ class StudyContext:
 
     @property
     def data(self) -> str:
-        d = self.cfg.data
+        return self.resolve_data(self.cfg.data)
+
+    def resolve_data(self, d: str) -> str:
+        """A data path relative to the config's folder when it exists there, else as given."""
         p = Path(d)
         return str(self.root / p) if not p.is_absolute() and (self.root / p).exists() else d
 

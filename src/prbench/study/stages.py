@@ -25,13 +25,13 @@ TOKENS = {"question": 40, "post": 60, "response": 130, "aspects": 80}
 
 
 @lru_cache(maxsize=8)
-def _item_count(data: str, limit: int | None) -> int:
+def _item_count(data: str, limit: int | None, fmt: str | None = None) -> int:
     if data in KNOWN_DATA:
         n = KNOWN_DATA[data]
     else:
         from prbench.data import load_examples
 
-        n = len(load_examples(data))
+        n = len(load_examples(data, format=fmt))
     return min(n, limit) if limit else n
 
 
@@ -67,11 +67,22 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
     out = []
     for entry in ctx.cfg.models:
         for cond in model_conditions(ctx, entry):
-            n = _item_count(ctx.data, eval_limit(ctx, entry, cond))
+            n = _item_count(ctx.data, eval_limit(ctx, entry, cond), ctx.cfg.format)
             per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
             tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if is_pairwise(entry) else 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
             out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens))
+    for bench in ctx.cfg.benchmarks:  # pairs of other benchmarks (multi-response items count each pair)
+        from prbench.data import iter_examples
+
+        n = sum(1 for _ in iter_examples(ctx.resolve_data(bench.data), format=bench.format))
+        n = min(n, bench.limit) if bench.limit else n
+        for entry in ctx.cfg.models:
+            for cond in bench.conditions:
+                per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
+                calls = n * per_item if capabilities(entry.spec).calls_model else 0
+                tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + TOKENS["response"])
+                out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0))
     return out
 
 
@@ -86,13 +97,22 @@ def run_eval(ctx: StudyContext) -> None:
                 entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond),
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
-                batch_size=ctx.cfg.batch_size, model_options=entry.options,
+                batch_size=ctx.cfg.batch_size, model_options=entry.options, format=ctx.cfg.format,
                 on_progress=(lambda d, t, task=task: bar.update(task, completed=d, total=t)) if bar else None,
             )
             if bar:
                 bar.remove_task(task)
             results.append({"spec": entry.spec, "condition": cond, "path": str(res.path),
                             "accuracy": res.summary["accuracy"]})
+    for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
+        for entry in ctx.cfg.models:
+            for cond in bench.conditions:
+                res = evaluate(entry.spec, ctx.resolve_data(bench.data), cond, out=ctx.runs, seed=ctx.cfg.seed,
+                               limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
+                               both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
+                               model_options=entry.options, format=bench.format)
+                results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
+                                "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
 
 

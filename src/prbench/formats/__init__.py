@@ -1,0 +1,100 @@
+"""Readers for the data formats people already hold, one module per format.
+
+Each reader is registered in `prbench.registry.FORMATS` (third-party packages add theirs under
+the `prbench.formats` entry point) and is chosen by `--format NAME[:OPTIONS]` or detected from
+the columns of the first row. Every reader yields validated `prbench.schema` records and
+raises one-line `DataError`s naming file, line and field. See docs/readme/formats.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from prbench.errors import DataError, SpecError
+from prbench.formats.base import Reader
+
+
+def load_reader(spec: str, **options: Any) -> Reader:
+    """`name[:options]` -> a reader; an unknown name lists the known ones."""
+    from prbench.registry import FORMATS
+
+    reader = FORMATS.build(spec, **options)
+    if not isinstance(reader, Reader):
+        raise SpecError(f"format {spec!r}: its factory returned {type(reader).__name__}, not a prbench.formats Reader")
+    return reader
+
+
+def _first_row(src: str | Path, split: str) -> tuple[str, int, Any]:
+    from prbench.data.loaders import iter_raw
+
+    for file, line, raw in iter_raw(src, split):
+        return file, line, raw
+    raise DataError(str(src), None, None, "no records (the source is empty)")
+
+
+def _claims(row: Any) -> str | None:
+    from prbench.registry import FORMATS
+
+    if not isinstance(row, dict):
+        return None
+    candidates = []
+    for name in FORMATS.names():
+        cls = FORMATS.get(name)
+        matches = getattr(cls, "matches", None)
+        if callable(matches) and matches(row):
+            candidates.append((getattr(cls, "priority", 50), name))
+    return min(candidates)[1] if candidates else None
+
+
+def detect(src: str | Path, split: str = "test") -> str:
+    """The name of the format whose columns the first row has (`prb` when none claims it).
+
+    In a folder, files are tried in name order until one's first row is claimed (a LaMP
+    folder's gold-output file is not an array of rows, its questions file is).
+    """
+    from prbench.data.loaders import SUFFIXES
+
+    path = Path(str(src))
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
+            try:
+                name = _claims(_first_row(f, split)[2])
+            except DataError:
+                continue  # the reader (or today's loader) reports it with its location
+            if name:
+                return name
+        return "prb"
+    return _claims(_first_row(src, split)[2]) or "prb"
+
+
+def resolve(src: str | Path, spec: str | None, split: str = "test") -> Reader:
+    """The reader named by `spec`, else the detected one."""
+    return load_reader(spec or detect(src, split))
+
+
+def format_score(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """A benchmark's own headline score from per-pair records, when its format defines one."""
+    if any(r.get("rule") in ("best-of-n", "ties") for r in records):
+        from prbench.formats.rewardbench2 import score
+    elif any(r.get("rule") == "matrix" for r in records):
+        from prbench.formats.rmbench import score
+    elif any("section" in r for r in records):
+        from prbench.formats.rewardbench import score
+    else:
+        return None
+    return score(records)
+
+
+def describe() -> list[dict[str, str]]:
+    """Name, kind, source and fields read of every registered format (for docs and the CLI)."""
+    from prbench.registry import FORMATS
+
+    out = []
+    for name in FORMATS.names():
+        cls = FORMATS.get(name)
+        out.append({"name": name, "kind": getattr(cls, "kind", "?"), "source": getattr(cls, "source", ""),
+                    "fields": getattr(cls, "fields", "")})
+    return out
+

@@ -1,0 +1,92 @@
+"""`trl`: TRL's preference dataset types, standard or conversational, explicit or implicit prompt.
+
+Source: the TRL dataset-formats guide and `trl.data_utils` (`maybe_extract_prompt`,
+`extract_prompt`, trl 1.16.0). Read: `chosen`, `rejected`, optional `prompt`, optional `id`.
+- standard, explicit prompt: `prompt`, `chosen`, `rejected` are text;
+- standard, implicit prompt: `chosen` and `rejected` are whole texts; the prompt is their
+  longest common prefix, cut as TRL cuts it (one character back when the character before
+  the first difference is a space);
+- conversational, explicit prompt: `prompt` is a list of messages ending with a user turn,
+  `chosen` / `rejected` are lists holding the one assistant message;
+- conversational, implicit prompt: `chosen` / `rejected` are whole conversations; the prompt
+  is their longest common list prefix (`extract_prompt`).
+The prompt's last user message becomes `question`, the messages before it `context`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from prbench.errors import DataError
+from prbench.formats.base import Reader, build, messages, rows, split_last_user, stem
+from prbench.schema import Example, Message
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(m, dict) and "role" in m for m in value)
+
+
+def common_prefix(chosen: Any, rejected: Any) -> int:
+    """Where TRL's `extract_prompt` cuts the shared prompt (same loop, same space rule)."""
+    idx = 0
+    for idx in range(min(len(chosen), len(rejected))):
+        if chosen[idx] != rejected[idx]:
+            if chosen[idx - 1] == " ":
+                idx -= 1
+            break
+    return idx
+
+
+def _one_reply(turns: list[Message], file: str, line: int, field: str) -> str:
+    if len(turns) != 1 or turns[0].role != "assistant":
+        raise DataError(file, line, field, "must hold exactly one assistant message (the judged response)")
+    return turns[0].content
+
+
+class TRL(Reader):
+    name = "trl"
+    source = "TRL dataset formats (trl.data_utils.maybe_extract_prompt, trl 1.16.0); licence of your data"
+    fields = "prompt (text or messages, optional: implicit prompt), chosen, rejected (text or messages), id"
+    priority = 90
+
+    @classmethod
+    def matches(cls, row: Mapping[str, Any]) -> bool:
+        if "chosen" not in row or "rejected" not in row or "question" in row:
+            return False
+        kinds = {type(row["chosen"]), type(row["rejected"])}
+        return kinds in ({str}, {list}) and not {"subset", "domain", "user_id", "context"} & set(row)
+
+    def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
+        for file, line, row in rows(src, split):
+            yield file, line, self.record(row, file, line)
+
+    @staticmethod
+    def record(row: Mapping[str, Any], file: str, line: int) -> Example:
+        chosen, rejected, prompt = row.get("chosen"), row.get("rejected"), row.get("prompt")
+        context: list[Message] = []
+        if isinstance(chosen, str) and isinstance(rejected, str):
+            if prompt is None:  # implicit prompt: the shared prefix
+                cut = common_prefix(chosen, rejected)
+                prompt, chosen, rejected = chosen[:cut], chosen[cut:], rejected[cut:]
+            if not isinstance(prompt, str):
+                raise DataError(file, line, "prompt", "must be text when chosen and rejected are text")
+            question = prompt
+        elif _is_messages(chosen) and _is_messages(rejected):
+            c_turns = messages(chosen, file, line, "chosen")
+            r_turns = messages(rejected, file, line, "rejected")
+            if prompt is None or isinstance(prompt, str):  # implicit (a text prompt beside messages is ignored, as TRL does)
+                cut = common_prefix(c_turns, r_turns)
+                p_turns, c_turns, r_turns = c_turns[:cut], c_turns[cut:], r_turns[cut:]
+            else:
+                p_turns = messages(prompt, file, line, "prompt")
+            context, question = split_last_user(p_turns, file, line, "prompt")
+            chosen = _one_reply(c_turns, file, line, "chosen")
+            rejected = _one_reply(r_turns, file, line, "rejected")
+        else:
+            raise DataError(file, line, "chosen", "chosen and rejected must both be text or both be message lists")
+        given = row.get("id")
+        return build(Example, file, line, id=str(given) if given is not None else f"{stem(file)}:{line}",
+                     question=question, context=context, chosen=chosen, rejected=rejected, profile=[],
+                     rubric_aspects=[], category=str(row.get("category") or "trl"))
