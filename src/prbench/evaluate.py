@@ -81,9 +81,10 @@ def _versions() -> dict[str, str | None]:
 def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 1000) -> dict[str, Any]:
     """Metrics from per-example records (so a summary can always be recomputed from the file)."""
     pairs, records = records, metrics.collapse_items(records)  # multi-response items: one credit each
+    shares = any("item" in r for r in pairs)  # item credits under a rule may be any share in [0, 1]
     valid = [r for r in records if r.get("credit") is not None]
     credits = np.array([r["credit"] for r in valid], dtype=float)
-    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot)
+    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot, shares=shares)
     by_cat: dict[str, list[float]] = {}
     for r in valid:
         by_cat.setdefault(r["category"], []).append(r["credit"])
@@ -92,7 +93,8 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
         "n_total": len(records),
         "n_invalid": len(records) - len(valid),
         "accuracy_invalid_as_wrong": float(credits.sum() / len(records)) if records else None,
-        "categories": metrics.macro_micro({k: np.array(v) for k, v in sorted(by_cat.items())}, seed, n_boot=n_boot),
+        "categories": metrics.macro_micro({k: np.array(v) for k, v in sorted(by_cat.items())}, seed, n_boot=n_boot,
+                                          shares=shares),
     }
     decisive = [r for r in valid if r["longer"] != "equal" and r["credit"] != 0.5]
     out["length_bias"] = {

@@ -106,13 +106,16 @@ def _check_ci(ci: float) -> None:
         raise ValueError(f"ci must be in (0, 1), got {ci}")
 
 
-def _check_credits(credits: Any, name: str = "credits") -> np.ndarray:
-    """Credits are the 1 / 0.5 / 0 outcomes of pair_outcomes, or an item's credit under its rule
-    (`item_credit`: a share in [0, 1], e.g. 1/3 for a three-way tie at the top of a best-of-4);
-    anything outside [0, 1] is a caller bug (a raw score passed as a credit)."""
+def _check_credits(credits: Any, name: str = "credits", shares: bool = False) -> np.ndarray:
+    """Pair credits are the 1 / 0.5 / 0 outcomes of pair_outcomes; with `shares`, item credits under
+    their rule (`item_credit`: a share in [0, 1], e.g. 1/3 for a three-way tie at the top of a
+    best-of-4). Anything else is a caller bug (a raw score passed as a credit)."""
     arr = _finite_1d(credits, name)
-    if not np.all((arr >= 0.0) & (arr <= 1.0)):
-        raise ValueError(f"{name} must lie in [0, 1] (0, 0.5 or 1 per pair; an item's share under its rule)")
+    if shares:
+        if not np.all((arr >= 0.0) & (arr <= 1.0)):
+            raise ValueError(f"{name} must lie in [0, 1] (an item's share under its rule)")
+    elif not np.all(np.isin(arr, (0.0, 0.5, 1.0))):
+        raise ValueError(f"{name} must only contain 0, 0.5 or 1")
     return arr
 
 
@@ -184,12 +187,14 @@ def bootstrap_ci(
     return _percentiles(np.concatenate(parts), ci)
 
 
-def accuracy_summary(credits: Any, *, seed: int, n_boot: int = 1000, ci: float = 0.95) -> dict[str, Any]:
+def accuracy_summary(credits: Any, *, seed: int, n_boot: int = 1000, ci: float = 0.95,
+                     shares: bool = False) -> dict[str, Any]:
     """Accuracy (ties 0.5), strict accuracy (ties 0), tie count and a bootstrap CI of accuracy.
 
-    For zero items every statistic is None rather than a misleading 0.
+    For zero items every statistic is None rather than a misleading 0. `shares`: item credits
+    under a multi-response rule (any value in [0, 1]) instead of pair outcomes.
     """
-    arr = _check_credits(credits)
+    arr = _check_credits(credits, shares=shares)
     n = int(arr.size)
     if n == 0:
         return {"n": 0, "accuracy": None, "strict_accuracy": None, "ties": 0, "ci_low": None, "ci_high": None}
@@ -216,7 +221,7 @@ def _boot_means(arr: np.ndarray, rng: np.random.Generator, n_boot: int) -> np.nd
 
 
 def macro_micro(
-    credits_by_group: Mapping[str, Any], seed: int, *, n_boot: int = 1000, ci: float = 0.95
+    credits_by_group: Mapping[str, Any], seed: int, *, n_boot: int = 1000, ci: float = 0.95, shares: bool = False
 ) -> dict[str, Any]:
     """Micro accuracy (pool all items) and macro accuracy (mean of group accuracies), each with a CI.
 
@@ -226,7 +231,8 @@ def macro_micro(
     reported with accuracy None and left out of the macro mean.
     """
     _check_ci(ci)
-    groups = {name: _check_credits(vals, f"credits_by_group[{name!r}]") for name, vals in credits_by_group.items()}
+    groups = {name: _check_credits(vals, f"credits_by_group[{name!r}]", shares)
+              for name, vals in credits_by_group.items()}
     per_group = {
         name: {"n": int(arr.size), "accuracy": float(arr.mean()) if arr.size else None} for name, arr in groups.items()
     }

@@ -57,7 +57,11 @@ def detect(src: str | Path, split: str = "test") -> str:
     from prbench.data.loaders import SUFFIXES
 
     path = Path(str(src))
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte: the loader reports it with its location
+        return "prb"
+    if is_dir:
         for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
             try:
                 name = _claims(_first_row(f, split)[2])
