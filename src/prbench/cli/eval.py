@@ -64,18 +64,21 @@ def eval_cmd(
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
     workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
     ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto').")] = None,
+    max_invalid: Annotated[float, typer.Option(
+        help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
+             "record invalid always fails.")] = 1.0,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark under one or more input conditions."""
-    from prbench.evaluate import evaluate
+    from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
     conds = split_csv(condition) or ["none"]
     opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
                          prompt_file=prompt_file, debias_position=debias_position)
-    summaries = []
+    summaries, failures = [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
             distributed = workers > 1 or ray_address is not None
@@ -89,6 +92,14 @@ def eval_cmd(
                                workers=workers, ray_address=ray_address,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
+                failure = invalid_failure(res.summary, max_invalid, res.records)
+                if failure:
+                    failures.append(failure)
+                n_bad = res.summary["metrics"]["n_invalid"]
+                if res.reused and n_bad and not quiet:
+                    typer.echo(f"note: {res.path} finished earlier with {n_bad} invalid of "
+                               f"{res.summary['n_total']} items, returned as stored; add --retry-failed "
+                               "to score those items again", err=True)
     if json_out:
         emit_json(summaries)
     elif not quiet:
@@ -99,6 +110,8 @@ def eval_cmd(
             acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
             rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
         table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+    if failures:
+        raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 
 
 @app.command("leaderboard")

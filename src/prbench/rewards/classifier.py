@@ -233,4 +233,7 @@ class SequenceClassifierRM(PointwiseRM):
 
 def load_classifier(rest: str, **options: Any) -> SequenceClassifierRM:
     """`hf:<hub id | dir>`."""
+    from prbench.rewards.folders import check_classifier_folder
+
+    check_classifier_folder(rest, "hf")  # missing, offline, or a prbench head folder: one clear line
     return SequenceClassifierRM(rest, spec=f"hf:{rest}", **options)
