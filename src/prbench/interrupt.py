@@ -62,12 +62,31 @@ def resume_command(command: str) -> str:
     return shlex.join(a for a in shlex.split(command) if a != "--overwrite")
 
 
+_LAST: list[Interrupted] = []
+
+
 def _raise(signum: int, _frame: Any) -> None:
-    raise Interrupted(signum)
+    exc = Interrupted(signum)
+    _LAST.append(exc)  # typer turns a KeyboardInterrupt into a bare exit code; the CLI reads it here
+    raise exc
 
 
-def sigterm_as_interrupt() -> None:
-    """SIGTERM (and SIGINT) raise `Interrupted` in the main thread, so `finally` blocks and flushes run."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise)
-        signal.signal(signal.SIGINT, _raise)
+def last() -> Interrupted | None:
+    """The interrupt the handlers raised in this process, if any (with the notes drivers attached)."""
+    return _LAST[-1] if _LAST else None
+
+
+def sigterm_as_interrupt() -> Any:
+    """SIGTERM (and SIGINT) raise `Interrupted` in the main thread, so `finally` blocks and flushes run.
+
+    Returns a function that puts the previous handlers back (main() may run inside a test process).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    _LAST.clear()
+    before = {sig: signal.signal(sig, _raise) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    return restore

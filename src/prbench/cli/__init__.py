@@ -72,14 +72,18 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _register()
-    from prbench.interrupt import Interrupted, interrupted_by, sigterm_as_interrupt
+    from prbench import interrupt
 
     errors = _click_exceptions()
-    sigterm_as_interrupt()
+    restore = interrupt.sigterm_as_interrupt()
     try:
         command = typer.main.get_command(app)
         _metavars(command)
         command(standalone_mode=False, prog_name="prbench")
+        stopped = interrupt.last()  # typer returns 130 for an interrupt instead of raising it
+        if stopped is not None:
+            print(stopped.message(_command_line()), file=sys.stderr)
+            sys.exit(stopped.exit_code)
     except PrbenchError as exc:
         if _DEBUG["on"]:
             raise
@@ -95,9 +99,9 @@ def main() -> None:
         print(_usage_error(exc), file=sys.stderr)
         sys.exit(2)
     except (typer.Abort, getattr(errors, "Abort", typer.Abort), KeyboardInterrupt) as exc:
-        interrupt = interrupted_by(exc) or Interrupted()
-        print(interrupt.message(_command_line()), file=sys.stderr)
-        sys.exit(interrupt.exit_code)
+        stopped = interrupt.last() or interrupt.interrupted_by(exc) or interrupt.Interrupted()
+        print(stopped.message(_command_line()), file=sys.stderr)
+        sys.exit(stopped.exit_code)
     except errors.ClickException as exc:
         exc.show()
         sys.exit(2)
@@ -107,6 +111,8 @@ def main() -> None:
         print(f"error: {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for the traceback)",
               file=sys.stderr)
         sys.exit(1)
+    finally:
+        restore()
 
 
 def _click_exceptions():
