@@ -169,6 +169,9 @@ def _metavars(command) -> None:
         metavar = _metavar(param.name or "", ann, Path)
         if metavar:
             param.metavar = metavar
+        if getattr(param, "param_type_name", "") == "argument" and hasattr(param, "display_type_rich"):
+            param.metavar = (param.name or "arg").upper()
+            param.display_type_rich = lambda ctx: None  # the name says it; typer would add <str>
     for sub in getattr(command, "commands", {}).values():
         _metavars(sub)
 

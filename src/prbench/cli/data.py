@@ -22,7 +22,7 @@ def _kind(src: str, kind: str | None) -> str:
 
 @app.command()
 def validate(src: DataArg, kind: Kind = "", split: Split = "test", json_out: Json = False) -> None:
-    """Check every record; exit 0 when all are valid, else print the first error and exit 2."""
+    """Check every record of a data source. Exit 0 when all are valid, else print the first error and exit 2."""
     n = sum(1 for _ in iter_examples(src, _kind(src, kind), split=split))
     if json_out:
         emit_json({"valid": True, "records": n})
@@ -35,7 +35,7 @@ def stats(
     src: DataArg, kind: Kind = "", categories: Categories = None, split: Split = "test",
     json_out: Json = False, quiet: Quiet = False,
 ) -> None:
-    """Items per category, users, profile and rubric sizes, response lengths and length balance."""
+    """Describe a data source. Items per category, users, profile and rubric sizes, response lengths and length balance."""
     items = load_examples(src, _kind(src, kind), categories=split_csv(categories), split=split)
     s = dataset_stats(items)
     if json_out:
@@ -59,7 +59,7 @@ def convert(
     limit: Limit = None,
     split: Split = "test",
 ) -> None:
-    """Convert any supported source to JSONL, JSON or parquet (validated on the way)."""
+    """Convert a data source to JSONL, JSON or parquet. Validated on the way."""
     items = load_examples(src, _kind(src, kind), categories=split_csv(categories), limit=limit, split=split)
     n = write_examples(items, dst)
     typer.echo(f"wrote {n} records to {dst}")

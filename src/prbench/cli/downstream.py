@@ -69,7 +69,7 @@ def sample(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Draw N answers per item from a policy, once, for every RM's Best-of-N."""
+    """Draw N answers per item from a policy. Drawn once, for every RM's Best-of-N."""
     from prbench.cli.output import progress
     from prbench.downstream.sampling import sample_policy
 
@@ -117,7 +117,7 @@ def bon(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Best-of-N curves per RM: first-k pick, exact expected best-of-k, oracle and random."""
+    """Best-of-N curves per RM on a samples folder. First-k pick, exact expected best-of-k, oracle and random."""
     from prbench.cache import Cache
     from prbench.downstream.bon import best_of_n
     from prbench.downstream.grader import load_grader
@@ -198,7 +198,7 @@ def rl(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Fine-tune a policy with the RM as reward (TRL GRPO), then grade it on held-out items."""
+    """Fine-tune a policy with the RM as reward (TRL GRPO). Then grade it on held-out items."""
     from prbench.downstream.rl import train_rl
 
     gopts = {"engine_options": engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
@@ -252,7 +252,7 @@ def serve_reward(
     api_key_env: ApiKeyEnv = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve an RM over HTTP (POST /score, GET /health) for verl, OpenRLHF or your own RL loop."""
+    """Serve an RM over HTTP for RL frameworks. POST /score, GET /health; for verl, OpenRLHF or your own RL loop."""
     from prbench.downstream.server import serve, token_from_env
     from prbench.rewards.base import load_rm
 

@@ -70,7 +70,7 @@ def eval_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Evaluate reward models on a benchmark under one or more input conditions."""
+    """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
@@ -121,7 +121,7 @@ def leaderboard_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Table of every model (baselines included) by condition, with CSV and JSON beside the runs."""
+    """Table of every run by model and condition. Baselines included; CSV and JSON written beside the runs."""
     from prbench.leaderboard import leaderboard, render_rows, write_leaderboard
 
     rows = leaderboard(runs)
@@ -142,7 +142,7 @@ def compare_cmd(
     seed: Seed = 0,
     json_out: Json = False,
 ) -> None:
-    """Paired difference in accuracy (A - B) with paired bootstrap CI and exact McNemar p-value."""
+    """Paired difference in accuracy of two runs. A - B with a paired bootstrap CI and an exact McNemar p-value."""
     from prbench.leaderboard import compare_runs
 
     res = compare_runs(run_a, run_b, seed=seed)

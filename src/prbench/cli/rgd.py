@@ -149,7 +149,7 @@ def rgd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Reward-guided decoding (ARGS-style): generate, score against gold answers / rubric, write downstream.json."""
+    """Reward-guided decoding (ARGS-style). Generate, score against gold answers / rubric, write downstream.json."""
     from prbench.downstream.rgd import load_policy, run_rgd
 
     engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=batch_size))
@@ -214,7 +214,7 @@ def policy_accuracy(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Policy accuracy: does the reward-guided policy give chosen a higher likelihood than rejected?"""
+    """Policy accuracy of a reward-guided policy. Does it give chosen a higher likelihood than rejected?"""
     from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
     from prbench.downstream.rgd import load_policy
 
@@ -280,7 +280,7 @@ def icl(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """In-context-learning baseline: the policy with the user's own examples in the prompt, no RM."""
+    """In-context-learning baseline, no RM. The policy with the user's own examples in the prompt."""
     from prbench.downstream.icl import run_icl
 
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
