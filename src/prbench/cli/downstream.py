@@ -92,7 +92,7 @@ def sample(
 def bon(
     samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
-    grader: Annotated[str, typer.Option("--grader", "-g", help="Grader engine: openai:MODEL, hf:DIR, builtin:NAME.")],
+    grader: Annotated[str, typer.Option("--grader", "-g", help="Grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")],
     condition: RMCondition = "none",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
@@ -163,7 +163,7 @@ def rl(
     rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
-    grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader engine for held-out answers.")] = None,
+    grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader of held-out answers (any grader spec, as for bon).")] = None,
     condition: RMCondition = "profile",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-6,

@@ -50,7 +50,7 @@ PolicyCondition = Annotated[str, typer.Option(help="What the policy sees: profil
 MaxWords = Annotated[int, typer.Option(help="Word limit stated in the policy prompt.")]
 PromptFile = Annotated[str | None, typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")]
 RMBatch = Annotated[int, typer.Option(help="Texts per RM call (prefix rewards).")]
-Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader engine (openai:MODEL, hf:DIR, builtin:NAME).")]
+Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")]
 Encoder = Annotated[str, typer.Option(help="Sentence encoder for gold embedding similarity ('none' to skip).")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Results root (one sub-folder per setting).")]
 
