@@ -27,7 +27,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def prbench(*args: str, cwd: Path | None = None, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run(check=False, args=[sys.executable, "-m", "prbench", *args], capture_output=True, text=True, cwd=cwd,
                           env=env(**extra_env), timeout=300)
 
 
@@ -60,7 +60,7 @@ def test_evaluate_works_after_importing_a_submodule_that_imports_the_driver(tmp_
             "from prbench.evaluate import evaluate, EvalConfig\n"
             "assert callable(evaluate) and EvalConfig\n"
             "print(res.summary['accuracy'], res.path)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env(),
+    r = subprocess.run(check=False, args=[sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env(),
                        timeout=120)
     assert r.returncode == 0, r.stderr
     acc, path = r.stdout.split()
@@ -81,7 +81,7 @@ def test_bare_prbench_shows_help_and_exits_0(capsys: pytest.CaptureFixture[str])
 ])
 def test_usage_errors_show_usage_one_error_line_and_exit_2(capsys: pytest.CaptureFixture[str], args: list[str],
                                                            suggestion: str) -> None:
-    code, out, err = run_main(capsys, *args)
+    code, _, err = run_main(capsys, *args)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 2 and lines[0].startswith("Usage: prbench") and lines[1].startswith("error: "), err
@@ -164,15 +164,15 @@ def test_progress_lines_are_rate_limited_and_announcements_respect_quiet(capsys:
 class _Hub(BaseHTTPRequestHandler):
     """A hub endpoint that is down (503 to everything) and counts what it was asked."""
 
-    requests: list[str] = []
+    requests: list[str] = []  # noqa: RUF012 (reset per test by the fixture)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.requests.append(self.path)
         self.send_response(503)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    do_HEAD = do_GET  # noqa: N815
+    do_HEAD = do_GET
 
     def log_message(self, *args: object) -> None:
         pass

@@ -72,7 +72,7 @@ def _finished_batches(tmp: Path) -> int:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_saves_finished_batches_and_resumes_byte_identical(tmp_path: Path, sig: int, code: int) -> None:
     (tmp_path / "slow.py").write_text(SLOW_RM)
-    clean = subprocess.run(_cmd(tmp_path, "clean"), env=_env(tmp_path, 0, "cache-clean"), capture_output=True,
+    clean = subprocess.run(check=False, args=_cmd(tmp_path, "clean"), env=_env(tmp_path, 0, "cache-clean"), capture_output=True,
                            text=True, timeout=120)
     assert clean.returncode == 0, clean.stderr
     (tmp_path / "calls.log").unlink()
@@ -84,7 +84,7 @@ def test_interrupt_saves_finished_batches_and_resumes_byte_identical(tmp_path: P
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     lines = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
     assert len(lines) == 1, err
@@ -97,7 +97,7 @@ def test_interrupt_saves_finished_batches_and_resumes_byte_identical(tmp_path: P
     resume = lines[0].split("resume with: ", 1)[1]
     argv = shlex.split(resume)
     assert argv[0] == "prbench" and "--overwrite" not in argv
-    again = subprocess.run([sys.executable, "-m", "prbench", *argv[1:]], env=_env(tmp_path, 0, "cache"),
+    again = subprocess.run(check=False, args=[sys.executable, "-m", "prbench", *argv[1:]], env=_env(tmp_path, 0, "cache"),
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     assert _examples(tmp_path / "runs").read_bytes() == _examples(tmp_path / "clean").read_bytes()
