@@ -103,7 +103,15 @@ def report(
     path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
                         meta=meta_res)
     if not quiet:
+        from prbench.report.html import collect
+
+        d = collect(runs_dir)
         typer.echo(f"wrote {path}")
+        typer.echo(f"looked under {runs_dir.resolve()}: {len(d.evals)} eval runs, {len(d.downstream)} downstream.json, "
+                   f"{len(d.policy_accuracy)} policy-accuracy runs"
+                   + ("" if d.downstream or d.policy_accuracy else
+                      " (bon / rgd results written elsewhere are not seen: give their --out inside this folder, "
+                      "or run `prbench meta --runs RUNS --downstream DIR`)"), err=True)
 
 
 def register(app: typer.Typer) -> None:
