@@ -24,7 +24,7 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
     def message(self, command: str) -> str:
-        saved = "; ".join(notes(self)) or "no run had unsaved results"
+        saved = "; ".join(notes(self)) or "work finished before it is kept"
         return (f"interrupted ({signal.Signals(self.signum).name}): {saved}; "
                 f"resume with: {resume_command(command)}")
 
