@@ -129,8 +129,9 @@ def test_long_commands_print_plain_stage_and_progress_lines_off_a_terminal(tmp_p
                 "--out", str(tmp_path / "runs"), PRBENCH_PROGRESS_SECONDS="0")
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
-    assert "baseline:lexical [none]: started" in lines and "baseline:lexical [profile]: started" in lines
-    steps = [ln for ln in lines if ln.startswith("baseline:lexical [profile]: ") and "/63" in ln]
+    assert "baseline:lexical [none]: started, 0/63 done" in lines
+    assert "baseline:lexical [profile]: started, 0/63 done" in lines
+    steps = [ln for ln in lines if ln.startswith("baseline:lexical [profile]: ") and "/63 (" in ln]
     assert steps[0].startswith("baseline:lexical [profile]: 8/63 (13%)") and "items/s" in steps[0] and "ETA" in steps[0]
     assert steps[-1].startswith("baseline:lexical [profile]: 63/63 (100%)") and "done in" in steps[-1]
     assert len(steps) == 8  # one line per batch of 8 when the interval is 0
@@ -150,7 +151,8 @@ def test_progress_lines_are_rate_limited_and_announcements_respect_quiet(capsys:
     for i in range(1, 10_001):
         p.update(task, completed=i, total=10_000)
     lines = buf.getvalue().splitlines()
-    assert lines[0] == "eval x [none]: started" and lines[-1].startswith("eval x [none]: 10000/10000 (100%)")
+    assert lines[0] == "eval x [none]: started, 1/10000 done"
+    assert lines[-1].startswith("eval x [none]: 10000/10000 (100%)")
     assert len(lines) == 2  # 10,000 updates within the interval: no flood
     capsys.readouterr()
     announce("one-time set-up: converting (about 25 s)")

@@ -223,6 +223,8 @@ def evaluate(
     previous = read_json(run.summary_path) if run and run.summary_path.exists() else None
     if previous and not n_todo and previous.get("n_total") == len(order):
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
+    if on_progress:
+        on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
     distributed = workers > 1 or ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")

@@ -49,6 +49,7 @@ class _Task:
     started: float = 0.0
     last_line: float = 0.0
     finished: bool = False
+    announced: bool = False
 
 
 class LogProgress:
@@ -68,8 +69,7 @@ class LogProgress:
         tid = len(self.tasks)
         now = time.monotonic()
         self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now)
-        self._print(f"{self.tasks[tid].description}: started")
-        return tid
+        return tid  # the start line waits for the first count, so an error at start stays one line
 
     def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
                description: str | None = None, advance: float | None = None, **_: Any) -> None:
@@ -89,6 +89,12 @@ class LogProgress:
         done = t.total is not None and t.completed >= t.total
         if done and t.finished:
             return
+        if not t.announced:
+            t.announced = True
+            total = "?" if t.total is None else f"{t.total:g}"
+            self._print(f"{t.description}: started, {t.completed:g}/{total} done")
+            if not done:
+                return
         if done or now - t.last_line >= self.interval:
             t.last_line, t.finished = now, done
             self._print(self.line(t, now))
