@@ -39,6 +39,9 @@ RULES: list[tuple[str, str, str]] = [
     (r"^prbench study my-study.yaml", "parse", "the user's own study file"),
     (r"^prbench ", "run", "runs here"),
 ]
+# Item caps for the slowest lines (decoding with a reward call per candidate token), so the
+# whole walk stays near a minute on an idle 2-core CPU.
+CAPS = {"rgd": 1, "policy-accuracy": 2, "icl": 2}
 NOT_PRBENCH = {"make demo": "the demo itself (tests/test_study.py runs the demo preset)",
                "make test": "this test suite"}
 
@@ -82,6 +85,10 @@ def substitute(line: str, stand_ins: dict[str, str]) -> list[str]:
     args = shlex.split(line)[1:]
     if args[:1] == ["compare"]:
         args = ["compare", *stand_ins["two_runs"]]
+    cap = CAPS.get(args[0])
+    if cap is not None and "--limit" in args:  # fewer items than the README's first-try variant: time budget
+        at = args.index("--limit") + 1
+        args[at] = str(min(cap, int(args[at])))
     return args
 
 
