@@ -82,8 +82,7 @@ def main() -> None:
         command(standalone_mode=False, prog_name="prbench")
         stopped = interrupt.last()  # typer returns 130 for an interrupt instead of raising it
         if stopped is not None:
-            print(stopped.message(_command_line()), file=sys.stderr)
-            sys.exit(stopped.exit_code)
+            _exit_interrupted(stopped)
     except PrbenchError as exc:
         if _DEBUG["on"]:
             raise
@@ -99,9 +98,7 @@ def main() -> None:
         print(_usage_error(exc), file=sys.stderr)
         sys.exit(2)
     except (typer.Abort, getattr(errors, "Abort", typer.Abort), KeyboardInterrupt) as exc:
-        stopped = interrupt.last() or interrupt.interrupted_by(exc) or interrupt.Interrupted()
-        print(stopped.message(_command_line()), file=sys.stderr)
-        sys.exit(stopped.exit_code)
+        _exit_interrupted(interrupt.last() or interrupt.interrupted_by(exc) or interrupt.Interrupted())
     except errors.ClickException as exc:
         exc.show()
         sys.exit(2)
@@ -113,6 +110,21 @@ def main() -> None:
         sys.exit(1)
     finally:
         restore()
+
+
+def _exit_interrupted(stopped) -> None:
+    """One line, then exit 130 / 143. Worker threads (an engine's pool) would keep computing and
+    hold up the interpreter's exit, so with any still running the process ends at once: every
+    finished record is already fsynced."""
+    import threading
+
+    print(stopped.message(_command_line()), file=sys.stderr)
+    busy = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if busy:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(stopped.exit_code)
+    sys.exit(stopped.exit_code)
 
 
 def _click_exceptions():
