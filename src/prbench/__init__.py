@@ -14,7 +14,9 @@ def __getattr__(name: str):
 
         return load_examples
     if name == "evaluate":
-        from prbench.evaluate import evaluate
+        # The driver module itself is callable (it calls its `evaluate` function), because any
+        # `import prbench.evaluate` rebinds this package attribute to the module anyway.
+        import prbench.evaluate
 
-        return evaluate
+        return prbench.evaluate
     raise AttributeError(name)

@@ -8,9 +8,12 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 
 from __future__ import annotations
 
+import inspect
 import json
 import platform
+import sys
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import islice
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from prbench import __version__, metrics
+from prbench import __version__, interrupt, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import ALL_CONDITIONS, build_view, read_planner_file
 from prbench.data import iter_examples
@@ -64,6 +67,31 @@ class EvalResult:
     summary: dict[str, Any]
     records: list[dict[str, Any]]
     path: Path | None = None
+    reused: bool = False  # finished earlier: returned from the folder, nothing scored now
+
+
+class InvalidRunError(PrbenchError):
+    """A run that finished but cannot be trusted: too many invalid records (exit 1, not a usage error)."""
+
+    exit_code = 1
+
+
+def invalid_failure(summary: dict[str, Any], max_invalid: float | None = 1.0,
+                    records: Sequence[dict[str, Any]] = ()) -> str | None:
+    """Why a finished run fails its invalid bound (None if it passes).
+
+    Every record invalid always fails (a dead endpoint must not look like a result); beyond that,
+    the share of invalid records may not exceed `max_invalid` (1.0: no bound).
+    """
+    m = summary.get("metrics", summary)
+    total, bad = m.get("n_total") or 0, m.get("n_invalid") or 0
+    name = f"{summary.get('model')} [{summary.get('condition')}]"
+    if total and bad == total:
+        reason = next((str(r["invalid"])[:200] for r in records if r.get("invalid")), None)
+        return f"{name}: all {total} records are invalid" + (f" (first: {reason})" if reason else "")
+    if max_invalid is not None and total and bad / total > max_invalid:
+        return f"{name}: {bad} of {total} records are invalid ({100 * bad / total:.1f}% > --max-invalid {max_invalid:g})"
+    return None
 
 
 def _versions() -> dict[str, str | None]:
@@ -219,7 +247,9 @@ def evaluate(
     n_todo = sum(1 for i in order if i not in done)
     previous = run.previous_summary() if run else None  # a damaged summary is recomputed
     if previous and not n_todo and previous.get("n_total") == len(order):
-        return EvalResult(previous, run.records(), run.path)  # finished earlier: nothing to load or compute
+        return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
+    if on_progress:
+        on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
     distributed = workers > 1 or ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
@@ -230,7 +260,7 @@ def evaluate(
                  "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
                  "pool": list(stream()) if condition.startswith("wrong-") and n_todo else ()}
-    step = max(batch_size, 1) * 4
+    step = max(batch_size, 1)  # one batch per append: an interrupt loses at most the batch in flight
     todo = (ex for ex in stream() if ex.id not in done)
     chunks = ((part, [build_view(ex, condition, **view_args) for ex in part])
               for part in iter(lambda: list(islice(todo, step)), []))
@@ -243,14 +273,19 @@ def evaluate(
     else:
         stream = (chunk_records(rm, exs, vs, seed, both_orders, cache) for exs, vs in chunks)
     fresh: list[dict] = []
-    for recs in stream:
-        for r in recs:
-            r["condition"] = condition
-        if run:
-            run.append(recs)
-        fresh.extend(recs)
-        if on_progress:
-            on_progress(len(done) + len(fresh), len(order))
+    try:
+        for recs in stream:
+            for r in recs:
+                r["condition"] = condition
+            if run:
+                run.append(recs)  # fsynced
+            fresh.extend(recs)
+            if on_progress:
+                on_progress(len(done) + len(fresh), len(order))
+    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
+        where = f" in {run.path}" if run else " (no --out: nothing kept)"
+        interrupt.note(exc, f"{len(done) + len(fresh)} of {len(order)} items saved{where}")
+        raise
     rm_name = rm.name if rm is not None else spec
     records = run.records() if run else fresh
     in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
@@ -267,6 +302,21 @@ def evaluate(
                        else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
     })
+
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
+
+
+
+class _CallableModule(types.ModuleType):
+    """`import prbench.evaluate` binds this module as the package attribute `prbench.evaluate`,
+    replacing the lazily exported function of the same name; calling the module calls the
+    function, so `prbench.evaluate(...)` works whichever was imported first."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> EvalResult:
+        return evaluate(*args, **kwargs)
+
+
+__signature__ = inspect.signature(evaluate)
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,22 +1,167 @@
-"""Progress for long jobs, shared by the library and the CLI (the library never imports the CLI)."""
+"""Progress for long jobs, shared by the library and the CLI (the library never imports the CLI).
+
+On a terminal: a rich bar. Off a terminal (a log file, nohup, CI): plain lines on stderr, one
+when a stage starts and at most one per `PRBENCH_PROGRESS_SECONDS` (default 10) per stage with
+items done / total, rate and ETA, so a log shows a job is alive without drowning in lines.
+`--quiet` silences both. `announce` says when one-time set-up work starts and how long it takes.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 console = Console(stderr=True)
+_STATE: dict[str, Any] = {"quiet": False}
+
+
+def _interval() -> float:
+    try:
+        return max(0.0, float(os.environ.get("PRBENCH_PROGRESS_SECONDS", "10")))
+    except ValueError:
+        return 10.0
+
+
+def _plain(description: str) -> str:
+    """Descriptions are rich markup (escaped by the callers); logs get the plain text."""
+    return Text.from_markup(description).plain
+
+
+def _duration(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+@dataclass
+class _Task:
+    description: str
+    total: float | None
+    completed: float = 0
+    started: float = 0.0
+    last_line: float = 0.0
+    finished: bool = False
+    announced: bool = False
+
+
+class LogProgress:
+    """The subset of rich's Progress API the commands use, printing plain, rate-limited lines."""
+
+    def __init__(self, stream: Any = None, interval: float | None = None):
+        self.stream = stream
+        self.interval = _interval() if interval is None else interval
+        self.tasks: dict[int, _Task] = {}
+
+    def _print(self, line: str) -> None:
+        stream = self.stream or sys.stderr
+        stream.write(line + "\n")
+        stream.flush()
+
+    def add_task(self, description: str, total: float | None = None, **_: Any) -> int:
+        tid = len(self.tasks)
+        now = time.monotonic()
+        self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now)
+        return tid  # the start line waits for the first count, so an error at start stays one line
+
+    def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
+               description: str | None = None, advance: float | None = None, **_: Any) -> None:
+        t = self.tasks[task_id]
+        if description is not None and _plain(description) != t.description:
+            t.description = _plain(description)
+            self._print(t.description)
+        if total is not None:
+            t.total = total
+        if advance is not None:
+            t.completed += advance
+        if completed is not None:
+            t.completed = completed
+        if completed is None and advance is None:
+            return
+        now = time.monotonic()
+        done = t.total is not None and t.completed >= t.total
+        if done and t.finished:
+            return
+        if not t.announced:
+            t.announced = True
+            total = "?" if t.total is None else f"{t.total:g}"
+            self._print(f"{t.description}: started, {t.completed:g}/{total} done")
+            if not done:
+                return
+        if done or now - t.last_line >= self.interval:
+            t.last_line, t.finished = now, done
+            self._print(self.line(t, now))
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def remove_task(self, task_id: int) -> None:
+        self.tasks.pop(task_id, None)
+
+    @staticmethod
+    def line(t: _Task, now: float) -> str:
+        elapsed = max(now - t.started, 1e-9)
+        rate = t.completed / elapsed
+        parts = [f"{t.description}: {t.completed:g}/{'?' if t.total is None else f'{t.total:g}'}"]
+        if t.total:
+            parts[0] += f" ({100 * t.completed / t.total:.0f}%)"
+        parts.append(f"{rate:.2f} items/s" if rate < 10 else f"{rate:.0f} items/s")
+        if t.total is not None and t.completed >= t.total:
+            parts.append(f"done in {_duration(elapsed)}")
+        elif t.total is not None and rate > 0:
+            parts.append(f"ETA {_duration((t.total - t.completed) / rate)}")
+        return ", ".join(parts)
+
+    def __enter__(self) -> LogProgress:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
 
 @contextmanager
-def progress(quiet: bool = False) -> Iterator[Progress]:
-    """A rich progress display that is silent under --quiet or when not a terminal."""
-    p = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=console, disable=quiet or not console.is_terminal,
-    )
-    with p:
-        yield p
+def progress(quiet: bool = False) -> Iterator[Any]:
+    """A rich bar on a terminal, plain rate-limited lines off one, nothing under --quiet."""
+    before = _STATE["quiet"]
+    _STATE["quiet"] = quiet or before
+    try:
+        if not quiet and not console.is_terminal:
+            yield LogProgress()
+            return
+        p = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=console, disable=quiet,
+        )
+        with p:
+            yield p
+    finally:
+        _STATE["quiet"] = before
+
+
+def announce(message: str) -> None:
+    """One line on stderr for one-time work a user would otherwise take for a hang (silent under --quiet)."""
+    if _STATE["quiet"]:
+        return
+    if console.is_terminal:
+        console.print(message, markup=False, highlight=False)
+    else:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Silence `announce` (and mark progress quiet) for a block: what `--quiet` sets for a command."""
+    before = _STATE["quiet"]
+    _STATE["quiet"] = True
+    try:
+        yield
+    finally:
+        _STATE["quiet"] = before

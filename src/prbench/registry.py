@@ -123,7 +123,7 @@ def resolve(target: str) -> Factory:
 REWARDS = Registry("reward model", "prbench.rewards", {
     "hf": "prbench.rewards.classifier:load_classifier",
     "bt": "prbench.rewards.folders:load_bt",
-    "pal": "prbench.rewards.pal:PALReward",
+    "pal": "prbench.rewards.folders:load_pal",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",
     "pmi": "prbench.rewards.likelihood:PMIReward",

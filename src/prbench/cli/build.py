@@ -22,7 +22,7 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 
-app = typer.Typer(help="Build a personalized preference benchmark from LaMP-QA-style items.")
+app = typer.Typer(help="Build a benchmark from LaMP-QA-style items.")
 
 Spec = Annotated[str | None, typer.Option(help="Engine spec, e.g. openai:gpt-5.1, hf:DIR, builtin:smollm2-135m-instruct.")]
 
@@ -59,7 +59,7 @@ def build(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Generate chosen/rejected answers, validate them on four scales, filter, export and report."""
+    """Build a benchmark from source items. Generates chosen/rejected answers, validates them on four scales, filters, exports and reports."""
     if ctx.invoked_subcommand is not None:
         return
     missing = [name for name, v in (("--source", source), ("--generator", generator), ("--validator", validator),
@@ -110,7 +110,7 @@ def annotate(
     seed: Seed = 0,
     json_out: Json = False,
 ) -> None:
-    """Export a blind, seeded sample of kept pairs as a CSV sheet and an offline HTML form."""
+    """Export pairs for human rating. A blind, seeded sample of kept pairs as a CSV sheet and an offline HTML form."""
     from prbench.build.annotate import export_annotation
 
     info = export_annotation(run_dir, out, n=n, seed=seed)
@@ -127,7 +127,7 @@ def agreement(
     key: Annotated[Path | None, typer.Option(help="Key file (default: <batch>.key.json next to the CSV).")] = None,
     json_out: Json = False,
 ) -> None:
-    """Human vs validator agreement (Spearman, Cohen's kappa on low/mid/high) and the human table."""
+    """Human vs validator agreement. Spearman, Cohen's kappa on low/mid/high, and the human table."""
     from prbench.build.annotate import agreement as compute
     from prbench.build.annotate import agreement_markdown
 

@@ -28,7 +28,7 @@ def _kind(src: str, kind: str | None, format_: str | None = None) -> str | None:
 @app.command()
 def validate(src: DataArg, kind: Kind = "", format_: Format = None, split: Split = "test",
              json_out: Json = False) -> None:
-    """Check every record; exit 0 when all are valid, else print the first error and exit 2."""
+    """Check every record of a data source. Exit 0 when all are valid, else print the first error and exit 2."""
     n = sum(1 for _ in iter_examples(src, _kind(src, kind, format_), split=split, format=format_))
     if json_out:
         emit_json({"valid": True, "records": n})
@@ -62,7 +62,7 @@ def stats(
     src: DataArg, kind: Kind = "", format_: Format = None, categories: Categories = None, split: Split = "test",
     json_out: Json = False, quiet: Quiet = False,
 ) -> None:
-    """Items per category, users, profile and rubric sizes, response lengths and length balance."""
+    """Describe a data source. Items per category, users, profile and rubric sizes, response lengths and length balance."""
     items = load_examples(src, _kind(src, kind, format_), categories=split_csv(categories), split=split,
                           format=format_)
     s = dataset_stats(items)
@@ -88,7 +88,7 @@ def convert(
     limit: Limit = None,
     split: Split = "test",
 ) -> None:
-    """Convert any supported format to prbench JSONL, JSON or parquet (validated on the way)."""
+    """Convert a data source to JSONL, JSON or parquet. Validated on the way."""
     items = load_examples(src, _kind(src, kind, format_), categories=split_csv(categories), limit=limit, split=split,
                           format=format_)
     n = write_examples(items, dst)

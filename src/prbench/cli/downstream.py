@@ -69,7 +69,7 @@ def sample(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Draw N answers per item from a policy, once, for every RM's Best-of-N."""
+    """Draw N answers per item from a policy. Drawn once, for every RM's Best-of-N."""
     from prbench.cli.output import progress
     from prbench.downstream.sampling import sample_policy
 
@@ -92,7 +92,7 @@ def sample(
 def bon(
     samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
-    grader: Annotated[str, typer.Option("--grader", "-g", help="Grader engine: openai:MODEL, hf:DIR, builtin:NAME.")],
+    grader: Annotated[str, typer.Option("--grader", "-g", help="Grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")],
     condition: RMCondition = "none",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
@@ -117,7 +117,7 @@ def bon(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Best-of-N curves per RM: first-k pick, exact expected best-of-k, oracle and random."""
+    """Best-of-N curves per RM on a samples folder. First-k pick, exact expected best-of-k, oracle and random."""
     from prbench.cache import Cache
     from prbench.downstream.bon import best_of_n
     from prbench.downstream.grader import load_grader
@@ -163,7 +163,7 @@ def rl(
     rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
-    grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader engine for held-out answers.")] = None,
+    grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader of held-out answers (any grader spec, as for bon).")] = None,
     condition: RMCondition = "profile",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-6,
@@ -198,7 +198,7 @@ def rl(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Fine-tune a policy with the RM as reward (TRL GRPO), then grade it on held-out items."""
+    """Fine-tune a policy with the RM as reward (TRL GRPO). Then grade it on held-out items."""
     from prbench.downstream.rl import train_rl
 
     gopts = {"engine_options": engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
@@ -261,7 +261,7 @@ def serve_reward(
     api_key_env: ApiKeyEnv = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve an RM over HTTP (POST /score, POST /get_reward for OpenRLHF, GET /health, GET /stats)."""
+    """Serve an RM over HTTP for RL frameworks. POST /score, POST /get_reward (OpenRLHF), GET /health, GET /stats."""
     from prbench.downstream.server import Limits, check_bind, redact_url, serve, token_from_env
     from prbench.rewards.base import load_rm
 

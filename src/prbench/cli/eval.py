@@ -79,12 +79,15 @@ def eval_cmd(
     workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
     ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).")] = None,
     gpus_per_worker: Annotated[float | None, typer.Option(help="GPUs per Ray actor (fractional ok; 0 for API judges; default: a share of the cluster's).")] = None,
+    max_invalid: Annotated[float, typer.Option(
+        help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
+             "record invalid always fails.")] = 1.0,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Evaluate reward models on a benchmark under one or more input conditions."""
+    """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench.cache import NullCache
-    from prbench.evaluate import check_limit, evaluate
+    from prbench.evaluate import InvalidRunError, check_limit, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
     check_limit(limit)  # before any model loads
@@ -93,7 +96,7 @@ def eval_cmd(
                          trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
                          prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
                          tpm=tpm, no_api_key=no_api_key)
-    summaries = []
+    summaries, failures = [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
             distributed = workers > 1 or ray_address is not None
@@ -109,6 +112,14 @@ def eval_cmd(
                                format=format_,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
+                failure = invalid_failure(res.summary, max_invalid, res.records)
+                if failure:
+                    failures.append(failure)
+                n_bad = res.summary["metrics"]["n_invalid"]
+                if res.reused and n_bad and not quiet:
+                    typer.echo(f"note: {res.path} finished earlier with {n_bad} invalid of "
+                               f"{res.summary['n_total']} items, returned as stored; add --retry-failed "
+                               "to score those items again", err=True)
     if json_out:
         emit_json(summaries)
     elif not quiet:
@@ -123,6 +134,8 @@ def eval_cmd(
             fs = s["metrics"].get("format_score")
             if fs and fs.get("value") is not None:
                 typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}")
+    if failures:
+        raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 
 
 @app.command("leaderboard")
@@ -132,7 +145,7 @@ def leaderboard_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Table of every model (baselines included) by condition, with CSV and JSON beside the runs."""
+    """Table of every run by model and condition. Baselines included; CSV and JSON written beside the runs."""
     from prbench.leaderboard import leaderboard, render_rows, write_leaderboard
 
     rows = leaderboard(runs)
@@ -153,7 +166,7 @@ def compare_cmd(
     seed: Seed = 0,
     json_out: Json = False,
 ) -> None:
-    """Paired difference in accuracy (A - B) with paired bootstrap CI and exact McNemar p-value."""
+    """Paired difference in accuracy of two runs. A - B with a paired bootstrap CI and an exact McNemar p-value."""
     from prbench.leaderboard import compare_runs
 
     res = compare_runs(run_a, run_b, seed=seed)

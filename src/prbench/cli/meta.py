@@ -47,7 +47,7 @@ def meta(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Rank agreement (NDCG, weighted tau, Spearman, RBO, Kendall, Pearson) between benchmark and downstream."""
+    """Rank agreement of benchmark and downstream results. Does accuracy rank RMs as use does? NDCG, weighted tau, Spearman, RBO, Kendall, Pearson."""
     from prbench.meta import PAPER_COLUMNS, fmt_ci, main_rows, meta_evaluate, write_meta
 
     res = meta_evaluate(runs, downstream, summary=summary, seed=seed, n_boot=n_boot, n_perm=n_perm, p=rbo_p, k=ndcg_k,
@@ -90,7 +90,7 @@ def report(
     meta_json: Annotated[Path | None, typer.Option("--meta", help="Use this meta.json (from `prbench meta`) instead of recomputing.")] = None,
     quiet: Quiet = False,
 ) -> None:
-    """Write one self-contained HTML report (tables, plots, meta-evaluation, provenance)."""
+    """Write one self-contained HTML report. Tables, plots, meta-evaluation and provenance."""
     import json
 
     from prbench.errors import PrbenchError
@@ -113,7 +113,15 @@ def report(
     path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
                         meta=meta_res)
     if not quiet:
+        from prbench.report.html import collect
+
+        d = collect(runs_dir)
         typer.echo(f"wrote {path}")
+        typer.echo(f"looked under {runs_dir.resolve()}: {len(d.evals)} eval runs, {len(d.downstream)} downstream.json, "
+                   f"{len(d.policy_accuracy)} policy-accuracy runs"
+                   + ("" if d.downstream or d.policy_accuracy else
+                      " (bon / rgd results written elsewhere are not seen: give their --out inside this folder, "
+                      "or run `prbench meta --runs RUNS --downstream DIR`)"), err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -34,7 +34,7 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, progress, table
 from prbench.errors import PrbenchError
 
-app = typer.Typer(help="Turn each user's profile into the aspects they probably expect (planner condition).")
+app = typer.Typer(help="Planner: profile -> expected aspects. What the planner condition shows.")
 
 PlannerSpec = Annotated[str | None, typer.Option(
     "--planner", "-p", help="Engine spec of the planner LLM: openai:MODEL, hf:DIR, builtin:smollm2-135m-instruct, vllm:ID.")]
@@ -70,7 +70,7 @@ def plan_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Plan expected aspects from each user's top-k profile posts into a JSONL file (resumable)."""
+    """Predict each user's expected aspects. From their top-k profile posts into a JSONL file (resumable)."""
     if ctx.invoked_subcommand is not None:
         return
     from prbench.cache import Cache, NullCache
@@ -115,7 +115,7 @@ def train_cmd(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda:N (then the only GPU used; many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
-    """Supervised fine-tuning of a planner on (question + posts -> true rubric) with TRL."""
+    """Fine-tune a planner with TRL. Supervised on (question + posts -> true rubric)."""
     from prbench.planner import train_planner
 
     facts = train_planner(base_model, data, out, steps=steps, lora=lora, top_k=top_k, retriever=retriever,

@@ -34,7 +34,7 @@ from prbench.config import ICLSettings, PolicyAccuracySettings, RGDSettings
 Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
 Ws = Annotated[str, typer.Option("--w", help="Reward weight(s), comma-separated (e.g. 0,0.5,1); 0 = the plain policy.")]
-Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader engine (openai:MODEL, hf:DIR, builtin:NAME).")]
+Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")]
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Results root (one sub-folder per setting).")]
 
 
@@ -111,7 +111,7 @@ def rgd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Reward-guided decoding (ARGS-style): generate, score against gold answers / rubric, write downstream.json."""
+    """Reward-guided decoding (ARGS-style). Generate, score against gold answers / rubric, write downstream.json."""
     from prbench.downstream.rgd import load_policy, run_rgd
 
     engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=settings.batch_size))
@@ -153,7 +153,7 @@ def policy_accuracy(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Policy accuracy: does the reward-guided policy give chosen a higher likelihood than rejected?"""
+    """Policy accuracy of a reward-guided policy. Does it give chosen a higher likelihood than rejected?"""
     from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
     from prbench.downstream.rgd import load_policy
 
@@ -198,7 +198,7 @@ def icl(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """In-context-learning baseline: the policy with the user's own examples in the prompt, no RM."""
+    """In-context-learning baseline, no RM. The policy with the user's own examples in the prompt."""
     from prbench.downstream.icl import run_icl
 
     g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)

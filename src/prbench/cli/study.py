@@ -40,7 +40,7 @@ def study_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Run a whole study (eval, planner, downstream, meta, report) from one config file."""
+    """Run a whole study from one config file. Eval, planner, downstream, meta and report; resumable."""
     from prbench.study.config import list_presets, load_study_config
     from prbench.study.runner import run_study
 
@@ -83,5 +83,5 @@ def demo_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("prbench-demo"),
     quiet: Quiet = False,
 ) -> None:
-    """The built-in demo: the `demo` study preset on the sample with the built-in models (CPU, offline)."""
+    """Run the built-in demo study. The `demo` preset on the sample with the built-in models (CPU, offline)."""
     study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, quiet=quiet, json_out=False)

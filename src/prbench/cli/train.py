@@ -15,7 +15,7 @@ from prbench.cli.options import Data, Format, Json, Out, Retriever, Seed, TopK, 
 from prbench.cli.output import emit_json, table
 from prbench.errors import PrbenchError
 
-app = typer.Typer(help="Train personalized reward models (Bradley-Terry with user context, PAL).",
+app = typer.Typer(help="Train personalized reward models (BT, PAL).",
                   no_args_is_help=True)
 
 Condition = Annotated[str, typer.Option("--condition", "-c",
@@ -78,7 +78,7 @@ def bt(
     device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
-    """Bradley-Terry RM on user views; saves a folder usable as hf:<out> / bt:<out> (or pal:<out>)."""
+    """Train a Bradley-Terry RM on user views. Evaluate the folder as bt:OUT (a --base-model folder also loads as hf:OUT)."""
     pairs, held = _load(data, eval_data, format_)
     planner = _planner(planner_file)
     if frozen_encoder == (base_model is not None):
@@ -120,7 +120,7 @@ def pal(
     encoder: Encoder = "builtin:minilm-l6",
     json_out: Json = False,
 ) -> None:
-    """PAL on (user, prompt, chosen, rejected) pairs; saves a folder usable as pal:<out>."""
+    """Train PAL on (user, prompt, chosen, rejected) pairs. Evaluate the folder as pal:OUT."""
     from prbench.data.pairs import load_pairs
     from prbench.train.pal import PALConfig, train_pal
 
@@ -141,7 +141,7 @@ def synth_users(
     neutral_posts: Annotated[int, typer.Option(help="Profile posts that reveal nothing.")] = 2,
     seed: Seed = 0,
 ) -> None:
-    """Write a synthetic planted-preference benchmark (users whose profiles reveal what they prefer)."""
+    """Write synthetic planted-preference users. Each user's profile reveals what they prefer."""
     from prbench.data import write_examples
     from prbench.data.synth_users import synth_examples
 

@@ -169,7 +169,10 @@ def _iter_hub(dataset_id: str, split: str) -> Iterator[tuple[str, int, Any]]:
     """Rows of a Hugging Face dataset, each config in turn (the benchmark has one per category)."""
     import datasets
 
+    from prbench.hub import check_ref
+
     name, _, config = dataset_id.partition(":")
+    check_ref(name, "", repo_type="dataset")  # offline or unreachable: one line now, not a retry loop
     try:
         configs = [config] if config else datasets.get_dataset_config_names(name)
         for cfg in configs:

@@ -69,7 +69,9 @@ def resolve_policy(spec: str) -> str:
 
         return str(builtin_path(rest))
     if prefix == "hf" and rest:
-        return rest
+        from prbench.hub import check_ref
+
+        return check_ref(rest, "hf")  # missing folder or unreachable hub: one line now
     if Path(spec).is_dir():
         return spec
     raise PrbenchError(f"RL needs a local causal LM: hf:<dir>, builtin:<name> or a folder, got {spec!r}")
@@ -336,7 +338,8 @@ def train_rl(
     rows = _rows(train_items, policy_views, condition, prompt, max_words)
     dataset = datasets.Dataset.from_list(rows)
 
-    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **rm_options})
+    source = resolve_policy(policy)  # before the RM loads: a missing policy fails at once
+    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(rm_options or {})})
     if not isinstance(rm_obj, PointwiseRM):
         raise PrbenchError(f"{rm_obj.spec}: RL needs a pointwise RM (a judge in --mode pointwise)")
     rm_name = getattr(rm_obj, "name", rm_obj.spec)
@@ -344,7 +347,6 @@ def train_rl(
     reward = RMReward(rm_obj, condition, retriever=ret, top_k=top_k, planner=planner, pool=pool, seed=seed,
                       scale=reward_scale)
 
-    source = resolve_policy(policy)
     use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     tokenizer = transformers.AutoTokenizer.from_pretrained(source)
     tokenizer.padding_side = "left"

@@ -158,7 +158,10 @@ def convert_smollm2(target: Path | None = None) -> Path:
     gguf = smollm2_gguf_path(verify=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    log.info("converting %s to safetensors in %s (once, ~25 s)", gguf.name, target)
+    from prbench.progress import announce
+
+    announce(f"one-time set-up: converting the built-in SmolLM2 ({gguf.name}) to safetensors in {target} "
+             "(about 25 s on a 2-core CPU; later runs reuse it)")
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the renamed folder should read like any cache entry
     try:
@@ -185,7 +188,7 @@ def convert_smollm2(target: Path | None = None) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    log.info("converted in %.1f s", time.perf_counter() - started)
+    announce(f"one-time set-up done: SmolLM2 converted in {time.perf_counter() - started:.0f} s")
     return target
 
 

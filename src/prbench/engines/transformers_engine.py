@@ -227,6 +227,10 @@ class TransformersEngine(Engine):
         self.model_id = model
         local = Path(model).expanduser()
         self.local_dir: Path | None = local if local.is_dir() else None
+        if self.local_dir is None:
+            from prbench.hub import check_ref
+
+            check_ref(model, "hf")  # a missing folder or an unreachable hub: one line, no retry loop
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.batch_size = max(1, int(batch_size))

@@ -695,8 +695,9 @@ def meta_section(d: ReportData, meta: Mapping[str, Any] | None, meta_error: str 
     if meta_error:
         return section("meta", "Meta-evaluation", explain, empty(f"Meta-evaluation not computed: {meta_error}"))
     if not meta or not meta.get("rows"):
-        why = ("needs eval runs and downstream results (downstream.json or policy-accuracy runs) for the same RMs"
-               if not meta else "; ".join(meta.get("notes") or ["no benchmark x downstream pairs"]))
+        why = ("needs eval runs and downstream results (downstream.json or policy-accuracy runs) for the same RMs; "
+               f"looked under {d.root.resolve()} and found {len(d.downstream)} downstream.json and "
+               f"{len(d.policy_accuracy)} policy-accuracy runs" if not meta else "; ".join(meta.get("notes") or ["no benchmark x downstream pairs"]))
         return section("meta", "Meta-evaluation", explain, empty(f"No meta-evaluation: {why}."))
     prm = meta["parameters"]
     rows = main_rows(meta)

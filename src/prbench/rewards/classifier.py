@@ -312,6 +312,9 @@ class VLLMClassifierRM(SequenceClassifierRM):
 
 def load_classifier(rest: str, engine: str = "transformers", **options: Any) -> SequenceClassifierRM:
     """`hf:<hub id | dir>`; `engine="vllm"` scores it on vLLM's pooling runner."""
+    from prbench.rewards.folders import check_classifier_folder
+
+    check_classifier_folder(rest, "hf")  # missing, offline, or a prbench head folder: one clear line
     if engine == "vllm":
         return VLLMClassifierRM(rest, spec=f"hf:{rest}", **options)
     if engine not in ("transformers", "hf"):

@@ -1,4 +1,12 @@
-"""`bt:<dir>`: a folder written by `prbench train bt`, whichever of its two formats it holds."""
+"""Folders written by `prbench train`: recognised whatever prefix the user typed.
+
+Every trained folder holds `prbench_rm.json` whose `kind` says what it is: `bt` (a full
+sequence classifier fine-tuned with TRL: loads as `bt:<dir>` or `hf:<dir>`), or a head over a
+frozen encoder (`context-bt` from `train bt --frozen-encoder`, `pal-a` / `pal-b` from
+`train pal`: `bt:<dir>` or `pal:<dir>`). A prefix that cannot read the folder fails at once
+with the spec that can, instead of a tokenizer or safetensors error deep inside a loader. The
+RM keeps the spec the user wrote as its name.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +14,62 @@ import json
 from pathlib import Path
 from typing import Any
 
+from prbench.errors import SpecError
+
 HEAD_KINDS = ("context-bt", "pal-a", "pal-b")
+_TRAINED_BY = {"context-bt": "prbench train bt --frozen-encoder", "pal-a": "prbench train pal",
+               "pal-b": "prbench train pal", "bt": "prbench train bt --base-model"}
+
+
+def trained_meta(folder: str | Path) -> dict[str, Any] | None:
+    """What a prbench training run wrote into `prbench_rm.json`, if anything."""
+    try:
+        meta = json.loads((Path(folder).expanduser() / "prbench_rm.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def trained_kind(folder: str | Path) -> str | None:
     """The `kind` a prbench training run wrote into `prbench_rm.json`, if any."""
-    try:
-        return json.loads((Path(folder) / "prbench_rm.json").read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        return None
+    kind = (trained_meta(folder) or {}).get("kind")
+    return kind if isinstance(kind, str) else None
+
+
+def suggested_spec(folder: str) -> str | None:
+    """The spec that reads a prbench-written folder (None for folders prbench did not write)."""
+    kind = trained_kind(folder)
+    if kind == "bt":
+        return f"bt:{folder}"
+    if kind == "context-bt":
+        return f"bt:{folder}"
+    if kind in ("pal-a", "pal-b"):
+        return f"pal:{folder}"
+    return None
+
+
+def _wrong_prefix(prefix: str, folder: str, kind: str) -> SpecError:
+    return SpecError(f"{prefix}:{folder}: this folder holds a {kind} model written by `{_TRAINED_BY.get(kind, 'prbench')}`, "
+                     f"which {prefix}: cannot read; use {suggested_spec(folder)}")
+
+
+def check_classifier_folder(rest: str, prefix: str = "hf") -> None:
+    """`hf:` reads sequence classifiers: a prbench head folder names its own spec; a missing one fails now."""
+    if rest.startswith("builtin:"):
+        return
+    from prbench.hub import check_ref
+
+    check_ref(rest, prefix)
+    kind = trained_kind(rest)
+    if kind in HEAD_KINDS:
+        raise _wrong_prefix(prefix, rest, kind)
 
 
 def load_bt(rest: str, **options: Any):
     """A head over a frozen encoder loads like PAL (same file format); a full model as a classifier."""
+    from prbench.hub import require_folder
+
+    require_folder(rest, "bt")
     if trained_kind(rest) in HEAD_KINDS:
         from prbench.rewards.pal import PALReward
 
@@ -26,3 +77,25 @@ def load_bt(rest: str, **options: Any):
     from prbench.rewards.classifier import SequenceClassifierRM
 
     return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)
+
+
+def load_pal(rest: str, **options: Any):
+    """`pal:<dir>`: a PAL or context-BT head folder; a full BT classifier folder names its spec."""
+    from prbench.hub import require_folder
+
+    require_folder(rest, "pal")
+    kind = trained_kind(rest)
+    if kind == "bt":
+        raise _wrong_prefix("pal", rest, kind)
+    from prbench.rewards.pal import PALReward
+
+    return PALReward(rest, spec=f"pal:{rest}", **options)
+
+
+def _pal_class(rest: str):
+    from prbench.rewards.pal import PALReward
+
+    return PALReward
+
+
+load_pal.model_class = _pal_class  # type: ignore[attr-defined]  (capabilities without loading weights)

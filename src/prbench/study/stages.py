@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,15 @@ def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
     return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120))]
 
 
+def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
+    """A progress callback for one step of a stage (items done / total), or None without a display."""
+    bar = ctx.outputs.get("progress")
+    if not bar:
+        return None
+    task = bar.add_task(escape(f"  {label}"), total=None)
+    return lambda done, total: bar.update(task, completed=done, total=total)
+
+
 @stage("plan", _plan_plan)
 def run_plan(ctx: StudyContext) -> None:
     from prbench.planner import plan
@@ -148,7 +158,8 @@ def run_plan(ctx: StudyContext) -> None:
             return  # everything planned: no model load
     res = plan(p.spec, ctx.data, planner_file(ctx), top_k=p.top_k, retriever=ctx.cfg.retriever,
                limit=p.limit or ctx.cfg.limit,
-               seed=ctx.cfg.seed, categories=ctx.cfg.categories, planner_options=p.options)
+               seed=ctx.cfg.seed, categories=ctx.cfg.categories, planner_options=p.options,
+               on_progress=_track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
 
@@ -172,7 +183,8 @@ def run_sample(ctx: StudyContext) -> None:
     s = ctx.cfg.sample
     ss = sample_policy(s.policy, ctx.data, _samples_dir(ctx), n=s.n, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                        temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=ctx.cfg.seed,
-                       limit=s.limit or ctx.cfg.limit, categories=ctx.cfg.categories, engine_options=s.options)
+                       limit=s.limit or ctx.cfg.limit, categories=ctx.cfg.categories, engine_options=s.options,
+                       on_progress=_track(ctx, f"sample {s.policy} x {s.n}"))
     ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
 
 
