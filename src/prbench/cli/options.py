@@ -10,7 +10,7 @@ import typer
 Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
 Split = Annotated[str, typer.Option(help="Split of a hub dataset (also: the part of a format that has one, e.g. personalrewardbench, prism).")]
-Format = Annotated[str | None, typer.Option("--format", "-F", help="Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: detected). See `prbench data formats`.")]
+Format = Annotated[str | None, typer.Option("--format", "-F", metavar="NAME", help="Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: detected). See `prbench data formats`.")]
 Categories = Annotated[
     str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
 ]
