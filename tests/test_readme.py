@@ -30,6 +30,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 RULES: list[tuple[str, str, str]] = [
     (r"^prbench data convert QiyaoMa/", "error", "hub dataset: offline it must fail at once"),
     (r"^prbench eval -m hf:Skywork/", "error", "hub model and its converted data: fails at once offline"),
+    (r"--device cuda", "parse", "needs a GPU"),
     (r"^prbench rl ", "error", "hub policy + GPU: fails at once offline"),
     (r"--workers 2", "parse", "starts a Ray cluster (~15 s); test_determinism runs it"),
     (r"^prbench plan train ", "parse", "TRL fine-tuning on a LaMP-QA training file"),
