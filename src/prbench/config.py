@@ -105,14 +105,28 @@ class RunSpec(Settings):
     n_boot: int = count(1000, "Bootstrap resamples for confidence intervals.", 10**6)
 
 
-class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, RunSpec):
-    """Reward-guided decoding (`prbench rgd`, `run_rgd`, the study's `rgd` section)."""
+class DecodingSpec(Settings):
+    """How the reward-guided policy decodes (RGD)."""
 
     chunk: int = count(1, "Tokens between RM decision points (greedy in between).", 4096)
     max_new_tokens: int = count(128, "Token cap per answer.", 65536)
     temperature: float = opt(0.0, "0 = greedy on guided scores; > 0 samples them.", ge=0)
     repetition_penalty: float | None = opt(None, "Repetition penalty on the policy's logits (default: the "
                                                  "engine's own).", gt=0)
+
+
+class PolicyScoringSpec(Settings):
+    """How the reward-guided policy scores a given response (policy accuracy)."""
+
+    mode: Literal["full", "topk"] = opt("full", "full (mass-preserving; w=0 = plain policy) or topk (softmax over "
+                                                "top-k and the token).", metavar="NAME")
+    repetition_penalty: float = opt(1.0, "Repetition penalty under teacher forcing (1.0 = the model's own "
+                                         "likelihood).", gt=0)
+
+
+class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, DecodingSpec, RunSpec):
+    """Reward-guided decoding (`prbench rgd`, `run_rgd`, the study's `rgd` section)."""
+
     batch_size: int = count(8, "Items decoded together.", 65536)
     downstream_metric: Literal["auto", "grade", "rouge1", "rougeL", "embedding", "none"] = opt(
         "auto", "downstream.json value: auto, grade, rouge1, rougeL, embedding or none.", metavar="NAME")
@@ -120,13 +134,9 @@ class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, RunSpec
                               metavar="SPEC")
 
 
-class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, RunSpec):
+class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, PolicyScoringSpec, RunSpec):
     """Policy accuracy (`prbench policy-accuracy`, `policy_accuracy`, the study's section)."""
 
-    mode: Literal["full", "topk"] = opt("full", "full (mass-preserving; w=0 = plain policy) or topk (softmax over "
-                                                "top-k and the token).", metavar="NAME")
-    repetition_penalty: float = opt(1.0, "Repetition penalty under teacher forcing (1.0 = the model's own "
-                                         "likelihood).", gt=0)
     batch_size: int = count(4, "Responses per policy forward pass.", 65536)
 
 

@@ -5,7 +5,6 @@ local policy over a left-padded batch, candidates rescored by prefix rewards at 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from prbench.conditions import View
-from prbench.downstream.prefix_rewards import REWARD_NORMS, PrefixRewards, rm_text, shape_rewards
+from prbench.config import DecodingSpec, GuidanceSpec
+from prbench.downstream.prefix_rewards import PrefixRewards, rm_text, shape_rewards
 from prbench.engines.base import Engine, load_engine
 from prbench.errors import PrbenchError
 from prbench.extras import require
@@ -23,31 +23,11 @@ from prbench.extras import require
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RGDParams:
-    """Decoding parameters (see `prbench.downstream.rgd`). `repetition_penalty=None`: the engine's default."""
+class RGDParams(GuidanceSpec, DecodingSpec):
+    """What the decoding loop reads of RGDSettings (definition in `prbench.downstream.rgd`).
 
-    w: float = 1.0
-    k: int = 10
-    chunk: int = 1
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    repetition_penalty: float | None = None
-    reward_norm: str = "none"
-
-    def check(self) -> None:
-        if self.k < 1:
-            raise PrbenchError("--k must be at least 1")
-        if self.chunk < 1:
-            raise PrbenchError("--chunk must be at least 1")
-        if self.max_new_tokens < 0:
-            raise PrbenchError("--max-new-tokens must be >= 0")
-        if self.temperature < 0:
-            raise PrbenchError("--temperature must be >= 0")
-        if not math.isfinite(self.w):
-            raise PrbenchError("--w must be finite")
-        if self.reward_norm not in REWARD_NORMS:
-            raise PrbenchError(f"unknown reward_norm {self.reward_norm!r} (use {', '.join(REWARD_NORMS)})")
+    `repetition_penalty=None` means the engine's default (`resolved_penalty`).
+    """
 
 
 def resolved_penalty(engine: Any, value: float | None) -> float:
@@ -157,7 +137,6 @@ def rgd_decode(
     batch_size: int = 8,
 ) -> list[RGDOutput]:
     """Decode every job with reward guidance (module docstring); jobs are batched `batch_size` at a time."""
-    params.check()
     guided = params.w != 0.0
     if guided and rewards is None:
         raise PrbenchError("reward-guided decoding with w != 0 needs an RM")

@@ -52,7 +52,7 @@ from scipy.special import logsumexp
 from prbench import metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import CONDITIONS, View, build_view
-from prbench.config import PolicyAccuracySettings, run_identity
+from prbench.config import GuidanceSpec, PolicyAccuracySettings, PolicyScoringSpec, run_identity
 from prbench.downstream.decoding import (
     PolicyForward,
     apply_repetition_penalty,
@@ -79,23 +79,8 @@ DEFINITION = (
 )
 
 
-@dataclass(frozen=True)
-class PAParams:
-    """Scoring parameters (module docstring)."""
-
-    w: float = 1.0
-    k: int = 10
-    mode: str = "full"
-    repetition_penalty: float = 1.0
-    reward_norm: str = "none"
-
-    def check(self) -> None:
-        if self.mode not in MODES:
-            raise PrbenchError(f"unknown policy-accuracy mode {self.mode!r} (use {', '.join(MODES)})")
-        if self.k < 1:
-            raise PrbenchError("--k must be at least 1")
-        if not math.isfinite(self.w):
-            raise PrbenchError("--w must be finite")
+class PAParams(GuidanceSpec, PolicyScoringSpec):
+    """What the scoring pass reads of PolicyAccuracySettings (module docstring)."""
 
 
 @dataclass
@@ -176,7 +161,6 @@ def score_responses(
     every position of *all* requests goes to the RM as one deduplicated request (split only
     into RM batches by `PrefixRewards`). Results do not depend on either batch size.
     """
-    params.check()
     if params.w != 0 and rewards is None:
         raise PrbenchError("policy accuracy with w != 0 needs an RM")
     results: list[ResponseScore] = []
@@ -382,8 +366,7 @@ def policy_accuracy(
     t0 = time.time()
     if s.condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {s.condition!r} (use {', '.join(CONDITIONS)})")
-    params = PAParams(w=s.w, k=s.k, mode=s.mode, repetition_penalty=s.repetition_penalty, reward_norm=s.reward_norm)
-    params.check()
+    params = PAParams.build(**s.model_dump(include=set(PAParams.model_fields)))
     if rm is None and s.w != 0:
         raise PrbenchError("policy accuracy with s.w != 0 needs --rm")
     engine = load_policy(policy, engine_options)

@@ -110,9 +110,8 @@ def run_rgd(
     if s.condition not in CONDITIONS:
         raise PrbenchError(f"unknown condition {s.condition!r} (use {', '.join(CONDITIONS)})")
     engine = load_policy(policy, engine_options)
-    params = RGDParams(w=s.w, k=s.k, chunk=s.chunk, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                       repetition_penalty=resolved_penalty(engine, s.repetition_penalty), reward_norm=s.reward_norm)
-    params.check()
+    params = RGDParams.build(**{**s.model_dump(include=set(RGDParams.model_fields)),
+                                "repetition_penalty": resolved_penalty(engine, s.repetition_penalty)})
     rm_obj = load_guiding_rm(rm, s.seed, rm_options, "reward-guided decoding")
     rm_name = rm_obj.name
     items = (load_items(data, categories=s.categories, limit=s.limit, split=s.split) if isinstance(data, str)
