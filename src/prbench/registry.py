@@ -124,6 +124,8 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "hf": "prbench.rewards.classifier:load_classifier",
     "bt": "prbench.rewards.folders:load_bt",
     "pal": "prbench.rewards.pal:PALReward",
+    "lore": "prbench.rewards.lore:LoReReward",
+    "vpl": "prbench.rewards.vpl:VPLReward",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",
     "pmi": "prbench.rewards.likelihood:PMIReward",
