@@ -126,6 +126,7 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "pal": "prbench.rewards.pal:PALReward",
     "lore": "prbench.rewards.lore:LoReReward",
     "vpl": "prbench.rewards.vpl:VPLReward",
+    "finetune": "prbench.rewards.finetuned:load_finetuned",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",
     "pmi": "prbench.rewards.likelihood:PMIReward",
