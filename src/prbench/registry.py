@@ -161,7 +161,8 @@ STAGES = Registry("study stage", "prbench.stages", {
     name: f"prbench.study.stages:{attr}" for name, attr in (
         ("plan", "run_plan"), ("eval", "run_eval"), ("sample", "run_sample"), ("bon", "run_bon"),
         ("rl", "run_rl"), ("rgd", "run_rgd_stage"), ("policy_accuracy", "run_policy_accuracy"),
-        ("meta", "run_meta"), ("report", "run_report"))
+        ("meta", "run_meta"), ("report", "run_report"),
+        ("personalize", "run_personalize"))
 })
 
 ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES)}

@@ -246,7 +246,7 @@ def lore(
     out: Out,
     prior: Annotated[str, typer.Option(help="profile: user weights inferred from the shown posts (+ k-shot offsets); "
                                             "none: free per-user weights (LoRe as published).")] = "profile",
-    rank: Rank = 8,
+    rank: Rank = 16,
     condition: Condition = "profile",
     epochs: Annotated[int | None, typer.Option(help="Training epochs (default 60).")] = None,
     lr: Lr = None,

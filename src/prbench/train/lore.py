@@ -29,7 +29,7 @@ class LoReConfig:
     """LoRe hyper-parameters (defaults chosen on held-out synthetic users, see docs/readme/methods.md)."""
 
     prior: str = "profile"
-    rank: int = 8
+    rank: int = 16
     condition: str = "profile"
     retriever: str = "bm25"
     top_k: int = 10

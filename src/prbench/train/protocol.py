@@ -101,15 +101,24 @@ def split_protocol(pairs: Sequence[PreferencePair], cfg: ProtocolConfig | None =
 
 
 def pair_credits(rm, pairs: Sequence[PreferencePair], condition: str, cfg: ProtocolConfig,
-                 pool: Sequence[PreferencePair] = ()) -> tuple[list[float | None], list[str]]:
-    """Per-pair credit (1 / 0.5 / 0; None = invalid score) under `condition`, and each pair's user."""
+                 pool: Sequence[PreferencePair] = (), memo: dict | None = None) -> tuple[list[float | None], list[str]]:
+    """Per-pair credit (1 / 0.5 / 0; None = invalid score) under `condition`, and each pair's user.
+
+    Views come from `conditions.build_view` (what `prbench eval` shows the RM); `memo` keeps them
+    across the many scorings of one protocol run (a view depends only on pair, condition, seed).
+    """
     from prbench.conditions import build_view
     from prbench.retrieval import load_retriever
 
-    retriever = load_retriever(cfg.retriever)
-    sources = [p.to_source() for p in pool or pairs]
-    views = [build_view(p.to_source(), condition, retriever=retriever, top_k=cfg.top_k, pool=sources, seed=cfg.seed)
-             for p in pairs]
+    memo = {} if memo is None else memo
+    todo = [p for p in pairs if (condition, p.key) not in memo]
+    if todo:
+        retriever = memo.setdefault(("retriever", cfg.retriever), load_retriever(cfg.retriever))
+        sources = [p.to_source() for p in pool or pairs]
+        for p in todo:
+            memo[(condition, p.key)] = build_view(p.to_source(), condition, retriever=retriever, top_k=cfg.top_k,
+                                                  pool=sources, seed=cfg.seed)
+    views = [memo[(condition, p.key)] for p in pairs]
     chosen = rm.score([(v, p.chosen) for v, p in zip(views, pairs)])
     rejected = rm.score([(v, p.rejected) for v, p in zip(views, pairs)])
     out: list[float | None] = []
@@ -146,7 +155,8 @@ def _draw(pool: Sequence[PreferencePair], k: int, seed: int, user: str, draw: in
     return random.Random(f"{seed}:shots:{user}:{k}:{draw}").sample(items, k)
 
 
-def kshot_curve(rm, split: ProtocolSplit, cfg: ProtocolConfig, *, wrong_user: bool = False) -> dict[str, Any]:
+def kshot_curve(rm, split: ProtocolSplit, cfg: ProtocolConfig, *, wrong_user: bool = False,
+                memo: dict | None = None) -> dict[str, Any]:
     """Unseen users' accuracy after k shots (their own, or another unseen user's with `wrong_user`)."""
     test_by: dict[str, list[PreferencePair]] = defaultdict(list)
     for p in split.unseen_test:
@@ -171,7 +181,7 @@ def kshot_curve(rm, split: ProtocolSplit, cfg: ProtocolConfig, *, wrong_user: bo
             for d in range(cfg.draws if k > 0 else 1):
                 if _is_adaptable(rm):
                     rm.adapt(u, _draw(pool_by[source], k, cfg.seed, source, d) if k else [])
-                credits, owners = pair_credits(rm, test_by[u], cfg.condition, cfg, pool=split.unseen_test)
+                credits, owners = pair_credits(rm, test_by[u], cfg.condition, cfg, pool=split.unseen_test, memo=memo)
                 runs.append(per_user(credits, owners).get(u))
             runs = [r for r in runs if r is not None]
             if runs:
@@ -183,8 +193,8 @@ def kshot_curve(rm, split: ProtocolSplit, cfg: ProtocolConfig, *, wrong_user: bo
     return {"curve": curve, "adaptable": _is_adaptable(rm)}
 
 
-def _acc(rm, pairs, condition, cfg, pool=()) -> dict[str, Any]:
-    credits, owners = pair_credits(rm, pairs, condition, cfg, pool=pool)
+def _acc(rm, pairs, condition, cfg, pool=(), memo=None) -> dict[str, Any]:
+    credits, owners = pair_credits(rm, pairs, condition, cfg, pool=pool, memo=memo)
     valid = [c for c in credits if c is not None]
     return {"pair_accuracy": float(np.mean(valid)) if valid else None, "n": len(valid),
             "n_invalid": len(credits) - len(valid),
@@ -198,22 +208,23 @@ def run_protocol(rm, split: ProtocolSplit, cfg: ProtocolConfig | None = None, *,
 
     cfg = cfg or ProtocolConfig()
     out: dict[str, Any] = {"config": {**asdict(cfg), "ks": list(cfg.ks)}, "split": split.info}
-    out["train"] = _acc(rm, split.train, cfg.condition, cfg)
-    out["seen"] = _acc(rm, split.seen_test, cfg.condition, cfg) if split.seen_test else None
-    shots = kshot_curve(rm, split, cfg)
+    memo: dict = {}
+    out["train"] = _acc(rm, split.train, cfg.condition, cfg, memo=memo)
+    out["seen"] = _acc(rm, split.seen_test, cfg.condition, cfg, memo=memo) if split.seen_test else None
+    shots = kshot_curve(rm, split, cfg, memo=memo)
     out["unseen"] = shots
     zero = shots["curve"][0]
     if cfg.controls:
         controls: dict[str, Any] = {
-            "no_context": _acc(rm, split.unseen_test, "none", cfg),
-            "wrong_profile": _acc(rm, split.unseen_test, "wrong-profile", cfg, pool=split.unseen_test),
+            "no_context": _acc(rm, split.unseen_test, "none", cfg, memo=memo),
+            "wrong_profile": _acc(rm, split.unseen_test, "wrong-profile", cfg, pool=split.unseen_test, memo=memo),
         }
-        wrong = kshot_curve(rm, split, cfg, wrong_user=True)["curve"]
+        wrong = kshot_curve(rm, split, cfg, wrong_user=True, memo=memo)["curve"]
         if wrong:
             controls["wrong_user_shots"] = wrong[0]
         for spec in BASELINES:
-            options = {"encoder": encoder} if spec.endswith("embedding") and encoder else {}
-            controls[spec] = _acc(load_rm(spec, **options), split.unseen_test, cfg.condition, cfg)
+            base = embedding_baseline(encoder or "builtin:minilm-l6", cache) if spec.endswith("embedding") else load_rm(spec)
+            controls[spec] = _acc(base, split.unseen_test, cfg.condition, cfg, memo=memo)
         out["controls"] = controls
     train_acc, unseen_acc = out["train"]["mean"], zero["mean"]
     seen_acc = (out["seen"] or {}).get("mean")
@@ -231,6 +242,25 @@ def run_protocol(rm, split: ProtocolSplit, cfg: ProtocolConfig | None = None, *,
     for msg in out["warnings"]:
         warnings.warn(msg, stacklevel=2)
     return out
+
+
+def embedding_baseline(encoder: str, cache: Any = None):
+    """`baseline:embedding` (same formula: mean cosine of the response to each shown post) on the
+    memoised, optionally disk-cached `Embedder`, so the many protocol scorings encode each text once."""
+    import numpy as np
+
+    from prbench.rewards.baselines import EmbeddingRM, context_units
+    from prbench.rewards.base import Score
+    from prbench.rewards.pal import Embedder
+
+    class CachedEmbeddingRM(EmbeddingRM):
+        def score(self, batch):
+            embed = Embedder(self.encoder, cache=cache)
+            texts = list(dict.fromkeys(t for view, resp in batch for t in (resp, *context_units(view))))
+            row = dict(zip(texts, embed(texts))) if texts else {}
+            return [Score(float((np.stack([row[t] for t in context_units(v)]) @ row[r]).mean())) for v, r in batch]
+
+    return CachedEmbeddingRM(encoder)
 
 
 def headline(protocol: dict[str, Any]) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfi
             loss.backward()
             opt.step()
             if step % max(cfg.steps // 10, 1) == 0 or step == cfg.steps:
-                log.append({"epoch": step, "loss": float(loss), "bt": float(bt), "kl": float(kl),
+                log.append({"epoch": step, "loss": float(loss.detach()), "bt": float(bt.detach()), "kl": float(kl.detach()),
                             "accuracy": pair_accuracy(margin[target].detach())})
         model.eval()
         with torch.no_grad():
