@@ -82,7 +82,7 @@ def test_split_is_user_and_item_disjoint_and_exhaustive(planted):
 
 
 def test_lore_profile_prior_reads_unseen_users_from_their_profile(planted, cache, tmp_path):
-    rep, rm = _protocol("lore", planted, tmp_path, cache)
+    rep, _rm = _protocol("lore", planted, tmp_path, cache)
     k = _curve(rep)
     assert rep["seen"]["mean"] >= 0.75
     assert k[0] >= 0.7  # no labelled pair of the new user: the profile alone
@@ -102,7 +102,7 @@ def test_lore_published_adapts_from_k_shots(planted, cache, tmp_path):
 
 
 def test_vpl_recovers_seen_users_and_reads_the_profile(planted, cache, tmp_path):
-    rep, rm = _protocol("vpl", planted, tmp_path, cache)
+    rep, _rm = _protocol("vpl", planted, tmp_path, cache)
     k = _curve(rep)
     assert rep["train"]["mean"] >= 0.8 and rep["seen"]["mean"] > 0.55
     assert k[0] > rep["controls"]["no_context"]["mean"]

@@ -190,7 +190,7 @@ def bt(
         options = {"condition": condition, "retriever": retriever, "top_k": top_k, "epochs": int(epochs) if epochs else None,
                    "lr": lr, "batch_size": batch_size, "seed": seed, "encoder": encoder}
         if planner is not None:  # the planner condition needs its file: plain training, no protocol
-            from prbench.train.bt import ContextBTConfig, train_context_bt
+            from prbench.train.bt import train_context_bt
             from prbench.train.methods import make_config
 
             cfg = make_config("context-bt", options)
@@ -329,12 +329,22 @@ def synth_users(
     posts_per_dim: Annotated[int, typer.Option(help="Profile posts revealing each preference.")] = 2,
     neutral_posts: Annotated[int, typer.Option(help="Profile posts that reveal nothing.")] = 2,
     seed: Seed = 0,
+    style: Annotated[str, typer.Option(
+        help="preferences: planted content preferences; personas: writing-persona users (how they write).")] = "preferences",
+    noise: Annotated[float, typer.Option(help="personas: share of phrases written in another persona.")] = 0.35,
 ) -> None:
-    """Write a synthetic planted-preference benchmark (users whose profiles reveal what they prefer)."""
+    """Write a synthetic benchmark with known truth: planted preferences, or writing personas (--style personas)."""
     from prbench.data import write_examples
     from prbench.data.synth_users import synth_examples
 
-    items = synth_examples(users, items_per_user, seed=seed, dimensions=split_csv(dimensions),
-                           posts_per_dim=posts_per_dim, neutral_posts=neutral_posts)
+    if style == "personas":
+        from prbench.data.synth_personas import synth_persona_examples
+
+        items = synth_persona_examples(users, items_per_user, seed=seed, noise=noise)
+    elif style == "preferences":
+        items = synth_examples(users, items_per_user, seed=seed, dimensions=split_csv(dimensions),
+                               posts_per_dim=posts_per_dim, neutral_posts=neutral_posts)
+    else:
+        raise PrbenchError(f"--style must be preferences or personas, got {style!r}")
     n = write_examples(items, out)
     typer.echo(f"wrote {n} items for {users} users to {out}")

@@ -7,7 +7,6 @@ protocol numbers (`protocol.json`) in the run summary.
 
 from __future__ import annotations
 
-
 from pathlib import Path
 from typing import Any
 

@@ -305,7 +305,7 @@ def _up_to_date(target: Path, runs: Path) -> bool:
 
 
 # -- personalize: personalized-RM methods under the seen/unseen protocol ---------------------
-from prbench.study.context import Stage  # noqa: E402
-from prbench.study.personalize import personalize, plan_personalize  # noqa: E402
+from prbench.study.context import Stage
+from prbench.study.personalize import personalize, plan_personalize
 
 run_personalize = Stage("personalize", plan_personalize, personalize)

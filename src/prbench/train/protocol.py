@@ -217,7 +217,9 @@ def run_protocol(rm, split: ProtocolSplit, cfg: ProtocolConfig | None = None, *,
     if cfg.controls:
         controls: dict[str, Any] = {
             "no_context": _acc(rm, split.unseen_test, "none", cfg, memo=memo),
-            "wrong_profile": _acc(rm, split.unseen_test, "wrong-profile", cfg, pool=split.unseen_test, memo=memo),
+            # donors: any other user of the data (unseen ones alone may be a single user)
+            "wrong_profile": _acc(rm, split.unseen_test, "wrong-profile", cfg, memo=memo,
+                                  pool=split.unseen_test + split.unseen_pool + split.seen_test + split.train),
         }
         wrong = kshot_curve(rm, split, cfg, wrong_user=True, memo=memo)["curve"]
         if wrong:
@@ -249,8 +251,8 @@ def embedding_baseline(encoder: str, cache: Any = None):
     memoised, optionally disk-cached `Embedder`, so the many protocol scorings encode each text once."""
     import numpy as np
 
-    from prbench.rewards.baselines import EmbeddingRM, context_units
     from prbench.rewards.base import Score
+    from prbench.rewards.baselines import EmbeddingRM, context_units
     from prbench.rewards.pal import Embedder
 
     class CachedEmbeddingRM(EmbeddingRM):
