@@ -134,6 +134,8 @@ def default(
     data: Annotated[str | None, typer.Option("--data", "-d", help="Training pairs (file or folder).")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
     seed: Seed = 0,
+    encoder: Annotated[str, typer.Option(help="Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers "
+                                              "dir.")] = "builtin:minilm-l6",
     json_out: Json = False,
 ) -> None:
     """With no method: train the recommended method (see `prbench.train.methods.DEFAULT_METHOD`)."""
@@ -149,7 +151,7 @@ def default(
     if not json_out:
         typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
                    "see docs on personalized methods)")
-    _run(DEFAULT_METHOD, data, out, {"seed": seed}, True, None, json_out)
+    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, True, None, json_out)
 
 
 @app.command()
