@@ -3,7 +3,7 @@
 This is `prbench.train.bt.train_bt` (TRL's RewardTrainer on the views a condition builds)
 with defaults that fit the two model families it is meant for:
 - small encoders (default `builtin:minilm-l6`, all-MiniLM-L6-v2 with a fresh one-logit head):
-  full fine-tuning, `max_length` 512 (the model's position limit), top 4 posts so context,
+  full fine-tuning, one epoch, `max_length` 512 (the model's position limit), top 4 posts so context,
   question and response fit;
 - decoder RMs (any causal LM folder, e.g. `builtin:smollm2` or a tiny random model): LoRA
   (merged before saving), `max_length` 1024.
@@ -30,7 +30,7 @@ class FinetuneConfig:
     condition: str = "profile"
     retriever: str = "bm25"
     top_k: int | None = None  # None: 4 for encoders, 10 for decoders
-    epochs: float = 2.0
+    epochs: float = 1.0  # 2 epochs took 981 s on 400 pairs on a loaded 2-core CPU (RESULTS_methods.md)
     lr: float | None = None  # None: 5e-5 full fine-tuning, 2e-4 LoRA
     batch_size: int = 8
     max_length: int | None = None  # None: 512 encoders, 1024 decoders
