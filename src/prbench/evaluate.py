@@ -302,7 +302,9 @@ def evaluate(
                        else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
     })
+    from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 
+    summary["per_user"] = user_breakdown(records, rm, seed=seed, n_boot=n_boot)
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)

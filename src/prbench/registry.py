@@ -124,6 +124,9 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "hf": "prbench.rewards.classifier:load_classifier",
     "bt": "prbench.rewards.folders:load_bt",
     "pal": "prbench.rewards.folders:load_pal",
+    "lore": "prbench.rewards.lore:LoReReward",
+    "vpl": "prbench.rewards.vpl:VPLReward",
+    "finetune": "prbench.rewards.finetuned:load_finetuned",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",
     "pmi": "prbench.rewards.likelihood:PMIReward",
@@ -172,7 +175,8 @@ STAGES = Registry("study stage", "prbench.stages", {
     name: f"prbench.study.stages:{attr}" for name, attr in (
         ("plan", "run_plan"), ("eval", "run_eval"), ("sample", "run_sample"), ("bon", "run_bon"),
         ("rl", "run_rl"), ("rgd", "run_rgd_stage"), ("policy_accuracy", "run_policy_accuracy"),
-        ("meta", "run_meta"), ("report", "run_report"))
+        ("meta", "run_meta"), ("report", "run_report"),
+        ("personalize", "run_personalize"))
 })
 
 ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES)}

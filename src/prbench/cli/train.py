@@ -15,9 +15,9 @@ from prbench.cli.options import Data, Format, Json, Out, Retriever, Seed, TopK, 
 from prbench.cli.output import emit_json, table
 from prbench.errors import PrbenchError
 
-app = typer.Typer(help="Train personalized reward models (BT, PAL).",
-                  no_args_is_help=True)
-
+app = typer.Typer(help="Train personalized reward models (LoRe, VPL, fine-tuning, BT, PAL). With no method: the "
+                       "recommended one (prbench train --data D --out DIR).",
+                  invoke_without_command=True)
 Condition = Annotated[str, typer.Option("--condition", "-c",
                                         help="What the RM sees of the user: none, profile, planner, oracle.")]
 Epochs = Annotated[float | None, typer.Option(help="Training epochs (default depends on the model).")]
@@ -42,14 +42,116 @@ def _planner(path: Path | None):
     return read_planner_file(path)
 
 
-def _report(result, json_out: bool) -> None:
+def _report(result, json_out: bool, protocol: dict | None = None, method: str | None = None) -> None:
     last = result.log[-1] if result.log else {}
+    loads_as = _loads_as(result.out)
+    warnings = list((protocol or {}).get("warnings", []))
+    if protocol and protocol.get("skipped"):
+        warnings.append(protocol["skipped"])
     if json_out:
-        emit_json({"out": str(result.out), "final": last, "epochs": result.log})
+        emit_json({"out": str(result.out), "method": method, "loads_as": loads_as, "final": last,
+                   "epochs": result.log, "protocol": (protocol or {}).get("headline"), "eval_data": (protocol or {}).get("eval_data"),
+                   "warnings": warnings})
         return
     keys = [k for k in ("loss", "accuracy", "eval_accuracy") if any(k in r for r in result.log)]
+    step = max(1, len(result.log) // 10)  # at most about ten rows; the whole log is in train_log.jsonl
+    shown = [r for i, r in enumerate(result.log) if i % step == 0 or i == len(result.log) - 1]
     table(f"trained -> {result.out}", ["epoch", *keys],
-          [(r.get("epoch"), *(f"{r[k]:.4f}" if k in r else "" for k in keys)) for r in result.log])
+          [(r.get("epoch"), *(f"{r[k]:.4f}" if k in r else "" for k in keys)) for r in shown])
+    if protocol and protocol.get("headline"):
+        _protocol_table(protocol)
+    if protocol and protocol.get("eval_data"):
+        e = protocol["eval_data"]
+        typer.echo(f"--eval-data: {_pct(e['mean'])}% mean over {e['n_users']} users (worst decile {_pct(e['worst_decile'])}%)")
+    for w in warnings:
+        typer.echo(f"warning: {w}", err=True)
+    if loads_as:
+        typer.echo(f"evaluate with: prbench eval -m {loads_as} -c profile")
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def _protocol_table(protocol: dict) -> None:
+    """Seen vs unseen users, the k-shot curve and the controls (accuracy %, mean over users)."""
+    rows = [("train users, training pairs", _pct(protocol["train"]["mean"]), "", protocol["train"]["n_users"])]
+    if protocol.get("seen"):
+        s = protocol["seen"]
+        rows.append(("seen users, new questions", _pct(s["mean"]), _pct(s["worst_decile"]), s["n_users"]))
+    for c in protocol["unseen"]["curve"]:
+        ci = f" [{_pct(c['ci_low'])}, {_pct(c['ci_high'])}]" if c["ci_low"] is not None else ""
+        rows.append((f"unseen users, k={c['k']} shots", _pct(c["mean"]) + ci, _pct(c["worst_decile"]), c["n_users"]))
+    for name, c in (protocol.get("controls") or {}).items():
+        rows.append((f"control: {name} (unseen)", _pct(c["mean"]), _pct(c.get("worst_decile")), c["n_users"]))
+    table("protocol: accuracy % per user, mean [95% CI over users]", ["measure", "mean", "worst decile", "users"], rows)
+
+
+def _loads_as(out) -> str | None:
+    import json
+
+    try:
+        meta = json.loads((Path(out) / "prbench_rm.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    spec = meta.get("loads_as", "")
+    return spec.split(" or ")[0].replace("<dir>", str(out)) or None
+
+
+Protocol = Annotated[bool, typer.Option(
+    "--protocol/--no-protocol",
+    help="Hold out users and questions, measure seen vs unseen users, k-shot curve and controls (protocol.json).")]
+Refit = Annotated[bool | None, typer.Option(
+    "--refit/--no-refit", help="After the protocol, retrain on all pairs (default: yes, except finetune).")]
+
+
+def _run(method: str, data: str, out: Path, options: dict, protocol: bool, refit: bool | None, json_out: bool,
+         eval_data: str | None = None, format_: str | None = None, **extra) -> None:
+    from prbench.train.methods import train_method
+
+    pairs, held = _load(data, eval_data, format_)
+    result, report = train_method(method, pairs, out, options, run_protocol_check=protocol, refit=refit, **extra)
+    if eval_data:
+        report["eval_data"] = _score_eval(method, out, held, options)
+    _report(result, json_out, report, method)
+
+
+def _score_eval(method: str, out: Path, pairs, options: dict) -> dict:
+    """Accuracy of the saved model on --eval-data pairs, per user (under the method's condition)."""
+    from prbench.rewards import load_rm
+    from prbench.train.methods import spec_for
+    from prbench.train.protocol import ProtocolConfig, distribution, pair_credits, per_user
+
+    cfg = ProtocolConfig(condition=options.get("condition") or "profile", top_k=options.get("top_k") or 10)
+    credits, users = pair_credits(load_rm(spec_for(method, out)), pairs, cfg.condition, cfg)
+    return distribution(per_user(credits, users), seed=0)
+
+
+@app.callback()
+def default(
+    ctx: typer.Context,
+    data: Annotated[str | None, typer.Option("--data", "-d", help="Training pairs (file or folder).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
+    format_: Format = None,
+    seed: Seed = 0,
+    encoder: Annotated[str, typer.Option(help="Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers "
+                                              "dir.")] = "builtin:minilm-l6",
+    json_out: Json = False,
+) -> None:
+    """With no method: train the recommended method (see `prbench.train.methods.DEFAULT_METHOD`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if data is None or out is None:
+        typer.echo(ctx.get_help())
+        if data is None and out is None:
+            raise typer.Exit(0)
+        raise PrbenchError("prbench train: give both --data and --out (or a method: prbench train lore --help)")
+    from prbench.train.methods import DEFAULT_METHOD
+
+    if not json_out:
+        typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
+                   "see docs on personalized methods)")
+    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, True, None, json_out, format_=format_)
 
 
 @app.command()
@@ -75,29 +177,38 @@ def bt(
     retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
     encoder: Encoder = "builtin:minilm-l6",
+    protocol: Protocol = True,
+    refit: Refit = None,
     device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
-    """Train a Bradley-Terry RM on user views. Evaluate the folder as bt:OUT (a --base-model folder also loads as hf:OUT)."""
+    """Train a Bradley-Terry RM on user views. Evaluate the folder as bt:OUT (a --base-model folder also loads as hf:OUT).
+
+    The frozen-encoder head runs the protocol (seen vs unseen users) unless --no-protocol.
+    """
     pairs, held = _load(data, eval_data, format_)
     planner = _planner(planner_file)
     if frozen_encoder == (base_model is not None):
         raise PrbenchError("give exactly one of --base-model (TRL fine-tuning) or --frozen-encoder")
     if frozen_encoder:
-        from prbench.train.bt import ContextBTConfig, train_context_bt
+        options = {"condition": condition, "retriever": retriever, "top_k": top_k, "epochs": int(epochs) if epochs else None,
+                   "lr": lr, "batch_size": batch_size, "seed": seed, "encoder": encoder}
+        if planner is not None:  # the planner condition needs its file: plain training, no protocol
+            from prbench.train.bt import train_context_bt
+            from prbench.train.methods import make_config
 
-        d = ContextBTConfig
-        cfg = ContextBTConfig(condition=condition, retriever=retriever, top_k=top_k, epochs=int(epochs or d.epochs),
-                              lr=lr or d.lr, batch_size=batch_size or d.batch_size, seed=seed, encoder=encoder)
-        result = train_context_bt(pairs, out, cfg, eval_pairs=held, planner=planner)
-    else:
-        from prbench.train.bt import BTConfig, train_bt
+            cfg = make_config("context-bt", options)
+            _report(train_context_bt(pairs, out, cfg, eval_pairs=held, planner=planner), json_out)
+            return
+        _run("context-bt", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+        return
+    from prbench.train.bt import BTConfig, train_bt
 
-        d = BTConfig
-        cfg = BTConfig(condition=condition, retriever=retriever, top_k=top_k, epochs=epochs or d.epochs,
-                       lr=lr or d.lr, batch_size=batch_size or d.batch_size, seed=seed, lora=lora, lora_r=lora_r,
-                       max_length=max_length, max_steps=max_steps, device=device)
-        result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
+    d = BTConfig
+    cfg = BTConfig(condition=condition, retriever=retriever, top_k=top_k, epochs=epochs or d.epochs,
+                   lr=lr or d.lr, batch_size=batch_size or d.batch_size, seed=seed, lora=lora, lora_r=lora_r,
+                   max_length=max_length, max_steps=max_steps, device=device)
+    result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
     _report(result, json_out)
 
 
@@ -118,17 +229,103 @@ def pal(
     batch_size: BatchSize = None,
     seed: Seed = 0,
     encoder: Encoder = "builtin:minilm-l6",
+    protocol: Protocol = True,
+    refit: Refit = None,
     json_out: Json = False,
 ) -> None:
     """Train PAL on (user, prompt, chosen, rejected) pairs. Evaluate the folder as pal:OUT."""
     from prbench.data.pairs import load_pairs
-    from prbench.train.pal import PALConfig, train_pal
 
-    pairs, held = _load(data, eval_data, format_)
-    cfg = PALConfig(arch=arch, k_prototypes=k_prototypes, dim=dim, hidden=hidden, epochs=epochs,
-                    lr=lr or PALConfig.lr, batch_size=batch_size or PALConfig.batch_size, seed=seed, encoder=encoder)
-    adapt = load_pairs(adapt_data) if adapt_data else []
-    _report(train_pal(pairs, out, cfg, eval_pairs=held, adapt_pairs=adapt), json_out)
+    options = {"arch": arch, "k_prototypes": k_prototypes, "dim": dim, "hidden": hidden, "epochs": epochs, "lr": lr,
+               "batch_size": batch_size, "seed": seed, "encoder": encoder}
+    extra = {"adapt_pairs": load_pairs(adapt_data)} if adapt_data else {}
+    _run("pal", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_, **extra)
+
+
+Rank = Annotated[int, typer.Option(help="Number of basis rewards B (rank of V).")]
+
+
+@app.command()
+def lore(
+    data: Data,
+    out: Out,
+    format_: Format = None,
+    prior: Annotated[str, typer.Option(help="profile: user weights inferred from the shown posts (+ k-shot offsets); "
+                                            "none: free per-user weights (LoRe as published).")] = "profile",
+    rank: Rank = 16,
+    condition: Condition = "profile",
+    epochs: Annotated[int | None, typer.Option(help="Training epochs (default 60).")] = None,
+    lr: Lr = None,
+    offset_l2: Annotated[float | None, typer.Option(help="Pull of a user's offset toward the profile prior.")] = None,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    seed: Seed = 0,
+    encoder: Encoder = "builtin:minilm-l6",
+    eval_data: EvalData = None,
+    protocol: Protocol = True,
+    refit: Refit = None,
+    json_out: Json = False,
+) -> None:
+    """LoRe: shared low-rank reward basis over frozen features, per-user simplex weights; loads as lore:<out>."""
+    options = {"prior": prior, "rank": rank, "condition": condition, "epochs": epochs, "lr": lr,
+               "offset_l2": offset_l2, "top_k": top_k, "retriever": retriever, "seed": seed, "encoder": encoder}
+    _run("lore", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+
+
+@app.command()
+def vpl(
+    data: Data,
+    out: Out,
+    format_: Format = None,
+    latent: Annotated[int, typer.Option(help="Dimension of the user latent z.")] = 16,
+    beta: Annotated[float, typer.Option(help="Weight of the KL term.")] = 0.01,
+    max_shots: Annotated[int, typer.Option(help="Most labelled pairs in a training context.")] = 8,
+    steps: Annotated[int | None, typer.Option(help="Optimisation steps (one episode per user each; default 300).")] = None,
+    condition: Condition = "profile",
+    lr: Lr = None,
+    top_k: TopK = 10,
+    retriever: Retriever = "bm25",
+    seed: Seed = 0,
+    encoder: Encoder = "builtin:minilm-l6",
+    eval_data: EvalData = None,
+    protocol: Protocol = True,
+    refit: Refit = None,
+    json_out: Json = False,
+) -> None:
+    """VPL: an encoder over the user's pairs (and shown posts) gives a latent z; the reward decoder reads z; vpl:<out>."""
+    options = {"latent": latent, "beta": beta, "max_shots": max_shots, "steps": steps, "condition": condition,
+               "lr": lr, "top_k": top_k, "retriever": retriever, "seed": seed, "encoder": encoder}
+    _run("vpl", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+
+
+@app.command()
+def finetune(
+    data: Data,
+    out: Out,
+    format_: Format = None,
+    base_model: Annotated[str, typer.Option(
+        help="builtin:minilm-l6 (encoder), builtin:smollm2 (decoder) or a local model folder.")] = "builtin:minilm-l6",
+    condition: Condition = "profile",
+    lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help="LoRA (default: for decoders only).")] = None,
+    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 8,
+    epochs: Epochs = None,
+    lr: Lr = None,
+    batch_size: BatchSize = None,
+    max_length: Annotated[int | None, typer.Option(help="Token limit (default 512 encoders, 1024 decoders).")] = None,
+    max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
+    top_k: Annotated[int | None, typer.Option(help="Profile posts shown (default 4 encoders, 10 decoders).")] = None,
+    retriever: Retriever = "bm25",
+    seed: Seed = 0,
+    eval_data: EvalData = None,
+    protocol: Protocol = True,
+    refit: Refit = None,
+    json_out: Json = False,
+) -> None:
+    """User-conditioned fine-tuning through TRL (sequence classifier on context + response); finetune:<out>."""
+    options = {"base_model": base_model, "condition": condition, "lora": lora, "lora_r": lora_r, "epochs": epochs,
+               "lr": lr, "batch_size": batch_size, "max_length": max_length, "max_steps": max_steps, "top_k": top_k,
+               "retriever": retriever, "seed": seed}
+    _run("finetune", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
 
 
 def synth_users(
@@ -140,12 +337,22 @@ def synth_users(
     posts_per_dim: Annotated[int, typer.Option(help="Profile posts revealing each preference.")] = 2,
     neutral_posts: Annotated[int, typer.Option(help="Profile posts that reveal nothing.")] = 2,
     seed: Seed = 0,
+    style: Annotated[str, typer.Option(
+        help="preferences: planted content preferences; personas: writing-persona users (how they write).")] = "preferences",
+    noise: Annotated[float, typer.Option(help="personas: share of phrases written in another persona.")] = 0.35,
 ) -> None:
-    """Write synthetic planted-preference users. Each user's profile reveals what they prefer."""
+    """Write a synthetic benchmark with known truth: planted preferences, or writing personas (--style personas)."""
     from prbench.data import write_examples
     from prbench.data.synth_users import synth_examples
 
-    items = synth_examples(users, items_per_user, seed=seed, dimensions=split_csv(dimensions),
-                           posts_per_dim=posts_per_dim, neutral_posts=neutral_posts)
+    if style == "personas":
+        from prbench.data.synth_personas import synth_persona_examples
+
+        items = synth_persona_examples(users, items_per_user, seed=seed, noise=noise)
+    elif style == "preferences":
+        items = synth_examples(users, items_per_user, seed=seed, dimensions=split_csv(dimensions),
+                               posts_per_dim=posts_per_dim, neutral_posts=neutral_posts)
+    else:
+        raise PrbenchError(f"--style must be preferences or personas, got {style!r}")
     n = write_examples(items, out)
     typer.echo(f"wrote {n} items for {users} users to {out}")

@@ -292,7 +292,8 @@ def save_folder(out: str | Path, config: dict[str, Any], model) -> Path:
     (path / CONFIG_FILE).write_text(json.dumps(config, indent=1, ensure_ascii=False), encoding="utf-8")
     save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(path / WEIGHTS_FILE))
     (path / "prbench_rm.json").write_text(json.dumps(
-        {"kind": config["arch"], "loads_as": "pal:<dir>", "condition": config.get("condition"),
+        {"kind": config["arch"], "loads_as": "bt:<dir>" if config["arch"] == "context-bt" else "pal:<dir>",
+         "condition": config.get("condition"),
          "encoder": config["encoder"]}, indent=1), encoding="utf-8")
     return path
 
@@ -412,6 +413,18 @@ class PALReward(PointwiseRM):
             self.adapted[user] = fit_mixture(self.model, x, c, rj, steps=steps, lr=lr, l2=l2)
         return self.mixture(user)
 
+    # ---- what the seen/unseen protocol reads
+
+    @property
+    def adaptable(self) -> bool:
+        """PAL has per-user mixture logits that k shots can fit; context-bt has none."""
+        return self.arch != "context-bt"
+
+    def seen_users(self) -> set[str]:
+        """Users the weights were trained on (PAL's table rows minus adapted ones; context-bt's training users)."""
+        adapted = set(self.config.get("adapted_users", []))
+        return {u for u in self.users if u not in adapted} | set(self.config.get("train_users", []))
+
     # ---- identity for caches and run summaries
 
     def fingerprint(self) -> dict[str, Any]:
@@ -421,5 +434,9 @@ class PALReward(PointwiseRM):
                 "encoder": self.config["encoder"], "encoder_weights": local_digest(self.config["encoder"])}
 
     def run_info(self) -> dict[str, Any]:
-        return {"arch": self.arch, "trained_users": len(self.users), "adapted_users": len(self.adapted),
+        info = {"arch": self.arch, "trained_users": len(self.seen_users()), "adapted_users": len(self.adapted),
                 "scored_with_uniform_mixture": self._uniform, "condition": self.config.get("condition")}
+        protocol = Path(self.path) / "protocol.json"
+        if protocol.is_file():  # written by `prbench train`: seen vs unseen users, k-shot curve, controls
+            info["protocol"] = json.loads(protocol.read_text(encoding="utf-8"))
+        return info

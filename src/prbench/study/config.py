@@ -21,9 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings
 from prbench.errors import DataError, PrbenchError, SpecError
+from prbench.study.personalize import PersonalizeStage
 
-Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "meta", "report"]
-STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "meta", "report")
+Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta", "report"]
+STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta",
+                                "report")
 
 
 MAX_BYTES = 1 << 20
@@ -169,6 +171,7 @@ class StudyConfig(_Strict):
     rl: RLStage | None = None
     rgd: RGDStage | None = None
     policy_accuracy: PolicyAccuracyStage | None = None
+    personalize: PersonalizeStage | None = None
     hardware: str = ""
     estimates: dict[str, str] = Field(default_factory=dict)
 

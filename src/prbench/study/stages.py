@@ -344,3 +344,10 @@ def _up_to_date(target: Path, runs: Path) -> bool:
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(current)  # written before the target: a crash leaves a stale stamp, target absent
     return False
+
+
+# -- personalize: personalized-RM methods under the seen/unseen protocol ---------------------
+from prbench.study.context import Stage
+from prbench.study.personalize import personalize, plan_personalize
+
+run_personalize = Stage("personalize", plan_personalize, personalize)

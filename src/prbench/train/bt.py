@@ -165,6 +165,7 @@ def train_context_bt(
                        weight_decay=cfg.weight_decay, eval_fn=eval_fn)
     model.eval()
     model_cfg.update({"condition": cfg.condition, "retriever": cfg.retriever, "top_k": cfg.top_k,
+                      "train_users": list(dict.fromkeys(p.user_id for p in pairs)),
                       "train": {**asdict(cfg), "pairs": len(pairs), "prbench": __version__}})
     out = save_folder(out, model_cfg, model)
     write_log(out, log)

@@ -1,0 +1,142 @@
+"""What the frozen-encoder personalized RMs (LoRe, VPL) share: folder format, user evidence, identity.
+
+A head folder is `config.json` + `model.safetensors` (safetensors only: loading never runs
+pickled code) + `prbench_rm.json` (`kind`, `loads_as`) + `train_log.jsonl`, and `protocol.json`
+when the trainer measured seen vs unseen users. `HeadReward` gives each kind the same
+user handling: the user a view stands for (`view.user_id`; none under `none`), the posts it
+shows (the evidence of the profile condition), few-shot `adapt(user, pairs)` that replaces
+earlier shots of that user, the set of training users (for the seen/unseen split of an eval),
+and a fingerprint over weights and adaptations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from prbench.cache import Cache, content_key
+from prbench.conditions import View
+from prbench.errors import PrbenchError
+from prbench.extras import require
+from prbench.rewards.base import PointwiseRM
+from prbench.rewards.pal import Embedder, context_items, view_user
+
+CONFIG_FILE, WEIGHTS_FILE, META_FILE, PROTOCOL_FILE = "config.json", "model.safetensors", "prbench_rm.json", "protocol.json"
+
+
+def save_head(out: str | Path, config: dict[str, Any], module: Any, *, kind: str) -> Path:
+    """Write the folder; `loads_as` names the spec to evaluate it with (`<dir>` = this folder)."""
+    from safetensors.torch import save_file
+
+    path = Path(out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG_FILE).write_text(json.dumps(config, indent=1, ensure_ascii=False), encoding="utf-8")
+    save_file({k: v.detach().contiguous() for k, v in module.state_dict().items()}, str(path / WEIGHTS_FILE))
+    (path / META_FILE).write_text(json.dumps(
+        {"kind": kind, "loads_as": f"{kind}:<dir>", "condition": config.get("condition"),
+         "encoder": config["encoder"], "trained_users": len(config.get("users", []))}, indent=1), encoding="utf-8")
+    return path
+
+
+def load_head(path: str | Path, kind: str, build: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
+    """(config, module in eval mode); a folder of another kind is refused with the spec to use."""
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if not (p / CONFIG_FILE).is_file() or not (p / WEIGHTS_FILE).is_file():
+        raise PrbenchError(f"{kind}:{path}: expected {CONFIG_FILE} and {WEIGHTS_FILE} (train with `prbench train {kind}`)")
+    config = json.loads((p / CONFIG_FILE).read_text(encoding="utf-8"))
+    if config.get("arch") != kind:
+        meta = read_meta(p)
+        hint = f"; load it as {meta['loads_as'].replace('<dir>', str(path))}" if meta.get("loads_as") else ""
+        raise PrbenchError(f"{kind}:{path}: this folder holds a {config.get('arch')!r} model, not {kind}{hint}")
+    module = build(config)
+    module.load_state_dict(load_file(str(p / WEIGHTS_FILE)))
+    return config, module.eval()
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    try:
+        return json.loads((Path(path) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def read_protocol(path: str | Path) -> dict[str, Any] | None:
+    p = Path(path) / PROTOCOL_FILE
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+
+class HeadReward(PointwiseRM):
+    """Base of LoRe / VPL rewards: loading, user identity, evidence, adaptation bookkeeping."""
+
+    kind_name = ""
+    adaptable = True  # has per-user state that k labelled pairs can set (the k-shot protocol uses it)
+
+    def __init__(self, path: str, spec: str | None = None, encoder_cache: Cache | None = None,
+                 adapt: str | None = None, **_: Any):
+        self.path = str(path)
+        self.spec = spec or f"{self.kind_name}:{path}"
+        self.config, self.model = load_head(path, self.kind_name, self.build)
+        self.embed = Embedder(self.config["encoder"], cache=encoder_cache)
+        self.users: dict[str, int] = {u: i for i, u in enumerate(self.config.get("users", []))}
+        self.adapted: dict[str, Any] = {}
+        self.counts = {"unknown_user": 0, "no_evidence": 0}
+        if adapt:
+            from prbench.data.pairs import load_pairs
+
+            pairs = load_pairs(adapt)
+            for user in dict.fromkeys(p.user_id for p in pairs):
+                if user not in self.users:
+                    self.adapt(user, [p for p in pairs if p.user_id == user])
+
+    build: Callable[[dict[str, Any]], Any]
+
+    # ---- identity and evidence
+
+    @staticmethod
+    def user_of(view: View) -> str | None:
+        return view_user(view)
+
+    @staticmethod
+    def posts_of(view: View) -> list[str]:
+        return context_items(view)
+
+    def seen_users(self) -> set[str]:
+        """Users the weights were trained on (the eval's seen/unseen split reads this)."""
+        return set(self.users)
+
+    def _tensor(self, texts: Sequence[str]):
+        torch = require("torch", "hf")
+        return torch.from_numpy(self.embed(list(texts)))
+
+    # ---- cache identity and summaries
+
+    def fingerprint(self) -> dict[str, Any]:
+        digest = hashlib.sha256((Path(self.path) / WEIGHTS_FILE).read_bytes()).hexdigest()[:16]
+        adapted = content_key({u: _plain(v) for u, v in sorted(self.adapted.items())})[:16]
+        return {"spec": self.spec, "arch": self.kind_name, "weights": digest, "adapted": adapted,
+                "encoder": self.config["encoder"]}
+
+    def run_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"arch": self.kind_name, "trained_users": len(self.users),
+                                "adapted_users": len(self.adapted), "condition": self.config.get("condition"),
+                                "scored_unknown_user": self.counts["unknown_user"],
+                                "scored_without_evidence": self.counts["no_evidence"]}
+        protocol = read_protocol(self.path)
+        if protocol is not None:
+            info["protocol"] = protocol
+        return info
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in sorted(v.items())}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
