@@ -38,7 +38,7 @@ def validate(src: DataArg, kind: Kind = "", format_: Format = None, split: Split
 
 @app.command()
 def formats(json_out: Json = False) -> None:
-    """Every data format prbench reads (built in and plug-ins): kind, fields read, source."""
+    """List every data format prbench reads. Built in and plug-ins: kind, fields read, source."""
     from prbench.formats import describe
 
     rows = describe()

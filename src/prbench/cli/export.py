@@ -43,7 +43,7 @@ def openrlhf(data: Data = "sample", out: OutFile = Path("prbench-openrlhf.jsonl"
              policy_condition: PolicyCondition = "profile", top_k: TopK = 10, retriever: Retriever = "bm25",
              max_words: MaxWords = 100, seed: Seed = 0, limit: Limit = None, split: Split = "train",
              json_out: Json = False) -> None:
-    """JSONL prompts with JSON labels (--data.input_key prompt --data.label_key label --data.apply_chat_template)."""
+    """Write OpenRLHF prompts. JSONL with JSON labels (--data.input_key prompt --data.label_key label)."""
     _run("openrlhf", data, out, condition, policy_condition, top_k, retriever, max_words, seed, limit, split,
          json_out)
 
@@ -53,7 +53,7 @@ def verl(data: Data = "sample", out: OutFile = Path("prbench-verl.parquet"), con
          policy_condition: PolicyCondition = "profile", top_k: TopK = 10, retriever: Retriever = "bm25",
          max_words: MaxWords = 100, seed: Seed = 0, limit: Limit = None, split: Split = "train",
          json_out: Json = False) -> None:
-    """Parquet with data_source, prompt, reward_model.ground_truth and extra_info (question, profile, id)."""
+    """Write verl parquet. data_source, prompt, reward_model.ground_truth and extra_info (question, profile, id)."""
     _run("verl", data, out, condition, policy_condition, top_k, retriever, max_words, seed, limit, split, json_out)
 
 

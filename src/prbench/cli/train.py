@@ -15,7 +15,7 @@ from prbench.cli.options import Data, Format, Json, Out, Retriever, Seed, TopK, 
 from prbench.cli.output import emit_json, table
 from prbench.errors import PrbenchError
 
-app = typer.Typer(help="Train personalized reward models (LoRe, VPL, fine-tuning, BT, PAL). With no method: the "
+app = typer.Typer(help="Train personalized reward models. LoRe, VPL, fine-tuning, BT or PAL; with no method, the "
                        "recommended one (prbench train --data D --out DIR).",
                   invoke_without_command=True)
 Condition = Annotated[str, typer.Option("--condition", "-c",
@@ -266,7 +266,7 @@ def lore(
     refit: Refit = None,
     json_out: Json = False,
 ) -> None:
-    """LoRe: shared low-rank reward basis over frozen features, per-user simplex weights; loads as lore:<out>."""
+    """Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."""
     options = {"prior": prior, "rank": rank, "condition": condition, "epochs": epochs, "lr": lr,
                "offset_l2": offset_l2, "top_k": top_k, "retriever": retriever, "seed": seed, "encoder": encoder}
     _run("lore", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
@@ -292,7 +292,7 @@ def vpl(
     refit: Refit = None,
     json_out: Json = False,
 ) -> None:
-    """VPL: an encoder over the user's pairs (and shown posts) gives a latent z; the reward decoder reads z; vpl:<out>."""
+    """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
     options = {"latent": latent, "beta": beta, "max_shots": max_shots, "steps": steps, "condition": condition,
                "lr": lr, "top_k": top_k, "retriever": retriever, "seed": seed, "encoder": encoder}
     _run("vpl", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
@@ -321,7 +321,7 @@ def finetune(
     refit: Refit = None,
     json_out: Json = False,
 ) -> None:
-    """User-conditioned fine-tuning through TRL (sequence classifier on context + response); finetune:<out>."""
+    """Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."""
     options = {"base_model": base_model, "condition": condition, "lora": lora, "lora_r": lora_r, "epochs": epochs,
                "lr": lr, "batch_size": batch_size, "max_length": max_length, "max_steps": max_steps, "top_k": top_k,
                "retriever": retriever, "seed": seed}
@@ -341,7 +341,7 @@ def synth_users(
         help="preferences: planted content preferences; personas: writing-persona users (how they write).")] = "preferences",
     noise: Annotated[float, typer.Option(help="personas: share of phrases written in another persona.")] = 0.35,
 ) -> None:
-    """Write a synthetic benchmark with known truth: planted preferences, or writing personas (--style personas)."""
+    """Write synthetic users with known truth. Planted preferences, or writing personas (--style personas)."""
     from prbench.data import write_examples
     from prbench.data.synth_users import synth_examples
 
