@@ -260,7 +260,7 @@ def evaluate(
                  "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
                  "pool": list(stream()) if condition.startswith("wrong-") and n_todo else ()}
-    step = max(batch_size, 1)  # one batch per append: an interrupt loses at most the batch in flight
+    step = max(batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
     todo = (ex for ex in stream() if ex.id not in done)
     chunks = ((part, [build_view(ex, condition, **view_args) for ex in part])
               for part in iter(lambda: list(islice(todo, step)), []))
