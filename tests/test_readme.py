@@ -31,6 +31,7 @@ RULES: list[tuple[str, str, str]] = [
     (r"^prbench data convert QiyaoMa/", "error", "hub dataset: offline it must fail at once"),
     (r"^prbench eval -m hf:Skywork/", "error", "hub model and its converted data: fails at once offline"),
     (r"--device cuda", "parse", "needs a GPU"),
+    (r"^prbench train --data ", "parse", "LoRe with its protocol, minutes on CPU; tests/test_methods.py trains it"),
     (r"^prbench rl ", "error", "hub policy + GPU: fails at once offline"),
     (r"--workers 2", "parse", "starts a Ray cluster (~15 s); test_determinism runs it"),
     (r"^prbench plan train ", "parse", "TRL fine-tuning on a LaMP-QA training file"),
