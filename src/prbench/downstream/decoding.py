@@ -15,6 +15,7 @@ from prbench.conditions import View
 from prbench.config import DecodingSpec, GuidanceSpec
 from prbench.downstream.prefix_rewards import PrefixRewards, rm_text, shape_rewards
 from prbench.engines.base import Engine, load_engine
+from prbench.engines.transformers_engine import left_pad
 from prbench.errors import PrbenchError
 from prbench.extras import require
 
@@ -95,20 +96,6 @@ class PolicyForward:
         if new_cache is None:
             new_cache = getattr(out, "past_key_values", None)
         return out.logits[:, -keep:, :].float(), new_cache
-
-
-def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:
-    """Left-padded ids, attention mask and position ids (0.. over each row's real tokens)."""
-    torch = require("torch", "hf")
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s) :] = 1
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), mask.to(device), pos.to(device)
 
 
 def apply_repetition_penalty(logits: Any, seen: Any, penalty: float) -> Any:

@@ -196,6 +196,21 @@ def resolve_dtype(dtype: Any, device: str) -> Any:
     return value
 
 
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[Any, Any, Any]:
+    """Left-padded ids, attention mask and position ids (0.. over each row's real tokens); shared
+    with the reward-guided decoding loop."""
+    torch = require("torch", "hf")
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), pos.to(device)
+
+
 class TransformersEngine(Engine):
     """A Hugging Face causal LM run locally. `model` and `tokenizer` are public for direct use.
 
@@ -322,17 +337,7 @@ class TransformersEngine(Engine):
         return chat_ids(self.tokenizer, messages, add_generation_prompt)
 
     def _left_pad(self, seqs: Sequence[Sequence[int]]) -> tuple[Any, Any, Any]:
-        """Left-padded ids, attention mask and position ids (0.. for each row's real tokens)."""
-        torch = require("torch", "hf")
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            if s:
-                ids[i, width - len(s) :] = torch.tensor(list(s), dtype=torch.long)
-                mask[i, width - len(s) :] = 1
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        return ids.to(self.device), mask.to(self.device), pos.to(self.device)
+        return left_pad(seqs, self.pad_id, self.device)
 
     def _forward_last(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
         """Float32 logits of the last `keep` positions of each left-padded row: [B, keep, V]."""

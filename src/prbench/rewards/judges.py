@@ -239,6 +239,17 @@ def open_engine(engine: str | Engine, options: dict[str, Any]) -> tuple[Engine, 
             sorted(set(options) - accepted - _EVALUATOR_OPTIONS))
 
 
+def engine_facts(engine: Engine, ignored_options: list[str]) -> dict[str, Any]:
+    """What a run summary records of the engine behind an RM: its request stats and unused options."""
+    info: dict[str, Any] = {}
+    stats = getattr(engine, "stats", None)
+    if isinstance(stats, dict) and stats:
+        info["engine_stats"] = dict(stats)
+    if ignored_options:
+        info["ignored_options"] = ignored_options
+    return info
+
+
 def context_of(view: View) -> str:
     """The user context shown under the view's condition, within its character budget."""
     return view.context(view.shown_posts) if view.units else view.context()
@@ -331,14 +342,8 @@ class _JudgeBase:
         return {}
 
     def run_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"judge_mode": self.mode, "prompt_hashes": self.templates.hashes(),
-                                **{f"judge_{k}": v for k, v in self.counts.items()}}
-        stats = getattr(self.engine, "stats", None)
-        if isinstance(stats, dict) and stats:
-            info["engine_stats"] = dict(stats)
-        if self.ignored_options:
-            info["ignored_options"] = self.ignored_options
-        return info
+        return {"judge_mode": self.mode, "prompt_hashes": self.templates.hashes(),
+                **{f"judge_{k}": v for k, v in self.counts.items()}, **engine_facts(self.engine, self.ignored_options)}
 
     def _generate_with_retries(self, prompts: list[str], seeds: list[int], parse: Any) -> list[tuple[Generation, Any, int]]:
         """Generate once for all prompts (one engine call), then retry parse failures as a batch."""

@@ -37,7 +37,7 @@ from prbench.conditions import View
 from prbench.engines.base import Engine, Messages
 from prbench.errors import SpecError
 from prbench.rewards.base import PointwiseRM, Score
-from prbench.rewards.judges import open_engine, was_truncated
+from prbench.rewards.judges import engine_facts, open_engine, was_truncated
 
 Normalize = Literal["mean", "sum"]
 
@@ -94,13 +94,8 @@ class _LoglikRM(PointwiseRM):
                 "engine": self.engine.fingerprint()}
 
     def run_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"normalize": self.normalize, **{f"lik_{k}": v for k, v in self.counts.items()}}
-        stats = getattr(self.engine, "stats", None)
-        if isinstance(stats, dict) and stats:
-            info["engine_stats"] = dict(stats)
-        if self.ignored_options:
-            info["ignored_options"] = self.ignored_options
-        return info
+        return {"normalize": self.normalize, **{f"lik_{k}": v for k, v in self.counts.items()},
+                **engine_facts(self.engine, self.ignored_options)}
 
     def _finish(self, batch: Sequence[tuple[View, str]], values: list[float]) -> list[Score]:
         out = []

@@ -253,18 +253,20 @@ def study_defaults(ctx: StudyContext, section: Any, settings_cls: type) -> Any:
     return settings_cls.build(**{**own, **inherit})
 
 
+def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type, driver: Any, **extra: Any) -> None:
+    """Run a guided-policy driver (RGD, policy accuracy) once per RM of its study section."""
+    section = getattr(ctx.cfg, name)
+    settings = study_defaults(ctx, section, settings_cls)
+    ctx.outputs[name] = [str(getattr(driver(section.policy, spec, ctx.data, _downstream_dir(ctx, folder),
+                                            settings=settings, rm_options=_options_of(ctx, spec), **extra),
+                                     "path", "")) for spec in section.rms]
+
+
 @stage("rgd", _plan_rgd)
 def run_rgd_stage(ctx: StudyContext) -> None:
     from prbench.downstream.rgd import run_rgd
 
-    g = ctx.cfg.rgd
-    settings = study_defaults(ctx, g, RGDSettings)
-    out = []
-    for spec in g.rms:
-        res = run_rgd(g.policy, spec, ctx.data, _downstream_dir(ctx, "rgd"), settings=settings, grader=g.grader,
-                      rm_options=_options_of(ctx, spec))
-        out.append(str(getattr(res, "path", "")))
-    ctx.outputs["rgd"] = out
+    _guided_runs(ctx, "rgd", "rgd", RGDSettings, run_rgd, grader=ctx.cfg.rgd.grader)
 
 
 def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
@@ -278,14 +280,7 @@ def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
 def run_policy_accuracy(ctx: StudyContext) -> None:
     from prbench.downstream.policy_accuracy import policy_accuracy
 
-    a = ctx.cfg.policy_accuracy
-    settings = study_defaults(ctx, a, PolicyAccuracySettings)
-    out = []
-    for spec in a.rms:
-        res = policy_accuracy(a.policy, spec, ctx.data, _downstream_dir(ctx, "policy-accuracy"), settings=settings,
-                              rm_options=_options_of(ctx, spec))
-        out.append(str(getattr(res, "path", "")))
-    ctx.outputs["policy_accuracy"] = out
+    _guided_runs(ctx, "policy_accuracy", "policy-accuracy", PolicyAccuracySettings, policy_accuracy)
 
 
 # -- meta and report ------------------------------------------------------------------------
