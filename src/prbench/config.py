@@ -158,3 +158,19 @@ class ICLSettings(DataSpec, RunSpec):
     batch_size: int = count(8, "Items generated together.", 65536)
     encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
                               metavar="SPEC")
+
+
+class EngineAccess(Settings):
+    """How to reach the models a command loads (local device, or an OpenAI-compatible endpoint)."""
+
+    device: str | None = opt(None, "auto, cpu, cuda, cuda:1 ...", metavar="DEVICE")
+    dtype: str | None = opt(None, "auto, float32, bfloat16, float16.", metavar="DTYPE")
+    base_url: str | None = opt(None, "OpenAI-compatible endpoint (else OPENAI_BASE_URL).", metavar="URL")
+    api_key_env: str | None = opt(None, "Name of the env var that holds the API key.", metavar="VAR")
+
+
+class GraderAccess(Settings):
+    """The grader's own endpoint, when it differs from the models'."""
+
+    grader_base_url: str | None = opt(None, "Grader's OpenAI-compatible endpoint.", metavar="URL")
+    grader_api_key_env: str | None = opt(None, "Env var holding the grader's API key.", metavar="VAR")

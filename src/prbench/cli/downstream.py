@@ -11,14 +11,8 @@ from typing import Annotated
 import typer
 
 from prbench.cli.options import (
-    ApiKeyEnv,
-    BaseUrl,
     BatchSize,
     Categories,
-    Device,
-    Dtype,
-    GraderBaseUrl,
-    GraderKeyEnv,
     Json,
     Limit,
     MaxContextChars,
@@ -33,19 +27,24 @@ from prbench.cli.options import (
     Split,
     TopK,
     engine_options,
+    grader_engine_options,
     set_options,
+    settings_command,
     split_csv,
 )
 from prbench.cli.output import emit_json, table
+from prbench.config import EngineAccess, GraderAccess
 
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+@settings_command(access=EngineAccess)
 def sample(
     policy: Annotated[str, typer.Option("--policy", "-p", help="Policy engine: hf:DIR, builtin:NAME, openai:MODEL.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Samples folder (resumable).")],
+    access: EngineAccess,
     data: Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")] = "sample",
     n: Annotated[int, typer.Option("--n", help="Answers per item.")] = 16,
     condition: Annotated[str, typer.Option(help="What the policy sees: profile or none.")] = "profile",
@@ -61,10 +60,6 @@ def sample(
     split: Split = "test",
     batch_size: BatchSize = 16,
     prompt_file: Annotated[str | None, typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")] = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -73,8 +68,7 @@ def sample(
     from prbench.cli.output import progress
     from prbench.downstream.sampling import sample_policy
 
-    opts = engine_options(policy, device=device, dtype=dtype, base_url=base_url, api_key_env=api_key_env,
-                          batch_size=batch_size)
+    opts = engine_options(policy, **access.model_dump(), batch_size=batch_size)
     with progress(quiet or json_out) as bar:
         task = bar.add_task("sampling", total=None)
         ss = sample_policy(policy, data, out, n=n, condition=condition, top_k=top_k, retriever=retriever,
@@ -89,10 +83,13 @@ def sample(
         typer.echo(f"{len(ss.items)} items x {ss.n} samples in {ss.path}")
 
 
+@settings_command(access=EngineAccess, grader_access=GraderAccess)
 def bon(
     samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
     grader: Annotated[str, typer.Option("--grader", "-g", help="Grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")],
+    access: EngineAccess,
+    grader_access: GraderAccess,
     condition: RMCondition = "none",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
     k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
@@ -105,12 +102,6 @@ def bon(
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise for Best-of-N.")] = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
-    grader_base_url: GraderBaseUrl = None,
-    grader_api_key_env: GraderKeyEnv = None,
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
     grader_max_new_tokens: Annotated[int, typer.Option(help="Token cap of each grading reply.")] = 512,
@@ -126,13 +117,11 @@ def bon(
     out = out or samples / "bon" / condition
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
                     prompt_path=grader_prompt_file, max_new_tokens=grader_max_new_tokens,
-                    engine_options=engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
-                                                  api_key_env=grader_api_key_env))
+                    engine_options=grader_engine_options(grader, access, grader_access))
     res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot, top_k=top_k,
                     retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file,
                     batch_size=batch_size,
-                    rm_options=set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
-                                          base_url=base_url, api_key_env=api_key_env),
+                    rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
                     on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
     s = res.summary
     if json_out:
@@ -158,10 +147,13 @@ def bon(
                f"{s['grader']['cache_hits']} cache hits; results in {res.path}")
 
 
+@settings_command(access=EngineAccess, grader_access=GraderAccess)
 def rl(
     policy: Annotated[str, typer.Option("--policy", "-p", help="Causal LM to train: hf:DIR, builtin:NAME.")],
     rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
+    access: EngineAccess,
+    grader_access: GraderAccess,
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
     grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader of held-out answers (any grader spec, as for bon).")] = None,
     condition: RMCondition = "profile",
@@ -188,30 +180,22 @@ def rl(
     split: Annotated[str, typer.Option(help="Split of a hub dataset to train on.")] = "train",
     n_boot: NBoot = 1000,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
-    device: Device = None,
-    dtype: Dtype = None,
     max_length: MaxLength = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
-    grader_base_url: GraderBaseUrl = None,
-    grader_api_key_env: GraderKeyEnv = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Fine-tune a policy with the RM as reward (TRL GRPO). Then grade it on held-out items."""
     from prbench.downstream.rl import train_rl
 
-    gopts = {"engine_options": engine_options(grader, device=device, dtype=dtype, base_url=grader_base_url,
-                                              api_key_env=grader_api_key_env)} if grader else None
+    gopts = {"engine_options": grader_engine_options(grader, access, grader_access)} if grader else None
     res = train_rl(policy, rm, data, out, grader=grader, condition=condition, steps=steps, lr=lr, lora=lora,
                    lora_r=lora_r, num_generations=num_generations, prompts_per_step=prompts_per_step,
                    max_completion_length=max_completion_length, beta=beta, reward_scale=reward_scale,
                    holdout=holdout, eval_data=eval_data, eval_n=eval_n, eval_temperature=eval_temperature,
                    compare_base=base, top_k=top_k, retriever=retriever, planner_file=planner_file, seed=seed,
-                   limit=limit, split=split, n_boot=n_boot, device=device or "auto",
+                   limit=limit, split=split, n_boot=n_boot, device=access.device or "auto",
                    gradient_checkpointing=gradient_checkpointing,
-                   rm_options=set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
-                                         base_url=base_url, api_key_env=api_key_env),
+                   rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
                    grader_options=gopts)
     s = res.summary
     if json_out:
@@ -230,8 +214,10 @@ def rl(
     typer.echo(f"policy in {s['policy_dir']}; results in {res.path}")
 
 
+@settings_command(access=EngineAccess)
 def serve_reward(
     rm: Annotated[str, typer.Option("--rm", "-m", help="Pointwise RM spec to serve.")],
+    access: EngineAccess,
     condition: RMCondition = "none",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; others need --allow-remote).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
@@ -255,10 +241,6 @@ def serve_reward(
     batch_size: BatchSize = 16,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an RM over HTTP for RL frameworks. POST /score, POST /get_reward (OpenRLHF), GET /health, GET /stats."""
@@ -274,8 +256,8 @@ def serve_reward(
         from prbench.downstream.sampling import load_items
 
         served = load_items(items)
-    model = load_rm(rm, **set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
-                                      base_url=base_url, api_key_env=api_key_env, batch_size=batch_size))
+    model = load_rm(rm, **set_options(mode=mode, max_length=max_length, batch_size=batch_size,
+                                      **access.model_dump()))
     shown = redact_url(f"http://{host}:{port}") if host else f"http://*:{port}"
     typer.echo(f"serving {rm} [{condition}] on {shown} (auth: {'on' if token else 'off'}; "
                f"/get_reward: {'on' if policy_template else 'needs --policy-template'})", err=True)

@@ -78,6 +78,12 @@ def engine_options(spec: str, *, device: str | None = None, dtype: str | None = 
     return set_options(**given)
 
 
+def grader_engine_options(spec: str, access: Any, grader_access: Any) -> dict[str, object]:
+    """The grader engine's options: the models' device and dtype, the grader's own endpoint and key."""
+    return engine_options(spec, device=access.device, dtype=access.dtype, base_url=grader_access.grader_base_url,
+                          api_key_env=grader_access.grader_api_key_env)
+
+
 # -- shared by `prbench meta` and `prbench report` ---------------------------------------------
 RunsRoots = Annotated[list[Path], typer.Option("--runs", "-r", help="Eval run root or run folder (repeatable).")]
 DownstreamPaths = Annotated[
@@ -93,13 +99,15 @@ PublishedFile = Annotated[
 ]
 
 
-# -- options built from a driver's settings model (prbench.config) ------------------------------
-def settings_command(settings_cls: type, *, exclude: tuple[str, ...] = ()):
-    """Decorate `fn(settings, **own)`: the command's options are `fn`'s own plus the model's fields.
+# -- options built from settings models (prbench.config) ----------------------------------------
+def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
+    """Decorate `fn(<group>=..., **own)`: the command's options are `fn`'s own plus each model's fields.
 
-    Each field becomes `--field-name` with its description as help, its default, and its
-    metavar; list fields are read as comma-separated text. So the CLI, the Python API and the
-    study share one declaration (and one default) per option.
+    `groups` maps a parameter of `fn` to a settings model (`settings=RGDSettings`,
+    `access=EngineAccess`); `fn` receives a validated instance of each. Each field becomes
+    `--field-name` with its description as help, its default and its metavar; list fields are
+    read as comma-separated text. So the CLI, the Python API and the study share one
+    declaration (and one default) per option.
     """
     import functools
     import inspect
@@ -119,19 +127,23 @@ def settings_command(settings_cls: type, *, exclude: tuple[str, ...] = ()):
                                  annotation=Annotated[cli_type, option])
 
     def wrap(fn):
-        own = [p for n, p in inspect.signature(fn, eval_str=True).parameters.items() if n != "settings"]
-        own_names = {p.name for p in own}
-        fields = {n: f for n, f in settings_cls.model_fields.items() if n not in exclude and n not in own_names}
-        lists.update(n for n, f in fields.items() if "list[" in str(f.annotation))
+        own = [p for n, p in inspect.signature(fn, eval_str=True).parameters.items() if n not in groups]
+        taken = {p.name for p in own} | set(exclude)
+        fields: dict[str, dict[str, Any]] = {}
+        for group, model in groups.items():
+            fields[group] = {n: f for n, f in model.model_fields.items() if n not in taken}
+            taken |= set(fields[group])
+        lists.update(n for fs in fields.values() for n, f in fs.items() if "list[" in str(f.annotation))
 
         @functools.wraps(fn)
         def command(**given: Any):
-            values = {n: given.pop(n) for n in list(given) if n in fields}
-            for n in lists:
-                values[n] = split_csv(values[n])
-            return fn(settings=settings_cls.build(**values), **given)
+            built = {}
+            for group, model in groups.items():
+                values = {n: given.pop(n) for n in fields[group]}
+                built[group] = model.build(**{n: split_csv(v) if n in lists else v for n, v in values.items()})
+            return fn(**built, **given)
 
-        params = own + [option_for(n, f) for n, f in fields.items()]
+        params = own + [option_for(n, f) for fs in fields.values() for n, f in fs.items()]
         command.__signature__ = inspect.Signature(
             [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
         command.__annotations__ = {p.name: p.annotation for p in params}

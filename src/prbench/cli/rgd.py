@@ -12,24 +12,19 @@ from typing import Annotated, Any
 import typer
 
 from prbench.cli.options import (
-    ApiKeyEnv,
-    BaseUrl,
     Data,
-    Device,
-    Dtype,
-    GraderBaseUrl,
-    GraderKeyEnv,
     Json,
     MaxLength,
     Overwrite,
     Quiet,
     engine_options,
+    grader_engine_options,
     set_options,
     settings_command,
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
-from prbench.config import ICLSettings, PolicyAccuracySettings, RGDSettings
+from prbench.config import EngineAccess, GraderAccess, ICLSettings, PolicyAccuracySettings, RGDSettings
 
 Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
@@ -64,16 +59,14 @@ def _sweep(specs: list[str], ws: list[float], seed: int, rm_options: dict[str, A
     return summaries
 
 
-def _grader(spec: str | None, device: str | None, dtype: str | None, base_url: str | None,
-            key_env: str | None) -> Any:
+def _grader(spec: str | None, access: EngineAccess, grader_access: GraderAccess) -> Any:
     if not spec:
         return None
     from prbench.cache import Cache
     from prbench.downstream.grader import load_grader
 
     return load_grader(spec, cache=Cache(namespace="grades"),
-                       engine_options=engine_options(spec, device=device, dtype=dtype, base_url=base_url,
-                                                   api_key_env=key_env))
+                       engine_options=grader_engine_options(spec, access, grader_access))
 
 
 def _fmt(v: Any, pct: bool = False) -> str:
@@ -90,23 +83,19 @@ def _gold_cell(summary: dict[str, Any], metric: str = "rouge1") -> str:
     return f"{m['mean']:.3f} [{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}]"
 
 
-@settings_command(RGDSettings, exclude=("w",))
+@settings_command(settings=RGDSettings, access=EngineAccess, grader_access=GraderAccess, exclude=("w",))
 def rgd(
     policy: Policy,
     rm: RMs,
     out: OutDir,
     settings: RGDSettings,
+    access: EngineAccess,
+    grader_access: GraderAccess,
     data: Data = "sample",
     w: Ws = "1.0",
     grader: Grader = None,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
-    grader_base_url: GraderBaseUrl = None,
-    grader_api_key_env: GraderKeyEnv = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -114,10 +103,9 @@ def rgd(
     """Reward-guided decoding (ARGS-style). Generate, score against gold answers / rubric, write downstream.json."""
     from prbench.downstream.rgd import load_policy, run_rgd
 
-    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=settings.batch_size))
-    g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
-    ropts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                        api_key_env=api_key_env, batch_size=settings.rm_batch_size)
+    engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
+    g = _grader(grader, access, grader_access)
+    ropts = set_options(mode=mode, max_length=max_length, batch_size=settings.rm_batch_size, **access.model_dump())
     summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_rgd(
         engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress))
     if json_out:
@@ -135,20 +123,17 @@ def rgd(
           ["rm", "condition", "w", "items", "ROUGE-1", "ROUGE-L", "grade", "picks changed", "s/item", "folder"], rows)
 
 
-@settings_command(PolicyAccuracySettings, exclude=("w",))
+@settings_command(settings=PolicyAccuracySettings, access=EngineAccess, exclude=("w",))
 def policy_accuracy(
     policy: Policy,
     rm: RMs,
     out: OutDir,
     settings: PolicyAccuracySettings,
+    access: EngineAccess,
     data: Data = "sample",
     w: Ws = "1.0",
     max_length: MaxLength = None,
     judge_mode: Annotated[str | None, typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -157,9 +142,9 @@ def policy_accuracy(
     from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
     from prbench.downstream.rgd import load_policy
 
-    engine = load_policy(policy, engine_options(policy, device=device, dtype=dtype, batch_size=settings.batch_size))
-    ropts = set_options(mode=judge_mode, device=device, dtype=dtype, max_length=max_length, base_url=base_url,
-                        api_key_env=api_key_env, batch_size=settings.rm_batch_size)
+    engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
+    ropts = set_options(mode=judge_mode, max_length=max_length, batch_size=settings.rm_batch_size,
+                        **access.model_dump())
     summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_pa(
         engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress))
     if json_out:
@@ -181,19 +166,15 @@ def policy_accuracy(
            "folder"], rows)
 
 
-@settings_command(ICLSettings)
+@settings_command(settings=ICLSettings, access=EngineAccess, grader_access=GraderAccess)
 def icl(
     policy: Policy,
     out: OutDir,
     settings: ICLSettings,
+    access: EngineAccess,
+    grader_access: GraderAccess,
     data: Data = "sample",
     grader: Grader = None,
-    device: Device = None,
-    dtype: Dtype = None,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
-    grader_base_url: GraderBaseUrl = None,
-    grader_api_key_env: GraderKeyEnv = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -201,12 +182,11 @@ def icl(
     """In-context-learning baseline, no RM. The policy with the user's own examples in the prompt."""
     from prbench.downstream.icl import run_icl
 
-    g = _grader(grader, device, dtype, grader_base_url, grader_api_key_env)
+    g = _grader(grader, access, grader_access)
     with progress(quiet or json_out) as bar:
         task = bar.add_task("icl", total=None)
         res = run_icl(policy, data, out, settings=settings,
-                      engine_options=engine_options(policy, device=device, dtype=dtype, base_url=base_url,
-                                                  api_key_env=api_key_env, batch_size=settings.batch_size),
+                      engine_options=engine_options(policy, **access.model_dump(), batch_size=settings.batch_size),
                       grader=g, overwrite=overwrite, on_progress=lambda d, t: bar.update(task, completed=d, total=t))
     s = {**res.summary, "path": str(res.path)}
     if json_out:
