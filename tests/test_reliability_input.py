@@ -165,7 +165,7 @@ def test_fifty_mb_line(fifty_mb: dict[str, Path], tmp_path: Path, capsys: pytest
 
 def test_line_length_guard(fifty_mb: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Over MAX_LINE_BYTES a line is refused before it is held in memory (guard scaled down here)."""
-    from prbench.data import loaders
+    from prbench.data import raw as loaders  # the raw-record layer holds the guard
 
     monkeypatch.setattr(loaders, "MAX_LINE_BYTES", 1024 * 1024)
     with pytest.raises(DataError) as err:

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from prbench.cache import content_key
-from prbench.data.loaders import iter_raw, parse_record
+from prbench.data.raw import iter_raw, parse_record
 from prbench.errors import DataError, PrbenchError
 from prbench.schema import Example, ProfilePost, RubricAspect, SourceItem, _id_text, _nonblank, _Record
 
