@@ -51,7 +51,10 @@ def cluster(tmp_path_factory):
                 ray.shutdown()
                 break
             except Exception:  # noqa: BLE001 - not up yet (connection or auth errors of any kind)
-                assert proc.poll() is None and time.time() < deadline, "ray head did not start"
+                assert time.time() < deadline, "ray head did not start"
+                if proc.poll() is not None:  # the head exited (e.g. a Ray started beside it took its port): again
+                    proc = subprocess.Popen(proc.args, env=env, start_new_session=True,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
         yield port
     finally:
