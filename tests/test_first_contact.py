@@ -14,9 +14,10 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from unittest import mock
 
 import pytest
+
+from prbench.testing.cli import run_cli as run_main
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -29,20 +30,6 @@ def env(**extra: str) -> dict[str, str]:
 def prbench(*args: str, cwd: Path | None = None, **extra_env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(check=False, args=[sys.executable, "-m", "prbench", *args], capture_output=True, text=True, cwd=cwd,
                           env=env(**extra_env), timeout=300)
-
-
-def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from prbench.cli import main
-
-    capsys.readouterr()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(autouse=True)

@@ -13,10 +13,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import sys
 from collections import defaultdict
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ import pytest
 from prbench.data import load_examples
 from prbench.errors import DataError, SpecError
 from prbench.formats import detect, load_reader
+from prbench.testing.cli import run_cli
 
 FIX = Path(__file__).parent / "data" / "formats"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data beside the checkout
@@ -45,20 +44,6 @@ def rows(path: Path) -> list[dict]:
     if path.suffix == ".json":
         return json.loads(path.read_text(encoding="utf-8"))
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from prbench.cli import main
-
-    capsys.readouterr()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def eval_length(capsys, tmp_path: Path, data: Path | str, fmt: str | None, *extra: str) -> dict:

@@ -23,6 +23,7 @@ from prbench.engines.providers import PROVIDERS, chat_request, claude_one_sample
 from prbench.errors import PrbenchError, SpecError
 from prbench.evaluate import evaluate
 from prbench.rewards import load_rm
+from prbench.testing.cli import run_cli
 from prbench.testing.openai_server import refusal, thinking_tokens
 from prbench.testing.records import make_records
 
@@ -185,23 +186,6 @@ def test_named_key_variable_must_be_set(monkeypatch, fake_openai) -> None:
 
 def test_provider_list_is_the_documented_one() -> None:
     assert PROVIDERS == ("openai", "anthropic", "gemini", "vllm", "llamacpp", "generic")
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    import sys
-    from unittest import mock
-
-    from prbench.cli import main
-
-    capsys.readouterr()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_provider_options(fake_openai, api_key_env, tmp_path, capsys) -> None:

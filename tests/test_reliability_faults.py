@@ -16,13 +16,11 @@ import json
 import math
 import re
 import socket
-import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
-from unittest import mock
 
 import pytest
 
@@ -32,6 +30,7 @@ from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.evaluate import evaluate
 from prbench.rewards import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
+from prbench.testing.cli import run_cli
 from prbench.testing.openai_server import Fault
 from prbench.testing.records import make_records
 
@@ -372,20 +371,6 @@ def test_fault_storms_end_in_bounded_time(fake_openai, key: str, tmp_path: Path)
     res = evaluate("judge:openai:fake-model", data_file(tmp_path, 3), "none", n_boot=20, model_options=dead)
     assert res.summary["metrics"]["n_invalid"] == 3
     assert all(r["invalid"].startswith("engine: connection error") for r in res.records)
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from prbench.cli import main
-
-    capsys.readouterr()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_retry_failed_asks_only_for_failed_ids(fake_openai, key: str, tmp_path: Path,

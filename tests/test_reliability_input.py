@@ -26,27 +26,13 @@ from hypothesis import strategies as st
 
 from prbench.data import load_examples
 from prbench.errors import DataError
+from prbench.testing.cli import run_cli
 from prbench.testing.records import make_record, make_records
 
 BAD = Path(__file__).parent / "data" / "bad"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((BAD / "MANIFEST.json").read_text(encoding="utf-8"))
 FAST = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`prbench ARGS` in this process through the real entry point; (exit code, stdout, stderr)."""
-    from prbench.cli import main
-
-    capsys.readouterr()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def error_lines(err: str) -> list[str]:
