@@ -1,19 +1,21 @@
 """Ray as users run it: a cluster reached through RAY_ADDRESS, an actor killed mid-run, actors released.
 
 One local cluster for the module (`ray start --head --block` in its own process group, ~20 s on
-2 cores), with its own auth token so it never touches another session's Ray; the driver reaches
-it only through RAY_ADDRESS (as inside `ray job submit` or a KubeRay pod). Teardown kills that
-process group only.
+2 cores), with its own auth token, temp dir and ports so it never touches another Ray on the machine;
+the driver reaches it only through RAY_ADDRESS (as inside `ray job submit` or a KubeRay pod).
+Teardown kills that process group only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,41 +31,65 @@ SPEC = f"py:{PLUGIN}:DyingLength"
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
-    proc = subprocess.Popen([RAY, "start", "--head", "--block", "--num-cpus=2", "--num-gpus=0", f"--port={port}",
-                             "--include-dashboard=false", "--disable-usage-stats"],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-    os.environ.update({"RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_AUTH_MODE": "token",
-                       "RAY_AUTH_TOKEN": env["RAY_AUTH_TOKEN"]})
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports, held open together so none is handed out twice."""
+    socks = [socket.socket() for _ in range(n)]
     try:
-        import ray
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
+
+def head_answers(env: dict[str, str]) -> bool:
+    """Whether a fresh driver process can join the head (a probe in-process could leave Ray half-initialised)."""
+    probe = "import ray; ray.init(log_to_driver=False); ray.shutdown()"
+    try:
+        return subprocess.run([sys.executable, "-c", probe], check=False, env=env, capture_output=True, timeout=90).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Its own temp dir and every port chosen here: the other pytest worker's local Ray instances share
+    # neither /tmp/ray (session links, ray_current_cluster) nor Ray's fixed default ports with this head.
+    temp = Path(tempfile.mkdtemp(prefix="prb-ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    port, node, objects, agent, agent_grpc, runtime_env, metrics = free_ports(7)
+    log = temp / "head.log"
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
+    args = [RAY, "start", "--head", "--block", "--num-cpus=2", "--num-gpus=0", f"--port={port}",
+            f"--temp-dir={temp}", f"--node-manager-port={node}", f"--object-manager-port={objects}",
+            f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={runtime_env}",
+            f"--metrics-export-port={metrics}", "--include-dashboard=false", "--disable-usage-stats"]
+
+    def start() -> subprocess.Popen:
+        with log.open("ab") as out:
+            return subprocess.Popen(args, env=env, start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+
+    proc, starts = start(), 1
+    saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+    os.environ.update({k: env[k] for k in saved})
+    try:
         deadline = time.time() + 240  # a loaded 2-core machine can take minutes
-        while True:  # wait until the head answers, then leave the connecting to prbench
-            try:
-                ray.init(log_to_driver=False)
-                ray.shutdown()
-                break
-            except Exception:  # noqa: BLE001 - not up yet (connection or auth errors of any kind)
-                assert time.time() < deadline, "ray head did not start"
-                if proc.poll() is not None:  # the head exited (e.g. a Ray started beside it took its port): again
-                    proc = subprocess.Popen(proc.args, env=env, start_new_session=True,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(1)
+        while not head_answers(env):
+            exited = proc.poll() is not None
+            if time.time() > deadline or (exited and starts == 3):
+                tail = log.read_text(errors="replace")[-3000:]
+                pytest.fail(f"ray head did not answer ({starts} starts); its output ends:\n{tail}")
+            if exited:  # e.g. a port taken between choosing and binding it: again, the log keeps its output
+                proc, starts = start(), starts + 1
+            time.sleep(1)
         yield port
     finally:
         shutdown()
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        current = Path("/tmp/ray/ray_current_cluster")  # what `ray stop` would clean up, if it is ours
-        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
-            current.unlink()
+        shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
