@@ -52,6 +52,15 @@ def head_answers(env: dict[str, str]) -> bool:
         return False
 
 
+def reload_ray_token() -> None:
+    """Make this process read RAY_AUTH_TOKEN again. Ray caches the token of the first cluster a
+    process touched (an earlier test's local Ray, token from ~/.ray/auth_token) and would offer
+    it to this head: "InvalidAuthToken" in a full run, never alone (CI failed so)."""
+    from ray._raylet import AuthenticationTokenLoader
+
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # Its own temp dir and every port chosen here: the other pytest worker's local Ray instances share
@@ -74,6 +83,7 @@ def cluster():
     saved = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
     os.environ.update({k: env[k] for k in saved})
+    reload_ray_token()
     try:
         deadline = time.time() + 240  # a loaded 2-core machine can take minutes
         while not head_answers(env):
@@ -95,6 +105,7 @@ def cluster():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        reload_ray_token()
 
 
 @pytest.fixture(scope="module")
