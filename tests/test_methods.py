@@ -262,3 +262,41 @@ def test_study_stage_compares_methods(planted, cache, tmp_path):
     assert [r["method"] for r in comp["rows"]] == ["lore", "pal"]
     assert comp["best_unseen_k0"] == "lore"
     assert (tmp_path / "study" / "personalize" / "comparison.csv").is_file()
+
+
+def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(cache, tmp_path):
+    """Under `history` a view's earlier pairs are the user's k shots (fitted per view), so unseen
+    users are read from their own choices and a wrong user's choices fall to chance."""
+    from prbench.evaluate import evaluate
+    from prbench.rewards import load_rm
+    from prbench.rewards.baselines import context_units
+
+    examples = synth_persona_examples(40, 12, seed=3, history=8)
+    assert [len(e.history) for e in examples[:10]] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
+    assert all(h.time < e.time for e in examples for h in e.history)
+    train_users = sorted({e.user_id for e in examples})[:30]
+    pairs = pairs_from_examples([e for e in examples if e.user_id in train_users])
+    unseen = [e for e in examples if e.user_id not in train_users and len(e.history) >= 2]
+    acc, runs = {}, {}
+    for method in ("lore", "pal", "vpl"):
+        fn, _ = METHODS[method].load()
+        fn(pairs, tmp_path / method, make_config(method, {}), cache=cache)
+        rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=cache)
+        for cond in ("history", "wrong-history", "profile"):
+            runs[method, cond] = evaluate(rm, unseen, cond)
+            acc[method, cond] = runs[method, cond].summary["accuracy"]
+        assert rm.run_info()["scored_from_history"] >= 2 * len(unseen)  # every history view, both responses
+    for cond in ("history", "profile"):
+        acc["baseline:lexical", cond] = evaluate("baseline:lexical", unseen, cond).summary["accuracy"]
+    print({f"{m}/{c}": round(a, 3) for (m, c), a in acc.items()})
+    assert acc["lore", "history"] >= 0.8 and acc["lore", "history"] > acc["lore", "wrong-history"] + 0.2
+    assert acc["lore", "history"] > acc["baseline:lexical", "history"]
+    assert acc["pal", "history"] > acc["pal", "profile"] + 0.2  # PAL has no use for posts, but fits shots
+    # VPL: an unseen user without shots is z = 0 whatever the view; only the shown pairs move its scores
+    vpl = [[r["score_chosen"] for r in runs["vpl", c].records] for c in ("history", "wrong-history")]
+    assert vpl[0] != vpl[1]
+    from prbench.conditions import build_view
+    from prbench.retrieval import load_retriever
+
+    shown = build_view(unseen[0], "history", retriever=load_retriever("bm25"))
+    assert context_units(shown) == [h.chosen for h in shown.pairs]  # the baselines compare with what they preferred

@@ -66,6 +66,16 @@ class View:
         """Droppable pieces of user context (posts, history pairs, or the persona as one)."""
         return len(self.posts) or len(self.pairs) or (1 if self.persona else 0)
 
+    def context_texts(self) -> list[str]:
+        """The shown user context as separate texts the user stands behind (aspects aside): posts,
+        the answers they preferred in history pairs, or their persona. Embedding and overlap scorers
+        compare a response with each."""
+        if self.pairs:
+            return [p.chosen for p in self.pairs[: self.shown_posts]]
+        if self.persona:
+            return [self.persona]
+        return [p.text for p in self.posts[: self.shown_posts]]
+
     def context(self, n_posts: int | None = None) -> str:
         """The user context as text; `n_posts` keeps only the most relevant pieces (token budgets)."""
         if self.aspects:

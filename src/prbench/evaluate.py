@@ -220,6 +220,11 @@ def evaluate(
     t0 = time.time()
     options = dict(model_options or {})
     refuse_secrets(options)
+    try:  # options name the run (its folder, summary and cache identity): plain values only
+        json.dumps(options)
+    except TypeError as exc:
+        raise PrbenchError(f"model_options must be plain values (text, numbers, lists, mappings) because they name "
+                           f"the run ({exc}); load the model yourself and pass it instead of its spec") from None
     spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
     data_name = data if isinstance(data, str) else "<in-memory>"
     def stream() -> Iterator[Example]:

@@ -340,6 +340,8 @@ def synth_users(
     style: Annotated[str, typer.Option(
         help="preferences: planted content preferences; personas: writing-persona users (how they write).")] = "preferences",
     noise: Annotated[float, typer.Option(help="personas: share of phrases written in another persona.")] = 0.35,
+    history: Annotated[int, typer.Option(
+        help="personas: each pair carries up to this many of the user's earlier pairs (history conditions).")] = 0,
 ) -> None:
     """Write synthetic users with known truth. Planted preferences, or writing personas (--style personas)."""
     from prbench.data import write_examples
@@ -348,7 +350,9 @@ def synth_users(
     if style == "personas":
         from prbench.data.synth_personas import synth_persona_examples
 
-        items = synth_persona_examples(users, items_per_user, seed=seed, noise=noise)
+        items = synth_persona_examples(users, items_per_user, seed=seed, noise=noise, history=history)
+    elif history:
+        raise PrbenchError("--history is for --style personas (planted-preference users have no earlier pairs)")
     elif style == "preferences":
         items = synth_examples(users, items_per_user, seed=seed, dimensions=split_csv(dimensions),
                                posts_per_dim=posts_per_dim, neutral_posts=neutral_posts)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 
 from prbench.errors import PrbenchError
-from prbench.schema import Example, ProfilePost, RubricAspect
+from prbench.schema import Example, HistoryPair, ProfilePost, RubricAspect
 
 PERSONAS = ("scholar", "coach", "storyteller", "analyst")
 CATEGORY = "Lifestyle_and_Personal_Development"
@@ -205,12 +205,19 @@ def synth_persona_examples(
     posts: int = 20,
     noise: float = 0.35,
     tips_per_answer: int = 3,
+    history: int = 0,
 ) -> list[Example]:
-    """Persona-conditioned pairs: `items_per_user` questions per user, each on a different topic."""
+    """Persona-conditioned pairs: `items_per_user` questions per user, each on a different topic.
+
+    `history` > 0: each pair also carries up to that many of the user's earlier pairs (the ones
+    before it, with `time` = the item's rank), for the `history` conditions.
+    """
     if not 0.0 <= noise < 0.75:
         raise PrbenchError(f"noise must be in [0, 0.75) (at 0.75 a text says nothing of its persona), got {noise}")
     if not 1 <= items_per_user <= len(TOPICS):
         raise PrbenchError(f"items_per_user must be between 1 and {len(TOPICS)}, got {items_per_user}")
+    if history < 0:
+        raise PrbenchError(f"history must be >= 0, got {history}")
     if not 1 <= tips_per_answer <= 4:
         raise PrbenchError(f"tips_per_answer must be between 1 and 4, got {tips_per_answer}")
     rng = random.Random(f"synth-personas:{seed}")
@@ -226,6 +233,7 @@ def synth_persona_examples(
         aspect = RubricAspect(aspect=f"Written in the {persona} voice",
                               reason=f"The user writes as a {persona} and prefers answers that do too.",
                               evidence=f"I write like a {persona}.")
+        earlier: list[HistoryPair] = []
         for j, topic in enumerate(urng.sample(names, items_per_user)):
             phrase, tips = TOPICS[topic]
             question = urng.choice(QUESTIONS).format(topic=phrase)
@@ -233,10 +241,14 @@ def synth_persona_examples(
             other = urng.choice([p for p in PERSONAS if p != persona])
             chosen = _answer(persona, topic, chosen_tips, urng, noise)
             rejected = _answer(other, topic, chosen_tips, urng, noise)
+            timing = {"time": f"{j:03d}", "history": earlier[-history:]} if history else {}
             out.append(Example(
                 id=f"{user_id}-q{j:03d}", question=question, profile=profile, rubric_aspects=[aspect],
                 narrative=f"I write like a {persona}. So when I ask this, I want an answer in that voice.",
                 category=CATEGORY, user_id=user_id, chosen=chosen, rejected=rejected,
-                planted={"persona": persona, "rejected_persona": other, "topic": topic},
+                planted={"persona": persona, "rejected_persona": other, "topic": topic}, **timing,
             ))
+            if history:
+                earlier.append(HistoryPair(id=f"{user_id}-q{j:03d}", prompt=question, chosen=chosen, rejected=rejected,
+                                           time=f"{j:03d}"))
     return out

@@ -26,12 +26,10 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 
 def context_units(view: View) -> list[str]:
-    """The separate pieces of user context shown (posts or aspects), else the question."""
+    """The separate pieces of user context shown (aspects, posts, preferred answers, persona), else the question."""
     if view.aspects:
         return [f"{a.aspect}. {a.reason}".strip() for a in view.aspects]
-    if view.posts:
-        return [p.text for p in view.posts[: view.shown_posts]]
-    return [view.question]
+    return view.context_texts() or [view.question]
 
 
 class LengthRM(PointwiseRM):

@@ -4,8 +4,8 @@ A head folder is `config.json` + `model.safetensors` (safetensors only: loading 
 pickled code) + `prbench_rm.json` (`kind`, `loads_as`) + `train_log.jsonl`, and `protocol.json`
 when the trainer measured seen vs unseen users. `HeadReward` gives each kind the same
 user handling: the user a view stands for (`view.user_id`; none under `none`), the posts it
-shows (the evidence of the profile condition), few-shot `adapt(user, pairs)` that replaces
-earlier shots of that user, the set of training users (for the seen/unseen split of an eval),
+shows (the evidence of the profile condition), the history pairs it shows (fitted as shots),
+few-shot `adapt(user, pairs)` that replaces earlier shots of that user, the set of training users (for the seen/unseen split of an eval),
 and a fingerprint over weights and adaptations.
 """
 
@@ -84,7 +84,8 @@ class HeadReward(PointwiseRM):
         self.embed = Embedder(self.config["encoder"], cache=encoder_cache)
         self.users: dict[str, int] = {u: i for i, u in enumerate(self.config.get("users", []))}
         self.adapted: dict[str, Any] = {}
-        self.counts = {"unknown_user": 0, "no_evidence": 0}
+        self.fitted: dict[str, Any] = {}  # history shots -> state (`history_states`)
+        self.counts = {"unknown_user": 0, "no_evidence": 0, "from_history": 0}
         if adapt:
             from prbench.data.pairs import load_pairs
 
@@ -103,7 +104,32 @@ class HeadReward(PointwiseRM):
 
     @staticmethod
     def posts_of(view: View) -> list[str]:
-        return context_items(view)
+        """Profile evidence; a history view's pairs are shots (`shots_of`), not posts."""
+        return [] if view.pairs else context_items(view)
+
+    @staticmethod
+    def shots_of(view: View) -> tuple:
+        """The labelled pairs a history condition shows (within the character budget)."""
+        return view.pairs[: view.shown_posts]
+
+    def history_states(self, views: Sequence[View]) -> list[Any]:
+        """Per view, the per-user state fitted on the history pairs it shows (None where it shows none).
+
+        Under `history` the shown pairs ARE the user's evidence, fitted as `adapt` fits k shots,
+        and any stored state of that user is set aside: the condition decides what the RM knows,
+        so `wrong-history` stays a real control for training users too. Memoised by content.
+        """
+        keys = [content_key([(p.prompt, p.chosen, p.rejected) for p in self.shots_of(v)]) if v.pairs else None
+                for v in views]
+        new = {k: self.shots_of(v) for k, v in zip(keys, views) if k is not None and k not in self.fitted}
+        if new:
+            self.fitted.update(zip(new, self.fit_shots(list(new.values()))))
+        self.counts["from_history"] += sum(k is not None for k in keys)
+        return [None if k is None else self.fitted[k] for k in keys]
+
+    def fit_shots(self, shot_lists: Sequence[Sequence[Any]]) -> list[Any]:
+        """One state per list of labelled pairs (prompt, chosen, rejected); each kind fits its own."""
+        raise NotImplementedError
 
     def seen_users(self) -> set[str]:
         """Users the weights were trained on (the eval's seen/unseen split reads this)."""
@@ -125,7 +151,8 @@ class HeadReward(PointwiseRM):
         info: dict[str, Any] = {"arch": self.kind_name, "trained_users": len(self.users),
                                 "adapted_users": len(self.adapted), "condition": self.config.get("condition"),
                                 "scored_unknown_user": self.counts["unknown_user"],
-                                "scored_without_evidence": self.counts["no_evidence"]}
+                                "scored_without_evidence": self.counts["no_evidence"],
+                                "scored_from_history": self.counts["from_history"]}
         protocol = read_protocol(self.path)
         if protocol is not None:
             info["protocol"] = protocol

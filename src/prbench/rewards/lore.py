@@ -14,6 +14,8 @@ Where l_u comes from (the part that decides generalisation to unseen users):
 - `prior="none"` (LoRe as published): l_u is a free vector per training user learned jointly
   with V; an unseen user gets the uniform mixture until fitted on k pairs.
 Under condition `none` there are no posts and no user: the uniform mixture, a user-blind RM.
+Under `history` the view's earlier pairs are k shots: delta is fitted on them (no posts, so no
+prior), in place of any offset stored for that user.
 """
 
 from __future__ import annotations
@@ -84,14 +86,15 @@ def fit_offsets(model, yc, yr, prior, owner, n_owners: int, *, steps: int, lr: f
     try:
         with torch.no_grad():
             rc, rr = model.rewards(yc), model.rewards(yr)
-        for _ in range(steps):
-            w = torch.softmax(prior + delta[owner], dim=-1)
-            margin = (w * (rc - rr)).sum(-1)
-            per_owner = torch.zeros(n_owners).index_add(0, owner, -torch.nn.functional.logsigmoid(margin)) / counts
-            loss = per_owner.sum() + l2 * (delta**2).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        with torch.enable_grad():  # also when a scorer calls it under no_grad (history shots)
+            for _ in range(steps):
+                w = torch.softmax(prior + delta[owner], dim=-1)
+                margin = (w * (rc - rr)).sum(-1)
+                per_owner = torch.zeros(n_owners).index_add(0, owner, -torch.nn.functional.logsigmoid(margin)) / counts
+                loss = per_owner.sum() + l2 * (delta**2).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
@@ -118,15 +121,18 @@ class LoReReward(HeadReward):
     """Scores (view, response) with a folder written by `prbench train lore`.
 
     Options: `encoder_cache`, `adapt` (a pairs file: its unseen users are fitted at load),
-    `adapt_steps` (200), `adapt_lr` (0.1), `adapt_l2` (the trained value by default).
+    `adapt_steps` (200), `adapt_lr` (0.1), `adapt_l2` (the trained value by default),
+    `history_l2` (0.01: the pull on offsets fitted to history shots; with no posts shown there
+    is no profile prior to keep them near, and the trained pull of 0.1 holds them at the
+    user-blind uniform mixture: chance on the persona check, 91% at 0.01 and at 0.001).
     """
 
     kind_name = "lore"
     build = staticmethod(build_lore)
 
     def __init__(self, path: str, spec: str | None = None, adapt_steps: int = 200, adapt_lr: float = 0.1,
-                 adapt_l2: float | None = None, **options: Any):
-        self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
+                 adapt_l2: float | None = None, history_l2: float = 0.01, **options: Any):
+        self.adapt_steps, self.adapt_lr, self.history_l2 = adapt_steps, adapt_lr, history_l2
         self._l2 = adapt_l2
         super().__init__(path, spec, **options)
 
@@ -134,11 +140,14 @@ class LoReReward(HeadReward):
     def adapt_l2(self) -> float:
         return self._l2 if self._l2 is not None else float(self.config.get("offset_l2", 0.1))
 
-    def _offsets(self, users: Sequence[str | None]):
+    def _offsets(self, views: Sequence[View]):
         torch = require("torch", "hf")
         rows = []
-        for u in users:
-            if u in self.adapted:
+        for v, shots in zip(views, self.history_states(views)):
+            u = self.user_of(v)
+            if shots is not None:
+                rows.append(shots)
+            elif u in self.adapted:
                 rows.append(torch.as_tensor(self.adapted[u]))
             elif u in self.users:
                 rows.append(self.model.offsets.detach()[self.users[u]])
@@ -154,7 +163,7 @@ class LoReReward(HeadReward):
         self.counts["no_evidence"] += sum(1 for v, p in zip(views, posts) if not p and self.user_of(v) is None)
         mean, has = post_means(self.embed, posts, self.config["embed_dim"])
         with torch.no_grad():
-            return self.model.prior_logits(mean, has) + self._offsets([self.user_of(v) for v in views])
+            return self.model.prior_logits(mean, has) + self._offsets(views)
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         if not batch:
@@ -169,6 +178,21 @@ class LoReReward(HeadReward):
         """The simplex weights this view's user gets (for inspection and tests)."""
         torch = require("torch", "hf")
         return torch.softmax(self.logits([view])[0], -1).numpy()
+
+    def fit_shots(self, shot_lists: Sequence[Sequence[Any]]) -> list[Any]:
+        """Offsets for history views, all lists in one batched fit (V frozen; no posts shown, so no prior)."""
+        torch = require("torch", "hf")
+        flat = [p for shots in shot_lists for p in shots]
+        owner = torch.tensor([i for i, shots in enumerate(shot_lists) for _ in shots], dtype=torch.long)
+        yc, yr = self._tensor([p.chosen for p in flat]), self._tensor([p.rejected for p in flat])
+        with torch_threads():
+            delta = fit_offsets(self.model, yc, yr, torch.zeros(len(flat), self.model.rank), owner, len(shot_lists),
+                                steps=self.adapt_steps, lr=self.adapt_lr, l2=self.history_l2)
+        return list(delta)
+
+    def fingerprint(self) -> dict[str, Any]:
+        # the fitting settings decide scores under history (shots fitted per view)
+        return {**super().fingerprint(), "shots": [self.adapt_steps, self.adapt_lr, self.history_l2]}
 
     def adapt(self, user: str, pairs: Sequence[Any]) -> None:
         """Fit `user`'s offset on their labelled pairs (V frozen; the profile prior stays under it).

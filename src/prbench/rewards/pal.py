@@ -146,14 +146,14 @@ class Embedder:
 
 
 def context_items(view: View) -> list[str]:
-    """What the condition shows of the user, one text per item (posts within budget, or aspects).
+    """What the condition shows of the user, one text per item (posts or preferred answers within budget, or aspects).
 
     Each item is embedded on its own: one embedding of the whole prompt would be truncated at
     the encoder's 256 tokens and lose the question, which View.prompt() puts last.
     """
     if view.aspects:
         return [f"{a.aspect}: {a.reason}" if a.reason else a.aspect for a in view.aspects]
-    return [p.text for p in view.posts[: view.shown_posts]]
+    return view.context_texts()
 
 
 def view_user(view: View) -> str | None:
@@ -257,13 +257,14 @@ def fit_mixture(model, x, chosen, rejected, *, steps: int = 200, lr: float = 0.1
     for p, _ in frozen:
         p.requires_grad_(False)
     try:
-        for _ in range(steps):
-            w = torch.softmax(theta, -1).expand(len(x), -1)
-            margin = model(x, chosen, w) - model(x, rejected, w)
-            loss = -torch.nn.functional.logsigmoid(margin).mean() + l2 * (theta**2).sum()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        with torch.enable_grad():  # also when a scorer calls it under no_grad (history shots)
+            for _ in range(steps):
+                w = torch.softmax(theta, -1).expand(len(x), -1)
+                margin = model(x, chosen, w) - model(x, rejected, w)
+                loss = -torch.nn.functional.logsigmoid(margin).mean() + l2 * (theta**2).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
     finally:
         for p, flag in frozen:
             p.requires_grad_(flag)
@@ -331,7 +332,9 @@ class PALReward(PointwiseRM):
         self.users: dict[str, int] = {u: i for i, u in enumerate(self.config.get("users", []))}
         self.example_users: dict[str, str] = dict(self.config.get("example_users", {}))
         self.adapted: dict[str, np.ndarray] = {}
-        self._uniform = 0
+        self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
+        self._history: dict[str, np.ndarray] = {}  # history shots -> fitted logits
+        self._uniform = self._from_history = 0
         if adapt:
             from prbench.data.pairs import load_pairs
 
@@ -386,13 +389,28 @@ class PALReward(PointwiseRM):
                 ctx = table[idx] if flat else torch.zeros(len(batch), 1, q.shape[1])
                 values = self.model(q, r, ctx, mask)
             else:
-                users = [self.user_of(v) for v, _ in batch]
-                self._uniform += sum(1 for u in users if u not in self.users and u not in self.adapted)
-                w = torch.from_numpy(np.stack([self.mixture(u) for u in users])).float()
+                rows = []
+                for v, _ in batch:
+                    if v.pairs:  # a history view: its pairs are the user's shots, in place of stored weights
+                        rows.append(self._history_mixture(v.pairs[: v.shown_posts]))
+                        continue
+                    u = self.user_of(v)
+                    self._uniform += u not in self.users and u not in self.adapted
+                    rows.append(self.mixture(u))
+                w = torch.from_numpy(np.stack(rows)).float()
                 values = self.model(q, r, w)
         return [Score(float(v)) for v in values]
 
     # ---- few-shot adaptation
+
+    def _history_mixture(self, shots: Sequence[Any]) -> np.ndarray:
+        """Mixture weights fitted on the history pairs a view shows (as `adapt` would), memoised by content."""
+        torch = require("torch", "hf")
+        key = content_key([(p.prompt, p.chosen, p.rejected) for p in shots])
+        if key not in self._history:
+            self._history[key] = self.fit_pairs(shots, steps=self.adapt_steps, lr=self.adapt_lr)
+        self._from_history += 1
+        return torch.softmax(torch.as_tensor(self._history[key]), -1).numpy()
 
     def adapt(self, user: str, pairs: Sequence[Any], steps: int = 200, lr: float = 0.1, l2: float = 1e-2) -> np.ndarray:
         """Fit only `user`'s K mixture logits on their labelled pairs (everything else frozen).
@@ -402,16 +420,20 @@ class PALReward(PointwiseRM):
         """
         if self.arch == "context-bt":
             raise PrbenchError("context-bt reads the user from the view; it has no per-user weights to adapt")
-        torch = require("torch", "hf")
         if not pairs:
             self.adapted.pop(user, None)
             return self.mixture(user)
+        self.adapted[user] = self.fit_pairs(pairs, steps=steps, lr=lr, l2=l2)
+        return self.mixture(user)
+
+    def fit_pairs(self, pairs: Sequence[Any], *, steps: int, lr: float, l2: float = 1e-2) -> np.ndarray:
+        """Mixture logits fitted on labelled pairs, the rest of the model frozen."""
+        torch = require("torch", "hf")
         x = torch.from_numpy(self.embed([p.prompt for p in pairs]))
         c = torch.from_numpy(self.embed([p.chosen for p in pairs]))
         rj = torch.from_numpy(self.embed([p.rejected for p in pairs]))
         with torch_threads():
-            self.adapted[user] = fit_mixture(self.model, x, c, rj, steps=steps, lr=lr, l2=l2)
-        return self.mixture(user)
+            return fit_mixture(self.model, x, c, rj, steps=steps, lr=lr, l2=l2)
 
     # ---- what the seen/unseen protocol reads
 
@@ -431,11 +453,13 @@ class PALReward(PointwiseRM):
         digest = local_digest(self.path)  # every file of the folder (weights, config), memoized
         adapted = content_key({u: v.tolist() for u, v in sorted(self.adapted.items())})[:16]
         return {"spec": self.spec, "arch": self.arch, "weights": digest, "adapted": adapted,
-                "encoder": self.config["encoder"], "encoder_weights": local_digest(self.config["encoder"])}
+                "encoder": self.config["encoder"], "encoder_weights": local_digest(self.config["encoder"]),
+                "shots": [self.adapt_steps, self.adapt_lr]}  # they decide scores under history
 
     def run_info(self) -> dict[str, Any]:
         info = {"arch": self.arch, "trained_users": len(self.seen_users()), "adapted_users": len(self.adapted),
-                "scored_with_uniform_mixture": self._uniform, "condition": self.config.get("condition")}
+                "scored_with_uniform_mixture": self._uniform, "scored_from_history": self._from_history,
+                "condition": self.config.get("condition")}
         protocol = Path(self.path) / "protocol.json"
         if protocol.is_file():  # written by `prbench train`: seen vs unseen users, k-shot curve, controls
             info["protocol"] = json.loads(protocol.read_text(encoding="utf-8"))

@@ -9,7 +9,8 @@ r(x, y, z) = f([phi(y) - m, z]), a GELU MLP. Loss per training step, with a rand
 0..`max_shots` of each user's pairs (posts dropped with probability `post_dropout`) and the
 user's other pairs as targets: BT(targets | z ~ q) + beta * KL(q || N(0, I)).
 Scoring uses z = mu; with no evidence at all (condition `none`, an unknown user without
-posts) z = 0, the prior mean: a user-blind RM. Training users' pair elements are stored
+posts) z = 0, the prior mean: a user-blind RM. Under `history` the view's earlier pairs are the
+evidence (in place of any stored for that user). Training users' pair elements are stored
 (their sum and count), few-shot `adapt` adds a new user's pairs the same way.
 """
 
@@ -82,9 +83,14 @@ class VPLReward(HeadReward):
         """z = mu(evidence) for each view; 0 (the prior mean) when there is no evidence."""
         torch = require("torch", "hf")
         out = torch.zeros(len(views), self.model.latent)
-        for i, v in enumerate(views):
+        for i, (v, shots) in enumerate(zip(views, self.history_states(views))):
             user, posts = self.user_of(v), self.posts_of(v)
-            total, n = self._evidence(user) if user is not None else (torch.zeros(self.model.hidden), 0.0)
+            if shots is not None:
+                total, n = shots
+            elif user is not None:
+                total, n = self._evidence(user)
+            else:
+                total, n = torch.zeros(self.model.hidden), 0.0
             if posts:
                 total = total + self.model.post_elements(self._tensor(posts)).sum(0)
                 n += len(posts)
@@ -102,6 +108,14 @@ class VPLReward(HeadReward):
             z = self.latents([v for v, _ in batch])
             values = self.model(self._tensor([r for _, r in batch]), z)
         return [Score(float(v)) for v in values]
+
+    def fit_shots(self, shot_lists: Sequence[Sequence[Any]]) -> list[Any]:
+        """A history view's evidence: the sum and count of its pairs' elements, as `adapt` stores them."""
+        torch = require("torch", "hf")
+        with torch.no_grad(), torch_threads():
+            return [(self.model.pair_elements(self._tensor([p.chosen for p in shots]),
+                                              self._tensor([p.rejected for p in shots])).sum(0), float(len(shots)))
+                    for shots in shot_lists]
 
     def adapt(self, user: str, pairs: Sequence[Any]) -> None:
         """The user's evidence becomes exactly these labelled pairs (replacing earlier shots)."""
