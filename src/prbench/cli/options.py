@@ -7,15 +7,30 @@ from typing import Annotated, Any
 
 import typer
 
+from prbench.config import Settings, opt
+
+
+class ItemSelection(Settings):
+    """Which source items a command reads and how many profile posts it retrieves (`build`, `plan`)."""
+
+    top_k: int = opt(10, "Profile posts kept after retrieval.")
+    retriever: str = opt("bm25", "bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")
+    seed: int = opt(0, "Seed for every random choice (derived per example).")
+    limit: int | None = opt(None, "Keep at most this many items (after filtering/shuffle).")
+    categories: list[str] | None = opt(None, "Comma-separated categories to keep (e.g. 'arts,society').")
+    split: str = opt("test", "Split of a hub dataset (also: the part of a format that has one, e.g. "
+                             "personalrewardbench, prism).")
+
+
+_ITEM_HELP = {name: f.description for name, f in ItemSelection.model_fields.items()}  # one text per option
+
 Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
-Split = Annotated[str, typer.Option(help="Split of a hub dataset (also: the part of a format that has one, e.g. personalrewardbench, prism).")]
+Split = Annotated[str, typer.Option(help=_ITEM_HELP["split"])]
 Format = Annotated[str | None, typer.Option("--format", "-F", metavar="NAME", help="Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: detected). See `prbench data formats`.")]
-Categories = Annotated[
-    str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
-]
-Limit = Annotated[int | None, typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
-Seed = Annotated[int, typer.Option(help="Seed for every random choice (derived per example).")]
+Categories = Annotated[str | None, typer.Option(help=_ITEM_HELP["categories"])]
+Limit = Annotated[int | None, typer.Option(help=_ITEM_HELP["limit"])]
+Seed = Annotated[int, typer.Option(help=_ITEM_HELP["seed"])]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -25,8 +40,8 @@ Conditions = Annotated[
 ]
 BatchSize = Annotated[int, typer.Option(help="Examples per model batch.")]
 MaxLength = Annotated[int | None, typer.Option(help="Token budget per input (profile cut first, response never).")]
-TopK = Annotated[int, typer.Option(help="Profile posts kept after retrieval.")]
-Retriever = Annotated[str, typer.Option(help="bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")]
+TopK = Annotated[int, typer.Option(help=_ITEM_HELP["top_k"])]
+Retriever = Annotated[str, typer.Option(help=_ITEM_HELP["retriever"])]
 
 
 def set_options(**given: object) -> dict[str, object]:
