@@ -10,11 +10,16 @@ import typer
 from prbench.config import Settings, opt
 
 
-class ItemSelection(Settings):
-    """Which source items a command reads and how many profile posts it retrieves (`build`, `plan`)."""
+class Retrieval(Settings):
+    """How many profile posts are shown and how they are picked: part of several option groups."""
 
     top_k: int = opt(10, "Profile posts kept after retrieval.")
     retriever: str = opt("bm25", "bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")
+
+
+class ItemSelection(Retrieval):
+    """Which source items a command reads and how many profile posts it retrieves (`build`, `plan`)."""
+
     seed: int = opt(0, "Seed for every random choice (derived per example).")
     limit: int | None = opt(None, "Keep at most this many items (after filtering/shuffle).")
     categories: list[str] | None = opt(None, "Comma-separated categories to keep (e.g. 'arts,society').")
@@ -22,15 +27,26 @@ class ItemSelection(Settings):
                              "personalrewardbench, prism).")
 
 
-_ITEM_HELP = {name: f.description for name, f in ItemSelection.model_fields.items()}  # one text per option
+class RMView(Retrieval):
+    """What a downstream RM sees of each user and how it is run (`bon`, `rl`, `serve-reward`)."""
+
+    planner_file: str | None = opt(None, "Planner output JSONL for the planner condition.")
+    max_context_chars: int | None = opt(None, "Character budget for the RM's user context.")
+    batch_size: int = opt(16, "Examples per model batch.")
+    max_length: int | None = opt(None, "Token budget per input (profile cut first, response never).")
+    mode: str | None = opt(None, "Judges: must be pointwise.")
+
+
+# The aliases below that other commands use take their help from these groups: one text per option.
+_HELP = {name: f.description for group in (ItemSelection, RMView) for name, f in group.model_fields.items()}
 
 Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
-Split = Annotated[str, typer.Option(help=_ITEM_HELP["split"])]
+Split = Annotated[str, typer.Option(help=_HELP["split"])]
 Format = Annotated[str | None, typer.Option("--format", "-F", metavar="NAME", help="Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: detected). See `prbench data formats`.")]
-Categories = Annotated[str | None, typer.Option(help=_ITEM_HELP["categories"])]
-Limit = Annotated[int | None, typer.Option(help=_ITEM_HELP["limit"])]
-Seed = Annotated[int, typer.Option(help=_ITEM_HELP["seed"])]
+Categories = Annotated[str | None, typer.Option(help=_HELP["categories"])]
+Limit = Annotated[int | None, typer.Option(help=_HELP["limit"])]
+Seed = Annotated[int, typer.Option(help=_HELP["seed"])]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -38,10 +54,10 @@ Model = Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. hf:D
 Conditions = Annotated[
     str, typer.Option("--condition", "-c", help="Comma-separated: none,profile,planner,oracle,wrong-profile,history,persona,wrong-history,wrong-persona.")
 ]
-BatchSize = Annotated[int, typer.Option(help="Examples per model batch.")]
-MaxLength = Annotated[int | None, typer.Option(help="Token budget per input (profile cut first, response never).")]
-TopK = Annotated[int, typer.Option(help=_ITEM_HELP["top_k"])]
-Retriever = Annotated[str, typer.Option(help=_ITEM_HELP["retriever"])]
+BatchSize = Annotated[int, typer.Option(help=_HELP["batch_size"])]
+MaxLength = Annotated[int | None, typer.Option(help=_HELP["max_length"])]
+TopK = Annotated[int, typer.Option(help=_HELP["top_k"])]
+Retriever = Annotated[str, typer.Option(help=_HELP["retriever"])]
 
 
 def set_options(**given: object) -> dict[str, object]:
@@ -63,8 +79,8 @@ BaseUrl = Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint (e
 ApiKeyEnv = Annotated[str | None, typer.Option(help="Name of the env var that holds the API key.")]
 NBoot = Annotated[int, typer.Option(help="Bootstrap resamples for confidence intervals.")]
 RMCondition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle, wrong-profile.")]
-PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
-MaxContextChars = Annotated[int | None, typer.Option(help="Character budget for the RM's user context.")]
+PlannerFile = Annotated[str | None, typer.Option(help=_HELP["planner_file"])]
+MaxContextChars = Annotated[int | None, typer.Option(help=_HELP["max_context_chars"])]
 Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the score and retrieval caches.")]
 Repair = Annotated[bool, typer.Option(help="Damaged examples.jsonl: keep the first record of each id, drop the rest.")]
