@@ -37,6 +37,13 @@ class RMView(Retrieval):
     mode: str | None = opt(None, "Judges: must be pointwise.")
 
 
+class UserView(Retrieval):
+    """What a trained RM sees of each user, and the seed of its training (`prbench train` methods)."""
+
+    condition: str = opt("profile", "What the RM sees of the user: none, profile, planner, oracle.", "-c")
+    seed: int = ItemSelection.model_fields["seed"]  # the same option, declared once
+
+
 # The aliases below that other commands use take their help from these groups: one text per option.
 _HELP = {name: f.description for group in (ItemSelection, RMView) for name, f in group.model_fields.items()}
 
@@ -151,7 +158,10 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
         ann = field.annotation
         is_list = name in lists
         cli_type = (str | None) if is_list else (str if typing.get_origin(ann) is typing.Literal else ann)
-        flags = ["--" + name.replace("_", "-"), *extra.get("cli", [])]
+        flag = "--" + name.replace("_", "-")
+        if ann in (bool, bool | None) and field.default is not False:  # on or unset by default: it needs an off form
+            flag += "/--no-" + name.replace("_", "-")
+        flags = [flag, *extra.get("cli", [])]
         option = typer.Option(*flags, help=field.description, metavar=extra.get("metavar"))
         default = ",".join(field.default) if is_list and field.default else field.default
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
