@@ -8,18 +8,7 @@ from typing import Annotated, Any
 import click
 import typer
 
-from prbench.cli.options import (
-    Categories,
-    Json,
-    Limit,
-    Quiet,
-    Retriever,
-    Seed,
-    Split,
-    TopK,
-    engine_options,
-    split_csv,
-)
+from prbench.cli.options import ItemSelection, Json, Quiet, Seed, engine_options, settings_command
 from prbench.cli.output import emit_json, progress, table
 
 app = typer.Typer(help="Build a benchmark from LaMP-QA-style items.")
@@ -28,18 +17,14 @@ Spec = Annotated[str | None, typer.Option(help="Engine spec, e.g. openai:gpt-5.1
 
 
 @app.callback(invoke_without_command=True)
+@settings_command(items=ItemSelection)
 def build(
     ctx: typer.Context,
+    items: ItemSelection,
     source: Annotated[str | None, typer.Option(help="LaMP-QA-style items: file, folder, hub id or 'sample:source'.")] = None,
     generator: Spec = None,
     validator: Spec = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Build folder (dataset, report, run records).")] = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    seed: Seed = 0,
-    limit: Limit = None,
-    categories: Categories = None,
-    split: Split = "test",
     max_words: Annotated[int, typer.Option(help="Word limit of each answer.")] = 100,
     min_chosen_fit: Annotated[float, typer.Option(help="Keep only if chosen rubric_fit >= this.")] = 4,
     max_rejected_fit: Annotated[float, typer.Option(help="Keep only if rejected rubric_fit <= this.")] = 2,
@@ -70,8 +55,7 @@ def build(
     from prbench.cache import NullCache
 
     cfg = BuildConfig(
-        source=str(source), generator=str(generator), validator=str(validator), top_k=top_k, retriever=retriever,
-        seed=seed, limit=limit, categories=split_csv(categories), split=split, max_words=max_words,
+        source=str(source), generator=str(generator), validator=str(validator), **items.model_dump(), max_words=max_words,
         min_chosen_fit=min_chosen_fit, max_rejected_fit=max_rejected_fit, max_quality_gap=max_quality_gap,
         max_length_ratio=max_length_ratio, temperature=temperature, max_new_tokens=max_new_tokens,
         validator_max_new_tokens=validator_max_new_tokens,

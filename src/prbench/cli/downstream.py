@@ -15,14 +15,12 @@ from prbench.cli.options import (
     Categories,
     Json,
     Limit,
-    MaxContextChars,
-    MaxLength,
     NBoot,
     Overwrite,
-    PlannerFile,
     Quiet,
     Retriever,
     RMCondition,
+    RMView,
     Seed,
     Split,
     TopK,
@@ -83,11 +81,12 @@ def sample(
         typer.echo(f"{len(ss.items)} items x {ss.n} samples in {ss.path}")
 
 
-@settings_command(access=EngineAccess, grader_access=GraderAccess)
+@settings_command(view=RMView, access=EngineAccess, grader_access=GraderAccess)
 def bon(
     samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
     grader: Annotated[str, typer.Option("--grader", "-g", help="Grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")],
+    view: RMView,
     access: EngineAccess,
     grader_access: GraderAccess,
     condition: RMCondition = "none",
@@ -95,12 +94,6 @@ def bon(
     k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
     seed: Seed = 0,
     n_boot: NBoot = 1000,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    max_context_chars: MaxContextChars = None,
-    planner_file: PlannerFile = None,
-    batch_size: BatchSize = 16,
-    max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise for Best-of-N.")] = None,
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
@@ -118,10 +111,9 @@ def bon(
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
                     prompt_path=grader_prompt_file, max_new_tokens=grader_max_new_tokens,
                     engine_options=grader_engine_options(grader, access, grader_access))
-    res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot, top_k=top_k,
-                    retriever=retriever, max_context_chars=max_context_chars, planner_file=planner_file,
-                    batch_size=batch_size,
-                    rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
+    res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot,
+                    **view.model_dump(exclude={"max_length", "mode"}),
+                    rm_options=set_options(mode=mode, max_length=view.max_length, **access.model_dump()),
                     on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
     s = res.summary
     if json_out:
@@ -147,11 +139,13 @@ def bon(
                f"{s['grader']['cache_hits']} cache hits; results in {res.path}")
 
 
-@settings_command(access=EngineAccess, grader_access=GraderAccess)
+@settings_command(view=RMView, access=EngineAccess, grader_access=GraderAccess,
+                  exclude=("max_context_chars", "batch_size"))
 def rl(
     policy: Annotated[str, typer.Option("--policy", "-p", help="Causal LM to train: hf:DIR, builtin:NAME.")],
     rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
+    view: RMView,
     access: EngineAccess,
     grader_access: GraderAccess,
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
@@ -172,15 +166,10 @@ def rl(
     eval_temperature: Annotated[float, typer.Option(help="Held-out sampling temperature (0 = greedy).")] = 0.0,
     base: Annotated[bool, typer.Option(help="Also grade the untrained policy on the same items.")] = True,
     gradient_checkpointing: Annotated[bool | None, typer.Option(help="Trade compute for memory (TRL's default: on).")] = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    planner_file: PlannerFile = None,
     seed: Seed = 0,
     limit: Limit = None,
     split: Annotated[str, typer.Option(help="Split of a hub dataset to train on.")] = "train",
     n_boot: NBoot = 1000,
-    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
-    max_length: MaxLength = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -192,10 +181,11 @@ def rl(
                    lora_r=lora_r, num_generations=num_generations, prompts_per_step=prompts_per_step,
                    max_completion_length=max_completion_length, beta=beta, reward_scale=reward_scale,
                    holdout=holdout, eval_data=eval_data, eval_n=eval_n, eval_temperature=eval_temperature,
-                   compare_base=base, top_k=top_k, retriever=retriever, planner_file=planner_file, seed=seed,
+                   compare_base=base, top_k=view.top_k, retriever=view.retriever, planner_file=view.planner_file,
+                   seed=seed,
                    limit=limit, split=split, n_boot=n_boot, device=access.device or "auto",
                    gradient_checkpointing=gradient_checkpointing,
-                   rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
+                   rm_options=set_options(mode=view.mode, max_length=view.max_length, **access.model_dump()),
                    grader_options=gopts)
     s = res.summary
     if json_out:
@@ -214,9 +204,10 @@ def rl(
     typer.echo(f"policy in {s['policy_dir']}; results in {res.path}")
 
 
-@settings_command(access=EngineAccess)
+@settings_command(view=RMView, access=EngineAccess)
 def serve_reward(
     rm: Annotated[str, typer.Option("--rm", "-m", help="Pointwise RM spec to serve.")],
+    view: RMView,
     access: EngineAccess,
     condition: RMCondition = "none",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; others need --allow-remote).")] = "127.0.0.1",
@@ -234,13 +225,6 @@ def serve_reward(
     header_timeout: Annotated[float, typer.Option(help="Seconds for a request's headers to arrive.")] = 10.0,
     body_timeout: Annotated[float, typer.Option(help="Seconds for a request's body to arrive (else 408).")] = 30.0,
     idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle keep-alive connection is closed.")] = 5.0,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    planner_file: PlannerFile = None,
-    max_context_chars: MaxContextChars = None,
-    batch_size: BatchSize = 16,
-    max_length: MaxLength = None,
-    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an RM over HTTP for RL frameworks. POST /score, POST /get_reward (OpenRLHF), GET /health, GET /stats."""
@@ -256,14 +240,14 @@ def serve_reward(
         from prbench.downstream.sampling import load_items
 
         served = load_items(items)
-    model = load_rm(rm, **set_options(mode=mode, max_length=max_length, batch_size=batch_size,
+    model = load_rm(rm, **set_options(mode=view.mode, max_length=view.max_length, batch_size=view.batch_size,
                                       **access.model_dump()))
     shown = redact_url(f"http://{host}:{port}") if host else f"http://*:{port}"
     typer.echo(f"serving {rm} [{condition}] on {shown} (auth: {'on' if token else 'off'}; "
                f"/get_reward: {'on' if policy_template else 'needs --policy-template'})", err=True)
     serve(model, condition, host=host, port=port, token=token, allow_remote=allow_remote, limits=limits,
-          max_batch=max_batch, max_body_bytes=max_body_bytes, top_k=top_k, retriever=retriever,
-          planner_file=planner_file, max_context_chars=max_context_chars, items=served,
+          max_batch=max_batch, max_body_bytes=max_body_bytes, top_k=view.top_k, retriever=view.retriever,
+          planner_file=view.planner_file, max_context_chars=view.max_context_chars, items=served,
           policy_template=policy_template, fallback_reward=fallback_reward, reward_scale=reward_scale,
           log_level=log_level)
 

@@ -91,25 +91,13 @@ def report(
     quiet: Quiet = False,
 ) -> None:
     """Write one self-contained HTML report. Tables, plots, meta-evaluation and provenance."""
-    import json
-
     from prbench.errors import PrbenchError
     from prbench.report import build_report
 
-    pub = None
-    if published is not None:
-        try:
-            pub = json.loads(published.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise PrbenchError(f"{published}: cannot read published numbers ({exc})") from None
-    meta_res = None
-    if meta_json is not None:
-        try:
-            meta_res = json.loads(meta_json.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise PrbenchError(f"{meta_json}: cannot read meta-evaluation ({exc})") from None
-        if not isinstance(meta_res, dict) or "rows" not in meta_res or "parameters" not in meta_res:
-            raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
+    pub = _read_json(published, "published numbers")
+    meta_res = _read_json(meta_json, "meta-evaluation")
+    if meta_json is not None and not (isinstance(meta_res, dict) and "rows" in meta_res and "parameters" in meta_res):
+        raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
     path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
                         meta=meta_res)
     if not quiet:
@@ -122,6 +110,20 @@ def report(
                    + ("" if d.downstream or d.policy_accuracy else
                       " (bon / rgd results written elsewhere are not seen: give their --out inside this folder, "
                       "or run `prbench meta --runs RUNS --downstream DIR`)"), err=True)
+
+
+def _read_json(path: Path | None, what: str) -> object:
+    """The parsed file (None when not given); an unreadable one is a one-line error naming `what` it holds."""
+    if path is None:
+        return None
+    import json
+
+    from prbench.errors import PrbenchError
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PrbenchError(f"{path}: cannot read {what} ({exc})") from None
 
 
 def register(app: typer.Typer) -> None:

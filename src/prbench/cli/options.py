@@ -7,15 +7,53 @@ from typing import Annotated, Any
 
 import typer
 
+from prbench.config import Settings, opt
+
+
+class Retrieval(Settings):
+    """How many profile posts are shown and how they are picked: part of several option groups."""
+
+    top_k: int = opt(10, "Profile posts kept after retrieval.")
+    retriever: str = opt("bm25", "bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")
+
+
+class ItemSelection(Retrieval):
+    """Which source items a command reads and how many profile posts it retrieves (`build`, `plan`)."""
+
+    seed: int = opt(0, "Seed for every random choice (derived per example).")
+    limit: int | None = opt(None, "Keep at most this many items (after filtering/shuffle).")
+    categories: list[str] | None = opt(None, "Comma-separated categories to keep (e.g. 'arts,society').")
+    split: str = opt("test", "Split of a hub dataset (also: the part of a format that has one, e.g. "
+                             "personalrewardbench, prism).")
+
+
+class RMView(Retrieval):
+    """What a downstream RM sees of each user and how it is run (`bon`, `rl`, `serve-reward`)."""
+
+    planner_file: str | None = opt(None, "Planner output JSONL for the planner condition.")
+    max_context_chars: int | None = opt(None, "Character budget for the RM's user context.")
+    batch_size: int = opt(16, "Examples per model batch.")
+    max_length: int | None = opt(None, "Token budget per input (profile cut first, response never).")
+    mode: str | None = opt(None, "Judges: must be pointwise.")
+
+
+class UserView(Retrieval):
+    """What a trained RM sees of each user, and the seed of its training (`prbench train` methods)."""
+
+    condition: str = opt("profile", "What the RM sees of the user: none, profile, planner, oracle.", "-c")
+    seed: int = ItemSelection.model_fields["seed"]  # the same option, declared once
+
+
+# The aliases below that other commands use take their help from these groups: one text per option.
+_HELP = {name: f.description for group in (ItemSelection, RMView) for name, f in group.model_fields.items()}
+
 Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]
-Split = Annotated[str, typer.Option(help="Split of a hub dataset (also: the part of a format that has one, e.g. personalrewardbench, prism).")]
+Split = Annotated[str, typer.Option(help=_HELP["split"])]
 Format = Annotated[str | None, typer.Option("--format", "-F", metavar="NAME", help="Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: detected). See `prbench data formats`.")]
-Categories = Annotated[
-    str | None, typer.Option(help="Comma-separated categories to keep (e.g. 'arts,society').")
-]
-Limit = Annotated[int | None, typer.Option(help="Keep at most this many items (after filtering/shuffle).")]
-Seed = Annotated[int, typer.Option(help="Seed for every random choice (derived per example).")]
+Categories = Annotated[str | None, typer.Option(help=_HELP["categories"])]
+Limit = Annotated[int | None, typer.Option(help=_HELP["limit"])]
+Seed = Annotated[int, typer.Option(help=_HELP["seed"])]
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -23,10 +61,10 @@ Model = Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. hf:D
 Conditions = Annotated[
     str, typer.Option("--condition", "-c", help="Comma-separated: none,profile,planner,oracle,wrong-profile,history,persona,wrong-history,wrong-persona.")
 ]
-BatchSize = Annotated[int, typer.Option(help="Examples per model batch.")]
-MaxLength = Annotated[int | None, typer.Option(help="Token budget per input (profile cut first, response never).")]
-TopK = Annotated[int, typer.Option(help="Profile posts kept after retrieval.")]
-Retriever = Annotated[str, typer.Option(help="bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")]
+BatchSize = Annotated[int, typer.Option(help=_HELP["batch_size"])]
+MaxLength = Annotated[int | None, typer.Option(help=_HELP["max_length"])]
+TopK = Annotated[int, typer.Option(help=_HELP["top_k"])]
+Retriever = Annotated[str, typer.Option(help=_HELP["retriever"])]
 
 
 def set_options(**given: object) -> dict[str, object]:
@@ -48,8 +86,8 @@ BaseUrl = Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint (e
 ApiKeyEnv = Annotated[str | None, typer.Option(help="Name of the env var that holds the API key.")]
 NBoot = Annotated[int, typer.Option(help="Bootstrap resamples for confidence intervals.")]
 RMCondition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle, wrong-profile.")]
-PlannerFile = Annotated[str | None, typer.Option(help="Planner output JSONL for the planner condition.")]
-MaxContextChars = Annotated[int | None, typer.Option(help="Character budget for the RM's user context.")]
+PlannerFile = Annotated[str | None, typer.Option(help=_HELP["planner_file"])]
+MaxContextChars = Annotated[int | None, typer.Option(help=_HELP["max_context_chars"])]
 Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the score and retrieval caches.")]
 Repair = Annotated[bool, typer.Option(help="Damaged examples.jsonl: keep the first record of each id, drop the rest.")]
@@ -120,7 +158,10 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
         ann = field.annotation
         is_list = name in lists
         cli_type = (str | None) if is_list else (str if typing.get_origin(ann) is typing.Literal else ann)
-        flags = ["--" + name.replace("_", "-"), *extra.get("cli", [])]
+        flag = "--" + name.replace("_", "-")
+        if ann in (bool, bool | None) and field.default is not False:  # on or unset by default: it needs an off form
+            flag += "/--no-" + name.replace("_", "-")
+        flags = [flag, *extra.get("cli", [])]
         option = typer.Option(*flags, help=field.description, metavar=extra.get("metavar"))
         default = ",".join(field.default) if is_list and field.default else field.default
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,

@@ -18,18 +18,17 @@ from prbench.cli.options import (
     ApiKeyEnv,
     BaseUrl,
     BatchSize,
-    Categories,
     Device,
     Dtype,
+    ItemSelection,
     Json,
     Limit,
     Quiet,
     Retriever,
     Seed,
-    Split,
     TopK,
     engine_options,
-    split_csv,
+    settings_command,
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.errors import PrbenchError
@@ -47,18 +46,14 @@ NoCache = Annotated[bool, typer.Option(help="Do not read or write the prbench ca
 
 
 @app.callback(invoke_without_command=True)
+@settings_command(items=ItemSelection)
 def plan_cmd(
     ctx: typer.Context,
+    items: ItemSelection,
     planner: PlannerSpec = None,
     data: PlanData = "sample",
     out: PlanOut = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    limit: Limit = None,
-    seed: Seed = 0,
     batch_size: BatchSize = 8,
-    categories: Categories = None,
-    split: Split = "test",
     max_aspects: MaxAspects = 6,
     max_new_tokens: MaxNewTokens = 384,
     prompt_file: PromptFile = None,
@@ -84,8 +79,7 @@ def plan_cmd(
                                                 api_key_env=api_key_env, batch_size=batch_size))
     with progress(quiet or json_out) as bar:
         task = bar.add_task(f"planning with {planner}", total=None)
-        res = plan(pl, data, out, top_k=top_k, retriever=retriever, limit=limit, seed=seed, batch_size=batch_size,
-                   categories=split_csv(categories), split=split, cache=cache,
+        res = plan(pl, data, out, **items.model_dump(), batch_size=batch_size, cache=cache,
                    on_progress=lambda d, t: bar.update(task, completed=d, total=t))
     summary = {"path": str(res.path), "written": res.written, "skipped": res.skipped, "failures": res.failures,
                **res.info}

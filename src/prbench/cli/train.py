@@ -11,19 +11,26 @@ from typing import Annotated
 
 import typer
 
-from prbench.cli.options import Data, Format, Json, Out, Retriever, Seed, TopK, split_csv
+from prbench.cli.options import (
+    Data,
+    Format,
+    Json,
+    Out,
+    Seed,
+    UserView,
+    settings_command,
+    split_csv,
+)
 from prbench.cli.output import emit_json, table
+from prbench.config import Settings, opt
 from prbench.errors import PrbenchError
 
 app = typer.Typer(help="Train personalized reward models. LoRe, VPL, fine-tuning, BT or PAL; with no method, the "
                        "recommended one (prbench train --data D --out DIR).",
                   invoke_without_command=True)
-Condition = Annotated[str, typer.Option("--condition", "-c",
-                                        help="What the RM sees of the user: none, profile, planner, oracle.")]
 Epochs = Annotated[float | None, typer.Option(help="Training epochs (default depends on the model).")]
 Lr = Annotated[float | None, typer.Option(help="Learning rate (default depends on the model).")]
 BatchSize = Annotated[int | None, typer.Option(help="Pairs per optimisation step (default depends on the model).")]
-EvalData = Annotated[str | None, typer.Option(help="Held-out pairs scored after each epoch (eval_accuracy).")]
 PlannerFile = Annotated[Path | None, typer.Option(help="Planner output (JSONL id -> aspects) for --condition planner.")]
 Encoder = Annotated[str, typer.Option(help="Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers dir.")]
 
@@ -98,20 +105,23 @@ def _loads_as(out) -> str | None:
     return spec.split(" or ")[0].replace("<dir>", str(out)) or None
 
 
-Protocol = Annotated[bool, typer.Option(
-    "--protocol/--no-protocol",
-    help="Hold out users and questions, measure seen vs unseen users, k-shot curve and controls (protocol.json).")]
-Refit = Annotated[bool | None, typer.Option(
-    "--refit/--no-refit", help="After the protocol, retrain on all pairs (default: yes, except finetune).")]
+class Check(Settings):
+    """How a trained model is checked: held-out pairs, the user-split protocol, and retraining after it."""
+
+    eval_data: str | None = opt(None, "Held-out pairs scored after each epoch (eval_accuracy).")
+    protocol: bool = opt(True, "Hold out users and questions, measure seen vs unseen users, k-shot curve and "
+                               "controls (protocol.json).")
+    refit: bool | None = opt(None, "After the protocol, retrain on all pairs (default: yes, except finetune).")
 
 
-def _run(method: str, data: str, out: Path, options: dict, protocol: bool, refit: bool | None, json_out: bool,
-         eval_data: str | None = None, format_: str | None = None, **extra) -> None:
+def _run(method: str, data: str, out: Path, options: dict, check: Check, json_out: bool, format_: str | None = None,
+         **extra) -> None:
     from prbench.train.methods import train_method
 
-    pairs, held = _load(data, eval_data, format_)
-    result, report = train_method(method, pairs, out, options, run_protocol_check=protocol, refit=refit, **extra)
-    if eval_data:
+    pairs, held = _load(data, check.eval_data, format_)
+    result, report = train_method(method, pairs, out, options, run_protocol_check=check.protocol, refit=check.refit,
+                                  **extra)
+    if check.eval_data:
         report["eval_data"] = _score_eval(method, out, held, options)
     _report(result, json_out, report, method)
 
@@ -151,34 +161,30 @@ def default(
     if not json_out:
         typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
                    "see docs on personalized methods)")
-    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, True, None, json_out, format_=format_)
+    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, Check(), json_out, format_=format_)
 
 
 @app.command()
+@settings_command(view=UserView, check=Check)
 def bt(
     data: Data,
     out: Out,
+    view: UserView,
+    check: Check,
     format_: Format = None,
     base_model: Annotated[str | None, typer.Option(
         help="AutoModelForSequenceClassification-capable folder or hub id, fine-tuned with TRL.")] = None,
     frozen_encoder: Annotated[bool, typer.Option(
         "--frozen-encoder", help="Instead: train a small BT head over a frozen sentence encoder (fast on CPU).")] = False,
-    condition: Condition = "profile",
-    eval_data: EvalData = None,
     epochs: Epochs = None,
     lr: Lr = None,
     batch_size: BatchSize = None,
-    seed: Seed = 0,
     lora: Annotated[bool, typer.Option(help="Train LoRA adapters (merged into the saved model).")] = False,
     lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 8,
     max_length: Annotated[int, typer.Option(help="Token limit per input; longer pairs are an error.")] = 2048,
     max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
     planner_file: PlannerFile = None,
     encoder: Encoder = "builtin:minilm-l6",
-    protocol: Protocol = True,
-    refit: Refit = None,
     device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
@@ -186,13 +192,13 @@ def bt(
 
     The frozen-encoder head runs the protocol (seen vs unseen users) unless --no-protocol.
     """
-    pairs, held = _load(data, eval_data, format_)
+    pairs, held = _load(data, check.eval_data, format_)
     planner = _planner(planner_file)
     if frozen_encoder == (base_model is not None):
         raise PrbenchError("give exactly one of --base-model (TRL fine-tuning) or --frozen-encoder")
     if frozen_encoder:
-        options = {"condition": condition, "retriever": retriever, "top_k": top_k, "epochs": int(epochs) if epochs else None,
-                   "lr": lr, "batch_size": batch_size, "seed": seed, "encoder": encoder}
+        options = {**view.model_dump(), "epochs": int(epochs) if epochs else None, "lr": lr, "batch_size": batch_size,
+                   "encoder": encoder}
         if planner is not None:  # the planner condition needs its file: plain training, no protocol
             from prbench.train.bt import train_context_bt
             from prbench.train.methods import make_config
@@ -200,28 +206,29 @@ def bt(
             cfg = make_config("context-bt", options)
             _report(train_context_bt(pairs, out, cfg, eval_pairs=held, planner=planner), json_out)
             return
-        _run("context-bt", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+        _run("context-bt", data, out, options, check, json_out, format_=format_)
         return
     from prbench.train.bt import BTConfig, train_bt
 
     d = BTConfig
-    cfg = BTConfig(condition=condition, retriever=retriever, top_k=top_k, epochs=epochs or d.epochs,
-                   lr=lr or d.lr, batch_size=batch_size or d.batch_size, seed=seed, lora=lora, lora_r=lora_r,
+    cfg = BTConfig(**view.model_dump(), epochs=epochs or d.epochs, lr=lr or d.lr, batch_size=batch_size or d.batch_size,
+                   lora=lora, lora_r=lora_r,
                    max_length=max_length, max_steps=max_steps, device=device)
     result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
     _report(result, json_out)
 
 
 @app.command()
+@settings_command(check=Check)
 def pal(
     data: Data,
     out: Out,
+    check: Check,
     format_: Format = None,
     arch: Annotated[str, typer.Option(help="pal-a (ideal points) or pal-b (mixture of projections).")] = "pal-a",
     k_prototypes: Annotated[int, typer.Option(help="Number of prototypes K.")] = 8,
     dim: Annotated[int, typer.Option(help="Dimension of the preference space.")] = 32,
     hidden: Annotated[int, typer.Option(help="Hidden units of the projection (0: linear).")] = 0,
-    eval_data: EvalData = None,
     adapt_data: Annotated[str | None, typer.Option(
         help="Pairs of new users: their mixture weights are fitted (few-shot) and saved with the model.")] = None,
     epochs: Annotated[int, typer.Option(help="Training epochs.")] = 40,
@@ -229,8 +236,6 @@ def pal(
     batch_size: BatchSize = None,
     seed: Seed = 0,
     encoder: Encoder = "builtin:minilm-l6",
-    protocol: Protocol = True,
-    refit: Refit = None,
     json_out: Json = False,
 ) -> None:
     """Train PAL on (user, prompt, chosen, rejected) pairs. Evaluate the folder as pal:OUT."""
@@ -239,73 +244,67 @@ def pal(
     options = {"arch": arch, "k_prototypes": k_prototypes, "dim": dim, "hidden": hidden, "epochs": epochs, "lr": lr,
                "batch_size": batch_size, "seed": seed, "encoder": encoder}
     extra = {"adapt_pairs": load_pairs(adapt_data)} if adapt_data else {}
-    _run("pal", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_, **extra)
+    _run("pal", data, out, options, check, json_out, format_=format_, **extra)
 
 
 Rank = Annotated[int, typer.Option(help="Number of basis rewards B (rank of V).")]
 
 
 @app.command()
+@settings_command(view=UserView, check=Check)
 def lore(
     data: Data,
     out: Out,
+    view: UserView,
+    check: Check,
     format_: Format = None,
     prior: Annotated[str, typer.Option(help="profile: user weights inferred from the shown posts (+ k-shot offsets); "
                                             "none: free per-user weights (LoRe as published).")] = "profile",
     rank: Rank = 16,
-    condition: Condition = "profile",
     epochs: Annotated[int | None, typer.Option(help="Training epochs (default 60).")] = None,
     lr: Lr = None,
     offset_l2: Annotated[float | None, typer.Option(help="Pull of a user's offset toward the profile prior.")] = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    seed: Seed = 0,
     encoder: Encoder = "builtin:minilm-l6",
-    eval_data: EvalData = None,
-    protocol: Protocol = True,
-    refit: Refit = None,
     json_out: Json = False,
 ) -> None:
     """Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."""
-    options = {"prior": prior, "rank": rank, "condition": condition, "epochs": epochs, "lr": lr,
-               "offset_l2": offset_l2, "top_k": top_k, "retriever": retriever, "seed": seed, "encoder": encoder}
-    _run("lore", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+    options = {**view.model_dump(), "prior": prior, "rank": rank, "epochs": epochs, "lr": lr, "offset_l2": offset_l2,
+               "encoder": encoder}
+    _run("lore", data, out, options, check, json_out, format_=format_)
 
 
 @app.command()
+@settings_command(view=UserView, check=Check)
 def vpl(
     data: Data,
     out: Out,
+    view: UserView,
+    check: Check,
     format_: Format = None,
     latent: Annotated[int, typer.Option(help="Dimension of the user latent z.")] = 16,
     beta: Annotated[float, typer.Option(help="Weight of the KL term.")] = 0.01,
     max_shots: Annotated[int, typer.Option(help="Most labelled pairs in a training context.")] = 8,
     steps: Annotated[int | None, typer.Option(help="Optimisation steps (one episode per user each; default 300).")] = None,
-    condition: Condition = "profile",
     lr: Lr = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    seed: Seed = 0,
     encoder: Encoder = "builtin:minilm-l6",
-    eval_data: EvalData = None,
-    protocol: Protocol = True,
-    refit: Refit = None,
     json_out: Json = False,
 ) -> None:
     """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
-    options = {"latent": latent, "beta": beta, "max_shots": max_shots, "steps": steps, "condition": condition,
-               "lr": lr, "top_k": top_k, "retriever": retriever, "seed": seed, "encoder": encoder}
-    _run("vpl", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+    options = {**view.model_dump(), "latent": latent, "beta": beta, "max_shots": max_shots, "steps": steps, "lr": lr,
+               "encoder": encoder}
+    _run("vpl", data, out, options, check, json_out, format_=format_)
 
 
 @app.command()
+@settings_command(view=UserView, check=Check)
 def finetune(
     data: Data,
     out: Out,
+    view: UserView,
+    check: Check,
     format_: Format = None,
     base_model: Annotated[str, typer.Option(
         help="builtin:minilm-l6 (encoder), builtin:smollm2 (decoder) or a local model folder.")] = "builtin:minilm-l6",
-    condition: Condition = "profile",
     lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help="LoRA (default: for decoders only).")] = None,
     lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 8,
     epochs: Epochs = None,
@@ -314,18 +313,13 @@ def finetune(
     max_length: Annotated[int | None, typer.Option(help="Token limit (default 512 encoders, 1024 decoders).")] = None,
     max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
     top_k: Annotated[int | None, typer.Option(help="Profile posts shown (default 4 encoders, 10 decoders).")] = None,
-    retriever: Retriever = "bm25",
-    seed: Seed = 0,
-    eval_data: EvalData = None,
-    protocol: Protocol = True,
-    refit: Refit = None,
     json_out: Json = False,
 ) -> None:
     """Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."""
-    options = {"base_model": base_model, "condition": condition, "lora": lora, "lora_r": lora_r, "epochs": epochs,
-               "lr": lr, "batch_size": batch_size, "max_length": max_length, "max_steps": max_steps, "top_k": top_k,
-               "retriever": retriever, "seed": seed}
-    _run("finetune", data, out, options, protocol, refit, json_out, eval_data=eval_data, format_=format_)
+    options = {**view.model_dump(), "base_model": base_model, "lora": lora, "lora_r": lora_r, "epochs": epochs,
+               "lr": lr, "batch_size": batch_size, "max_length": max_length, "max_steps": max_steps,
+               "top_k": top_k}  # its own --top-k: the view's default 10 does not apply
+    _run("finetune", data, out, options, check, json_out, format_=format_)
 
 
 def synth_users(

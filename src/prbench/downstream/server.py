@@ -428,16 +428,22 @@ def create_app(
         return {**service.stats.as_dict(), "fallback_reward": service.fallback_reward,
                 "reward_scale": service.reward_scale, "rm": rm_name, "condition": condition}
 
-    async def score(request):  # type: ignore[no-untyped-def]  # annotated below for FastAPI
+    async def read_request(request: Any, schema: type[BaseModel], key: str, noun: str) -> tuple[bool, Any]:
+        """The validated request, or a ready error response; an over-long batch is refused before validation."""
         ok, payload = await read_json(request)
         if not ok:
-            return payload
-        if isinstance(payload, dict) and isinstance(payload.get("items"), list) and len(payload["items"]) > max_batch:
-            return reject(413, f"batch of {len(payload['items'])} items is over the limit of {max_batch}")
+            return False, payload
+        if isinstance(payload, dict) and isinstance(payload.get(key), list) and len(payload[key]) > max_batch:
+            return False, reject(413, f"batch of {len(payload[key])} {noun} is over the limit of {max_batch}")
         try:
-            req = ScoreRequest.model_validate(payload)
+            return True, schema.model_validate(payload)
         except ValidationError as exc:
-            return reject(422, _validation_detail(exc))
+            return False, reject(422, _validation_detail(exc))
+
+    async def score(request):  # type: ignore[no-untyped-def]  # annotated below for FastAPI
+        ok, req = await read_request(request, ScoreRequest, "items", "items")
+        if not ok:
+            return req
         try:
             return await run_in_threadpool(service.score, req.items)
         except _Reject as exc:
@@ -446,15 +452,9 @@ def create_app(
             return reject(422, str(exc))
 
     async def get_reward(request):  # type: ignore[no-untyped-def]
-        ok, payload = await read_json(request)
+        ok, req = await read_request(request, RewardRequest, "query", "queries")
         if not ok:
-            return payload
-        if isinstance(payload, dict) and isinstance(payload.get("query"), list) and len(payload["query"]) > max_batch:
-            return reject(413, f"batch of {len(payload['query'])} queries is over the limit of {max_batch}")
-        try:
-            req = RewardRequest.model_validate(payload)
-        except ValidationError as exc:
-            return reject(422, _validation_detail(exc))
+            return req
         try:
             return await run_in_threadpool(service.rewards, req)
         except _Reject as exc:

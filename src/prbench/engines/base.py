@@ -7,6 +7,7 @@ from (run seed, example id)), so batching and caching cannot change results.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,14 @@ class Engine(ABC):
         if not self.capabilities().get(capability, False):
             raise SpecError(f"{self.spec}: this engine has no {what} ({capability}); see the README's engine "
                             f"capability table")
+
+
+def logsumexp(values: Sequence[float]) -> float:
+    """log(sum(exp(v))), computed stably: how engines fold the token spellings of one choice; -inf for none."""
+    if not values:
+        return -math.inf
+    m = max(values)
+    return m + math.log(sum(math.exp(v - m) for v in values))
 
 
 def load_engine(spec: str, **options: Any) -> Engine:

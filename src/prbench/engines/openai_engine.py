@@ -65,7 +65,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from prbench.cache import Cache, NullCache, content_key
 from prbench.engines import providers
-from prbench.engines.base import Engine, Generation, GenParams, Messages
+from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
 from prbench.engines.ratelimit import (
     Limiter,
     QuotaExhausted,
@@ -109,15 +109,7 @@ def _strip_userinfo(url: str) -> str:
 
 def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) -> dict[str, float]:
     """Log-prob of each choice from a top-k list: exact or leading-space spelling, folded by logsumexp."""
-    out: dict[str, float] = {}
-    for c in choices:
-        vals = [lp for tok, lp in top if tok == c or tok == " " + c]
-        if not vals:
-            out[c] = -math.inf
-            continue
-        m = max(vals)
-        out[c] = m + math.log(sum(math.exp(v - m) for v in vals))
-    return out
+    return {c: logsumexp([lp for tok, lp in top if tok == c or tok == " " + c]) for c in choices}
 
 
 class OpenAIEngine(Engine):

@@ -35,7 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from prbench.engines.base import Engine, Generation, GenParams, Messages
+from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
 from prbench.engines.transformers_engine import apply_stop, chat_ids, choice_token_ids, split_continuation
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
@@ -98,15 +98,8 @@ def read_choice_logprobs(
     first_step: Mapping[int, Any], token_ids: Mapping[str, Sequence[int]]
 ) -> dict[str, float]:
     """Fold the token-id -> Logprob map of the first generated step into per-choice values."""
-    out: dict[str, float] = {}
-    for choice, ids in token_ids.items():
-        vals = [_logprob_value(first_step[i]) for i in ids if i in first_step]
-        if not vals:
-            out[choice] = -math.inf
-            continue
-        m = max(vals)
-        out[choice] = m + math.log(sum(math.exp(v - m) for v in vals))
-    return out
+    return {choice: logsumexp([_logprob_value(first_step[i]) for i in ids if i in first_step])
+            for choice, ids in token_ids.items()}
 
 
 def is_mistral_tokenizer(tokenizer: Any) -> bool:

@@ -116,12 +116,13 @@ class Fault:
         return cls("status", 429, body=body)
 
     @classmethod
-    def server_error(cls, status: int = 500, retry_after: float | str | None = None) -> Fault:
+    def http_status(cls, status: int, retry_after: float | str | None = None) -> Fault:
         return cls("status", status, None if retry_after is None else str(retry_after))
 
     @classmethod
-    def http_status(cls, status: int, retry_after: float | str | None = None) -> Fault:
-        return cls("status", status, None if retry_after is None else str(retry_after))
+    def server_error(cls, status: int = 500, retry_after: float | str | None = None) -> Fault:
+        """`http_status` with a 5xx default."""
+        return cls.http_status(status, retry_after)
 
     @classmethod
     def delay(cls, seconds: float) -> Fault:

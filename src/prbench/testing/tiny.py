@@ -166,13 +166,26 @@ def _config(arch: Arch, tokenizer: Any, pad_token: bool, num_labels: int | None,
     raise ValueError(f"unknown tiny architecture {arch!r} (llama or qwen2)")
 
 
-def _build_model(cls: Any, config: Any, seed: int) -> Any:
+def _build_model(auto_cls: Any, directory: str | Path, seed: int, arch: Arch, chat_template: bool, pad_token: bool,
+                 num_labels: int | None, hidden_size: int) -> tuple[Path, Any, Any, Any]:
+    """The folder, tokenizer, config and seeded random model every tiny model starts from."""
     import torch
 
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    tok = build_tiny_tokenizer(chat_template=chat_template, pad_token=pad_token)
+    config = _config(arch, tok, pad_token, num_labels, hidden_size)
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG untouched
         torch.manual_seed(seed)
-        model = cls(config)
-    return model.eval()
+        model = auto_cls.from_config(config)
+    return path, tok, config, model.eval()
+
+
+def _save_model(model: Any, tok: Any, path: Path, pad_token: bool) -> Path:
+    with quiet_progress():
+        model.save_pretrained(path)
+    _save_tokenizer(tok, path, pad_token)
+    return path
 
 
 def make_tiny_causal_lm(
@@ -190,20 +203,14 @@ def make_tiny_causal_lm(
     """
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    tok = build_tiny_tokenizer(chat_template=chat_template, pad_token=pad_token)
-    config = _config(arch, tok, pad_token, None, hidden_size)
-    model = _build_model(AutoModelForCausalLM.from_config, config, seed)
+    path, tok, config, model = _build_model(AutoModelForCausalLM, directory, seed, arch, chat_template, pad_token,
+                                            None, hidden_size)
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=[config.eos_token_id, tok.convert_tokens_to_ids(END)],
         pad_token_id=config.pad_token_id,
     )
-    with quiet_progress():
-        model.save_pretrained(path)
-    _save_tokenizer(tok, path, pad_token)
-    return path
+    return _save_model(model, tok, path, pad_token)
 
 
 def make_tiny_seq_classifier(
@@ -222,12 +229,6 @@ def make_tiny_seq_classifier(
     """
     from transformers import AutoModelForSequenceClassification
 
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    tok = build_tiny_tokenizer(chat_template=chat_template, pad_token=pad_token)
-    config = _config(arch, tok, pad_token, num_labels, hidden_size)
-    model = _build_model(AutoModelForSequenceClassification.from_config, config, seed)
-    with quiet_progress():
-        model.save_pretrained(path)
-    _save_tokenizer(tok, path, pad_token)
-    return path
+    path, tok, _, model = _build_model(AutoModelForSequenceClassification, directory, seed, arch, chat_template,
+                                       pad_token, num_labels, hidden_size)
+    return _save_model(model, tok, path, pad_token)
