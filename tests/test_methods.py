@@ -197,7 +197,7 @@ def test_cli_default_trains_the_recommended_method_and_eval_reports_the_protocol
 
     _register()  # what main() does before parsing: attach `train`, `eval`, ...
     data = tmp_path / "train.jsonl"
-    examples = synth_persona_examples(12, 6, seed=2)
+    examples = synth_persona_examples(12, 6, seed=2, history=4)
     write_examples(examples, data)
     runner = CliRunner()
     out = tmp_path / "rm"
@@ -216,6 +216,12 @@ def test_cli_default_trains_the_recommended_method_and_eval_reports_the_protocol
     per_user = summary["per_user"]
     assert per_user["seen"]["n_users"] == len(users_of(pairs_from_examples(examples)))  # refit: all users seen
     assert per_user["users"]["n_users"] == 12
+    res = runner.invoke(app, ["eval", "-m", report["loads_as"], "-d", str(data), "-c", "history", "--out",
+                              str(tmp_path / "runs"), "--json", "--quiet"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)[0]  # the same protocol and per-user split, the earlier pairs as shots
+    assert summary["condition"] == "history" and summary["model_info"]["protocol"]["unseen"]["curve"][0]["k"] == 0
+    assert summary["model_info"]["scored_from_history"] > 0 and summary["per_user"]["users"]["n_users"] == 12
     res = runner.invoke(app, ["train", "--data", str(data)])
     assert isinstance(res.exception, PrbenchError)
 
