@@ -5,8 +5,8 @@ pickled code) + `prbench_rm.json` (`kind`, `loads_as`) + `train_log.jsonl`, and 
 when the trainer measured seen vs unseen users. `HeadReward` gives each kind the same
 user handling: the user a view stands for (`view.user_id`; none under `none`), the posts it
 shows (the evidence of the profile condition), the history pairs it shows (fitted as shots),
-few-shot `adapt(user, pairs)` that replaces earlier shots of that user, the set of training users (for the seen/unseen split of an eval),
-and a fingerprint over weights and adaptations.
+few-shot `adapt(user, pairs)` that replaces earlier shots of that user, the set of training
+users (for the seen/unseen split of an eval), and a fingerprint over weights and adaptations.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from prbench.conditions import View
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.rewards.base import PointwiseRM
-from prbench.rewards.pal import Embedder, context_items, view_user
+from prbench.rewards.pal import Embedder, context_items, shots_key, shown_pairs, view_user
 
 CONFIG_FILE, WEIGHTS_FILE, META_FILE, PROTOCOL_FILE = "config.json", "model.safetensors", "prbench_rm.json", "protocol.json"
 
@@ -104,13 +104,8 @@ class HeadReward(PointwiseRM):
 
     @staticmethod
     def posts_of(view: View) -> list[str]:
-        """Profile evidence; a history view's pairs are shots (`shots_of`), not posts."""
+        """Profile evidence; a history view's pairs are shots (`history_states`), not posts."""
         return [] if view.pairs else context_items(view)
-
-    @staticmethod
-    def shots_of(view: View) -> tuple:
-        """The labelled pairs a history condition shows (within the character budget)."""
-        return view.pairs[: view.shown_posts]
 
     def history_states(self, views: Sequence[View]) -> list[Any]:
         """Per view, the per-user state fitted on the history pairs it shows (None where it shows none).
@@ -119,9 +114,8 @@ class HeadReward(PointwiseRM):
         and any stored state of that user is set aside: the condition decides what the RM knows,
         so `wrong-history` stays a real control for training users too. Memoised by content.
         """
-        keys = [content_key([(p.prompt, p.chosen, p.rejected) for p in self.shots_of(v)]) if v.pairs else None
-                for v in views]
-        new = {k: self.shots_of(v) for k, v in zip(keys, views) if k is not None and k not in self.fitted}
+        keys = [shots_key(shown_pairs(v)) if v.pairs else None for v in views]
+        new = {k: shown_pairs(v) for k, v in zip(keys, views) if k is not None and k not in self.fitted}
         if new:
             self.fitted.update(zip(new, self.fit_shots(list(new.values()))))
         self.counts["from_history"] += sum(k is not None for k in keys)

@@ -156,6 +156,16 @@ def context_items(view: View) -> list[str]:
     return view.context_texts()
 
 
+def shown_pairs(view: View) -> tuple:
+    """The labelled earlier pairs a history view shows (within its character budget): k shots."""
+    return view.pairs[: view.shown_posts]
+
+
+def shots_key(shots: Sequence[Any]) -> str:
+    """Content identity of a set of shots: the memo key of what was fitted on them."""
+    return content_key([(p.prompt, p.chosen, p.rejected) for p in shots])
+
+
 def view_user(view: View) -> str | None:
     """The user identity a View carries (a `user_id` field once View has one, else meta)."""
     return getattr(view, "user_id", None) or view.meta.get("user_id")
@@ -392,7 +402,7 @@ class PALReward(PointwiseRM):
                 rows = []
                 for v, _ in batch:
                     if v.pairs:  # a history view: its pairs are the user's shots, in place of stored weights
-                        rows.append(self._history_mixture(v.pairs[: v.shown_posts]))
+                        rows.append(self._history_mixture(shown_pairs(v)))
                         continue
                     u = self.user_of(v)
                     self._uniform += u not in self.users and u not in self.adapted
@@ -406,7 +416,7 @@ class PALReward(PointwiseRM):
     def _history_mixture(self, shots: Sequence[Any]) -> np.ndarray:
         """Mixture weights fitted on the history pairs a view shows (as `adapt` would), memoised by content."""
         torch = require("torch", "hf")
-        key = content_key([(p.prompt, p.chosen, p.rejected) for p in shots])
+        key = shots_key(shots)
         if key not in self._history:
             self._history[key] = self.fit_pairs(shots, steps=self.adapt_steps, lr=self.adapt_lr)
         self._from_history += 1
