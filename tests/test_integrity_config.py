@@ -69,7 +69,7 @@ def test_alias_bomb_is_refused_before_expansion_with_bounded_memory(folder: Path
 
 
 RGD = "rgd:\n  policy: builtin:smollm2-135m-instruct\n  rms: [baseline:length]\n  chunk: 0\n"
-RL = "rl:\n  policy: builtin:smollm2-135m-instruct\n  rms: [baseline:length]\n  steps: {steps}\n  options: {opts}\n"
+RL = "rl:\n  policy: builtin:smollm2-135m-instruct\n  rms: [baseline:length]\n  steps: {steps}\n{more}"  # RLSettings fields
 
 
 @pytest.mark.parametrize("text, line, field, reason", [
@@ -82,10 +82,12 @@ RL = "rl:\n  policy: builtin:smollm2-135m-instruct\n  rms: [baseline:length]\n  
     (BASE.replace("  - spec: baseline:lexical\n", "  - spec: baseline:lexical\n    limit: 0\n"), 8, "models.1.limit",
      "greater than or equal to 1"),
     (BASE.replace("[eval]", "[rgd]") + RGD, 12, "rgd.chunk", "greater than or equal to 1"),
-    (BASE.replace("[eval]", "[rl]") + RL.format(steps=1000000000, opts="{}"), 12, "rl.steps",
+    (BASE.replace("[eval]", "[rl]") + RL.format(steps=1000000000, more=""), 12, "rl.steps",
      "less than or equal to 1000000"),
-    (BASE.replace("[eval]", "[rl]") + RL.format(steps=2, opts="{num_generations: xxxxxxxx}"), 13, "rl.options",
-     "options.num_generations must be a whole number from 1 to 1024, got 'xxxxxxxx'"),
+    (BASE.replace("[eval]", "[rl]") + RL.format(steps=2, more="  num_generations: xxxxxxxx\n"), 13, "rl.num_generations",
+     "valid integer"),
+    (BASE.replace("[eval]", "[rl]") + RL.format(steps=2, more="  num_generations: 5000\n"), 13, "rl.num_generations",
+     "less than or equal to 1024"),
     (BASE.replace("[eval]", "[eval, bon]") + "bon:\n  grader: embedding:builtin:minilm-l6\n", 8, "stages.1",
      "stage 'bon' needs a 'sample' section"),
     (BASE.replace("[eval]", "[eval, sample]"), 8, "stages.1", "stage 'sample' needs a 'sample' section"),
@@ -97,7 +99,7 @@ RL = "rl:\n  policy: builtin:smollm2-135m-instruct\n  rms: [baseline:length]\n  
     (BASE.replace("[eval]", "[sample]") + "sample:\n  policy: hf:./no-such-policy\n", 10, "sample.policy",
      "no such file or folder"),
     (BASE + "retriever: bm52\n", 9, "retriever", "unknown retriever 'bm52'"),
-    (BASE.replace("[eval]", "[rl]") + RL.format(steps=2, opts="{}").replace("rl:\n", "rl:\n  condition: oracel\n"),
+    (BASE.replace("[eval]", "[rl]") + RL.format(steps=2, more="").replace("rl:\n", "rl:\n  condition: oracel\n"),
      10, "rl.condition", "unknown condition 'oracel'"),
 ])
 def test_bad_values_fail_with_one_line_naming_line_and_field(folder: Path, text: str, line: int, field: str,

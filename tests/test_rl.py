@@ -151,3 +151,40 @@ def test_builtin_smollm2_two_steps(tmp_path) -> None:
     assert len(rewards) == 2 and all(r > 0 for r in rewards)  # length reward of non-empty answers
     assert (Path(res.summary["policy_dir"]) / "model.safetensors").exists()
     print(f"smollm2 GRPO 2 steps: {time.time() - t0:.1f}s")
+
+
+def test_cli_and_study_share_one_rl_config(tmp_path, capsys) -> None:
+    """`prbench rl` and a study's `rl` section build the same RLSettings: the same config.json."""
+    import yaml
+
+    from prbench.study.config import load_study_config
+    from prbench.study.runner import plan_study, run_study
+    from prbench.testing.cli import run_cli
+    from prbench.testing.tiny import make_tiny_causal_lm
+
+    lm = make_tiny_causal_lm(tmp_path / "lm", seed=0)
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(it.model_dump(mode="json")) + "\n" for it in short_items(4)), encoding="utf-8")
+    own = {"steps": 1, "lr": 1e-3, "num_generations": 2, "prompts_per_step": 1, "max_completion_length": 4,
+           "top_k": 2, "holdout": 0.25, "gradient_checkpointing": False}
+    flags = [f"--{k.replace('_', '-')}" + ("" if isinstance(v, bool) else f"={v}") for k, v in own.items()]
+    flags = [f if f != "--gradient-checkpointing" else "--no-gradient-checkpointing" for f in flags]
+    code, out, err = run_cli(capsys, "rl", "--policy", f"hf:{lm}", "--rm", "baseline:length", "--data", str(data),
+                             "--out", str(tmp_path / "cli"), "--device", "cpu", "--json", *flags)
+    assert code == 0, err
+    assert json.loads(out)["reward"]["scored"] == 2
+    cli_cfg = json.loads((tmp_path / "cli" / "config.json").read_text())
+    assert cli_cfg["steps"] == 1 and cli_cfg["split"] == "train" and cli_cfg["compare_base"] is True
+
+    study = {"name": "rl", "data": str(data), "out": str(tmp_path / "study"), "stages": ["rl"],
+             "models": [{"spec": "baseline:length"}],
+             "rl": {"policy": f"hf:{lm}", "rms": ["baseline:length"], **own}}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study), encoding="utf-8")
+    cfg, root = load_study_config(tmp_path / "study.yaml")
+    planned = plan_study(cfg, root)
+    assert [(p.stage, p.model_calls) for p in planned] == [("rl", 1 * 1 * 2)]  # steps x prompts x answers
+    run_study(cfg, root, quiet=True)
+    (study_run,) = (tmp_path / "study" / "runs" / "downstream" / "rl").glob("*/config.json")
+    assert json.loads(study_run.read_text()) == cli_cfg  # one default per option, everywhere
+    with pytest.raises(PrbenchError, match="num_generations"):
+        train_rl(f"hf:{lm}", "baseline:length", str(data), tmp_path / "x", num_generations=5000)

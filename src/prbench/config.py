@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from prbench.conditions import CONDITIONS
 from prbench.errors import PrbenchError
 
 
@@ -83,6 +84,13 @@ class ContextSpec(Settings):
     retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
     max_context_chars: int | None = count(None, "Character budget for the user context.", 10**9)
     planner_file: str | None = opt(None, "Planner output (JSONL) for the planner condition.", metavar="PATH")
+
+    @field_validator("condition")
+    @classmethod
+    def _known_condition(cls, v: str) -> str:
+        if v not in CONDITIONS:
+            raise ValueError(f"unknown condition {v!r} (use {', '.join(CONDITIONS)})")
+        return v
 
 
 class PolicyPromptSpec(Settings):
@@ -158,6 +166,31 @@ class ICLSettings(DataSpec, RunSpec):
     batch_size: int = count(8, "Items generated together.", 65536)
     encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
                               metavar="SPEC")
+
+
+class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
+    """GRPO with an RM as the reward, then held-out grading (`prbench rl`, `train_rl`, the study's `rl`)."""
+
+    split: str = opt("train", "Split of a hub dataset to train on.")
+    condition: str = opt("profile", "What the RM sees: none, profile, planner, oracle.", "-c", metavar="NAME")
+    steps: int = count(50, "Optimizer steps.", 10**6)
+    lr: float = opt(1e-6, "Learning rate.", gt=0)
+    lora: bool = opt(False, "Train a LoRA adapter (merged afterwards).")
+    lora_r: int = count(16, "LoRA rank.", 4096)
+    num_generations: int = count(4, "Answers per prompt (GRPO group size, at least 2).", 1024)
+    prompts_per_step: int = count(2, "Prompts per optimizer step.", 4096)
+    max_completion_length: int = count(160, "Token cap per training answer.", 65536)
+    temperature: float = opt(1.0, "Sampling temperature of training answers.", gt=0)
+    top_p: float = opt(0.9, "Nucleus mass of training answers (and of sampled held-out ones).", gt=0, le=1)
+    beta: float = opt(0.0, "KL weight to the initial policy (0 = no reference model).", ge=0)
+    reward_scale: float = opt(1.0, "Multiply RM scores (the paper used 0.1).")
+    holdout: float = opt(0.2, "Share of items held out for grading (without --eval-data).", gt=0, lt=1)
+    eval_data: str | None = opt(None, "Held-out items to grade (else a hash split of --data).", metavar="DATA")
+    eval_n: int = count(1, "Answers per held-out item.", 4096)
+    eval_temperature: float = opt(0.0, "Held-out sampling temperature (0 = greedy).", ge=0)
+    eval_max_new_tokens: int = count(200, "Token cap per held-out answer.", 65536)
+    compare_base: bool = opt(True, "Also grade the untrained policy on the same items.")
+    gradient_checkpointing: bool | None = opt(None, "Trade compute for memory (TRL's default: on).")
 
 
 class EngineAccess(Settings):

@@ -122,8 +122,8 @@ def resolve(target: str) -> Factory:
 
 REWARDS = Registry("reward model", "prbench.rewards", {
     "hf": "prbench.rewards.classifier:load_classifier",
-    "bt": "prbench.rewards.folders:load_bt",
-    "pal": "prbench.rewards.folders:load_pal",
+    "bt": "prbench.rewards.trained:load_bt",
+    "pal": "prbench.rewards.trained:load_pal",
     "lore": "prbench.rewards.lore:LoReReward",
     "vpl": "prbench.rewards.vpl:VPLReward",
     "finetune": "prbench.rewards.finetuned:load_finetuned",

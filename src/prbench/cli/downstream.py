@@ -15,6 +15,7 @@ from prbench.cli.options import (
     Categories,
     Json,
     Limit,
+    MaxLength,
     NBoot,
     Overwrite,
     Quiet,
@@ -30,8 +31,8 @@ from prbench.cli.options import (
     settings_command,
     split_csv,
 )
-from prbench.cli.output import emit_json, table
-from prbench.config import EngineAccess, GraderAccess
+from prbench.cli.output import emit_json, escape, progress, table
+from prbench.config import EngineAccess, GraderAccess, RLSettings
 
 
 def _fmt(v: float | None) -> str:
@@ -63,7 +64,6 @@ def sample(
     json_out: Json = False,
 ) -> None:
     """Draw N answers per item from a policy. Drawn once, for every RM's Best-of-N."""
-    from prbench.cli.output import progress
     from prbench.downstream.sampling import sample_policy
 
     opts = engine_options(policy, **access.model_dump(), batch_size=batch_size)
@@ -139,37 +139,18 @@ def bon(
                f"{s['grader']['cache_hits']} cache hits; results in {res.path}")
 
 
-@settings_command(view=RMView, access=EngineAccess, grader_access=GraderAccess,
-                  exclude=("max_context_chars", "batch_size"))
+@settings_command(settings=RLSettings, access=EngineAccess, grader_access=GraderAccess)
 def rl(
     policy: Annotated[str, typer.Option("--policy", "-p", help="Causal LM to train: hf:DIR, builtin:NAME.")],
     rm: Annotated[str, typer.Option("--rm", "-m", help="RM spec used as the reward.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Run folder.")],
-    view: RMView,
+    settings: RLSettings,
     access: EngineAccess,
     grader_access: GraderAccess,
     data: Annotated[str, typer.Option("--data", "-d", help="Training items (file, folder, hub id, 'sample').")] = "sample",
     grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader of held-out answers (any grader spec, as for bon).")] = None,
-    condition: RMCondition = "profile",
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 50,
-    lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-6,
-    lora: Annotated[bool, typer.Option(help="Train a LoRA adapter (merged afterwards).")] = False,
-    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 16,
-    num_generations: Annotated[int, typer.Option(help="Answers per prompt (GRPO group size).")] = 4,
-    prompts_per_step: Annotated[int, typer.Option(help="Prompts per optimizer step.")] = 2,
-    max_completion_length: Annotated[int, typer.Option(help="Token cap per training answer.")] = 160,
-    beta: Annotated[float, typer.Option(help="KL weight to the initial policy (0 = no reference model).")] = 0.0,
-    reward_scale: Annotated[float, typer.Option(help="Multiply RM scores (the paper used 0.1).")] = 1.0,
-    holdout: Annotated[float, typer.Option(help="Share of items held out for grading (without --eval-data).")] = 0.2,
-    eval_data: Annotated[str | None, typer.Option(help="Held-out items to grade (else a hash split of --data).")] = None,
-    eval_n: Annotated[int, typer.Option(help="Answers per held-out item.")] = 1,
-    eval_temperature: Annotated[float, typer.Option(help="Held-out sampling temperature (0 = greedy).")] = 0.0,
-    base: Annotated[bool, typer.Option(help="Also grade the untrained policy on the same items.")] = True,
-    gradient_checkpointing: Annotated[bool | None, typer.Option(help="Trade compute for memory (TRL's default: on).")] = None,
-    seed: Seed = 0,
-    limit: Limit = None,
-    split: Annotated[str, typer.Option(help="Split of a hub dataset to train on.")] = "train",
-    n_boot: NBoot = 1000,
+    max_length: MaxLength = None,
+    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -177,16 +158,11 @@ def rl(
     from prbench.downstream.rl import train_rl
 
     gopts = {"engine_options": grader_engine_options(grader, access, grader_access)} if grader else None
-    res = train_rl(policy, rm, data, out, grader=grader, condition=condition, steps=steps, lr=lr, lora=lora,
-                   lora_r=lora_r, num_generations=num_generations, prompts_per_step=prompts_per_step,
-                   max_completion_length=max_completion_length, beta=beta, reward_scale=reward_scale,
-                   holdout=holdout, eval_data=eval_data, eval_n=eval_n, eval_temperature=eval_temperature,
-                   compare_base=base, top_k=view.top_k, retriever=view.retriever, planner_file=view.planner_file,
-                   seed=seed,
-                   limit=limit, split=split, n_boot=n_boot, device=access.device or "auto",
-                   gradient_checkpointing=gradient_checkpointing,
-                   rm_options=set_options(mode=view.mode, max_length=view.max_length, **access.model_dump()),
-                   grader_options=gopts)
+    with progress(quiet or json_out) as bar:
+        task = bar.add_task(f"GRPO with {escape(rm)}", total=settings.steps)
+        res = train_rl(policy, rm, data, out, settings=settings, grader=grader, device=access.device or "auto",
+                       rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
+                       grader_options=gopts, on_progress=lambda done, total: bar.update(task, completed=done))
     s = res.summary
     if json_out:
         emit_json({k: v for k, v in s.items() if k != "log_history"})
@@ -194,7 +170,7 @@ def rl(
     if quiet:
         return
     rewards = [h.get("reward") for h in s["log_history"] if "reward" in h]
-    rows = [("steps", steps), ("train / held-out items", f"{s['train_items']} / {s['heldout_items']}"),
+    rows = [("steps", settings.steps), ("train / held-out items", f"{s['train_items']} / {s['heldout_items']}"),
             ("mean reward first -> last step", f"{_fmt(rewards[0])} -> {_fmt(rewards[-1])}" if rewards else "-"),
             ("invalid rewards", s["reward"]["invalid"]), ("train time (s)", s["train_time_s"])]
     if "eval" in s:

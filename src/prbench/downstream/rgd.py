@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.cache import Cache, NullCache
-from prbench.conditions import CONDITIONS, build_view
+from prbench.conditions import build_view
 from prbench.config import RGDSettings, run_identity
 from prbench.downstream.decoding import RGDJob, RGDParams, load_policy, resolved_penalty, rgd_decode
 from prbench.downstream.generation_runs import (
@@ -63,7 +63,6 @@ from prbench.downstream.generation_runs import (
 )
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text
 from prbench.engines.base import Engine
-from prbench.errors import PrbenchError
 from prbench.prompts import load_prompt
 from prbench.rewards.base import RewardModel
 from prbench.runs import slug
@@ -107,8 +106,6 @@ def run_rgd(
 
     s = RGDSettings.build(settings, **options)
     t0 = time.time()
-    if s.condition not in CONDITIONS:
-        raise PrbenchError(f"unknown condition {s.condition!r} (use {', '.join(CONDITIONS)})")
     engine = load_policy(policy, engine_options)
     params = RGDParams.build(**{**s.model_dump(include=set(RGDParams.model_fields)),
                                 "repetition_penalty": resolved_penalty(engine, s.repetition_penalty)})

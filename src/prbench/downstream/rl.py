@@ -38,8 +38,8 @@ import gc
 import math
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,8 @@ import numpy as np
 
 from prbench import metrics
 from prbench.cache import Cache, NullCache, content_key
-from prbench.conditions import CONDITIONS, View, build_view, build_views, read_planner_file
+from prbench.conditions import View, build_view, build_views, read_planner_file
+from prbench.config import RLSettings, run_identity
 from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, load_items, policy_messages, sample_policy
@@ -167,39 +168,6 @@ class RMReward:
 
 
 @dataclass
-class RLConfig:
-    policy: str
-    rm: str
-    data: str
-    condition: str = "profile"
-    policy_condition: str = "profile"
-    steps: int = 50
-    lr: float = 1e-6
-    lora: bool = False
-    lora_r: int = 16
-    num_generations: int = 4
-    prompts_per_step: int = 2
-    max_completion_length: int = 160
-    temperature: float = 1.0
-    top_p: float = 0.9
-    beta: float = 0.0
-    reward_scale: float = 1.0
-    top_k: int = 10
-    retriever: str = "bm25"
-    max_words: int = 100
-    holdout: float = 0.2
-    eval_n: int = 1
-    eval_temperature: float = 0.0
-    eval_max_new_tokens: int = 200
-    seed: int = 0
-    limit: int | None = None
-    split: str = "train"
-    eval_data: str | None = None
-    grader: str | None = None
-    gradient_checkpointing: bool | None = None
-
-
-@dataclass
 class RLResult:
     summary: dict[str, Any]
     result: DownstreamResult | None
@@ -261,52 +229,41 @@ def _grade_samples(ss: SampleSet, grader: Grader) -> dict[str, float]:
     return out
 
 
+def _step_reporter(transformers: Any, on_progress: Callable[[int, int], None]) -> Any:
+    class StepReport(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            on_progress(state.global_step, state.max_steps)
+
+    return StepReport()
+
+
 def train_rl(
     policy: str,
     rm: str | RewardModel,
     data: str | Sequence[SourceItem],
     out: str | Path,
     *,
+    settings: RLSettings | None = None,
     grader: str | Grader | None = None,
-    condition: str = "profile",
-    policy_condition: str = "profile",
-    steps: int = 50,
-    lr: float = 1e-6,
-    lora: bool = False,
-    lora_r: int = 16,
-    num_generations: int = 4,
-    prompts_per_step: int = 2,
-    max_completion_length: int = 160,
-    temperature: float = 1.0,
-    top_p: float = 0.9,
-    beta: float = 0.0,
-    reward_scale: float = 1.0,
-    top_k: int = 10,
-    retriever: str = "bm25",
-    max_words: int = 100,
-    holdout: float = 0.2,
-    eval_data: str | Sequence[SourceItem] | None = None,
-    eval_n: int = 1,
-    eval_temperature: float = 0.0,
-    eval_max_new_tokens: int = 200,
-    compare_base: bool = True,
-    planner_file: str | None = None,
-    seed: int = 0,
-    limit: int | None = None,
-    split: str = "train",
-    n_boot: int = 1000,
+    eval_items: Sequence[SourceItem] | None = None,
     rm_options: dict[str, Any] | None = None,
     grader_options: dict[str, Any] | None = None,
     device: str = "auto",
-    gradient_checkpointing: bool | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> RLResult:
-    """GRPO-train `policy` with `rm` as the reward, then grade it on held-out items."""
+    """GRPO-train `policy` with `rm` as the reward, then grade it on held-out items.
+
+    `settings` (or `options` on top of it) are `RLSettings`; `eval_items` are in-memory held-out
+    items in place of `settings.eval_data`; `on_progress(step, steps)` follows training.
+    """
     t0 = time.time()
-    if condition not in CONDITIONS or condition == "wrong-profile":
-        raise PrbenchError(f"RL reward condition must be one of none, profile, planner, oracle; got {condition!r}")
-    if policy_condition not in ("none", "profile"):
+    s = RLSettings.build(settings, **options)
+    if s.condition == "wrong-profile":
+        raise PrbenchError(f"RL reward condition must be one of none, profile, planner, oracle; got {s.condition!r}")
+    if s.policy_condition not in ("none", "profile"):
         raise PrbenchError("the policy sees 'profile' or 'none' (never the rubric)")
-    if num_generations < 2:
+    if s.num_generations < 2:
         raise PrbenchError("GRPO needs --num-generations >= 2 (advantages are relative within a group)")
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
@@ -325,27 +282,28 @@ def train_rl(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
 
-    items = load_items(data, limit=limit, split=split) if isinstance(data, str) else list(data)[:limit]
-    if eval_data is not None:
+    items = (load_items(data, categories=s.categories, limit=s.limit, split=s.split) if isinstance(data, str)
+             else list(data)[:s.limit])
+    if eval_items is not None or s.eval_data is not None:
         train_items = items
-        held = load_items(eval_data, split="test") if isinstance(eval_data, str) else list(eval_data)
+        held = list(eval_items) if eval_items is not None else load_items(s.eval_data, split="test")
     else:
-        train_items, held = split_holdout(items, holdout, seed)
-    ret = load_retriever(retriever)
-    planner = read_planner_file(planner_file) if planner_file else None
-    prompt = load_prompt("policy_answer")
-    policy_views = build_views(train_items, policy_condition, retriever=ret, top_k=top_k, seed=seed)
-    rows = _rows(train_items, policy_views, condition, prompt, max_words)
+        train_items, held = split_holdout(items, s.holdout, s.seed)
+    ret = load_retriever(s.retriever)
+    planner = read_planner_file(s.planner_file) if s.planner_file else None
+    prompt = load_prompt("policy_answer", s.prompt_file)
+    policy_views = build_views(train_items, s.policy_condition, retriever=ret, top_k=s.top_k, seed=s.seed)
+    rows = _rows(train_items, policy_views, s.condition, prompt, s.max_words)
     dataset = datasets.Dataset.from_list(rows)
 
     source = resolve_policy(policy)  # before the RM loads: a missing policy fails at once
-    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": seed, **(rm_options or {})})
+    rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": s.seed, **rm_options})
     if not isinstance(rm_obj, PointwiseRM):
         raise PrbenchError(f"{rm_obj.spec}: RL needs a pointwise RM (a judge in --mode pointwise)")
     rm_name = getattr(rm_obj, "name", rm_obj.spec)
     pool = [it.model_copy(update={"narrative": ""}) for it in train_items]
-    reward = RMReward(rm_obj, condition, retriever=ret, top_k=top_k, planner=planner, pool=pool, seed=seed,
-                      scale=reward_scale)
+    reward = RMReward(rm_obj, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=pool, seed=s.seed,
+                      max_context_chars=s.max_context_chars, scale=s.reward_scale)
 
     use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     tokenizer = transformers.AutoTokenizer.from_pretrained(source)
@@ -354,35 +312,31 @@ def train_rl(
         tokenizer.pad_token = tokenizer.eos_token
     model = transformers.AutoModelForCausalLM.from_pretrained(source, config=_trainable_config(transformers, source),
                                                               dtype=torch.float32)
-    cfg = RLConfig(policy=policy, rm=rm_name, data=data if isinstance(data, str) else "<in-memory>",
-                   condition=condition, policy_condition=policy_condition, steps=steps, lr=lr, lora=lora,
-                   lora_r=lora_r, num_generations=num_generations, prompts_per_step=prompts_per_step,
-                   max_completion_length=max_completion_length, temperature=temperature, top_p=top_p, beta=beta,
-                   reward_scale=reward_scale, top_k=top_k, retriever=retriever, max_words=max_words,
-                   holdout=holdout, eval_n=eval_n, eval_temperature=eval_temperature,
-                   eval_max_new_tokens=eval_max_new_tokens, seed=seed, limit=limit, split=split,
-                   eval_data=eval_data if isinstance(eval_data, str) or eval_data is None else "<in-memory>",
-                   grader=grader if isinstance(grader, str) or grader is None else grader.spec,
-                   gradient_checkpointing=gradient_checkpointing)
-    write_json_atomic(out / "config.json", asdict(cfg))
+    cfg = run_identity(s, exclude={"prompt_file"}, policy=policy, rm=rm_name, prompt_hash=prompt.hash,
+                       data=data if isinstance(data, str) else "<in-memory>",
+                       eval_data=s.eval_data if eval_items is None else "<in-memory>",
+                       grader=grader if isinstance(grader, str) or grader is None else grader.spec)
+    write_json_atomic(out / "config.json", cfg)
 
     args = trl.GRPOConfig(
-        output_dir=str(out / "trainer"), max_steps=steps, learning_rate=lr,
-        per_device_train_batch_size=num_generations * prompts_per_step, num_generations=num_generations,
-        max_completion_length=max_completion_length, temperature=temperature, top_p=top_p, beta=beta,
-        logging_steps=1, save_strategy="no", report_to="none", seed=seed, use_cpu=not use_cuda,
+        output_dir=str(out / "trainer"), max_steps=s.steps, learning_rate=s.lr,
+        per_device_train_batch_size=s.num_generations * s.prompts_per_step, num_generations=s.num_generations,
+        max_completion_length=s.max_completion_length, temperature=s.temperature, top_p=s.top_p, beta=s.beta,
+        logging_steps=1, save_strategy="no", report_to="none", seed=s.seed, use_cpu=not use_cuda, disable_tqdm=True,
         bf16=use_cuda and torch.cuda.is_bf16_supported(), disable_dropout=True,
         scale_rewards="group",
-        **({} if gradient_checkpointing is None else {"gradient_checkpointing": gradient_checkpointing}),
+        **({} if s.gradient_checkpointing is None else {"gradient_checkpointing": s.gradient_checkpointing}),
     )
     single_process_args(args)
     peft_config = None
-    if lora:
+    if s.lora:
         peft = require("peft", "train")
-        peft_config = peft.LoraConfig(r=lora_r, lora_alpha=2 * lora_r, lora_dropout=0.0,
+        peft_config = peft.LoraConfig(r=s.lora_r, lora_alpha=2 * s.lora_r, lora_dropout=0.0,
                                       target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = trl.GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
-                              processing_class=tokenizer, peft_config=peft_config)
+                              processing_class=tokenizer, peft_config=peft_config,
+                              callbacks=[_step_reporter(transformers, on_progress)] if on_progress else None)
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # it prints every log to stdout
     t_train = time.time()
     trainer.train()
     train_s = time.time() - t_train
@@ -390,7 +344,7 @@ def train_rl(
     if not is_main_process():  # other ranks of a launched run: rank 0 saves, samples and grades
         return RLResult({"rank": int(os.environ.get("RANK", "0")), "train_time_s": round(train_s, 3)}, None, out)
     trained = trainer.model
-    if lora:
+    if s.lora:
         trained = trained.merge_and_unload()
     policy_dir = out / "policy"
     trained.save_pretrained(policy_dir)
@@ -404,7 +358,7 @@ def train_rl(
     release_gpu_memory()
 
     summary: dict[str, Any] = {
-        "config": asdict(cfg), "train_items": len(train_items), "heldout_items": len(held),
+        "config": cfg, "train_items": len(train_items), "heldout_items": len(held),
         "reward": {"calls": reward.stats.calls, "scored": reward.stats.scored, "invalid": reward.stats.invalid,
                    "batch_means": reward.stats.means},
         "log_history": history, "train_time_s": round(train_s, 3), "policy_dir": str(policy_dir),
@@ -415,13 +369,14 @@ def train_rl(
         from prbench.engines.transformers_engine import TransformersEngine
 
         common: dict[str, Any] = {
-            "n": eval_n, "condition": policy_condition, "top_k": top_k, "retriever": retriever,
-            "temperature": eval_temperature, "top_p": top_p if eval_temperature > 0 else 1.0,
-            "max_new_tokens": eval_max_new_tokens, "max_words": max_words, "seed": seed}
+            "n": s.eval_n, "condition": s.policy_condition, "top_k": s.top_k, "retriever": s.retriever,
+            "temperature": s.eval_temperature, "top_p": s.top_p if s.eval_temperature > 0 else 1.0,
+            "max_new_tokens": s.eval_max_new_tokens, "max_words": s.max_words, "prompt_file": s.prompt_file,
+            "seed": s.seed}
         trained_ss = sample_policy(TransformersEngine(str(policy_dir), device=device), held, out / "eval_samples",
                                    overwrite=True, **common)
         base_ss = sample_policy(TransformersEngine(source, device=device), held, out / "base_samples",
-                                overwrite=True, **common) if compare_base else None
+                                overwrite=True, **common) if s.compare_base else None
         release_gpu_memory()  # the sampling engines are gone before the grader (maybe vLLM) starts
         grader_obj = grader if isinstance(grader, Grader) else load_grader(
             grader, cache=Cache(namespace="grades"), **grader_options)
@@ -429,11 +384,11 @@ def train_rl(
         base_item: dict[str, float] = _grade_samples(base_ss, grader_obj) if base_ss is not None else {}
         if per_item:
             vals = np.array(list(per_item.values()))
-            lo, hi = metrics.bootstrap_ci(vals, seed=seed, n_boot=n_boot)
+            lo, hi = metrics.bootstrap_ci(vals, seed=s.seed, n_boot=s.n_boot)
             shared = sorted(set(per_item) & set(base_item))
             extra: dict[str, Any] = {
-                "condition": condition, "policy": policy, "steps": steps, "heldout_items": len(held),
-                "n_excluded": {"invalid_grade": len(held) - len(per_item)}, "eval_n": eval_n,
+                "condition": s.condition, "policy": policy, "steps": s.steps, "heldout_items": len(held),
+                "n_excluded": {"invalid_grade": len(held) - len(per_item)}, "eval_n": s.eval_n,
                 "reward_invalid": reward.stats.invalid, "ci": "percentile bootstrap over items, 95%",
             }
             if base_item:
@@ -441,7 +396,7 @@ def train_rl(
                 extra["base"] = {"mean": float(np.mean(list(base_item.values()))), "n_items": len(base_item),
                                  "per_item": base_item}
                 if diff.size:
-                    dlo, dhi = metrics.bootstrap_ci(diff, seed=seed, n_boot=n_boot)
+                    dlo, dhi = metrics.bootstrap_ci(diff, seed=s.seed, n_boot=s.n_boot)
                     extra["gain_vs_base"] = {"mean": float(diff.mean()), "ci_low": dlo, "ci_high": dhi,
                                              "n_items": int(diff.size)}
             result = DownstreamResult(

@@ -48,7 +48,7 @@ def suggested_spec(folder: str) -> str | None:
     return None
 
 
-def _wrong_prefix(prefix: str, folder: str, kind: str) -> SpecError:
+def wrong_prefix(prefix: str, folder: str, kind: str) -> SpecError:
     return SpecError(f"{prefix}:{folder}: this folder holds a {kind} model written by `{_TRAINED_BY.get(kind, 'prbench')}`, "
                      f"which {prefix}: cannot read; use {suggested_spec(folder)}")
 
@@ -62,40 +62,4 @@ def check_classifier_folder(rest: str, prefix: str = "hf") -> None:
     check_ref(rest, prefix)
     kind = trained_kind(rest)
     if kind in HEAD_KINDS:
-        raise _wrong_prefix(prefix, rest, kind)
-
-
-def load_bt(rest: str, **options: Any):
-    """A head over a frozen encoder loads like PAL (same file format); a full model as a classifier."""
-    from prbench.hub import require_folder
-
-    require_folder(rest, "bt")
-    if trained_kind(rest) in HEAD_KINDS:
-        from prbench.rewards.pal import PALReward
-
-        return PALReward(rest, spec=f"bt:{rest}", **options)
-    from prbench.rewards.classifier import SequenceClassifierRM
-
-    return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)
-
-
-def load_pal(rest: str, **options: Any):
-    """`pal:<dir>`: a PAL or context-BT head folder; a full BT classifier folder names its spec."""
-    from prbench.hub import require_folder
-
-    require_folder(rest, "pal")
-    kind = trained_kind(rest)
-    if kind == "bt":
-        raise _wrong_prefix("pal", rest, kind)
-    from prbench.rewards.pal import PALReward
-
-    return PALReward(rest, spec=f"pal:{rest}", **options)
-
-
-def _pal_class(rest: str):
-    from prbench.rewards.pal import PALReward
-
-    return PALReward
-
-
-load_pal.model_class = _pal_class  # type: ignore[attr-defined]  (capabilities without loading weights)
+        raise wrong_prefix(prefix, rest, kind)

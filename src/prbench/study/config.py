@@ -19,9 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
-from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings
+from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings, RLSettings
 from prbench.errors import DataError, PrbenchError, SpecError
-from prbench.study.personalize import PersonalizeStage
 
 Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta", "report"]
 STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta",
@@ -124,14 +123,12 @@ class BonStage(_Strict):
     grader: str
 
 
-class RLStage(_Strict):
+class RLStage(RLSettings):
+    """The study's `rl` section: the driver's own settings (one default each) plus what it trains."""
+
     policy: str
     rms: list[str]
-    condition: str = "profile"
-    steps: Count(10**6) = 2
     grader: str | None = None
-    limit: Limit = None
-    options: dict[str, Any] = Field(default_factory=dict)
 
 
 class RGDStage(RGDSettings):
@@ -145,6 +142,24 @@ class RGDStage(RGDSettings):
 class PolicyAccuracyStage(PolicyAccuracySettings):
     policy: str
     rms: list[str]
+
+
+FAST_METHODS = ["lore", "vpl", "pal", "context-bt"]
+
+
+class PersonalizeStage(BaseModel):
+    """The study's `personalize` section: which personalized-RM methods to train and compare."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str | None = None  # training pairs; default: the study's data
+    methods: list[str] = Field(default_factory=lambda: list(FAST_METHODS))
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)  # method -> config options
+    condition: str = "profile"
+    ks: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 8, 16])
+    draws: int = Field(5, ge=1, le=100)
+    holdout_users: float = Field(0.25, gt=0, lt=1)
+    holdout_items: float = Field(0.5, gt=0, lt=1)
 
 
 class StudyConfig(_Strict):

@@ -6,35 +6,18 @@ users, the k-shot curve and the controls, and saves the final model under
 `<out>/personalize/<method>/`. The stage writes `comparison.json` and `comparison.csv`
 (one row per method: train, seen, unseen k = 0 and at the largest k, worst decile, gaps,
 controls) and names the method with the best unseen-user accuracy at k = 0.
-This module imports nothing of `prbench.study` at load time (the config imports its schema).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from prbench.study.config import PersonalizeStage
 
 if TYPE_CHECKING:
     from prbench.study.context import PlannedRun, StudyContext
-
-FAST_METHODS = ["lore", "vpl", "pal", "context-bt"]
-
-
-class PersonalizeStage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    data: str | None = None  # training pairs; default: the study's data
-    methods: list[str] = Field(default_factory=lambda: list(FAST_METHODS))
-    options: dict[str, dict[str, Any]] = Field(default_factory=dict)  # method -> config options
-    condition: str = "profile"
-    ks: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 8, 16])
-    draws: int = Field(5, ge=1, le=100)
-    holdout_users: float = Field(0.25, gt=0, lt=1)
-    holdout_items: float = Field(0.5, gt=0, lt=1)
-
 
 def _section(ctx: StudyContext) -> PersonalizeStage:
     return ctx.cfg.personalize or PersonalizeStage()

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench.config import PolicyAccuracySettings, RGDSettings
+from prbench.config import PolicyAccuracySettings, RGDSettings, RLSettings
 from prbench.evaluate import evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
@@ -214,26 +214,22 @@ def run_bon(ctx: StudyContext) -> None:
 
 # -- RL -------------------------------------------------------------------------------------
 def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
-    r = ctx.cfg.rl
-    per_step = 2 * r.options.get("num_generations", 4)
-    return [PlannedRun("rl", f"GRPO {r.policy} with {spec} ({r.steps} steps)", r.steps * per_step,
-                       r.steps * per_step * (_input_tokens(r.condition, ctx.cfg.top_k) + 160)) for spec in r.rms]
+    r = study_defaults(ctx, ctx.cfg.rl, RLSettings)
+    answers = r.steps * r.prompts_per_step * r.num_generations
+    return [PlannedRun("rl", f"GRPO {ctx.cfg.rl.policy} with {spec} ({r.steps} steps)", answers,
+                       answers * (_input_tokens(r.condition, r.top_k) + r.max_completion_length))
+            for spec in ctx.cfg.rl.rms]
 
 
 @stage("rl", _plan_rl)
 def run_rl(ctx: StudyContext) -> None:
     from prbench.downstream.rl import train_rl
 
-    r = ctx.cfg.rl
-    done = []
-    options = dict(r.options)  # the config stays as written (a second RM must see the same options)
-    split = options.pop("split", "test")
-    for spec in r.rms:
-        res = train_rl(r.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)), grader=r.grader,
-                       condition=r.condition, steps=r.steps, seed=ctx.cfg.seed, limit=r.limit or ctx.cfg.limit,
-                       split=split, rm_options=_options_of(ctx, spec), **options)
-        done.append(str(getattr(res, "path", "")))
-    ctx.outputs["rl"] = done
+    section = ctx.cfg.rl
+    settings = study_defaults(ctx, section, RLSettings)
+    ctx.outputs["rl"] = [str(train_rl(section.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)),
+                                      settings=settings, grader=section.grader,
+                                      rm_options=_options_of(ctx, spec)).path) for spec in section.rms]
 
 
 # -- reward-guided decoding and policy accuracy ---------------------------------------------

@@ -1,0 +1,43 @@
+"""Loaders of the folders `prbench train` writes: `bt:<dir>` and `pal:<dir>` (see `folders`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prbench.rewards.folders import HEAD_KINDS, trained_kind, wrong_prefix
+
+
+def load_bt(rest: str, **options: Any):
+    """A head over a frozen encoder loads like PAL (same file format); a full model as a classifier."""
+    from prbench.hub import require_folder
+
+    require_folder(rest, "bt")
+    if trained_kind(rest) in HEAD_KINDS:
+        from prbench.rewards.pal import PALReward
+
+        return PALReward(rest, spec=f"bt:{rest}", **options)
+    from prbench.rewards.classifier import SequenceClassifierRM
+
+    return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)
+
+
+def load_pal(rest: str, **options: Any):
+    """`pal:<dir>`: a PAL or context-BT head folder; a full BT classifier folder names its spec."""
+    from prbench.hub import require_folder
+
+    require_folder(rest, "pal")
+    kind = trained_kind(rest)
+    if kind == "bt":
+        raise wrong_prefix("pal", rest, kind)
+    from prbench.rewards.pal import PALReward
+
+    return PALReward(rest, spec=f"pal:{rest}", **options)
+
+
+def _pal_class(rest: str):
+    from prbench.rewards.pal import PALReward
+
+    return PALReward
+
+
+load_pal.model_class = _pal_class  # type: ignore[attr-defined]  (capabilities without loading weights)
