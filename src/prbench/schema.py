@@ -85,6 +85,13 @@ class RubricAspect(_Record):
     _aspect = field_validator("aspect")(_nonblank)
 
 
+def one_of(value: str, choices: tuple[str, ...], what: str) -> str:
+    """`value` if it is one of `choices`, else the ValueError a pydantic validator reports in one line."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r} (use {', '.join(choices)})")
+    return value
+
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -97,9 +104,7 @@ class Message(_Record):
     @field_validator("role")
     @classmethod
     def _role(cls, value: str) -> str:
-        if value not in ROLES:
-            raise ValueError(f"unknown role {value!r} (use {', '.join(ROLES)})")
-        return value
+        return one_of(value, ROLES, "role")
 
 
 class HistoryPair(_Record):

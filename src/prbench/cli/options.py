@@ -37,13 +37,6 @@ class RMView(Retrieval):
     mode: str | None = opt(None, "Judges: must be pointwise.")
 
 
-class UserView(Retrieval):
-    """What a trained RM sees of each user, and the seed of its training (`prbench train` methods)."""
-
-    condition: str = opt("profile", "What the RM sees of the user: none, profile, planner, oracle.", "-c")
-    seed: int = ItemSelection.model_fields["seed"]  # the same option, declared once
-
-
 # The aliases below that other commands use take their help from these groups: one text per option.
 _HELP = {name: f.description for group in (ItemSelection, RMView) for name, f in group.model_fields.items()}
 

@@ -17,12 +17,21 @@ from prbench.cli.options import (
     Json,
     Out,
     Seed,
-    UserView,
     settings_command,
     split_csv,
 )
 from prbench.cli.output import emit_json, table
-from prbench.config import Settings, opt
+from prbench.config import (
+    ENCODER,
+    ContextBTConfig,
+    FinetuneConfig,
+    LoReConfig,
+    MethodView,
+    PALConfig,
+    Settings,
+    VPLConfig,
+    opt,
+)
 from prbench.errors import PrbenchError
 
 app = typer.Typer(help="Train personalized reward models. LoRe, VPL, fine-tuning, BT or PAL; with no method, the "
@@ -31,8 +40,9 @@ app = typer.Typer(help="Train personalized reward models. LoRe, VPL, fine-tuning
 Epochs = Annotated[float | None, typer.Option(help="Training epochs (default depends on the model).")]
 Lr = Annotated[float | None, typer.Option(help="Learning rate (default depends on the model).")]
 BatchSize = Annotated[int | None, typer.Option(help="Pairs per optimisation step (default depends on the model).")]
+AdaptData = Annotated[str | None, typer.Option(
+    help="Pairs of new users: their mixture weights are fitted (few-shot) and saved with the model.")]
 PlannerFile = Annotated[Path | None, typer.Option(help="Planner output (JSONL id -> aspects) for --condition planner.")]
-Encoder = Annotated[str, typer.Option(help="Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers dir.")]
 
 
 def _load(data: str, eval_data: str | None, format_: str | None = None):
@@ -144,8 +154,7 @@ def default(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
     format_: Format = None,
     seed: Seed = 0,
-    encoder: Annotated[str, typer.Option(help="Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers "
-                                              "dir.")] = "builtin:minilm-l6",
+    encoder: Annotated[str, typer.Option(help=ContextBTConfig.model_fields["encoder"].description)] = ENCODER,
     json_out: Json = False,
 ) -> None:
     """With no method: train the recommended method (see `prbench.train.methods.DEFAULT_METHOD`)."""
@@ -165,11 +174,11 @@ def default(
 
 
 @app.command()
-@settings_command(view=UserView, check=Check)
+@settings_command(view=MethodView, check=Check)
 def bt(
     data: Data,
     out: Out,
-    view: UserView,
+    view: MethodView,
     check: Check,
     format_: Format = None,
     base_model: Annotated[str | None, typer.Option(
@@ -184,7 +193,7 @@ def bt(
     max_length: Annotated[int, typer.Option(help="Token limit per input; longer pairs are an error.")] = 2048,
     max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
     planner_file: PlannerFile = None,
-    encoder: Encoder = "builtin:minilm-l6",
+    encoder: Annotated[str, typer.Option(help=ContextBTConfig.model_fields["encoder"].description)] = ENCODER,
     device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
@@ -219,107 +228,38 @@ def bt(
 
 
 @app.command()
-@settings_command(check=Check)
-def pal(
-    data: Data,
-    out: Out,
-    check: Check,
-    format_: Format = None,
-    arch: Annotated[str, typer.Option(help="pal-a (ideal points) or pal-b (mixture of projections).")] = "pal-a",
-    k_prototypes: Annotated[int, typer.Option(help="Number of prototypes K.")] = 8,
-    dim: Annotated[int, typer.Option(help="Dimension of the preference space.")] = 32,
-    hidden: Annotated[int, typer.Option(help="Hidden units of the projection (0: linear).")] = 0,
-    adapt_data: Annotated[str | None, typer.Option(
-        help="Pairs of new users: their mixture weights are fitted (few-shot) and saved with the model.")] = None,
-    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 40,
-    lr: Lr = None,
-    batch_size: BatchSize = None,
-    seed: Seed = 0,
-    encoder: Encoder = "builtin:minilm-l6",
-    json_out: Json = False,
-) -> None:
+@settings_command(settings=PALConfig, check=Check)
+def pal(data: Data, out: Out, settings: PALConfig, check: Check, format_: Format = None, adapt_data: AdaptData = None,
+        json_out: Json = False) -> None:
     """Train PAL on (user, prompt, chosen, rejected) pairs. Evaluate the folder as pal:OUT."""
     from prbench.data.pairs import load_pairs
 
-    options = {"arch": arch, "k_prototypes": k_prototypes, "dim": dim, "hidden": hidden, "epochs": epochs, "lr": lr,
-               "batch_size": batch_size, "seed": seed, "encoder": encoder}
     extra = {"adapt_pairs": load_pairs(adapt_data)} if adapt_data else {}
-    _run("pal", data, out, options, check, json_out, format_=format_, **extra)
-
-
-Rank = Annotated[int, typer.Option(help="Number of basis rewards B (rank of V).")]
+    _run("pal", data, out, settings.model_dump(), check, json_out, format_=format_, **extra)
 
 
 @app.command()
-@settings_command(view=UserView, check=Check)
-def lore(
-    data: Data,
-    out: Out,
-    view: UserView,
-    check: Check,
-    format_: Format = None,
-    prior: Annotated[str, typer.Option(help="profile: user weights inferred from the shown posts (+ k-shot offsets); "
-                                            "none: free per-user weights (LoRe as published).")] = "profile",
-    rank: Rank = 16,
-    epochs: Annotated[int | None, typer.Option(help="Training epochs (default 60).")] = None,
-    lr: Lr = None,
-    offset_l2: Annotated[float | None, typer.Option(help="Pull of a user's offset toward the profile prior.")] = None,
-    encoder: Encoder = "builtin:minilm-l6",
-    json_out: Json = False,
-) -> None:
+@settings_command(settings=LoReConfig, check=Check)
+def lore(data: Data, out: Out, settings: LoReConfig, check: Check, format_: Format = None,
+         json_out: Json = False) -> None:
     """Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."""
-    options = {**view.model_dump(), "prior": prior, "rank": rank, "epochs": epochs, "lr": lr, "offset_l2": offset_l2,
-               "encoder": encoder}
-    _run("lore", data, out, options, check, json_out, format_=format_)
+    _run("lore", data, out, settings.model_dump(), check, json_out, format_=format_)
 
 
 @app.command()
-@settings_command(view=UserView, check=Check)
-def vpl(
-    data: Data,
-    out: Out,
-    view: UserView,
-    check: Check,
-    format_: Format = None,
-    latent: Annotated[int, typer.Option(help="Dimension of the user latent z.")] = 16,
-    beta: Annotated[float, typer.Option(help="Weight of the KL term.")] = 0.01,
-    max_shots: Annotated[int, typer.Option(help="Most labelled pairs in a training context.")] = 8,
-    steps: Annotated[int | None, typer.Option(help="Optimisation steps (one episode per user each; default 300).")] = None,
-    lr: Lr = None,
-    encoder: Encoder = "builtin:minilm-l6",
-    json_out: Json = False,
-) -> None:
+@settings_command(settings=VPLConfig, check=Check)
+def vpl(data: Data, out: Out, settings: VPLConfig, check: Check, format_: Format = None,
+        json_out: Json = False) -> None:
     """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
-    options = {**view.model_dump(), "latent": latent, "beta": beta, "max_shots": max_shots, "steps": steps, "lr": lr,
-               "encoder": encoder}
-    _run("vpl", data, out, options, check, json_out, format_=format_)
+    _run("vpl", data, out, settings.model_dump(), check, json_out, format_=format_)
 
 
 @app.command()
-@settings_command(view=UserView, check=Check)
-def finetune(
-    data: Data,
-    out: Out,
-    view: UserView,
-    check: Check,
-    format_: Format = None,
-    base_model: Annotated[str, typer.Option(
-        help="builtin:minilm-l6 (encoder), builtin:smollm2 (decoder) or a local model folder.")] = "builtin:minilm-l6",
-    lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help="LoRA (default: for decoders only).")] = None,
-    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 8,
-    epochs: Epochs = None,
-    lr: Lr = None,
-    batch_size: BatchSize = None,
-    max_length: Annotated[int | None, typer.Option(help="Token limit (default 512 encoders, 1024 decoders).")] = None,
-    max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
-    top_k: Annotated[int | None, typer.Option(help="Profile posts shown (default 4 encoders, 10 decoders).")] = None,
-    json_out: Json = False,
-) -> None:
+@settings_command(settings=FinetuneConfig, check=Check)
+def finetune(data: Data, out: Out, settings: FinetuneConfig, check: Check, format_: Format = None,
+             json_out: Json = False) -> None:
     """Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."""
-    options = {**view.model_dump(), "base_model": base_model, "lora": lora, "lora_r": lora_r, "epochs": epochs,
-               "lr": lr, "batch_size": batch_size, "max_length": max_length, "max_steps": max_steps,
-               "top_k": top_k}  # its own --top-k: the view's default 10 does not apply
-    _run("finetune", data, out, options, check, json_out, format_=format_)
+    _run("finetune", data, out, settings.model_dump(), check, json_out, format_=format_)
 
 
 def synth_users(

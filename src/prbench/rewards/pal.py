@@ -43,13 +43,14 @@ import numpy as np
 
 from prbench.cache import Cache, content_key
 from prbench.conditions import View
+from prbench.config import ENCODER
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 
 ARCHS = ("pal-a", "pal-b", "context-bt")
-DEFAULT_ENCODER = "builtin:minilm-l6"
+DEFAULT_ENCODER = ENCODER
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 
 # --------------------------------------------------------------------------- frozen encoder

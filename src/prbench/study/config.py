@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings, RLSettings
 from prbench.errors import DataError, PrbenchError, SpecError
+from prbench.schema import one_of
 
 Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta", "report"]
 STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta",
@@ -60,9 +61,7 @@ class _Strict(BaseModel):
     @field_validator("condition", check_fields=False)
     @classmethod
     def _known_condition(cls, v: str) -> str:
-        if v not in CONDITIONS:
-            raise ValueError(f"unknown condition {v!r} (use {', '.join(CONDITIONS)})")
-        return v
+        return one_of(v, CONDITIONS, "condition")
 
     @field_validator("options", check_fields=False)
     @classmethod
@@ -84,8 +83,7 @@ class ModelEntry(_Strict):
     @classmethod
     def _known(cls, v: list[str] | None) -> list[str] | None:
         for c in v or []:
-            if c not in ALL_CONDITIONS:
-                raise ValueError(f"unknown condition {c!r} (use {', '.join(ALL_CONDITIONS)})")
+            one_of(c, ALL_CONDITIONS, "condition")
         return v
 
 

@@ -128,21 +128,10 @@ class Fault:
     def delay(cls, seconds: float) -> Fault:
         return cls("delay", seconds=seconds)
 
-    @classmethod
-    def malformed(cls) -> Fault:
-        return cls("malformed")
-
-    @classmethod
-    def truncated(cls) -> Fault:
-        return cls("truncated")
-
-    @classmethod
-    def short_body(cls) -> Fault:
-        return cls("short_body")
-
-    @classmethod
-    def reset(cls) -> Fault:
-        return cls("reset")
+    malformed = classmethod(lambda cls: cls("malformed"))  # a 200 whose body is not JSON
+    truncated = classmethod(lambda cls: cls("truncated"))  # half of the JSON body, honestly framed
+    short_body = classmethod(lambda cls: cls("short_body"))  # Content-Length promises more than is sent
+    reset = classmethod(lambda cls: cls("reset"))  # TCP RST, nothing written
 
 
 def per_prompt(fault: Fault, times: int = 1, key: Callable[[dict[str, Any]], str] | None = None) -> FaultFn:
@@ -700,16 +689,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve(
-    reply_fn: ReplyFn | None = None,
-    faults: FaultSpec = None,
-    model: str = "fake-model",
-    logprob_fn: Callable[[str], float] = fake_logprob,
-    top_logprobs_fn: Callable[[dict[str, Any], str], list[tuple[str, float]]] | None = None,
-    provider: str | None = None,
-) -> Iterator[OpenAIServer]:
-    """Run an `OpenAIServer` on 127.0.0.1 (ephemeral port) for the duration of the block."""
-    server = OpenAIServer(reply_fn, faults, model, logprob_fn, top_logprobs_fn, provider).start()
+def serve(reply_fn: ReplyFn | None = None, **options: Any) -> Iterator[OpenAIServer]:
+    """Run an `OpenAIServer(reply_fn, **options)` on 127.0.0.1 (ephemeral port) for the block."""
+    server = OpenAIServer(reply_fn, **options).start()
     try:
         yield server
     finally:

@@ -49,6 +49,25 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def start_training(fn_name: str, pairs: Sequence[Any], seed: int, encoder: str, cache: Any) -> Any:
+    """What each frozen-encoder method does first: refuse no pairs, seed everything, open the encoder."""
+    from prbench.errors import PrbenchError
+    from prbench.rewards.pal import Embedder
+
+    if not pairs:
+        raise PrbenchError(f"{fn_name}: no training pairs")
+    seed_everything(seed)
+    return Embedder(encoder, cache=cache)
+
+
+def user_index(pairs: Sequence[Any]) -> tuple[list[str], dict[str, int]]:
+    """The users of `pairs` in first-seen order, and each one's row."""
+    from prbench.data.pairs import users_of
+
+    users = users_of(pairs)
+    return users, {u: i for i, u in enumerate(users)}
+
+
 def write_log(out: Path, records: Sequence[dict[str, Any]]) -> None:
     """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends)."""
     out.mkdir(parents=True, exist_ok=True)

@@ -26,12 +26,12 @@ from typing import Any
 from prbench import __version__
 from prbench.cache import Cache
 from prbench.conditions import View, build_view
+from prbench.config import ContextBTConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.pal import (
-    DEFAULT_ENCODER,
     Embedder,
     build_model,
     context_items,
@@ -45,8 +45,8 @@ from prbench.train import (
     is_main_process,
     pair_accuracy,
     pin_device,
-    seed_everything,
     single_process_args,
+    start_training,
     write_log,
 )
 
@@ -85,24 +85,6 @@ def _view_options(cfg: Any, planner: Any, cache: Cache | None) -> dict[str, Any]
 # --------------------------------------------------------------------------- context BT head
 
 
-@dataclass
-class ContextBTConfig:
-    """The frozen-encoder BT head (arch `context-bt`)."""
-
-    condition: str = "profile"
-    retriever: str = "bm25"
-    top_k: int = 10
-    max_context_chars: int | None = None
-    dim: int = 128
-    hidden: int = 64
-    epochs: int = 20
-    lr: float = 1e-3
-    batch_size: int = 64
-    weight_decay: float = 0.0
-    seed: int = 0
-    encoder: str = DEFAULT_ENCODER
-
-
 class _ViewBatch:
     """Embedded (question, chosen, rejected, context items) of a list of pairs and their views."""
 
@@ -138,10 +120,7 @@ def train_context_bt(
     import torch
 
     cfg = config or ContextBTConfig()
-    if not pairs:
-        raise PrbenchError("train_context_bt: no training pairs")
-    seed_everything(cfg.seed)
-    embed = Embedder(cfg.encoder, cache=cache)
+    embed = start_training("train_context_bt", pairs, cfg.seed, cfg.encoder, cache)
     view_kw = _view_options(cfg, planner, cache)
     train = _ViewBatch(embed, pairs, pair_views(pairs, cfg.condition, **view_kw))
     model_cfg: dict[str, Any] = {"arch": "context-bt", "encoder": cfg.encoder, "embed_dim": int(train.q.shape[1]),
@@ -166,7 +145,7 @@ def train_context_bt(
     model.eval()
     model_cfg.update({"condition": cfg.condition, "retriever": cfg.retriever, "top_k": cfg.top_k,
                       "train_users": list(dict.fromkeys(p.user_id for p in pairs)),
-                      "train": {**asdict(cfg), "pairs": len(pairs), "prbench": __version__}})
+                      "train": {**cfg.model_dump(), "pairs": len(pairs), "prbench": __version__}})
     out = save_folder(out, model_cfg, model)
     write_log(out, log)
     return TrainResult(out, log)

@@ -15,29 +15,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from prbench.cache import Cache
+from prbench.config import FinetuneConfig
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
 from prbench.train import TrainResult
-
-
-@dataclass
-class FinetuneConfig:
-    base_model: str = "builtin:minilm-l6"
-    condition: str = "profile"
-    retriever: str = "bm25"
-    top_k: int | None = None  # None: 4 for encoders, 10 for decoders
-    epochs: float = 1.0  # 2 epochs took 981 s on 400 pairs on a loaded 2-core CPU (RESULTS_methods.md)
-    lr: float | None = None  # None: 5e-5 full fine-tuning, 2e-4 LoRA
-    batch_size: int = 8
-    max_length: int | None = None  # None: 512 encoders, 1024 decoders
-    lora: bool | None = None  # None: LoRA for decoders, full fine-tuning for encoders
-    lora_r: int = 8
-    max_steps: int = -1
-    seed: int = 0
 
 
 def resolve_base(name: str) -> str:

@@ -10,39 +10,18 @@ Saves a folder that loads as `lore:<dir>`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from prbench import __version__
 from prbench.cache import Cache
-from prbench.data.pairs import PreferencePair, users_of
+from prbench.config import LoReConfig
+from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.heads import save_head
 from prbench.rewards.lore import build_lore, fit_offsets, post_means
-from prbench.rewards.pal import DEFAULT_ENCODER, Embedder, context_items
-from prbench.train import TrainResult, fit_pairwise, pair_accuracy, seed_everything, write_log
-
-
-@dataclass
-class LoReConfig:
-    """LoRe hyper-parameters (defaults chosen on held-out synthetic users, see docs/readme/methods.md)."""
-
-    prior: str = "profile"
-    rank: int = 16
-    condition: str = "profile"
-    retriever: str = "bm25"
-    top_k: int = 10
-    epochs: int = 60
-    lr: float = 5e-3
-    user_lr: float = 5e-2  # prior "none": the free user logits
-    batch_size: int = 64
-    weight_decay: float = 1e-4
-    offset_l2: float = 0.1  # pull of a user's offset to 0 (to the profile prior)
-    offset_steps: int = 200
-    offset_lr: float = 0.1
-    seed: int = 0
-    encoder: str = DEFAULT_ENCODER
+from prbench.rewards.pal import context_items
+from prbench.train import TrainResult, fit_pairwise, pair_accuracy, start_training, user_index, write_log
 
 
 def train_lore(pairs: Sequence[PreferencePair], out: str | Path, config: LoReConfig | None = None, *,
@@ -52,13 +31,9 @@ def train_lore(pairs: Sequence[PreferencePair], out: str | Path, config: LoReCon
     from prbench.train.bt import pair_views
 
     cfg = config or LoReConfig()
-    if not pairs:
-        raise PrbenchError("train_lore: no training pairs")
     condition = cfg.condition if cfg.prior == "profile" else "none"
-    seed_everything(cfg.seed)
-    embed = Embedder(cfg.encoder, cache=cache)
-    users = users_of(pairs)
-    index = {u: i for i, u in enumerate(users)}
+    embed = start_training("train_lore", pairs, cfg.seed, cfg.encoder, cache)
+    users, index = user_index(pairs)
     yc = torch.from_numpy(embed([p.chosen for p in pairs]))
     yr = torch.from_numpy(embed([p.rejected for p in pairs]))
     views = pair_views(pairs, condition, retriever=cfg.retriever, top_k=cfg.top_k) if condition != "none" else []
@@ -100,7 +75,7 @@ def train_lore(pairs: Sequence[PreferencePair], out: str | Path, config: LoReCon
         log[-1]["accuracy_with_offsets"] = fitted
     model_cfg.update({"condition": condition, "retriever": cfg.retriever, "top_k": cfg.top_k,
                       "offset_l2": cfg.offset_l2,
-                      "train": {**asdict(cfg), "pairs": len(pairs), "users": len(users), "prbench": __version__}})
+                      "train": {**cfg.model_dump(), "pairs": len(pairs), "users": len(users), "prbench": __version__}})
     out = save_head(out, model_cfg, model, kind="lore")
     write_log(out, log)
     return TrainResult(out, log)

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ DEFAULT_METHOD = "lore"
 class Method:
     name: str
     train: str  # "module:function"
-    config: str  # "module:Class"
+    config: str  # "module:Class", a `prbench.config.Settings` model
     spec: str  # the RM prefix its folder loads with
     refit: bool = True
 
@@ -48,27 +48,23 @@ class Method:
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("lore", "prbench.train.lore:train_lore", "prbench.train.lore:LoReConfig", "lore"),
-    Method("vpl", "prbench.train.vpl:train_vpl", "prbench.train.vpl:VPLConfig", "vpl"),
-    Method("pal", "prbench.train.pal:train_pal", "prbench.train.pal:PALConfig", "pal"),
-    Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.train.bt:ContextBTConfig", "pal"),
-    Method("finetune", "prbench.train.finetune:train_finetune", "prbench.train.finetune:FinetuneConfig", "finetune",
+    Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore"),
+    Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl"),
+    Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal"),
+    Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal"),
+    Method("finetune", "prbench.train.finetune:train_finetune", "prbench.config:FinetuneConfig", "finetune",
            refit=False),
 )}
 
 
 def make_config(method: str, options: dict[str, Any]) -> Any:
-    """The method's config dataclass with `options` set; an unknown option names the known ones."""
+    """The method's settings with `options` set (None: the default); an unknown option names the closest."""
     if method not in METHODS:
         from prbench.registry import Registry
 
         raise PrbenchError(Registry("training method", "-", dict.fromkeys(METHODS, "")).unknown(method))
     _, cls = METHODS[method].load()
-    known = {f.name for f in fields(cls)}
-    bad = sorted(set(options) - known)
-    if bad:
-        raise PrbenchError(f"{method}: unknown option(s) {', '.join(bad)} (known: {', '.join(sorted(known))})")
-    return replace(cls(), **{k: v for k, v in options.items() if v is not None})
+    return cls.build(**{k: v for k, v in options.items() if v is not None})
 
 
 def spec_for(method: str, folder: str | Path) -> str:

@@ -10,7 +10,6 @@ The saved folder (config.json + model.safetensors) loads as `pal:<dir>`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,30 +17,11 @@ import numpy as np
 
 from prbench import __version__
 from prbench.cache import Cache
+from prbench.config import PALConfig
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
-from prbench.rewards.pal import DEFAULT_ENCODER, Embedder, build_model, fit_mixture, save_folder
-from prbench.train import TrainResult, fit_pairwise, pair_accuracy, seed_everything, write_log
-
-
-@dataclass
-class PALConfig:
-    """PAL hyper-parameters. `user_lr` is larger than `lr`: user logits get few gradient signals."""
-
-    arch: str = "pal-a"
-    k_prototypes: int = 8
-    dim: int = 32
-    hidden: int = 0  # 0: linear projections (best held-out accuracy on small data); >0: one GELU layer
-    prompt_shift: bool = False
-    epochs: int = 40
-    lr: float = 3e-3
-    user_lr: float = 5e-2
-    batch_size: int = 64
-    weight_decay: float = 0.0
-    seed: int = 0
-    encoder: str = DEFAULT_ENCODER
-    adapt_steps: int = 200
-    adapt_lr: float = 0.1
+from prbench.rewards.pal import Embedder, build_model, fit_mixture, save_folder
+from prbench.train import TrainResult, fit_pairwise, pair_accuracy, start_training, user_index, write_log
 
 
 def _tensors(embed: Embedder, pairs: Sequence[PreferencePair]):
@@ -72,12 +52,8 @@ def train_pal(
     cfg = config or PALConfig()
     if cfg.arch not in ("pal-a", "pal-b"):
         raise PrbenchError(f"PAL arch must be pal-a or pal-b, got {cfg.arch!r}")
-    if not pairs:
-        raise PrbenchError("train_pal: no training pairs")
-    seed_everything(cfg.seed)
-    embed = Embedder(cfg.encoder, cache=cache)
-    users = users_of(pairs)
-    index = {u: i for i, u in enumerate(users)}
+    embed = start_training("train_pal", pairs, cfg.seed, cfg.encoder, cache)
+    users, index = user_index(pairs)
     x, c, r = _tensors(embed, pairs)
     model_cfg: dict[str, Any] = {
         "arch": cfg.arch, "encoder": cfg.encoder, "embed_dim": int(x.shape[1]), "hidden": cfg.hidden,
@@ -121,7 +97,7 @@ def train_pal(
     model_cfg.update({
         "condition": "user-id", "adapted_users": list(adapted),
         "example_users": {p.id: p.user_id for p in [*pairs, *adapt_pairs] if p.id},
-        "train": {**asdict(cfg), "pairs": len(pairs), "users": len(users), "prbench": __version__},
+        "train": {**cfg.model_dump(), "pairs": len(pairs), "users": len(users), "prbench": __version__},
     })
     out = save_folder(out, model_cfg, model)
     write_log(out, log)

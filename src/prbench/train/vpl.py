@@ -10,35 +10,17 @@ into the folder, so seen users are scored from all their pairs. Loads as `vpl:<d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from prbench import __version__
 from prbench.cache import Cache
-from prbench.data.pairs import PreferencePair, users_of
-from prbench.errors import PrbenchError
+from prbench.config import VPLConfig
+from prbench.data.pairs import PreferencePair
 from prbench.rewards.heads import save_head
-from prbench.rewards.pal import DEFAULT_ENCODER, Embedder, context_items, torch_threads
+from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.vpl import build_vpl
-from prbench.train import TrainResult, pair_accuracy, seed_everything, write_log
-
-
-@dataclass
-class VPLConfig:
-    condition: str = "profile"  # what each target pair's view shows (posts join the evidence set)
-    retriever: str = "bm25"
-    top_k: int = 10
-    hidden: int = 64
-    latent: int = 16
-    beta: float = 0.01
-    max_shots: int = 8
-    post_dropout: float = 0.25
-    steps: int = 300
-    lr: float = 3e-3
-    weight_decay: float = 1e-4
-    seed: int = 0
-    encoder: str = DEFAULT_ENCODER
+from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
 
 
 def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfig | None = None, *,
@@ -48,12 +30,8 @@ def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfi
     from prbench.train.bt import pair_views
 
     cfg = config or VPLConfig()
-    if not pairs:
-        raise PrbenchError("train_vpl: no training pairs")
-    seed_everything(cfg.seed)
-    embed = Embedder(cfg.encoder, cache=cache)
-    users = users_of(pairs)
-    index = {u: i for i, u in enumerate(users)}
+    embed = start_training("train_vpl", pairs, cfg.seed, cfg.encoder, cache)
+    users, index = user_index(pairs)
     n, n_users = len(pairs), len(users)
     yc = torch.from_numpy(embed([p.chosen for p in pairs]))
     yr = torch.from_numpy(embed([p.rejected for p in pairs]))
@@ -115,7 +93,7 @@ def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfi
             model.user_sum.copy_(member @ h)
             model.user_count.copy_(member.sum(1))
     model_cfg.update({"condition": cfg.condition, "retriever": cfg.retriever, "top_k": cfg.top_k,
-                      "train": {**asdict(cfg), "pairs": n, "users": n_users, "prbench": __version__}})
+                      "train": {**cfg.model_dump(), "pairs": n, "users": n_users, "prbench": __version__}})
     out = save_head(out, model_cfg, model, kind="vpl")
     write_log(out, log)
     return TrainResult(out, log)
