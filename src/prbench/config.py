@@ -12,11 +12,11 @@ its help text; `json_schema_extra={"cli": [...]}` names extra flags.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prbench.conditions import CONDITIONS
+from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.errors import PrbenchError
 from prbench.schema import one_of
 
@@ -63,6 +63,8 @@ class Settings(BaseModel):
             return cls(**values)
         except ValidationError as e:
             err = e.errors()[0]
+            if err["type"] == "value_error":  # our validators' messages name the field themselves
+                raise PrbenchError(err["msg"].removeprefix("Value error, ")) from None
             raise PrbenchError(f"{cls.__name__}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
@@ -77,6 +79,14 @@ class DataSpec(Settings):
                                        metavar="LIST")
     limit: int | None = count(None, "Keep at most N items.", MAX_ITEMS)
 
+    @field_validator("limit", mode="before")
+    @classmethod
+    def _whole_limit(cls, v: Any) -> Any:
+        """`--limit 0` and a study's `limit: 0` agree: an error (a 0-item "finished" run never happens)."""
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ValueError(f"limit must be a whole number >= 1 (or unset for every item), got {v!r}")
+        return v
+
 
 class ContextSpec(Settings):
     condition: str = opt("none", "What the RM sees: none, profile, planner, oracle, wrong-profile.", "-c",
@@ -86,10 +96,12 @@ class ContextSpec(Settings):
     max_context_chars: int | None = count(None, "Character budget for the user context.", 10**9)
     planner_file: str | None = opt(None, "Planner output (JSONL) for the planner condition.", metavar="PATH")
 
+    conditions: ClassVar[tuple[str, ...]] = CONDITIONS  # what this driver's `condition` may be
+
     @field_validator("condition")
     @classmethod
     def _known_condition(cls, v: str) -> str:
-        return one_of(v, CONDITIONS, "condition")
+        return one_of(v, cls.conditions, "condition")
 
 
 class PolicyPromptSpec(Settings):
@@ -165,6 +177,22 @@ class ICLSettings(DataSpec, RunSpec):
     batch_size: int = count(8, "Items generated together.", 65536)
     encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
                               metavar="SPEC")
+
+
+class EvalSettings(DataSpec, ContextSpec, RunSpec):
+    """One RM under one condition on one benchmark (`evaluate`, `prbench eval`, the study's eval stage)."""
+
+    conditions: ClassVar[tuple[str, ...]] = ALL_CONDITIONS
+    condition: str = opt("none", f"What the RM sees: {', '.join(ALL_CONDITIONS)}.", "-c", metavar="NAME")
+    format: str | None = opt(None, "Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: "
+                                   "detected). See `prbench data formats`.", "-F", metavar="NAME")
+    both_orders: bool = opt(False, "Pairwise judges: judge both orders; inconsistent = tie.")
+    batch_size: int = count(16, "Examples per model batch.", 65536)
+    workers: int = count(1, "Ray actors to shard examples over (one model load each).", 4096)
+    ray_address: str | None = opt(None, "Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).",
+                                  metavar="ADDRESS")
+    gpus_per_worker: float | None = opt(None, "GPUs per Ray actor (fractional ok; 0 for API judges; default: a "
+                                              "share of the cluster's).", ge=0)
 
 
 class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):

@@ -24,7 +24,8 @@ import numpy as np
 
 from prbench import __version__, interrupt, metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import ALL_CONDITIONS, build_view, read_planner_file
+from prbench.conditions import build_view, read_planner_file
+from prbench.config import EvalSettings
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.errors import PrbenchError
@@ -166,12 +167,6 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def check_limit(limit: object) -> None:
-    """`--limit 0` and a study's `limit: 0` agree: an error (a 0-item "finished" run never happens)."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise PrbenchError(f"limit must be a whole number >= 1 (or unset for every item), got {limit!r}")
-
-
 # -- driver ---------------------------------------------------------------------------------
 def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
     """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
@@ -183,40 +178,28 @@ def run_path(out: str | Path, spec: str, data: str, condition: str, options: dic
 def evaluate(
     model: str | RewardModel,
     data: str | Sequence[Example] = "sample",
-    condition: str = "none",
+    condition: str | None = None,
     *,
+    settings: EvalSettings | None = None,
     out: str | Path | None = None,
-    seed: int = 0,
-    limit: int | None = None,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
-    top_k: int = 10,
-    retriever: str = "bm25",
-    max_context_chars: int | None = None,
-    planner_file: str | None = None,
-    both_orders: bool = False,
-    batch_size: int = 16,
-    n_boot: int = 1000,
     model_options: dict[str, Any] | None = None,
     cache: Cache | None = None,
     overwrite: bool = False,
     retry_failed: bool = False,
     repair: bool = False,
-    workers: int = 1,
-    ray_address: str | None = None,
-    gpus_per_worker: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
-    format: str | None = None,
+    **options: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
-    run costs no model load) or a ready RewardModel (reused across conditions). With
-    `workers` > 1 or a `ray_address`, chunks are scored by Ray actors (spec strings only).
+    run costs no model load) or a ready RewardModel (reused across conditions). `settings`
+    (or `options` on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
+    `ray_address`, chunks are scored by Ray actors (spec strings only).
     """
-    if condition not in ALL_CONDITIONS:
-        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(ALL_CONDITIONS)})")
-    check_limit(limit)
+    s = EvalSettings.build(settings, **options, **({} if condition is None else {"condition": condition}))
+    condition, seed, limit, categories, split = s.condition, s.seed, s.limit, s.categories, s.split
+    both_orders, batch_size, workers, fmt = s.both_orders, s.batch_size, s.workers, s.format
     t0 = time.time()
     options = dict(model_options or {})
     refuse_secrets(options)
@@ -229,21 +212,21 @@ def evaluate(
     data_name = data if isinstance(data, str) else "<in-memory>"
     def stream() -> Iterator[Example]:
         """Examples in order, read lazily: memory stays flat in the number of items."""
-        src = (iter_examples(data, categories=categories, split=split, format=format) if isinstance(data, str)
+        src = (iter_examples(data, categories=categories, split=split, format=fmt) if isinstance(data, str)
                else iter(data))
         return take_items(src, limit)  # items, not pairs: a multi-response item is never cut
 
     order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
     config = asdict(EvalConfig(model=spec, data=data_name, condition=condition, seed=seed, limit=limit,
-                               categories=list(categories) if categories else None, split=split, top_k=top_k,
-                               retriever=retriever, max_context_chars=max_context_chars,
-                               planner_file=planner_file, both_orders=both_orders,
-                               model_options=options, batch_size=batch_size, n_boot=n_boot))
+                               categories=list(categories) if categories else None, split=split, top_k=s.top_k,
+                               retriever=s.retriever, max_context_chars=s.max_context_chars,
+                               planner_file=s.planner_file, both_orders=both_orders,
+                               model_options=options, batch_size=batch_size, n_boot=s.n_boot))
     if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
-    if format:
-        config["format"] = format
+    if fmt:
+        config["format"] = fmt
     identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
     run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:
@@ -255,14 +238,14 @@ def evaluate(
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
     if on_progress:
         on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
-    distributed = workers > 1 or ray_address is not None
+    distributed = workers > 1 or s.ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
     rm_options = {"batch_size": batch_size, "seed": seed, **options}
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
-    view_args = {"retriever": load_retriever(retriever), "top_k": top_k, "seed": seed,
-                 "planner": read_planner_file(planner_file) if planner_file else None,
-                 "max_context_chars": max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
+    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": seed,
+                 "planner": read_planner_file(s.planner_file) if s.planner_file else None,
+                 "max_context_chars": s.max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
                  "pool": list(stream()) if condition.startswith("wrong-") and n_todo else ()}
     step = max(batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
@@ -273,7 +256,7 @@ def evaluate(
         from prbench.distributed import ray_chunks
 
         stream = ray_chunks(str(model), rm_options, chunks, workers=max(workers, 1), seed=seed,
-                            both_orders=both_orders, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
+                            both_orders=both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
     else:
         stream = (chunk_records(rm, exs, vs, seed, both_orders, cache) for exs, vs in chunks)
@@ -297,19 +280,19 @@ def evaluate(
     if run and in_order != records:
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
-    m = summarize(records, seed=seed, n_boot=n_boot)
+    m = summarize(records, seed=seed, n_boot=s.n_boot)
     summary = stamp("eval", {
         "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "seed": seed,
         "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
         "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
         "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
-                       else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": ray_address}),
+                       else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": s.ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
     })
     from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 
-    summary["per_user"] = user_breakdown(records, rm, seed=seed, n_boot=n_boot)
+    summary["per_user"] = user_breakdown(records, rm, seed=seed, n_boot=s.n_boot)
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)

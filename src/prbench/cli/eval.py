@@ -10,63 +10,40 @@ from rich.markup import escape
 
 from prbench.cli import app
 from prbench.cli.options import (
-    ApiKeyEnv,
-    BaseUrl,
-    BatchSize,
-    Categories,
     Conditions,
     Data,
-    Device,
-    Dtype,
-    Format,
     Json,
-    Limit,
-    MaxContextChars,
     MaxLength,
     NoApiKey,
     NoCache,
     Overwrite,
-    PlannerFile,
     Provider,
     Quiet,
     Repair,
-    Retriever,
     Rpm,
     Seed,
-    Split,
-    TopK,
     Tpm,
     set_options,
+    settings_command,
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
+from prbench.config import EngineAccess, EvalSettings
 
 
 @app.command("eval")
+@settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
+    settings: EvalSettings,
+    access: EngineAccess,
     data: Data = "sample",
-    format_: Format = None,
     condition: Conditions = "none",
     out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder.")] = Path("runs"),
-    seed: Seed = 0,
-    limit: Limit = None,
-    categories: Categories = None,
-    split: Split = "test",
-    batch_size: BatchSize = 16,
     max_length: MaxLength = None,
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    max_context_chars: MaxContextChars = None,
-    planner_file: PlannerFile = None,
     mode: Annotated[str | None, typer.Option(help="Judges: pairwise, pointwise or likelihood.")] = None,
-    both_orders: Annotated[bool, typer.Option(help="Pairwise judges: judge both orders; inconsistent = tie.")] = False,
     debias_position: Annotated[bool, typer.Option(help="Likelihood judges: average p(A) over both answer orders inside the judge.")] = False,
-    device: Device = None,
-    dtype: Dtype = None,
     trust_remote_code: Annotated[bool, typer.Option(help="Allow model repos to run their own code.")] = False,
-    base_url: BaseUrl = None,
-    api_key_env: ApiKeyEnv = None,
     provider: Provider = None,
     rpm: Rpm = None,
     tpm: Tpm = None,
@@ -76,9 +53,6 @@ def eval_cmd(
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
     repair: Repair = False,
     no_cache: NoCache = False,
-    workers: Annotated[int, typer.Option(help="Ray actors to shard examples over (one model load each).")] = 1,
-    ray_address: Annotated[str | None, typer.Option(help="Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).")] = None,
-    gpus_per_worker: Annotated[float | None, typer.Option(help="GPUs per Ray actor (fractional ok; 0 for API judges; default: a share of the cluster's).")] = None,
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
@@ -87,29 +61,22 @@ def eval_cmd(
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench.cache import NullCache
-    from prbench.evaluate import InvalidRunError, check_limit, evaluate, invalid_failure
+    from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
-    check_limit(limit)  # before any model loads
     conds = split_csv(condition) or ["none"]
-    opts = set_options(mode=mode, device=device, dtype=dtype, max_length=max_length,
-                         trust_remote_code=trust_remote_code, base_url=base_url, api_key_env=api_key_env,
-                         prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
-                         tpm=tpm, no_api_key=no_api_key)
+    opts = set_options(mode=mode, max_length=max_length, trust_remote_code=trust_remote_code,
+                       prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
+                       tpm=tpm, no_api_key=no_api_key, **access.model_dump())
     summaries, failures = [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
-            distributed = workers > 1 or ray_address is not None
-            rm = spec if distributed else load_rm(spec, batch_size=batch_size, seed=seed, **opts)
+            distributed = settings.workers > 1 or settings.ray_address is not None
+            rm = spec if distributed else load_rm(spec, batch_size=settings.batch_size, seed=settings.seed, **opts)
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
-                res = evaluate(rm, data, cond, out=out, seed=seed, limit=limit, categories=split_csv(categories),
-                               split=split, top_k=top_k, retriever=retriever, max_context_chars=max_context_chars,
-                               planner_file=planner_file, both_orders=both_orders, batch_size=batch_size,
-                               model_options=opts, overwrite=overwrite, retry_failed=retry_failed, repair=repair,
-                               cache=NullCache() if no_cache else None,
-                               workers=workers, ray_address=ray_address, gpus_per_worker=gpus_per_worker,
-                               format=format_,
+                res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,
+                               retry_failed=retry_failed, repair=repair, cache=NullCache() if no_cache else None,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
                 failure = invalid_failure(res.summary, max_invalid, res.records)
