@@ -501,6 +501,81 @@ def test_cli_requires_options_and_runs_subcommands(source: Path, tmp_path: Path)
     assert json.loads(r.output)["responses_unscored"] == 6
 
 
+BUILD_OWN_FLAGS = {"source", "generator", "validator", "out", "generator_base_url", "validator_base_url", "no_cache",
+                   "overwrite", "push_to_hub", "quiet", "json_out"}
+
+
+def test_cli_options_are_the_settings_fields() -> None:
+    """Every BuildSettings field (and the engine access minus the one base URL) is one `prbench build` flag
+    with the field's own default and help; the other flags are the inputs, endpoints and output."""
+    import typer
+
+    from prbench.cli.build import app
+    from prbench.config import BuildSettings, EngineAccess
+
+    params = {p.name: p for p in typer.main.get_command(app).params
+              if p.name not in ("install_completion", "show_completion")}
+    fields = {**BuildSettings.model_fields,
+              **{n: f for n, f in EngineAccess.model_fields.items() if n != "base_url"}}
+    assert set(params) == set(fields) | BUILD_OWN_FLAGS
+    for name, f in fields.items():
+        p = params[name]
+        assert p.opts == ["--" + name.replace("_", "-")], name
+        assert (p.default, p.help) == (",".join(f.default) if isinstance(f.default, list) else f.default,
+                                       f.description), name
+    # the API's config is the same settings plus the inputs and the engines' options
+    assert set(BuildConfig.model_fields) - set(BuildSettings.model_fields) == {
+        "source", "generator", "validator", "generator_options", "validator_options"}
+
+
+def test_cli_and_api_builds_agree(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same options through `prbench build` and through `BuildConfig` write the same build."""
+    from typer.testing import CliRunner
+
+    from prbench.cli.build import app
+
+    monkeypatch.setattr("prbench.build.pipeline.load_engine", lambda spec, **kw: ScriptedEngine(spec))
+    cats = ["Art_and_Entertainment", "Society_and_Culture"]
+    r = CliRunner().invoke(app, [
+        "--source", str(source), "--generator", "fake:gen", "--validator", "fake:val", "--out", str(tmp_path / "cli"),
+        "--top-k", "3", "--batch-size", "4", "--seed", "7", "--limit", "10", "--categories", ",".join(cats),
+        "--max-words", "90", "--max-rejected-fit", "3", "--max-length-ratio", "3", "--temperature", "0.5",
+        "--top-p", "0.8", "--repetition-penalty", "1.1", "--max-new-tokens", "200",
+        "--validator-max-new-tokens", "100", "--max-context-chars", "4000", "--license", "mit", "--no-cache", "-q"])
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    build_benchmark(config(source, seed=7, limit=10, categories=cats, max_words=90, max_rejected_fit=3,
+                           max_length_ratio=3, temperature=0.5, top_p=0.8, repetition_penalty=1.1,
+                           max_new_tokens=200, validator_max_new_tokens=100, max_context_chars=4000, license="mit"),
+                    tmp_path / "api", cache=NullCache())
+    cli, api = tmp_path / "cli", tmp_path / "api"
+    ident = json.loads((api / "build" / "config.json").read_text())
+    assert (ident["seed"], ident["top_p"], ident["max_context_chars"]) == (7, 0.8, 4000)  # the options took hold
+    assert "license: mit" in (cli / "README.md").read_text()
+    files = sorted(p.relative_to(api) for p in api.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(cli) for p in cli.rglob("*") if p.is_file())
+    for rel in files:
+        if rel.name in ("build_config.json", "report.json", "summary.json"):  # 3 vs 3.0, wall time
+            a, c = json.loads((api / rel).read_text()), json.loads((cli / rel).read_text())
+            if rel.name == "summary.json":
+                a.pop("wall_time_s"), c.pop("wall_time_s")
+            assert a == c, rel
+        else:
+            assert (api / rel).read_bytes() == (cli / rel).read_bytes(), rel
+
+
+def test_config_is_a_strict_frozen_settings_model(source: Path) -> None:
+    with pytest.raises(PrbenchError, match="generator_options: 'api_key' looks like a secret"):
+        config(source, generator_options={"api_key": "sk-abcdefghijklmnopqrstuvwxyz"})
+    for bad in ({"max_words": 0}, {"seed": "3"}, {"max_new_tokens": 2.5}, {"limit": 0}, {"temperature": -1}):
+        with pytest.raises(ValueError):
+            config(source, **bad)
+    cfg = config(source, max_rejected_fit=3, max_length_ratio=2.5)
+    with pytest.raises(ValueError):
+        cfg.top_k = 5  # frozen: a changed copy is `cfg.model_copy(update=...)`
+    # a threshold given as a whole number is stored as given, as the dataclass did: build files read the same
+    assert (repr(cfg.max_rejected_fit), repr(cfg.max_length_ratio), repr(cfg.min_chosen_fit)) == ("3", "2.5", "4")
+
+
 # -- the real thing, slowly: SmolLM2-135M on CPU as generator and validator -----------------
 @pytest.mark.slow
 def test_smollm2_build_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

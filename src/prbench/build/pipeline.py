@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from prbench.build.calls import CachedEngine
 from prbench.build.export import dataset_card, export_dataset, push_to_hub
@@ -25,6 +27,7 @@ from prbench.build.report import build_report, report_markdown
 from prbench.build.validate import validate_answers
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_view
+from prbench.config import BuildSettings
 from prbench.data import load_examples
 from prbench.engines.base import Engine, GenParams, load_engine
 from prbench.prompts import load_prompt
@@ -35,38 +38,23 @@ from prbench.schema import Example, SourceItem
 PROMPTS = ("build_chosen", "build_rejected", "build_validate")
 
 
-@dataclass
-class BuildConfig:
-    """Everything a build is asked to do. `identity()` is the part that decides its records."""
+class BuildConfig(BuildSettings):
+    """Everything a build is asked to do: the source, the two engines and `BuildSettings`.
+
+    `identity()` is the part that decides its records.
+    """
 
     source: str
     generator: str
     validator: str
-    top_k: int = 10
-    retriever: str = "bm25"
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    max_words: int = 100
-    max_context_chars: int | None = None
-    min_chosen_fit: float = 4
-    max_rejected_fit: float = 2
-    max_quality_gap: float = 1
-    max_length_ratio: float = 1.5
-    temperature: float = 0.7
-    top_p: float = 0.9
-    repetition_penalty: float | None = None  # None: the generator engine's own default (SmolLM2: 1.3)
-    max_new_tokens: int = 256
-    validator_max_new_tokens: int = 160
-    generator_options: dict[str, Any] = field(default_factory=dict)
-    validator_options: dict[str, Any] = field(default_factory=dict)
-    license: str = "apache-2.0"
-    batch_size: int = 8
+    generator_options: dict[str, Any] = Field(default_factory=dict)
+    validator_options: dict[str, Any] = Field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        refuse_secrets(self.generator_options, "generator_options")  # they are written to the build folder
-        refuse_secrets(self.validator_options, "validator_options")
+    @field_validator("generator_options", "validator_options")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        refuse_secrets(v, info.field_name)  # they are written to the build folder
+        return v
 
     @property
     def rule(self) -> FilterRule:
@@ -158,9 +146,8 @@ def _run_items(config: BuildConfig, run: RunDir, todo: Sequence[SourceItem], gen
                         repetition_penalty=_penalty(config.repetition_penalty, gen.engine))
     vparams = GenParams(max_new_tokens=config.validator_max_new_tokens, temperature=0.0,
                         repetition_penalty=_penalty(config.repetition_penalty, val.engine))
-    bs = max(1, config.batch_size)
-    for start in range(0, len(todo), bs):
-        part = list(todo[start : start + bs])
+    for start in range(0, len(todo), config.batch_size):
+        part = list(todo[start : start + config.batch_size])
         views = [build_view(it, "profile", retriever=retriever, top_k=config.top_k,
                             max_context_chars=config.max_context_chars, cache=rcache) for it in part]
         answers = generate_pairs(gen, part, [_posts_text(v) for v in views], seed=config.seed,
@@ -209,7 +196,7 @@ def _finish(config: BuildConfig, out: Path, run: RunDir, items: Sequence[SourceI
         for r in records:
             fh.write(json.dumps({"id": r["id"], "category": r["category"], "kept": not decisions[r["id"]],
                                  "reasons": decisions[r["id"]]}) + "\n")
-    full = {**asdict(config), "prompt_hashes": run.config["prompt_hashes"]}
+    full = {**config.model_dump(), "prompt_hashes": run.config["prompt_hashes"]}
     write_json_atomic(out / "build_config.json", full)
     (out / "README.md").write_text(dataset_card(counts, full, report, md, config.license), encoding="utf-8")
     summary = {

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 import click
 import typer
 
-from prbench.cli.options import ItemSelection, Json, Quiet, Seed, engine_options, settings_command
+from prbench.cli.options import Json, Quiet, Seed, engine_options, settings_command
 from prbench.cli.output import emit_json, progress, table
+from prbench.config import BuildSettings, EngineAccess
 
 app = typer.Typer(help="Build a benchmark from LaMP-QA-style items.")
 
@@ -17,27 +18,17 @@ Spec = Annotated[str | None, typer.Option(help="Engine spec, e.g. openai:gpt-5.1
 
 
 @app.callback(invoke_without_command=True)
-@settings_command(items=ItemSelection)
+@settings_command(settings=BuildSettings, access=EngineAccess, exclude=("base_url",))
 def build(
     ctx: typer.Context,
-    items: ItemSelection,
+    settings: BuildSettings,
+    access: EngineAccess,
     source: Annotated[str | None, typer.Option(help="LaMP-QA-style items: file, folder, hub id or 'sample:source'.")] = None,
     generator: Spec = None,
     validator: Spec = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Build folder (dataset, report, run records).")] = None,
-    max_words: Annotated[int, typer.Option(help="Word limit of each answer.")] = 100,
-    min_chosen_fit: Annotated[float, typer.Option(help="Keep only if chosen rubric_fit >= this.")] = 4,
-    max_rejected_fit: Annotated[float, typer.Option(help="Keep only if rejected rubric_fit <= this.")] = 2,
-    max_quality_gap: Annotated[float, typer.Option(help="Max |chosen - rejected| on factuality, relevance, helpfulness.")] = 1,
-    max_length_ratio: Annotated[float, typer.Option(help="Max word-count ratio longer/shorter.")] = 1.5,
-    temperature: Annotated[float, typer.Option(help="Generator sampling temperature (seeded per item and role).")] = 0.7,
-    max_new_tokens: Annotated[int, typer.Option(help="Generator token budget per answer.")] = 256,
-    validator_max_new_tokens: Annotated[int, typer.Option(help="Validator token budget per reply.")] = 160,
     generator_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the generator.")] = None,
     validator_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the validator.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Name of the env var that holds the API key.")] = None,
-    device: Annotated[str | None, typer.Option(help="Local engines: auto, cpu, cuda ...")] = None,
-    batch_size: Annotated[int, typer.Option(help="Items per batch (records are saved after each batch).")] = 8,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the model-call cache.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Discard an existing build in --out.")] = False,
     push_to_hub: Annotated[str | None, typer.Option(help="Upload the dataset to this Hub repo (token from HF_TOKEN).")] = None,
@@ -54,16 +45,13 @@ def build(
     from prbench.build import BuildConfig, build_benchmark
     from prbench.cache import NullCache
 
-    cfg = BuildConfig(
-        source=str(source), generator=str(generator), validator=str(validator), **items.model_dump(), max_words=max_words,
-        min_chosen_fit=min_chosen_fit, max_rejected_fit=max_rejected_fit, max_quality_gap=max_quality_gap,
-        max_length_ratio=max_length_ratio, temperature=temperature, max_new_tokens=max_new_tokens,
-        validator_max_new_tokens=validator_max_new_tokens,
-        generator_options=engine_options(str(generator), base_url=generator_base_url, api_key_env=api_key_env,
-                                         device=device),
-        validator_options=engine_options(str(validator), base_url=validator_base_url, api_key_env=api_key_env,
-                                         device=device), batch_size=batch_size,
-    )
+    def engine(spec: str, base_url: str | None) -> dict[str, object]:
+        return engine_options(spec, device=access.device, dtype=access.dtype, base_url=base_url,
+                              api_key_env=access.api_key_env)
+
+    cfg = BuildConfig.build(settings, source=str(source), generator=str(generator), validator=str(validator),
+                            generator_options=engine(str(generator), generator_base_url),
+                            validator_options=engine(str(validator), validator_base_url))
     with progress(quiet or json_out) as bar:
         task = bar.add_task("building", total=None)
         res = build_benchmark(cfg, Path(str(out)), cache=NullCache() if no_cache else None, overwrite=overwrite,
