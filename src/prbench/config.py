@@ -195,6 +195,13 @@ class EvalSettings(DataSpec, ContextSpec, RunSpec):
                                               "share of the cluster's).", ge=0)
 
 
+class BonSettings(ContextSpec, RunSpec):
+    """Best-of-N curves of RMs on a samples folder (`best_of_n`, `prbench bon`, the study's `bon`)."""
+
+    ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
+    batch_size: int = count(16, "Examples per model batch.", 65536)
+
+
 class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
     """GRPO with an RM as the reward, then held-out grading (`prbench rl`, `train_rl`, the study's `rl`)."""
 

@@ -16,7 +16,6 @@ from prbench.cli.options import (
     Json,
     Limit,
     MaxLength,
-    NBoot,
     Overwrite,
     Quiet,
     Retriever,
@@ -32,7 +31,7 @@ from prbench.cli.options import (
     split_csv,
 )
 from prbench.cli.output import emit_json, escape, progress, table
-from prbench.config import EngineAccess, GraderAccess, RLSettings
+from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings
 
 
 def _fmt(v: float | None) -> str:
@@ -81,19 +80,16 @@ def sample(
         typer.echo(f"{len(ss.items)} items x {ss.n} samples in {ss.path}")
 
 
-@settings_command(view=RMView, access=EngineAccess, grader_access=GraderAccess)
+@settings_command(settings=BonSettings, access=EngineAccess, grader_access=GraderAccess)
 def bon(
     samples: Annotated[Path, typer.Option("--samples", "-s", help="Folder written by `prbench sample`.")],
     rm: Annotated[list[str], typer.Option("--rm", "-m", help="RM spec (repeatable).")],
     grader: Annotated[str, typer.Option("--grader", "-g", help="Grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")],
-    view: RMView,
+    settings: BonSettings,
     access: EngineAccess,
     grader_access: GraderAccess,
-    condition: RMCondition = "none",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Results folder (default SAMPLES/bon/CONDITION).")] = None,
-    k: Annotated[str | None, typer.Option("--k", help="Comma-separated k values (default 1,2,4,...,N).")] = None,
-    seed: Seed = 0,
-    n_boot: NBoot = 1000,
+    max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise for Best-of-N.")] = None,
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
@@ -106,14 +102,12 @@ def bon(
     from prbench.downstream.bon import best_of_n
     from prbench.downstream.grader import load_grader
 
-    ks = [int(x) for x in split_csv(k)] if k else None
-    out = out or samples / "bon" / condition
+    out = out or samples / "bon" / settings.condition
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
                     prompt_path=grader_prompt_file, max_new_tokens=grader_max_new_tokens,
                     engine_options=grader_engine_options(grader, access, grader_access))
-    res = best_of_n(samples, rm, g, condition=condition, out=out, ks=ks, seed=seed, n_boot=n_boot,
-                    **view.model_dump(exclude={"max_length", "mode"}),
-                    rm_options=set_options(mode=mode, max_length=view.max_length, **access.model_dump()),
+    res = best_of_n(samples, rm, g, settings=settings, out=out,
+                    rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
                     on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
     s = res.summary
     if json_out:
@@ -132,7 +126,7 @@ def bon(
         rows.append(("", "first-k", "", *[_fmt(v) for v in r["first_k"]]))
     rows.append(("<oracle>", "expected", s["n_gradable_items"], *[_fmt(v) for v in s["oracle"]["mean"]]))
     rows.append(("<random>", "expected", s["n_gradable_items"], *[_fmt(v) for v in s["random"]["mean"]]))
-    table(f"Best-of-N: mean rubric grade (0-2) [95% CI], condition {condition}",
+    table(f"Best-of-N: mean rubric grade (0-2) [95% CI], condition {settings.condition}",
           ["rm", "curve", "items", *[f"k={x}" for x in ks_]], rows)
     calls = s["grader_calls"]
     typer.echo(f"grader calls: {calls['made']} made vs {calls['naive']} naive ({calls['naive_rule']}); "

@@ -33,7 +33,8 @@ import numpy as np
 
 from prbench import metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import CONDITIONS, build_views, read_planner_file
+from prbench.conditions import build_views, read_planner_file
+from prbench.config import BonSettings
 from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, read_samples
@@ -88,31 +89,27 @@ def best_of_n(
     rms: Sequence[str | RewardModel],
     grader: str | Grader,
     *,
-    condition: str = "none",
+    settings: BonSettings | None = None,
     out: str | Path | None = None,
-    ks: Sequence[int] | None = None,
-    seed: int = 0,
-    n_boot: int = 1000,
-    top_k: int = 10,
-    retriever: str = "bm25",
-    max_context_chars: int | None = None,
-    planner_file: str | None = None,
-    batch_size: int = 16,
     rm_options: dict[str, Any] | None = None,
     grader_options: dict[str, Any] | None = None,
     score_cache: Cache | None = None,
     grade_cache: Cache | None = None,
     on_progress: Callable[[str], None] | None = None,
+    **options: Any,
 ) -> BonResult:
-    """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given."""
+    """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given.
+
+    `settings` (or `options` on top of it) are `BonSettings`.
+    """
     t0 = time.time()
-    if condition not in CONDITIONS:
-        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(CONDITIONS)})")
+    s = BonSettings.build(settings, **options)
+    condition, seed, n_boot, batch_size = s.condition, s.seed, s.n_boot, s.batch_size
     ss = samples if isinstance(samples, SampleSet) else read_samples(samples)
     if not ss.items:
         raise PrbenchError(f"{ss.path}: no complete items to evaluate")
     n = ss.n
-    ks = sorted(set(ks)) if ks else k_values(n)
+    ks = sorted(set(s.ks)) if s.ks else k_values(n)
     if any(k < 1 or k > n for k in ks):
         raise PrbenchError(f"k values must lie in [1, {n}], got {ks}")
     persist = out is not None
@@ -147,9 +144,9 @@ def best_of_n(
     rand = _curve(random_items, ks, seed, n_boot)
 
     # 3. RM scores under the condition, views built once through conditions
-    planner = read_planner_file(planner_file) if planner_file else None
-    views = build_views(items, condition, retriever=load_retriever(retriever), top_k=top_k, planner=planner,
-                        seed=seed, max_context_chars=max_context_chars,
+    planner = read_planner_file(s.planner_file) if s.planner_file else None
+    views = build_views(items, condition, retriever=load_retriever(s.retriever), top_k=s.top_k, planner=planner,
+                        seed=seed, max_context_chars=s.max_context_chars,
                         cache=Cache(namespace="retrieval") if persist else None)
     options = {"batch_size": batch_size, "seed": seed, **(rm_options or {})}
     results: dict[str, DownstreamResult] = {}

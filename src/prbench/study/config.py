@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
-from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings, RLSettings
+from prbench.config import MAX_ITEMS, BonSettings, PolicyAccuracySettings, RGDSettings, RLSettings
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.schema import one_of
 
@@ -115,9 +115,10 @@ class SampleStage(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class BonStage(_Strict):
+class BonStage(BonSettings):
+    """The study's `bon` section: the driver's own settings plus the RMs and the grader."""
+
     rms: list[str] | None = None  # default: every pointwise model of the study
-    condition: str = "profile"
     grader: str
 
 

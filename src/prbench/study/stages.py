@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench.config import PolicyAccuracySettings, RGDSettings, RLSettings
+from prbench.config import BonSettings, PolicyAccuracySettings, RGDSettings, RLSettings
 from prbench.evaluate import evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
@@ -206,9 +206,10 @@ def run_bon(ctx: StudyContext) -> None:
     from prbench.downstream.bon import best_of_n
 
     b = ctx.cfg.bon
-    rms = b.rms or _eval_specs(ctx)
-    res = best_of_n(_samples_dir(ctx), rms, b.grader, condition=b.condition, out=_downstream_dir(ctx, "bon"),
-                    seed=ctx.cfg.seed, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever, batch_size=ctx.cfg.batch_size)
+    planner = {"planner_file": planner_file(ctx)} if b.condition == "planner" else {}
+    settings = study_defaults(ctx, b, BonSettings, batch_size=ctx.cfg.batch_size, **planner)
+    res = best_of_n(_samples_dir(ctx), b.rms or _eval_specs(ctx), b.grader, settings=settings,
+                    out=_downstream_dir(ctx, "bon"))
     ctx.outputs["bon"] = {"path": str(res.path), "rms": list(res.results)}
 
 
@@ -240,12 +241,13 @@ def _plan_rgd(ctx: StudyContext) -> list[PlannedRun]:
                        n * g.max_new_tokens * g.k * 100 // g.chunk) for spec in g.rms]
 
 
-def study_defaults(ctx: StudyContext, section: Any, settings_cls: type) -> Any:
+def study_defaults(ctx: StudyContext, section: Any, settings_cls: type, **more_shared: Any) -> Any:
     """A stage section's driver settings, with the study's shared values where the section sets none."""
     shared = {"seed": ctx.cfg.seed, "limit": ctx.cfg.limit, "categories": ctx.cfg.categories,
-              "top_k": ctx.cfg.top_k, "retriever": ctx.cfg.retriever}
+              "top_k": ctx.cfg.top_k, "retriever": ctx.cfg.retriever, **more_shared}
     own = section.model_dump(include=set(settings_cls.model_fields))
-    inherit = {k: v for k, v in shared.items() if k not in section.model_fields_set and v is not None}
+    inherit = {k: v for k, v in shared.items()
+               if k in settings_cls.model_fields and k not in section.model_fields_set and v is not None}
     return settings_cls.build(**{**own, **inherit})
 
 
