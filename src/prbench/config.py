@@ -323,6 +323,15 @@ class FinetuneConfig(MethodView):
     max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
 
 
+class PlanSettings(DataSpec):
+    """The planner over a benchmark's items (`plan`, `prbench plan`, the study's `planner` section)."""
+
+    top_k: int = ContextSpec.model_fields["top_k"]
+    retriever: str = ContextSpec.model_fields["retriever"]
+    seed: int = RunSpec.model_fields["seed"]
+    batch_size: int = count(8, "Items per planner batch (records are saved after each).", 65536)
+
+
 class BuildSettings(DataSpec):
     """Benchmark construction (`prbench build`; `prbench.build.BuildConfig` adds the source and the engines)."""
 

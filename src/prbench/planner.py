@@ -41,6 +41,7 @@ from typing import Any
 
 from prbench.cache import Cache, NullCache, content_key
 from prbench.conditions import View, build_view
+from prbench.config import PlanSettings
 from prbench.engines.base import Engine, GenParams
 from prbench.errors import PrbenchError
 from prbench.prompts import Prompt, load_prompt
@@ -307,28 +308,28 @@ def plan(
     data: str | Sequence[SourceItem],
     out: str | Path,
     *,
-    top_k: int = 10,
-    retriever: str | Retriever = "bm25",
-    limit: int | None = None,
-    seed: int = 0,
-    batch_size: int = 8,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
+    settings: PlanSettings | None = None,
     cache: Cache | None = None,
     planner_options: dict[str, Any] | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> PlanResult:
-    """Plan aspects for every example of `data` into the JSONL file `out` (resumable)."""
+    """Plan aspects for every example of `data` into the JSONL file `out` (resumable).
+
+    `settings` (or `options` on top of it) are `PlanSettings`.
+    """
     from prbench.data import load_examples
     from prbench.scoring import example_seed
 
+    s = PlanSettings.build(settings, **options)
+    top_k, seed, batch_size = s.top_k, s.seed, s.batch_size
     if isinstance(planner, Planner):
         pl = planner
     else:
         pl = Planner(planner, cache=cache, **(planner_options or {}))
-    items = (load_examples(data, "source", categories=categories, limit=limit, split=split)
-             if isinstance(data, str) else list(data)[:limit])
-    ret = load_retriever(retriever) if isinstance(retriever, str) else retriever
+    items = (load_examples(data, "source", categories=s.categories, limit=s.limit, split=s.split)
+             if isinstance(data, str) else list(data)[:s.limit])
+    ret = load_retriever(s.retriever)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = _done_ids(path)

@@ -7,38 +7,23 @@ from typing import Annotated, Any
 
 import typer
 
-from prbench.config import Settings, opt
+from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, opt
 
 
-class Retrieval(Settings):
-    """How many profile posts are shown and how they are picked: part of several option groups."""
+class RMView(Settings):
+    """What a served RM sees of each user and how it is run (`serve-reward`)."""
 
-    top_k: int = opt(10, "Profile posts kept after retrieval.")
-    retriever: str = opt("bm25", "bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.")
-
-
-class ItemSelection(Retrieval):
-    """Which source items a command reads and how many profile posts it retrieves (`build`, `plan`)."""
-
-    seed: int = opt(0, "Seed for every random choice (derived per example).")
-    limit: int | None = opt(None, "Keep at most this many items (after filtering/shuffle).")
-    categories: list[str] | None = opt(None, "Comma-separated categories to keep (e.g. 'arts,society').")
-    split: str = opt("test", "Split of a hub dataset (also: the part of a format that has one, e.g. "
-                             "personalrewardbench, prism).")
-
-
-class RMView(Retrieval):
-    """What a downstream RM sees of each user and how it is run (`bon`, `rl`, `serve-reward`)."""
-
-    planner_file: str | None = opt(None, "Planner output JSONL for the planner condition.")
-    max_context_chars: int | None = opt(None, "Character budget for the RM's user context.")
+    top_k: int = ContextSpec.model_fields["top_k"]
+    retriever: str = ContextSpec.model_fields["retriever"]
+    planner_file: str | None = ContextSpec.model_fields["planner_file"]
+    max_context_chars: int | None = ContextSpec.model_fields["max_context_chars"]
     batch_size: int = opt(16, "Examples per model batch.")
     max_length: int | None = opt(None, "Token budget per input (profile cut first, response never).")
     mode: str | None = opt(None, "Judges: must be pointwise.")
 
 
-# The aliases below that other commands use take their help from these groups: one text per option.
-_HELP = {name: f.description for group in (ItemSelection, RMView) for name, f in group.model_fields.items()}
+# The aliases below that other commands use take their help from the settings: one text per option.
+_HELP = {name: f.description for group in (DataSpec, RunSpec, RMView) for name, f in group.model_fields.items()}
 
 Data = Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")]
 DataArg = Annotated[str, typer.Argument(help="File, folder, hub dataset id, 'sample' or 'sample:source'.")]

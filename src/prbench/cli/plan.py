@@ -17,10 +17,8 @@ import typer
 from prbench.cli.options import (
     ApiKeyEnv,
     BaseUrl,
-    BatchSize,
     Device,
     Dtype,
-    ItemSelection,
     Json,
     Limit,
     Quiet,
@@ -31,6 +29,7 @@ from prbench.cli.options import (
     settings_command,
 )
 from prbench.cli.output import emit_json, progress, table
+from prbench.config import PlanSettings
 from prbench.errors import PrbenchError
 
 app = typer.Typer(help="Planner: profile -> expected aspects. What the planner condition shows.")
@@ -46,14 +45,13 @@ NoCache = Annotated[bool, typer.Option(help="Do not read or write the prbench ca
 
 
 @app.callback(invoke_without_command=True)
-@settings_command(items=ItemSelection)
+@settings_command(settings=PlanSettings)
 def plan_cmd(
     ctx: typer.Context,
-    items: ItemSelection,
+    settings: PlanSettings,
     planner: PlannerSpec = None,
     data: PlanData = "sample",
     out: PlanOut = None,
-    batch_size: BatchSize = 8,
     max_aspects: MaxAspects = 6,
     max_new_tokens: MaxNewTokens = 384,
     prompt_file: PromptFile = None,
@@ -76,10 +74,10 @@ def plan_cmd(
     cache = NullCache() if no_cache else Cache(namespace="planner")
     pl = Planner(planner, prompt_file=prompt_file, max_aspects=max_aspects, max_new_tokens=max_new_tokens,
                  cache=cache, engine_options=engine_options(planner, device=device, dtype=dtype, base_url=base_url,
-                                                api_key_env=api_key_env, batch_size=batch_size))
+                                                api_key_env=api_key_env, batch_size=settings.batch_size))
     with progress(quiet or json_out) as bar:
         task = bar.add_task(f"planning with {planner}", total=None)
-        res = plan(pl, data, out, **items.model_dump(), batch_size=batch_size, cache=cache,
+        res = plan(pl, data, out, settings=settings, cache=cache,
                    on_progress=lambda d, t: bar.update(task, completed=d, total=t))
     summary = {"path": str(res.path), "written": res.written, "skipped": res.skipped, "failures": res.failures,
                **res.info}

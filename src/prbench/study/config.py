@@ -19,7 +19,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
-from prbench.config import MAX_ITEMS, BonSettings, PolicyAccuracySettings, RGDSettings, RLSettings
+from prbench.config import (
+    MAX_ITEMS,
+    BonSettings,
+    PlanSettings,
+    PolicyAccuracySettings,
+    RGDSettings,
+    RLSettings,
+)
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.schema import one_of
 
@@ -98,11 +105,19 @@ class BenchmarkEntry(_Strict):
     _known = field_validator("conditions")(lambda cls, v: ModelEntry._known(v) or [])
 
 
-class PlannerStage(_Strict):
+class PlannerStage(PlanSettings):
+    """The study's `planner` section: the driver's own settings plus the planner and its options.
+
+    `limit`: plan the first N items; `planner`-condition runs then cover those N.
+    """
+
     spec: str
-    top_k: Count(10_000) = 10
-    limit: Limit = None  # plan the first N items; `planner`-condition runs then cover those N
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _bounded_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_options(v)
 
 
 class SampleStage(_Strict):

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench.config import BonSettings, PolicyAccuracySettings, RGDSettings, RLSettings
+from prbench.config import BonSettings, PlanSettings, PolicyAccuracySettings, RGDSettings, RLSettings
 from prbench.evaluate import evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
@@ -156,10 +156,8 @@ def run_plan(ctx: StudyContext) -> None:
         if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
             ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
             return  # everything planned: no model load
-    res = plan(p.spec, ctx.data, planner_file(ctx), top_k=p.top_k, retriever=ctx.cfg.retriever,
-               limit=p.limit or ctx.cfg.limit,
-               seed=ctx.cfg.seed, categories=ctx.cfg.categories, planner_options=p.options,
-               on_progress=_track(ctx, f"plan {p.spec}"))
+    res = plan(p.spec, ctx.data, planner_file(ctx), settings=study_defaults(ctx, p, PlanSettings),
+               planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
 
