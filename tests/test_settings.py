@@ -1,0 +1,82 @@
+"""One settings model per driver: the CLI's options, the Python API and the study's sections agree.
+
+Each command built with `settings_command` must offer every field of its driver's model as an
+option with the model's default; each driver must refuse an unknown keyword with the closest
+name; each study section must be the driver's model (so its defaults are the driver's).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from prbench import config
+from prbench.errors import PrbenchError
+
+# (command function, parameter that receives the settings, the model)
+COMMANDS = [
+    ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
+    ("prbench.cli.build:build", config.BuildSettings, set()),
+    ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
+    ("prbench.cli.downstream:bon", config.BonSettings, set()),
+    ("prbench.cli.downstream:rl", config.RLSettings, set()),
+    ("prbench.cli.rgd:rgd", config.RGDSettings, {"w"}),
+    ("prbench.cli.rgd:policy_accuracy", config.PolicyAccuracySettings, {"w"}),
+    ("prbench.cli.train:lore", config.LoReConfig, set()),
+    ("prbench.cli.train:vpl", config.VPLConfig, set()),
+    ("prbench.cli.train:pal", config.PALConfig, set()),
+    ("prbench.cli.train:finetune", config.FinetuneConfig, set()),
+]
+
+
+def _resolve(target: str):
+    from prbench.registry import resolve
+
+    return resolve(target)
+
+
+@pytest.mark.parametrize("target, model, own", COMMANDS, ids=[c[0].split(":")[1] for c in COMMANDS])
+def test_every_settings_field_is_an_option_with_the_models_default(target, model, own) -> None:
+    params = inspect.signature(_resolve(target)).parameters
+    for name, field in model.model_fields.items():
+        if name in own:  # the command declares it itself (a list of values, or a sweep)
+            assert name in params, name
+            continue
+        assert name in params, f"{target}: no --{name.replace('_', '-')}"
+        default = params[name].default
+        expected = ",".join(map(str, field.default)) if isinstance(field.default, list) else field.default
+        assert default == expected, (name, default, expected)
+
+
+DRIVERS = [
+    ("prbench.evaluate:evaluate", ("baseline:length", "sample"), "evaluate", "batch_sise", "batch_size"),
+    ("prbench.downstream.bon:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
+     "kss", "ks"),
+    ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
+    ("prbench.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
+]
+
+
+@pytest.mark.parametrize("target, args, _name, typo, meant", DRIVERS, ids=[d[2] for d in DRIVERS])
+def test_drivers_refuse_unknown_keywords_with_the_closest_name(tmp_path, target, args, _name, typo, meant) -> None:
+    with pytest.raises(PrbenchError, match=f"unknown option '{typo}'; did you mean '{meant}'"):
+        _resolve(target)(*args, **{typo: 1})
+
+
+def test_study_sections_are_the_drivers_settings() -> None:
+    from prbench.study import config as study
+
+    for section, model in [(study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
+                           (study.RGDStage, config.RGDSettings), (study.PlannerStage, config.PlanSettings),
+                           (study.PolicyAccuracyStage, config.PolicyAccuracySettings)]:
+        assert issubclass(section, model)
+        for name, field in model.model_fields.items():
+            assert section.model_fields[name].default == field.default, (section.__name__, name)
+
+
+def test_the_limit_rule_is_one_line_everywhere() -> None:
+    for model in (config.EvalSettings, config.BuildSettings, config.RLSettings, config.PlanSettings):
+        for bad in (0, -1, True, 2.5):
+            with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):
+                model.build(limit=bad)
