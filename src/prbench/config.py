@@ -170,10 +170,10 @@ class ICLSettings(DataSpec, RunSpec):
     temperature: float = opt(0.0, "0 = greedy.", ge=0)
     top_p: float = opt(1.0, "Nucleus mass when sampling.", gt=0, le=1)
     repetition_penalty: float | None = opt(None, "Repetition penalty (default: the engine's own).", gt=0)
-    top_k: int = count(10, "Profile posts kept after retrieval.", 10_000)
-    retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
-    max_words: int = count(100, "Word limit stated in the policy prompt.", 100_000)
-    prompt_file: str | None = opt(None, "Your own policy prompt ({{user_prompt}}, {{max_words}}).", metavar="PATH")
+    top_k: int = ContextSpec.model_fields["top_k"]
+    retriever: str = ContextSpec.model_fields["retriever"]
+    max_words: int = PolicyPromptSpec.model_fields["max_words"]
+    prompt_file: str | None = PolicyPromptSpec.model_fields["prompt_file"]
     batch_size: int = count(8, "Items generated together.", 65536)
     encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
                               metavar="SPEC")
