@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
-from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings, RLSettings
+from prbench.config import MAX_ITEMS, PolicyAccuracySettings, RGDSettings, RLSettings, SampleSettings
 from prbench.errors import DataError, PrbenchError, SpecError
 
 Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta", "report"]
@@ -107,14 +107,13 @@ class PlannerStage(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-class SampleStage(_Strict):
+class SampleStage(SampleSettings):
+    """The study's `sample` section: the driver's own settings (one default each) plus what it samples."""
+
     policy: str
-    n: Count(4096) = 16
-    limit: Limit = None
-    temperature: float = Field(1.0, ge=0, le=100)
-    top_p: float = Field(0.9, gt=0, le=1)
-    max_new_tokens: Count(65536) = 160
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)  # the policy engine's options
+
+    _bounded_options = field_validator("options")(lambda cls, v: _check_options(v))
 
 
 class BonStage(_Strict):
@@ -392,7 +391,7 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
     Why before anything runs: a typo in the third model must not surface after the first two ran,
     and a dry run must not plan calls to a model that does not exist.
     """
-    data = cfg.model_dump()
+    data = cfg.model_dump(exclude_unset=True)  # what the file set stays set: study_defaults fills the rest
     fields: list[tuple[tuple[Any, ...], Any]] = [(("models", i, "spec"), resolve_rm) for i in range(len(cfg.models))]
     fields.append((("planner", "spec"), resolve_engine))
     fields.append((("sample", "policy"), resolve_engine))
