@@ -304,3 +304,51 @@ def test_cli_sample_and_bon_grade_each_distinct_answer_once(models, tmp_path) ->
         assert r.exit_code == 0, r.output
         assert len(gra.requests) == distinct
         assert (tmp_path / "bon2" / "curves.csv").exists()
+
+
+def test_cli_api_and_study_share_one_sample_config(tmp_path, capsys) -> None:
+    """`prbench sample`, `sample_policy` and a study's `sample` section build the same SampleSettings:
+    the same config.json (one default per option: max_new_tokens and batch_size are left unset) and the
+    same samples; the study's seed, limit and top_k fill its section."""
+    import yaml
+
+    from prbench.data import write_examples
+    from prbench.study.config import load_study_config
+    from prbench.study.runner import plan_study, run_study
+    from prbench.testing.cli import run_cli
+    from prbench.testing.openai_server import serve
+
+    data = tmp_path / "items.jsonl"
+    write_examples(short_items(3), data)
+    own = {"n": 3, "temperature": 0.7, "top_p": 0.8, "max_words": 40,
+           "categories": ["Art_and_Entertainment", "Lifestyle_and_Personal_Development"]}
+    shared = {"seed": 5, "top_k": 2, "limit": 2}
+    flags = [f"--{k.replace('_', '-')}={','.join(v) if isinstance(v, list) else v}" for k, v in {**own, **shared}.items()]
+    with serve(policy_reply) as pol:
+        code, _, err = run_cli(capsys, "sample", "--policy", "openai:policy", "--base-url", pol.base_url, "-d", str(data),
+                               "-o", str(tmp_path / "cli"), "--quiet", *flags)
+        assert code == 0, err
+        cli_cfg = json.loads((tmp_path / "cli" / "config.json").read_text())
+        assert cli_cfg["max_new_tokens"] == 200 and cli_cfg["n"] == 3 and cli_cfg["seed"] == 5
+        assert cli_cfg["categories"] == own["categories"] and cli_cfg["condition"] == "profile"
+        assert len(pol.requests) == 2 * 3 and {b["max_tokens"] for b in pol.requests} == {200}
+
+        sample_policy("openai:policy", str(data), tmp_path / "api", engine_options={"base_url": pol.base_url},
+                      **own, **shared)
+        assert json.loads((tmp_path / "api" / "config.json").read_text()) == cli_cfg
+
+        study = {"name": "s", "data": str(data), "out": str(tmp_path / "study"), "stages": ["sample"],
+                 "models": [{"spec": "baseline:length"}], **shared,
+                 "sample": {"policy": "openai:policy", "options": {"base_url": pol.base_url}, **own}}
+        (tmp_path / "study.yaml").write_text(yaml.safe_dump(study), encoding="utf-8")
+        cfg, root = load_study_config(tmp_path / "study.yaml")
+        assert [(p.stage, p.model_calls) for p in plan_study(cfg, root)] == [("sample", 2 * 3)]  # limit x n
+        run_study(cfg, root, quiet=True)
+    (study_run,) = (tmp_path / "study" / "runs" / "downstream" / "samples").glob("*/config.json")
+    assert json.loads(study_run.read_text()) == cli_cfg  # one default per option, everywhere
+    records = [(d / "samples.jsonl").read_bytes() for d in (tmp_path / "cli", tmp_path / "api", study_run.parent)]
+    assert records[0] and records[0] == records[1] == records[2]
+    with pytest.raises(PrbenchError, match="n: "):
+        sample_policy("openai:policy", str(data), tmp_path / "x", n=5000)
+    with pytest.raises(PrbenchError, match="did you mean 'top_k'"):
+        sample_policy("openai:policy", str(data), tmp_path / "x", topk=2)

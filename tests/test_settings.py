@@ -19,6 +19,7 @@ COMMANDS = [
     ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
     ("prbench.cli.build:build", config.BuildSettings, set()),
     ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
+    ("prbench.cli.downstream:sample", config.SampleSettings, set()),
     ("prbench.cli.downstream:bon", config.BonSettings, set()),
     ("prbench.cli.downstream:rl", config.RLSettings, set()),
     ("prbench.cli.rgd:rgd", config.RGDSettings, {"w"}),
@@ -54,6 +55,7 @@ DRIVERS = [
     ("prbench.downstream.bon:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
      "kss", "ks"),
     ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
+    ("prbench.downstream.sampling:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
     ("prbench.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
 ]
 
@@ -67,7 +69,7 @@ def test_drivers_refuse_unknown_keywords_with_the_closest_name(tmp_path, target,
 def test_study_sections_are_the_drivers_settings() -> None:
     from prbench.study import config as study
 
-    for section, model in [(study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
+    for section, model in [(study.SampleStage, config.SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
                            (study.RGDStage, config.RGDSettings), (study.PlannerStage, config.PlanSettings),
                            (study.PolicyAccuracyStage, config.PolicyAccuracySettings)]:
         assert issubclass(section, model)
@@ -76,7 +78,8 @@ def test_study_sections_are_the_drivers_settings() -> None:
 
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
-    for model in (config.EvalSettings, config.BuildSettings, config.RLSettings, config.PlanSettings):
+    for model in (config.EvalSettings, config.BuildSettings, config.SampleSettings, config.RLSettings,
+                  config.PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):
                 model.build(limit=bad)

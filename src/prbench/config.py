@@ -361,6 +361,34 @@ class BuildSettings(DataSpec):
         return v if type(v) is int and type(out) is float else out
 
 
+class SampleSettings(DataSpec):
+    """Policy sampling for Best-of-N (`prbench sample`, `sample_policy`, the study's `sample` section).
+
+    Only DataSpec applies whole; the other shared options are the parts' own declarations, so
+    sampling gets no option it would ignore (an RM view's budget, bootstrap resamples).
+    """
+
+    n: int = count(16, "Answers per item.", 4096)
+    condition: str = PolicyPromptSpec.model_fields["policy_condition"]  # what the policy sees
+    top_k: int = ContextSpec.model_fields["top_k"]
+    retriever: str = ContextSpec.model_fields["retriever"]
+    planner_file: str | None = ContextSpec.model_fields["planner_file"]
+    temperature: float = opt(1.0, "Sampling temperature (0 = greedy).", ge=0, le=100)
+    top_p: float = opt(0.9, "Nucleus sampling mass.", gt=0, le=1)
+    max_new_tokens: int = count(200, "Token cap per answer.", 65536)
+    max_words: int = PolicyPromptSpec.model_fields["max_words"]
+    prompt_file: str | None = PolicyPromptSpec.model_fields["prompt_file"]
+    seed: int = RunSpec.model_fields["seed"]
+    batch_size: int = count(16, "Answers per model batch (a local engine's batch size).", 65536)
+
+    @field_validator("condition")
+    @classmethod
+    def _policy_condition(cls, v: str) -> str:
+        if v == "oracle":
+            raise ValueError("the policy must not see the rubric (condition 'oracle'); use profile or none")
+        return one_of(v, tuple(c for c in ALL_CONDITIONS if c != "oracle"), "condition")
+
+
 class EngineAccess(Settings):
     """How to reach the models a command loads (local device, or an OpenAI-compatible endpoint)."""
 

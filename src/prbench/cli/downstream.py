@@ -11,53 +11,32 @@ from typing import Annotated
 import typer
 
 from prbench.cli.options import (
-    BatchSize,
-    Categories,
     Json,
-    Limit,
     MaxLength,
     Overwrite,
     Quiet,
-    Retriever,
     RMCondition,
     RMView,
-    Seed,
-    Split,
-    TopK,
     engine_options,
     grader_engine_options,
     set_options,
     settings_command,
-    split_csv,
 )
 from prbench.cli.output import emit_json, escape, progress, table
-from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings
+from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings, SampleSettings
 
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-@settings_command(access=EngineAccess)
+@settings_command(settings=SampleSettings, access=EngineAccess)
 def sample(
     policy: Annotated[str, typer.Option("--policy", "-p", help="Policy engine: hf:DIR, builtin:NAME, openai:MODEL.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Samples folder (resumable).")],
+    settings: SampleSettings,
     access: EngineAccess,
     data: Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")] = "sample",
-    n: Annotated[int, typer.Option("--n", help="Answers per item.")] = 16,
-    condition: Annotated[str, typer.Option(help="What the policy sees: profile or none.")] = "profile",
-    top_k: TopK = 10,
-    retriever: Retriever = "bm25",
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 0.9,
-    max_new_tokens: Annotated[int, typer.Option(help="Token cap per answer.")] = 200,
-    max_words: Annotated[int, typer.Option(help="Word limit stated in the prompt.")] = 100,
-    seed: Seed = 0,
-    limit: Limit = None,
-    categories: Categories = None,
-    split: Split = "test",
-    batch_size: BatchSize = 16,
-    prompt_file: Annotated[str | None, typer.Option(help="Your own policy prompt ({{user_prompt}}, {{max_words}}).")] = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -65,13 +44,10 @@ def sample(
     """Draw N answers per item from a policy. Drawn once, for every RM's Best-of-N."""
     from prbench.downstream.sampling import sample_policy
 
-    opts = engine_options(policy, **access.model_dump(), batch_size=batch_size)
+    opts = engine_options(policy, **access.model_dump(), batch_size=settings.batch_size)
     with progress(quiet or json_out) as bar:
         task = bar.add_task("sampling", total=None)
-        ss = sample_policy(policy, data, out, n=n, condition=condition, top_k=top_k, retriever=retriever,
-                           temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, max_words=max_words,
-                           seed=seed, limit=limit, categories=split_csv(categories), split=split,
-                           prompt_file=prompt_file, batch_size=batch_size, engine_options=opts, overwrite=overwrite,
+        ss = sample_policy(policy, data, out, settings=settings, engine_options=opts, overwrite=overwrite,
                            on_progress=lambda d, t: bar.update(task, completed=d, total=t))
     summary = {"path": str(ss.path), "items": len(ss.items), "n": ss.n}
     if json_out:

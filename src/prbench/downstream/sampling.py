@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from prbench.cache import Cache, text_hash
 from prbench.conditions import View, build_view, read_planner_file
+from prbench.config import SampleSettings, run_identity
 from prbench.data import load_examples, write_examples
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import DataError, PrbenchError
@@ -55,29 +56,6 @@ def policy_messages(view: View, prompt: Prompt, max_words: int) -> Messages:
     return [{"role": "user", "content": prompt.render(user_prompt=view.prompt(), max_words=str(max_words))}]
 
 
-@dataclass
-class SampleConfig:
-    """What determines the samples (batch size does not)."""
-
-    policy: str
-    data: str
-    n: int = 16
-    condition: str = "profile"
-    top_k: int = 10
-    retriever: str = "bm25"
-    temperature: float = 1.0
-    top_p: float = 0.9
-    max_new_tokens: int = 200
-    max_words: int = 100
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    prompt_hash: str = ""
-    policy_fingerprint: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 16
-
-
 class SamplesDir(RunDir):
     """A RunDir whose append-only record file is `samples.jsonl` (beside the items it samples)."""
 
@@ -104,82 +82,68 @@ def sample_policy(
     data: str | Sequence[SourceItem],
     out: str | Path,
     *,
-    n: int = 16,
-    condition: str = "profile",
-    top_k: int = 10,
-    retriever: str = "bm25",
-    temperature: float = 1.0,
-    top_p: float = 0.9,
-    max_new_tokens: int = 200,
-    max_words: int = 100,
-    seed: int = 0,
-    limit: int | None = None,
-    categories: Sequence[str] | None = None,
-    split: str = "test",
-    planner_file: str | None = None,
-    prompt_file: str | None = None,
-    batch_size: int = 16,
+    settings: SampleSettings | None = None,
     engine_options: dict[str, Any] | None = None,
     overwrite: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> SampleSet:
-    """Draw `n` answers per item from `policy` into the folder `out` (resumable)."""
-    if n < 1:
-        raise PrbenchError("--n must be at least 1")
-    if condition == "oracle":
-        raise PrbenchError("the policy must not see the rubric (condition 'oracle'); use profile or none")
+    """Draw `settings.n` answers per item from `policy` into the folder `out` (resumable).
+
+    `settings` (or `options` on top of it) are `SampleSettings`; `engine_options` go to the
+    engine `policy` names.
+    """
+    s = SampleSettings.build(settings, **options)
     t0 = time.time()
     engine = policy if isinstance(policy, Engine) else load_engine(policy, **(engine_options or {}))
-    items = (load_items(data, categories=categories, limit=limit, split=split) if isinstance(data, str)
-             else list(data)[:limit])
-    prompt = load_prompt("policy_answer", prompt_file)
-    cfg = SampleConfig(policy=getattr(engine, "spec", str(policy)), data=data if isinstance(data, str) else "<in-memory>",
-                       n=n, condition=condition, top_k=top_k, retriever=retriever, temperature=temperature,
-                       top_p=top_p, max_new_tokens=max_new_tokens, max_words=max_words, seed=seed, limit=limit,
-                       categories=list(categories) if categories else None, split=split, prompt_hash=prompt.hash,
-                       policy_fingerprint=engine.fingerprint(), batch_size=batch_size)
-    run = SamplesDir(out, asdict(cfg), overwrite)
+    items = (load_items(data, categories=s.categories, limit=s.limit, split=s.split) if isinstance(data, str)
+             else list(data)[:s.limit])
+    prompt = load_prompt("policy_answer", s.prompt_file)
+    cfg = run_identity(s, exclude={"planner_file", "prompt_file"}, policy=getattr(engine, "spec", str(policy)),
+                       data=data if isinstance(data, str) else "<in-memory>", categories=s.categories or None,
+                       prompt_hash=prompt.hash, policy_fingerprint=engine.fingerprint())
+    run = SamplesDir(out, cfg, overwrite)
     write_examples(items, run.path / ITEMS_FILE)  # the items of this (possibly extended) run, for the grader
     done = run.done_ids()
     todo = [it for it in items if it.id not in done]
-    ret = load_retriever(retriever)
-    planner = read_planner_file(planner_file) if planner_file else None
+    ret = load_retriever(s.retriever)
+    planner = read_planner_file(s.planner_file) if s.planner_file else None
     rcache = Cache(namespace="retrieval")
     failed = 0
-    per_call = max(1, (4 * batch_size) // n)  # items per engine call: N samples each
+    per_call = max(1, (4 * s.batch_size) // s.n)  # items per engine call: N samples each
     for start in range(0, len(todo), per_call):
         part = todo[start : start + per_call]
-        views = [build_view(it, condition, retriever=ret, top_k=top_k, planner=planner, pool=items, seed=seed,
+        views = [build_view(it, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=items, seed=s.seed,
                             cache=rcache) for it in part]
-        msgs = [policy_messages(v, prompt, max_words) for v in views]
+        msgs = [policy_messages(v, prompt, s.max_words) for v in views]
         prompts, params = [], []
         for it, m in zip(part, msgs):
-            for j in range(n):
+            for j in range(s.n):
                 prompts.append(m)
-                params.append(GenParams(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                        seed=example_seed(seed, it.id, f"sample-{j}")))
+                params.append(GenParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                                        seed=example_seed(s.seed, it.id, f"sample-{j}")))
         gens = engine.generate(prompts, params)
         records = []
         for idx, (it, m) in enumerate(zip(part, msgs)):
-            mine = gens[idx * n : (idx + 1) * n]
+            mine = gens[idx * s.n : (idx + 1) * s.n]
             if any(g.error for g in mine):
                 failed += 1
                 continue
             records.append({
                 "id": it.id, "category": it.category, "prompt_hash": text_hash(m[0]["content"]),
                 "samples": [{"i": j, "text": g.text.strip(), "finish_reason": g.finish_reason, "n_tokens": g.n_tokens,
-                             "seed": params[idx * n + j].seed} for j, g in enumerate(mine)],
+                             "seed": params[idx * s.n + j].seed} for j, g in enumerate(mine)],
             })
         run.append(records)
         if on_progress:
             on_progress(len(done) + start + len(part), len(items))
     result = read_samples(run.path)
     run.write_summary(stamp("sample", {
-        "policy": cfg.policy, "n": n, "items": len(items), "complete_items": len(result.samples),
+        "policy": cfg["policy"], "n": s.n, "items": len(items), "complete_items": len(result.samples),
         "failed_items": failed, "resumed_from": len(done), "prompt_hash": prompt.hash,
         "wall_time_s": round(time.time() - t0, 3),
-        "mean_words": (sum(len(t.split()) for s in result.samples.values() for t in s)
-                       / max(1, sum(len(s) for s in result.samples.values()))),
+        "mean_words": (sum(len(t.split()) for texts in result.samples.values() for t in texts)
+                       / max(1, sum(len(texts) for texts in result.samples.values()))),
     }))
     return result
 

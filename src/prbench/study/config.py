@@ -26,6 +26,7 @@ from prbench.config import (
     PolicyAccuracySettings,
     RGDSettings,
     RLSettings,
+    SampleSettings,
 )
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.schema import one_of
@@ -120,14 +121,13 @@ class PlannerStage(PlanSettings):
         return _check_options(v)
 
 
-class SampleStage(_Strict):
+class SampleStage(SampleSettings):
+    """The study's `sample` section: the driver's own settings (one default each) plus what it samples."""
+
     policy: str
-    n: Count(4096) = 16
-    limit: Limit = None
-    temperature: float = Field(1.0, ge=0, le=100)
-    top_p: float = Field(0.9, gt=0, le=1)
-    max_new_tokens: Count(65536) = 160
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)  # the policy engine's options
+
+    _bounded_options = field_validator("options")(lambda cls, v: _check_options(v))
 
 
 class BonStage(BonSettings):
@@ -406,7 +406,7 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
     Why before anything runs: a typo in the third model must not surface after the first two ran,
     and a dry run must not plan calls to a model that does not exist.
     """
-    data = cfg.model_dump()
+    data = cfg.model_dump(exclude_unset=True)  # what the file set stays set: study_defaults fills the rest
     fields: list[tuple[tuple[Any, ...], Any]] = [(("models", i, "spec"), resolve_rm) for i in range(len(cfg.models))]
     fields.append((("planner", "spec"), resolve_engine))
     fields.append((("sample", "policy"), resolve_engine))

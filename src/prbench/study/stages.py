@@ -10,7 +10,14 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench.config import BonSettings, PlanSettings, PolicyAccuracySettings, RGDSettings, RLSettings
+from prbench.config import (
+    BonSettings,
+    PlanSettings,
+    PolicyAccuracySettings,
+    RGDSettings,
+    RLSettings,
+    SampleSettings,
+)
 from prbench.evaluate import evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
@@ -168,21 +175,20 @@ def _samples_dir(ctx: StudyContext) -> str:
 
 
 def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
-    s = ctx.cfg.sample
-    n = _item_count(ctx.data, s.limit or ctx.cfg.limit)
-    return [PlannedRun("sample", f"{s.policy} x {s.n}", n * s.n, n * s.n * (_input_tokens("profile", ctx.cfg.top_k)
-                                                                            + s.max_new_tokens))]
+    s = study_defaults(ctx, ctx.cfg.sample, SampleSettings)
+    n = _item_count(ctx.data, s.limit)
+    return [PlannedRun("sample", f"{ctx.cfg.sample.policy} x {s.n}", n * s.n,
+                       n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
 
 
 @stage("sample", _plan_sample)
 def run_sample(ctx: StudyContext) -> None:
     from prbench.downstream.sampling import sample_policy
 
-    s = ctx.cfg.sample
-    ss = sample_policy(s.policy, ctx.data, _samples_dir(ctx), n=s.n, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
-                       temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=ctx.cfg.seed,
-                       limit=s.limit or ctx.cfg.limit, categories=ctx.cfg.categories, engine_options=s.options,
-                       on_progress=_track(ctx, f"sample {s.policy} x {s.n}"))
+    section = ctx.cfg.sample
+    settings = study_defaults(ctx, section, SampleSettings)
+    ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
+                       on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
     ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
 
 
