@@ -65,12 +65,9 @@ ApiKeyEnv = Annotated[str | None, typer.Option(help="Name of the env var that ho
 NBoot = Annotated[int, typer.Option(help="Bootstrap resamples for confidence intervals.")]
 RMCondition = Annotated[str, typer.Option("--condition", "-c", help="What the RM sees: none, profile, planner, oracle, wrong-profile.")]
 PlannerFile = Annotated[str | None, typer.Option(help=_HELP["planner_file"])]
-MaxContextChars = Annotated[int | None, typer.Option(help=_HELP["max_context_chars"])]
 Overwrite = Annotated[bool, typer.Option(help="Discard an existing folder with another config.")]
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the score and retrieval caches.")]
 Repair = Annotated[bool, typer.Option(help="Damaged examples.jsonl: keep the first record of each id, drop the rest.")]
-GraderBaseUrl = Annotated[str | None, typer.Option(help="Grader's OpenAI-compatible endpoint.")]
-GraderKeyEnv = Annotated[str | None, typer.Option(help="Env var holding the grader's API key.")]
 Provider = Annotated[str | None, typer.Option(
     help="API profile: openai, anthropic, gemini, vllm, llamacpp or generic (default: from host and model name).")]
 Rpm = Annotated[float | None, typer.Option("--rpm", help="Cap on API requests per minute.")]
