@@ -10,14 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench.config import (
-    BonSettings,
-    PlanSettings,
-    PolicyAccuracySettings,
-    RGDSettings,
-    RLSettings,
-    SampleSettings,
-)
+from prbench import config
 from prbench.evaluate import evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
@@ -163,7 +156,7 @@ def run_plan(ctx: StudyContext) -> None:
         if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
             ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
             return  # everything planned: no model load
-    res = plan(p.spec, ctx.data, planner_file(ctx), settings=study_defaults(ctx, p, PlanSettings),
+    res = plan(p.spec, ctx.data, planner_file(ctx), settings=study_defaults(ctx, p, config.PlanSettings),
                planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
@@ -175,7 +168,7 @@ def _samples_dir(ctx: StudyContext) -> str:
 
 
 def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
-    s = study_defaults(ctx, ctx.cfg.sample, SampleSettings)
+    s = study_defaults(ctx, ctx.cfg.sample, config.SampleSettings)
     n = _item_count(ctx.data, s.limit)
     return [PlannedRun("sample", f"{ctx.cfg.sample.policy} x {s.n}", n * s.n,
                        n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
@@ -186,7 +179,7 @@ def run_sample(ctx: StudyContext) -> None:
     from prbench.downstream.sampling import sample_policy
 
     section = ctx.cfg.sample
-    settings = study_defaults(ctx, section, SampleSettings)
+    settings = study_defaults(ctx, section, config.SampleSettings)
     ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
                        on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
     ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
@@ -211,7 +204,7 @@ def run_bon(ctx: StudyContext) -> None:
 
     b = ctx.cfg.bon
     planner = {"planner_file": planner_file(ctx)} if b.condition == "planner" else {}
-    settings = study_defaults(ctx, b, BonSettings, batch_size=ctx.cfg.batch_size, **planner)
+    settings = study_defaults(ctx, b, config.BonSettings, batch_size=ctx.cfg.batch_size, **planner)
     res = best_of_n(_samples_dir(ctx), b.rms or _eval_specs(ctx), b.grader, settings=settings,
                     out=_downstream_dir(ctx, "bon"))
     ctx.outputs["bon"] = {"path": str(res.path), "rms": list(res.results)}
@@ -219,7 +212,7 @@ def run_bon(ctx: StudyContext) -> None:
 
 # -- RL -------------------------------------------------------------------------------------
 def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
-    r = study_defaults(ctx, ctx.cfg.rl, RLSettings)
+    r = study_defaults(ctx, ctx.cfg.rl, config.RLSettings)
     answers = r.steps * r.prompts_per_step * r.num_generations
     return [PlannedRun("rl", f"GRPO {ctx.cfg.rl.policy} with {spec} ({r.steps} steps)", answers,
                        answers * (_input_tokens(r.condition, r.top_k) + r.max_completion_length))
@@ -231,7 +224,7 @@ def run_rl(ctx: StudyContext) -> None:
     from prbench.downstream.rl import train_rl
 
     section = ctx.cfg.rl
-    settings = study_defaults(ctx, section, RLSettings)
+    settings = study_defaults(ctx, section, config.RLSettings)
     ctx.outputs["rl"] = [str(train_rl(section.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)),
                                       settings=settings, grader=section.grader,
                                       rm_options=_options_of(ctx, spec)).path) for spec in section.rms]
@@ -268,7 +261,7 @@ def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type, 
 def run_rgd_stage(ctx: StudyContext) -> None:
     from prbench.downstream.rgd import run_rgd
 
-    _guided_runs(ctx, "rgd", "rgd", RGDSettings, run_rgd, grader=ctx.cfg.rgd.grader)
+    _guided_runs(ctx, "rgd", "rgd", config.RGDSettings, run_rgd, grader=ctx.cfg.rgd.grader)
 
 
 def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
@@ -282,7 +275,7 @@ def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
 def run_policy_accuracy(ctx: StudyContext) -> None:
     from prbench.downstream.policy_accuracy import policy_accuracy
 
-    _guided_runs(ctx, "policy_accuracy", "policy-accuracy", PolicyAccuracySettings, policy_accuracy)
+    _guided_runs(ctx, "policy_accuracy", "policy-accuracy", config.PolicyAccuracySettings, policy_accuracy)
 
 
 # -- meta and report ------------------------------------------------------------------------
