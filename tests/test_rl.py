@@ -109,6 +109,8 @@ def test_bad_settings_refused(tmp_path) -> None:
         train_rl("hf:x", "baseline:length", short_items(2), tmp_path, num_generations=1)
     with pytest.raises(PrbenchError, match="rubric"):
         train_rl("hf:x", "baseline:length", short_items(2), tmp_path, policy_condition="oracle")
+    with pytest.raises(PrbenchError, match="unknown condition 'wrong-profile' \\(use none, profile, planner, oracle\\)"):
+        train_rl("hf:x", "baseline:length", short_items(2), tmp_path, condition="wrong-profile")
 
 
 def test_tiny_grpo_run_with_lora_and_grading(tmp_path) -> None:

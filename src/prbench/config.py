@@ -199,12 +199,13 @@ class BonSettings(ContextSpec, RunSpec):
     """Best-of-N curves of RMs on a samples folder (`best_of_n`, `prbench bon`, the study's `bon`)."""
 
     ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
-    batch_size: int = count(16, "Examples per model batch.", 65536)
+    batch_size: int = EvalSettings.model_fields["batch_size"]
 
 
 class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
     """GRPO with an RM as the reward, then held-out grading (`prbench rl`, `train_rl`, the study's `rl`)."""
 
+    conditions: ClassVar[tuple[str, ...]] = tuple(c for c in CONDITIONS if c != "wrong-profile")
     split: str = opt("train", "Split of a hub dataset to train on.")
     condition: str = opt("profile", "What the RM sees: none, profile, planner, oracle.", "-c", metavar="NAME")
     steps: int = count(50, "Optimizer steps.", 10**6)
@@ -229,7 +230,8 @@ class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
 
 # -- personalized-RM training methods (`prbench train <method>`, `train_method`, the study's `personalize`) --
 ENCODER = "builtin:minilm-l6"
-_ENCODER_HELP = "Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers dir."
+ENCODER_FIELD = opt(ENCODER, "Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers dir.",
+                    metavar="SPEC")
 
 
 class MethodView(Settings):
@@ -238,8 +240,8 @@ class MethodView(Settings):
     condition: str = opt("profile", "What the RM sees of the user: none, profile, planner, oracle.", "-c",
                          metavar="NAME")
     retriever: str = opt("bm25", "bm25, dense:<sentence-transformers dir|id>, contriever:<dir|id>.", metavar="SPEC")
-    top_k: int = count(10, "Profile posts kept after retrieval.", 10_000)
-    seed: int = count(0, "Seed for every random choice (derived per example).", 2**63 - 1, lo=0)
+    top_k: int = ContextSpec.model_fields["top_k"]
+    seed: int = RunSpec.model_fields["seed"]
 
 
 class LoReConfig(MethodView):
@@ -258,7 +260,7 @@ class LoReConfig(MethodView):
     offset_l2: float = opt(0.1, "Pull of a user's offset toward the profile prior.", ge=0)
     offset_steps: int = count(200, "Steps fitting a user's offset to their shots.", 100_000)
     offset_lr: float = opt(0.1, "Learning rate of the offset fit.", gt=0)
-    encoder: str = opt(ENCODER, _ENCODER_HELP, metavar="SPEC")
+    encoder: str = ENCODER_FIELD
 
 
 class VPLConfig(MethodView):
@@ -272,7 +274,7 @@ class VPLConfig(MethodView):
     steps: int = count(300, "Optimisation steps (one episode per user each).", 10**6)
     lr: float = opt(3e-3, "Learning rate.", gt=0)
     weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
-    encoder: str = opt(ENCODER, _ENCODER_HELP, metavar="SPEC")
+    encoder: str = ENCODER_FIELD
 
 
 class PALConfig(Settings):
@@ -290,7 +292,7 @@ class PALConfig(Settings):
     batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
     weight_decay: float = opt(0.0, "Weight decay.", ge=0)
     seed: int = MethodView.model_fields["seed"]
-    encoder: str = opt(ENCODER, _ENCODER_HELP, metavar="SPEC")
+    encoder: str = ENCODER_FIELD
     adapt_steps: int = count(200, "Steps fitting a new user's mixture to their shots.", 100_000)
     adapt_lr: float = opt(0.1, "Learning rate of that fit.", gt=0)
 
@@ -305,7 +307,7 @@ class ContextBTConfig(MethodView):
     lr: float = opt(1e-3, "Learning rate.", gt=0)
     batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
     weight_decay: float = opt(0.0, "Weight decay.", ge=0)
-    encoder: str = opt(ENCODER, _ENCODER_HELP, metavar="SPEC")
+    encoder: str = ENCODER_FIELD
 
 
 class FinetuneConfig(MethodView):

@@ -188,18 +188,16 @@ def evaluate(
     retry_failed: bool = False,
     repair: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
-    **options: Any,
+    **given: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
     run costs no model load) or a ready RewardModel (reused across conditions). `settings`
-    (or `options` on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
+    (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
     `ray_address`, chunks are scored by Ray actors (spec strings only).
     """
-    s = EvalSettings.build(settings, **options, **({} if condition is None else {"condition": condition}))
-    condition, seed, limit, categories, split = s.condition, s.seed, s.limit, s.categories, s.split
-    both_orders, batch_size, workers, fmt = s.both_orders, s.batch_size, s.workers, s.format
+    s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
     options = dict(model_options or {})
     refuse_secrets(options)
@@ -212,23 +210,23 @@ def evaluate(
     data_name = data if isinstance(data, str) else "<in-memory>"
     def stream() -> Iterator[Example]:
         """Examples in order, read lazily: memory stays flat in the number of items."""
-        src = (iter_examples(data, categories=categories, split=split, format=fmt) if isinstance(data, str)
-               else iter(data))
-        return take_items(src, limit)  # items, not pairs: a multi-response item is never cut
+        src = (iter_examples(data, categories=s.categories, split=s.split, format=s.format)
+               if isinstance(data, str) else iter(data))
+        return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
 
     order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
-    config = asdict(EvalConfig(model=spec, data=data_name, condition=condition, seed=seed, limit=limit,
-                               categories=list(categories) if categories else None, split=split, top_k=s.top_k,
+    config = asdict(EvalConfig(model=spec, data=data_name, condition=s.condition, seed=s.seed, limit=s.limit,
+                               categories=list(s.categories) if s.categories else None, split=s.split, top_k=s.top_k,
                                retriever=s.retriever, max_context_chars=s.max_context_chars,
-                               planner_file=s.planner_file, both_orders=both_orders,
-                               model_options=options, batch_size=batch_size, n_boot=s.n_boot))
+                               planner_file=s.planner_file, both_orders=s.both_orders,
+                               model_options=options, batch_size=s.batch_size, n_boot=s.n_boot))
     if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
-    if fmt:
-        config["format"] = fmt
-    identity = {**options, "both_orders": True} if both_orders else options  # both orders: another run
-    run = RunDir(run_path(out, spec, data_name, condition, identity), config, overwrite, repair) if out else None
+    if s.format:
+        config["format"] = s.format
+    identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
+    run = RunDir(run_path(out, spec, data_name, s.condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
@@ -238,33 +236,33 @@ def evaluate(
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
     if on_progress:
         on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
-    distributed = workers > 1 or s.ray_address is not None
+    distributed = s.workers > 1 or s.ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
-    rm_options = {"batch_size": batch_size, "seed": seed, **options}
+    rm_options = {"batch_size": s.batch_size, "seed": s.seed, **options}
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
-    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": seed,
+    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
                  "max_context_chars": s.max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
-                 "pool": list(stream()) if condition.startswith("wrong-") and n_todo else ()}
-    step = max(batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
+                 "pool": list(stream()) if s.condition.startswith("wrong-") and n_todo else ()}
+    step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
     todo = (ex for ex in stream() if ex.id not in done)
-    chunks = ((part, [build_view(ex, condition, **view_args) for ex in part])
+    chunks = ((part, [build_view(ex, s.condition, **view_args) for ex in part])
               for part in iter(lambda: list(islice(todo, step)), []))
     if distributed:
         from prbench.distributed import ray_chunks
 
-        stream = ray_chunks(str(model), rm_options, chunks, workers=max(workers, 1), seed=seed,
-                            both_orders=both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
+        stream = ray_chunks(str(model), rm_options, chunks, workers=max(s.workers, 1), seed=s.seed,
+                            both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
     else:
-        stream = (chunk_records(rm, exs, vs, seed, both_orders, cache) for exs, vs in chunks)
+        stream = (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
     fresh: list[dict] = []
     try:
         for recs in stream:
             for r in recs:
-                r["condition"] = condition
+                r["condition"] = s.condition
             if run:
                 run.append(recs)  # fsynced
             fresh.extend(recs)
@@ -280,19 +278,19 @@ def evaluate(
     if run and in_order != records:
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
-    m = summarize(records, seed=seed, n_boot=s.n_boot)
+    m = summarize(records, seed=s.seed, n_boot=s.n_boot)
     summary = stamp("eval", {
-        "model": rm_name, "spec": spec, "data": data_name, "condition": condition, "seed": seed,
+        "model": rm_name, "spec": spec, "data": data_name, "condition": s.condition, "seed": s.seed,
         "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
         "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
         "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
-                       else {"fingerprint": {"spec": spec}, "workers": workers, "ray_address": s.ray_address}),
+                       else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
     })
     from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 
-    summary["per_user"] = user_breakdown(records, rm, seed=seed, n_boot=s.n_boot)
+    summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)

@@ -322,7 +322,6 @@ def plan(
     from prbench.scoring import example_seed
 
     s = PlanSettings.build(settings, **options)
-    top_k, seed, batch_size = s.top_k, s.seed, s.batch_size
     if isinstance(planner, Planner):
         pl = planner
     else:
@@ -336,10 +335,10 @@ def plan(
     todo = [ex for ex in items if ex.id not in done]
     written = failures = 0
     with path.open("a", encoding="utf-8") as fh:
-        for start in range(0, len(todo), max(1, batch_size)):
-            part = todo[start : start + max(1, batch_size)]
-            views = [planner_view(ex, ret, top_k, cache) for ex in part]
-            outcomes = pl.plan_views(views, [example_seed(seed, ex.id, "planner") for ex in part])
+        for start in range(0, len(todo), max(1, s.batch_size)):
+            part = todo[start : start + max(1, s.batch_size)]
+            views = [planner_view(ex, ret, s.top_k, cache) for ex in part]
+            outcomes = pl.plan_views(views, [example_seed(s.seed, ex.id, "planner") for ex in part])
             for o in outcomes:
                 rec = {"id": o.id, "aspects": [{"aspect": a.aspect, "reason": a.reason} for a in o.aspects],
                        "planner": pl.spec, "prompt_hash": pl.prompt_hash, "failed": o.failed,
@@ -354,7 +353,7 @@ def plan(
             if on_progress:
                 on_progress(len(done) + start + len(part), len(items))
     return PlanResult(path, written, len(items) - len(todo), failures,
-                      {**pl.info(), "top_k": top_k, "retriever": ret.spec, "seed": seed})
+                      {**pl.info(), "top_k": s.top_k, "retriever": ret.spec, "seed": s.seed})
 
 
 # ---------------------------------------------------------------------------------------------

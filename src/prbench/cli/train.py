@@ -23,7 +23,7 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, table
 from prbench.config import (
     ENCODER,
-    ContextBTConfig,
+    ENCODER_FIELD,
     FinetuneConfig,
     LoReConfig,
     MethodView,
@@ -154,7 +154,7 @@ def default(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
     format_: Format = None,
     seed: Seed = 0,
-    encoder: Annotated[str, typer.Option(help=ContextBTConfig.model_fields["encoder"].description)] = ENCODER,
+    encoder: Annotated[str, typer.Option(help=ENCODER_FIELD.description)] = ENCODER,
     json_out: Json = False,
 ) -> None:
     """With no method: train the recommended method (see `prbench.train.methods.DEFAULT_METHOD`)."""
@@ -193,7 +193,7 @@ def bt(
     max_length: Annotated[int, typer.Option(help="Token limit per input; longer pairs are an error.")] = 2048,
     max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
     planner_file: PlannerFile = None,
-    encoder: Annotated[str, typer.Option(help=ContextBTConfig.model_fields["encoder"].description)] = ENCODER,
+    encoder: Annotated[str, typer.Option(help=ENCODER_FIELD.description)] = ENCODER,
     device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:

@@ -96,15 +96,14 @@ def best_of_n(
     score_cache: Cache | None = None,
     grade_cache: Cache | None = None,
     on_progress: Callable[[str], None] | None = None,
-    **options: Any,
+    **given: Any,
 ) -> BonResult:
     """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given.
 
-    `settings` (or `options` on top of it) are `BonSettings`.
+    `settings` (or `given` keywords on top of it) are `BonSettings`.
     """
     t0 = time.time()
-    s = BonSettings.build(settings, **options)
-    condition, seed, n_boot, batch_size = s.condition, s.seed, s.n_boot, s.batch_size
+    s = BonSettings.build(settings, **given)
     ss = samples if isinstance(samples, SampleSet) else read_samples(samples)
     if not ss.items:
         raise PrbenchError(f"{ss.path}: no complete items to evaluate")
@@ -140,15 +139,15 @@ def best_of_n(
     # 2. oracle and random curves (grader only)
     oracle_items = {i: {k: metrics.oracle_best_of_k(grade_of[i], k) for k in ks} for i in gradable}
     random_items = {i: {k: metrics.random_of_k(grade_of[i]) for k in ks} for i in gradable}
-    oracle = _curve(oracle_items, ks, seed, n_boot)
-    rand = _curve(random_items, ks, seed, n_boot)
+    oracle = _curve(oracle_items, ks, s.seed, s.n_boot)
+    rand = _curve(random_items, ks, s.seed, s.n_boot)
 
     # 3. RM scores under the condition, views built once through conditions
     planner = read_planner_file(s.planner_file) if s.planner_file else None
-    views = build_views(items, condition, retriever=load_retriever(s.retriever), top_k=s.top_k, planner=planner,
-                        seed=seed, max_context_chars=s.max_context_chars,
+    views = build_views(items, s.condition, retriever=load_retriever(s.retriever), top_k=s.top_k, planner=planner,
+                        seed=s.seed, max_context_chars=s.max_context_chars,
                         cache=Cache(namespace="retrieval") if persist else None)
-    options = {"batch_size": batch_size, "seed": seed, **(rm_options or {})}
+    options = {"batch_size": s.batch_size, "seed": s.seed, **(rm_options or {})}
     results: dict[str, DownstreamResult] = {}
     rm_summaries: list[dict[str, Any]] = []
     out_path = Path(out) if out is not None else None
@@ -160,7 +159,7 @@ def best_of_n(
             on_progress(f"scoring {name}")
         flat = [(v, t) for it, v in zip(items, views) for t in ss.samples[it.id]]
         scores = []
-        chunk = max(1, batch_size) * 4
+        chunk = max(1, s.batch_size) * 4
         for start in range(0, len(flat), chunk):
             scores.extend(score_cached(rm, flat[start : start + chunk], score_cache))
         score_of = {i: np.array([s.value if s.valid else np.nan for s in scores[j * n : (j + 1) * n]], dtype=float)
@@ -174,23 +173,23 @@ def best_of_n(
             continue
         per_item = {i: {k: metrics.expected_best_of_k(score_of[i], grade_of[i], k) for k in ks} for i in usable}
         per_item_first = {i: {k: metrics.first_k_best(score_of[i], grade_of[i], k) for k in ks} for i in usable}
-        exp_curve = _curve(per_item, ks, seed, n_boot)
-        first_curve = _curve(per_item_first, ks, seed, n_boot)
-        oracle_rm = _curve({i: oracle_items[i] for i in usable}, ks, seed, n_boot)
-        random_rm = _curve({i: random_items[i] for i in usable}, ks, seed, n_boot)
+        exp_curve = _curve(per_item, ks, s.seed, s.n_boot)
+        first_curve = _curve(per_item_first, ks, s.seed, s.n_boot)
+        oracle_rm = _curve({i: oracle_items[i] for i in usable}, ks, s.seed, s.n_boot)
+        random_rm = _curve({i: random_items[i] for i in usable}, ks, s.seed, s.n_boot)
         res = DownstreamResult(
             rm=name, setting="bon", k=list(ks), first_k=first_curve["mean"], expected=exp_curve["mean"],
             ci_low=exp_curve["ci_low"], ci_high=exp_curve["ci_high"],
             per_item={i: {str(k): v for k, v in d.items()} for i, d in per_item.items()},
             grader=grader_spec, n_items=len(usable),
             extra={
-                "condition": condition, "n_samples": n, "samples": str(ss.path),
+                "condition": s.condition, "n_samples": n, "samples": str(ss.path),
                 "first_k_ci_low": first_curve["ci_low"], "first_k_ci_high": first_curve["ci_high"],
                 "per_item_first_k": {i: {str(k): v for k, v in d.items()} for i, d in per_item_first.items()},
                 "oracle": oracle_rm["mean"], "random": random_rm["mean"],
                 "n_excluded": {"invalid_grade": excluded_grade, "invalid_score": len(gradable) - len(usable)},
-                "truncated_inputs": int(truncated), "rm_fingerprint": rm.fingerprint(), "seed": seed,
-                "ci": "percentile bootstrap over items, 95%", "n_boot": n_boot,
+                "truncated_inputs": int(truncated), "rm_fingerprint": rm.fingerprint(), "seed": s.seed,
+                "ci": "percentile bootstrap over items, 95%", "n_boot": s.n_boot,
             },
         )
         results[name] = res
@@ -205,14 +204,14 @@ def best_of_n(
 
     naive = len(rms) * len(ks) * len(ids)
     summary = {
-        "samples": str(ss.path), "condition": condition, "n_items": len(ids), "n_samples": n, "k": list(ks),
+        "samples": str(ss.path), "condition": s.condition, "n_items": len(ids), "n_samples": n, "k": list(ks),
         "grader": grader_obj.run_info(), "rms": rm_summaries,
         "oracle": oracle, "random": rand, "n_gradable_items": len(gradable),
         "distinct_samples": len({grader_obj.key(it, t) for it, t in pairs}),
         "grader_calls": {"made": grader_obj.stats.calls, "naive": naive,
                          "naive_rule": "RMs x k values x items (one grading per pick)",
                          "saved_vs_naive": naive - grader_obj.stats.calls},
-        "seed": seed, "wall_time_s": round(time.time() - t0, 3),
+        "seed": s.seed, "wall_time_s": round(time.time() - t0, 3),
     }
     if out_path is not None:
         out_path.mkdir(parents=True, exist_ok=True)

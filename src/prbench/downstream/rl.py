@@ -259,8 +259,6 @@ def train_rl(
     """
     t0 = time.time()
     s = RLSettings.build(settings, **options)
-    if s.condition == "wrong-profile":
-        raise PrbenchError(f"RL reward condition must be one of none, profile, planner, oracle; got {s.condition!r}")
     if s.policy_condition not in ("none", "profile"):
         raise PrbenchError("the policy sees 'profile' or 'none' (never the rubric)")
     if s.num_generations < 2:
