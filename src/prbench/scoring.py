@@ -173,7 +173,8 @@ def _base_record(ex: Example, view: View) -> dict[str, Any]:
     if view.pairs:
         rec["history_shown"] = view.shown_posts
     # One pair of a multi-response item: metrics.collapse_items scores the item by its rule.
-    for key, value in (("item", ex.item_id), ("rule", ex.rule), ("variant", ex.variant), ("section", ex.section)):
+    for key, value in (("item", ex.item_id), ("rule", ex.rule), ("variant", ex.variant), ("section", ex.section),
+                       ("format", ex.format)):
         if value is not None:
             rec[key] = value
     return rec
