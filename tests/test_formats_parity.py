@@ -118,6 +118,31 @@ def test_rewardbench_v1_absent_section_and_unmapped_subset(tmp_path: Path, capsy
     assert s["accuracy"] == pytest.approx(6.5 / 9, abs=1e-12)
 
 
+# -- RewardBench 2 (re-checked): allenai/reward-bench@05a9005 rewardbench/utils.py reroll_and_score_dataset
+#    (L545-591: 1/np.sum(scores == max) when scores[0] is the max, else 0), _compute_prompt_stats (L1010-1031)
+#    and process_single_model (L1033-1100), scripts/run_v2.py L356-378 (per subset); score = mean over subsets.
+def test_rewardbench2_hand_worked(tmp_path: Path, capsys) -> None:
+    """tests/data/formats/rewardbench2.jsonl, word counts chosen | rejected:
+    0 Factuality 4 | 1,6,5 -> 0;  1 Factuality 7 | 6,1,1 -> 1;  Factuality = 1/2
+    2 Precise IF 2 | 2,4,1 -> 0 (4 is the max);  Precise IF = 0
+    3 Math 8 | 3,8,1 -> two at the max -> 1/2;  Math = 1/2
+    Ties: ref:1 correct [3], incorrect [6,1]: accurate False, margin 3-6 = -3
+          tied:1 correct [5,4,4], incorrect [1,3]: accurate True, spread 5-4 = 1, margin 4-3 = 1
+      = 0.30*1 (tied) + 0.30*0 (ref) + 0.20*(1 > 1) + 0.20*(min(-3,1) > 1) + 0.01*tanh(min(-3,1)/1 - 1)
+      = 0.3 + 0.01*tanh(-4)
+    score = (1/2 + 0 + 1/2 + 0.3 + 0.01*tanh(-4))/4
+    prbench's accuracy: items 0, 1, 0, 1/2, ref:1 0, tied:1 1 (every chosen beats every rejected) -> 5/12."""
+    import math
+
+    s = eval_length(capsys, tmp_path, Path(__file__).parent / "data" / "formats" / "rewardbench2.jsonl")
+    fs = s["metrics"]["format_score"]
+    ties = 0.3 + 0.01 * math.tanh(-4)
+    assert fs["subsets"] == pytest.approx({"Factuality": 0.5, "Precise IF": 0.0, "Math": 0.5, "Ties": ties},
+                                          abs=1e-12)
+    assert fs["value"] == pytest.approx((1.3 + 0.01 * math.tanh(-4)) / 4, abs=1e-12)
+    assert s["accuracy"] == pytest.approx(5 / 12, abs=1e-12)
+
+
 # -- DSP: Linear95/DSP@ec099cf trainer.py compute_metrics (L17-36): every ordered pair of responses whose
 #    label scores differ counts (score_mask_larger + score_mask_smaller); a prediction is right when
 #    logits_diff > 0 matches score_mask_larger, so an RM score tie is right in one orientation of two (0.5);
