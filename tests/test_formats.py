@@ -335,6 +335,13 @@ BAD = {
     "psoups bad preference": ("psoups", {"user_input": "q", "completion_a": "a", "completion_b": "b",
                                          "dimension": "P1A", "preference": 3}, "preference"),
     "dsp missing domain": ("dsp", {"query": "q", "responses": {"academy": "a"}}, "responses.business"),
+    "judgebench tie label": ("judgebench", {"pair_id": "p", "source": "livecodebench", "question": "q",
+                                            "response_A": "a", "response_B": "b", "label": "A=B"}, "label"),
+    "rmb empty reject": ("rmb", {"pair_uid": "1", "conversation_input": [{"role": "user", "content": "q"}],
+                                 "chosen": {"llm_name": "m", "answer": "a"}, "reject": {"llm_name": "n", "answer": ""},
+                                 "category_path": "Pairwise_set/Harmlessness/S5"}, "reject.answer"),
+    "dsp infinite score": ("dsp", {"text": ["\n\nHuman: q\n\nAssistant: a", "\n\nHuman: q\n\nAssistant: b"],
+                                   "score": [1.0, float("inf")]}, "score[1]"),
     "rewardbench blank chosen": ("rewardbench", {"id": 1, "prompt": "p", "chosen": " ", "rejected": "r",
                                                  "subset": "math-prm"}, "chosen"),
 }

@@ -229,6 +229,17 @@ def test_rmb_best_of_n_set(tmp_path: Path, capsys) -> None:
     assert s["metrics"]["strict_accuracy"] == pytest.approx(1 / 2, abs=1e-12)
 
 
+def test_rmb_skip_leaves_a_malformed_row_out_counted(tmp_path: Path) -> None:
+    rows = json.loads((PAR / "rmb-Pairwise_set-S1.json").read_text())
+    rows[1]["reject"]["answer"] = ""  # as in RMB's Pairwise_set/Harmlessness/S5.json row 397
+    path = tmp_path / "S5.json"
+    path.write_text(json.dumps(rows))
+    with pytest.raises(DataError, match="':skip' leaves such rows out"):
+        load_examples(path, None, format="rmb")
+    with pytest.warns(UserWarning, match=r"rmb left out 1 malformed row\(s\), first at .*S5.json:2: reject.answer"):
+        assert [e.id for e in load_examples(path, None, format="rmb:skip")] == ["u1", "u3", "u4"]
+
+
 def test_rmb_one_set_per_run(tmp_path: Path) -> None:
     folder = tmp_path / "RMB_dataset"
     folder.mkdir()

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.errors import DataError
+from prbench.errors import DataError, SpecError
 from prbench.formats.base import Reader, build, item_score, rows, stem, text
 from prbench.schema import Example
 
@@ -43,6 +43,11 @@ class JudgeBench(Reader):
     headline = ("JudgeBench's: correct pairs / pairs; a pair is correct when its decisions over both orders favour "
                 "the labelled response (+1 each, -1 against, tie 0); an RM score tie is wrong")
     priority = 15
+
+    def __init__(self, rest: str = "", **options: Any):
+        super().__init__(rest, **options)
+        if rest:
+            raise SpecError(f"judgebench: takes no options (got {rest!r})")
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

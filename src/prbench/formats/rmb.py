@@ -15,7 +15,10 @@ The two sets share one format name and are told apart by the record shape. A pai
 one item (rule `strict`, id `pair_uid`); a best-of-N row is one item of one pair per loser
 (rule `beats-all`, ids `bon_uid#c0-rJ`). One source holds one set: a folder mixing them is
 refused with both files named (score each set in its own run). The dialogue before the last
-user turn is `context`, that turn the `question`; `category` is `category_path`.
+user turn is `context`, that turn the `question`; `category` is `category_path`. A row with an
+empty answer or turn is a located error; `rmb:skip` leaves such rows out, counted (RMB scores
+them: 7 rows in the 95 data files read at 2be3180, 2 in Pairwise_set/Harmlessness/S5.json and
+5 in Pairwise_set/Helpfulness/Translation/GeneralExcerpt Language Translation.json).
 Headline (`accuracy` and `format_score`): items counted correct / items, a score tie wrong.
 """
 
@@ -25,8 +28,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.errors import DataError
-from prbench.formats.base import Reader, build, item_score, messages, rows, split_last_user, stem, text
+from prbench.errors import DataError, SpecError
+from prbench.formats.base import Reader, Skips, build, item_score, messages, rows, split_last_user, stem, text
 from prbench.schema import Example
 
 UPSTREAM = ("Zhou-Zoey/RMB-Reward-Model-Benchmark@2be3180 eval/scripts/my_run_rm.py L324, L395-398, L420; "
@@ -60,8 +63,14 @@ class RMB(Reader):
     def matches(cls, row: Mapping[str, Any]) -> bool:
         return "conversation_input" in row and shape_of(row) is not None
 
+    def __init__(self, rest: str = "", **options: Any):
+        super().__init__(rest, **options)
+        if rest not in ("", "skip"):
+            raise SpecError(f"rmb: unknown option {rest!r} (use rmb or rmb:skip)")
+
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
         first: tuple[str, str, int] | None = None  # (shape, file, line) of the first row
+        skips = Skips(self.rest == "skip")
         for file, line, row in rows(src, split):
             shape = shape_of(row)
             if shape is None:
@@ -71,28 +80,28 @@ class RMB(Reader):
             if shape != first[0]:
                 raise DataError(file, line, None, f"a {shape} row after {first[0]} rows ({first[1]}:{first[2]}): "
                                                   "score RMB's pairwise and best-of-N sets in separate runs")
-            yield from self._examples(row, shape, file, line)
+            yield from ((file, line, ex) for ex in skips.keep(self._examples, row, shape, file, line) or ())
+        skips.report(self.name, src)
 
-    def _examples(self, row: Mapping[str, Any], shape: str, file: str, line: int) -> Iterator[tuple[str, int, Example]]:
+    def _examples(self, row: Mapping[str, Any], shape: str, file: str, line: int) -> list[Example]:
+        """The row's pairs, all validated before any is kept (a malformed row is left out whole under :skip)."""
         context, question = split_last_user(messages(row.get("conversation_input"), file, line, "conversation_input"),
                                             file, line, "conversation_input")
         common = {"question": question, "context": context, "category": text(row, "category_path", file, line),
                   "profile": [], "rubric_aspects": [], "format": self.name}
         if shape == "pairwise":
             pid = str(row["pair_uid"]) if row.get("pair_uid") is not None else f"{stem(file)}:{line}"
-            yield file, line, build(Example, file, line, id=pid, item_id=pid, rule="strict",
-                                    chosen=_answer(row["chosen"], file, line, "chosen"),
-                                    rejected=_answer(row["reject"], file, line, "reject"), **common)
-            return
+            return [build(Example, file, line, id=pid, item_id=pid, rule="strict",
+                          chosen=_answer(row["chosen"], file, line, "chosen"),
+                          rejected=_answer(row["reject"], file, line, "reject"), **common)]
         losers = row.get("loser_list")
         if not isinstance(losers, list) or not losers:
             raise DataError(file, line, "loser_list", "must be a non-empty list of answers")
         best = _answer(row["bon_best"], file, line, "bon_best")
         item = str(row["bon_uid"]) if row.get("bon_uid") is not None else f"{stem(file)}:{line}"
-        for j, loser in enumerate(losers):
-            yield file, line, build(Example, file, line, id=f"{item}#c0-r{j}", item_id=item, variant=f"c0-r{j}",
-                                    rule="beats-all", chosen=best,
-                                    rejected=_answer(loser, file, line, f"loser_list[{j}]"), **common)
+        return [build(Example, file, line, id=f"{item}#c0-r{j}", item_id=item, variant=f"c0-r{j}", rule="beats-all",
+                      chosen=best, rejected=_answer(loser, file, line, f"loser_list[{j}]"), **common)
+                for j, loser in enumerate(losers)]
 
     @classmethod
     def score(cls, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
