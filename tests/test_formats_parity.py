@@ -63,6 +63,7 @@ def test_rmbench_total_dataset_domains_merged_by_prefix(tmp_path: Path, capsys) 
     assert fs["domains"]["code"]["average"] == pytest.approx(1 / 9, abs=1e-12)
     assert s["accuracy"] == pytest.approx(25 / 54, abs=1e-12) and fs["prbench_pooled"]["average"] == pytest.approx(
         25 / 54, abs=1e-12)
+    assert fs["accuracy_is"].startswith("prbench's")  # the pooled number is labelled as prbench's, beside RM-Bench's
     # strict_accuracy counts pairs (cells) won strictly, per its definition: chat/1 won 6 of 9 and counts 6/9
     assert s["metrics"]["strict_accuracy"] == pytest.approx(25 / 54, abs=1e-12)
 
@@ -191,6 +192,7 @@ def test_judgebench_both_orders_consistency_rule(tmp_path: Path, capsys) -> None
     s = eval_length(capsys, tmp_path, path)
     fs = s["metrics"]["format_score"]
     assert s["accuracy"] == fs["value"] == pytest.approx(2 / 5, abs=1e-12) and s["metrics"]["n"] == 5
+    assert fs["accuracy_is"].startswith("the benchmark's")
     assert fs["groups"] == pytest.approx({"mmlu-pro": 0.5, "livebench-reasoning": 0.0, "livebench-math": 0.0,
                                           "livecodebench": 1.0}, abs=1e-12)
 

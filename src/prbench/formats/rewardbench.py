@@ -94,6 +94,7 @@ class RewardBench(Reader):
         return {"name": "RewardBench score", "upstream": UPSTREAM,
                 "value": float(np.mean(list(sections.values()))) if subsets else None, "sections": sections, "subsets": subsets,
                 "absent_sections": absent, "unmapped_subsets": unmapped,
+                "accuracy_is": "prbench's: pairs pooled, a tie 0.5, bootstrap CI (not RewardBench's number)",
                 "definition": "mean of the four sections; each the EXAMPLE_COUNTS-weighted mean of its subsets' "
                               "accuracies, chosen > rejected strictly (ties 0); a section with no subset scores 0, "
                               "subsets outside the sections are ignored, as allenai/reward-bench"}

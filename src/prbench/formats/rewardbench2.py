@@ -143,5 +143,6 @@ def score(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"name": "RewardBench 2 score", "upstream": UPSTREAM,
             "value": float(np.mean(known)) if known and len(known) == len(subsets) else None,
             "subsets": subsets,
+            "accuracy_is": "prbench's: item credits pooled over subsets, bootstrap CI (not RewardBench 2's number)",
             "definition": "mean over subsets; best-of-n items 1/(number tied at the top) when chosen scores highest; "
                           "Ties by its weighted accuracy-and-margin rule (pointwise RMs only), as allenai/reward-bench"}
