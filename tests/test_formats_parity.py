@@ -276,6 +276,25 @@ def test_format_score_is_the_reading_formats_rule() -> None:
         assert format_score([{**rb, "format": "rewardbench"}, {**rb, "id": "2", "format": "dsp"}]) is None
 
 
+def test_a_plugin_format_supplies_its_own_headline() -> None:
+    from prbench.formats.base import Reader
+    from prbench.registry import FORMATS
+
+    class Mine(Reader):
+        name, headline = "mine", "share of records named mine"
+
+        @classmethod
+        def score(cls, records):
+            return {"name": "Mine", "value": sum(r["credit"] for r in records) / len(records)}
+
+    FORMATS.register("mine", Mine)
+    try:
+        recs = [{"id": str(i), "category": "c", "credit": c, "format": "mine"} for i, c in enumerate((1.0, 0.0))]
+        assert format_score(recs) == {"name": "Mine", "value": 0.5}
+    finally:
+        FORMATS.unregister("mine")
+
+
 def test_data_formats_shows_each_headline_rule(capsys) -> None:
     code, out, _ = run_cli(capsys, "data", "formats", "--json")
     rules = {r["name"]: r["headline"] for r in json.loads(out)}
