@@ -8,7 +8,8 @@ safety-refuse, safety-response}_filtered.json` (`id, subset, prompt, chosen[3], 
 
 A row without `domain` takes it from `subset` when that names a domain, else from the file name
 (`chat_filtered.json` -> `chat`); it is detected as rm-bench by its shape (three chosen, three
-rejected, no `num_correct`). Each item expands to the 9 pairs (ids `ITEM#cI-rJ`), rule `matrix`:
+rejected, no `num_correct`). Each item (id `DOMAIN:id`, since RM-Bench's ids repeat across its
+domain files) expands to the 9 pairs (ids `DOMAIN:id#cI-rJ`), rule `matrix`:
 the item's credit is its share of strict wins (chosen > rejected, a tie 0) over the grid.
 
 Headline as `compute_accuracy`: items grouped by domain prefix (chat, math, code, safety: the two
@@ -83,7 +84,8 @@ class RMBench(Reader):
                     if not isinstance(v, str) or not v.strip():
                         raise DataError(file, line, f"{key}[{i}]", "must be non-empty text")
                 sides[key] = value
-            item = str(row["id"]) if row.get("id") is not None else f"{domain}:{line}"
+            # RM-Bench's ids repeat across domains (23 of chat's 129 are also code ids): qualify by domain
+            item = f"{domain}:{row['id']}" if row.get("id") is not None else f"{domain}:{line}"
             for i, c in enumerate(sides["chosen"]):
                 for j, r in enumerate(sides["rejected"]):
                     yield file, line, build(
