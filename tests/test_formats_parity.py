@@ -85,6 +85,18 @@ def test_rmbench_per_domain_file_without_domain(tmp_path: Path, capsys) -> None:
     assert fs["absent_domains"] == ["math", "code", "safety"]
 
 
+def test_rmbench_folder_of_per_domain_files_is_the_whole_benchmark(tmp_path: Path, capsys) -> None:
+    """The folder adds code_filtered.json (id 8 again, as RM-Bench's chat and code ids overlap; domain from the
+    file name): code 8 (1,2,3 | 2,3,4): [[0,0,0],[0,0,0],[1,0,0]]: hard 0, normal 0, easy 1/3, average 1/9.
+    With chat above (1/3, 2/3, 1/2, average 1/2): hard = (1/3 + 0)/2 = 1/6, normal = (2/3 + 0)/2 = 1/3,
+    easy = (1/2 + 1/3)/2 = 5/12, score = (1/2 + 1/9)/2 = 11/36."""
+    s = eval_length(capsys, tmp_path, PAR / "rm-bench-per-domain")
+    fs = s["metrics"]["format_score"]
+    for key, want in (("hard", 1 / 6), ("normal", 1 / 3), ("easy", 5 / 12), ("value", 11 / 36)):
+        assert fs[key] == pytest.approx(want, abs=1e-12), key
+    assert s["metrics"]["n"] == 3
+
+
 def test_rmbench_row_without_any_domain_is_a_located_error(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
     row = json.loads((PAR / "rm-bench-per-domain" / "chat_filtered.json").read_text())[0]
