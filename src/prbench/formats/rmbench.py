@@ -117,7 +117,7 @@ class RMBench(Reader):
         pooled = [g for gs in by_domain.values() for g in gs]
         out.update(domains=domains, absent_domains=[d for d in DOMAINS if d not in domains],
                    prbench_pooled=_grid_accuracy(pooled) if pooled else None,
-                   accuracy_is="prbench's: items pooled (= prbench_pooled average), bootstrap CI (not RM-Bench's)",
+                   accuracy_is="prbench's: items pooled over every domain, bootstrap CI (not RM-Bench's)",
                    definition="RM-Bench's compute_accuracy: per domain (prefix chat/math/code/safety) the 3x3 "
                               "strict-win matrix; hard/normal/easy = mean over domains of its upper right / "
                               "diagonal / lower left; score = mean of domain averages. prbench_pooled: prbench's, "
