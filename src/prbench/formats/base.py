@@ -201,4 +201,4 @@ def item_score(name: str, upstream: str, records: Sequence[dict[str, Any]], defi
     every = [c for v in groups.values() for c in v]
     return {"name": name, "upstream": upstream, "value": float(np.mean(every)) if every else None, "n": len(every),
             "groups": {g: float(np.mean(v)) for g, v in sorted(groups.items())}, "definition": definition,
-            "accuracy_is": "the benchmark's: the summary's accuracy is this value; its CI is prbench's (bootstrap over items)"}
+            "accuracy_is": "the benchmark's number (this value); its CI is prbench's (bootstrap over items)"}
