@@ -2,8 +2,11 @@
 
 On a terminal: a rich bar. Off a terminal (a log file, nohup, CI): plain lines on stderr, one
 when a stage starts and at most one per `PRBENCH_PROGRESS_SECONDS` (default 10) per stage with
-items done / total, rate and ETA, so a log shows a job is alive without drowning in lines.
-`--quiet` silences both. `announce` says when one-time set-up work starts and how long it takes.
+items done / total, elapsed time and ETA (counts, never a rate: a stage of six slow items would
+read "0.00 items/s"), so a log shows a job is alive without drowning in lines.
+Between two counts, the loops that can run for minutes (token steps of generation, batches of
+scoring) call `beat`, which prints what is under way when no progress line came for that long.
+`--quiet` silences all of it. `announce` says when one-time set-up work starts and how long it takes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 console = Console(stderr=True)
-_STATE: dict[str, Any] = {"quiet": False}
+_STATE: dict[str, Any] = {"quiet": False, "last_line": 0.0, "activity": "", "plain": 0}
 
 
 def _interval() -> float:
@@ -64,11 +67,13 @@ class LogProgress:
         stream = self.stream or sys.stderr
         stream.write(line + "\n")
         stream.flush()
+        _STATE["last_line"] = time.monotonic()
 
     def add_task(self, description: str, total: float | None = None, **_: Any) -> int:
         tid = len(self.tasks)
         now = time.monotonic()
         self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now)
+        _STATE["last_line"], _STATE["activity"] = now, _plain(description)
         return tid  # the start line waits for the first count, so an error at start stays one line
 
     def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
@@ -108,15 +113,15 @@ class LogProgress:
     @staticmethod
     def line(t: _Task, now: float) -> str:
         elapsed = max(now - t.started, 1e-9)
-        rate = t.completed / elapsed
         parts = [f"{t.description}: {t.completed:g}/{'?' if t.total is None else f'{t.total:g}'}"]
         if t.total:
             parts[0] += f" ({100 * t.completed / t.total:.0f}%)"
-        parts.append(f"{rate:.2f} items/s" if rate < 10 else f"{rate:.0f} items/s")
         if t.total is not None and t.completed >= t.total:
             parts.append(f"done in {_duration(elapsed)}")
-        elif t.total is not None and rate > 0:
-            parts.append(f"ETA {_duration((t.total - t.completed) / rate)}")
+            return ", ".join(parts)
+        parts.append(f"{_duration(elapsed)} elapsed")
+        if t.total is not None and t.completed > 0:
+            parts.append(f"ETA {_duration((t.total - t.completed) * elapsed / t.completed)}")
         return ", ".join(parts)
 
     def __enter__(self) -> LogProgress:  # noqa: PYI034
@@ -133,7 +138,11 @@ def progress(quiet: bool = False) -> Iterator[Any]:
     _STATE["quiet"] = quiet or before
     try:
         if not quiet and not console.is_terminal:
-            yield LogProgress()
+            _STATE["plain"] += 1
+            try:
+                yield LogProgress()
+            finally:
+                _STATE["plain"] -= 1
             return
         p = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -143,6 +152,34 @@ def progress(quiet: bool = False) -> Iterator[Any]:
             yield p
     finally:
         _STATE["quiet"] = before
+
+
+def beat(detail: str | Callable[[], str]) -> None:
+    """Called from inside long loops (a token step, a scoring batch): off a terminal, one line saying
+    what is under way when no progress line came for `PRBENCH_PROGRESS_SECONDS`. Cheap when not due:
+    `detail` may be a callable, formatted only when a line is printed."""
+    if _STATE["quiet"] or not _STATE["plain"]:  # only inside a command's plain (off-terminal) progress
+        return
+    now = time.monotonic()
+    if now - _STATE["last_line"] < _interval():
+        return
+    _STATE["last_line"] = now
+    text = detail() if callable(detail) else detail
+    head = f"{_STATE['activity']}: " if _STATE["activity"] else ""
+    sys.stderr.write(f"{head}{text}\n")
+    sys.stderr.flush()
+
+
+@contextmanager
+def activity(name: str) -> Iterator[None]:
+    """Name the work `beat` lines report (a stage of a study, a command), for a block."""
+    before = _STATE["activity"]
+    _STATE["activity"] = name
+    _STATE["last_line"] = time.monotonic()
+    try:
+        yield
+    finally:
+        _STATE["activity"] = before
 
 
 def announce(message: str) -> None:

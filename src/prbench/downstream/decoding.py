@@ -18,6 +18,7 @@ from prbench.engines.base import Engine, load_engine
 from prbench.engines.transformers_engine import left_pad
 from prbench.errors import PrbenchError
 from prbench.extras import require
+from prbench.progress import beat
 
 # ---------------------------------------------------------------------------------------------
 # The policy: KV-cached stepping over a left-padded batch
@@ -161,6 +162,7 @@ def _decode_batch(engine: Any, jobs: list[RGDJob], params: RGDParams, rewards: P
             seen[i, torch.tensor(j.prompt_ids, dtype=torch.long, device=device)] = True
         next_pos = pos[:, -1] + 1
         for step in range(params.max_new_tokens):
+            beat(f"decoding {n} answers, token {step}/{params.max_new_tokens}")
             proc = apply_repetition_penalty(logits, seen, penalty)
             argmax = proc.argmax(dim=-1).tolist()
             choice = list(argmax)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prbench.progress import beat
+
 MIN_SHARED_PREFIX = 8  # below this, a separate prefix pass costs more than it saves
 MIN_EFFICIENCY = 0.9  # real / processed tokens, per batch
 CPU_BATCH_TOKENS = 1024  # padded tokens per prefix batch on CPU (see the module doc)
@@ -129,6 +131,7 @@ def run_shared(groups: SharedGroups, prefill: Prefill, extend: Extend, *, torch:
         suf_len = [len(groups.suffixes[k][2]) for k in todo]
         processed = len(pre_batch) * width
         for sub in efficient_batches(suf_len, token_budget, max_rows):
+            beat(f"scoring {len(sub)} continuations of shared prompts")
             ks = [todo[j] for j in sub]
             gs = [groups.suffixes[k][1] for k in ks]
             keep = max(pre_len[g] for g in gs)  # prefix columns these rows need

@@ -45,6 +45,7 @@ from prbench.engines.prefix import (
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
+from prbench.progress import beat
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,7 @@ class TransformersEngine(Engine):
     def _forward_last(self, seqs: Sequence[Sequence[int]], keep: int) -> Any:
         """Float32 logits of the last `keep` positions of each left-padded row: [B, keep, V]."""
         torch = require("torch", "hf")
+        beat(lambda: f"scoring a batch of {len(seqs)} sequences")
         ids, mask, pos = self._left_pad(seqs)
         kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
         if self._accepts_position_ids:
@@ -396,15 +398,17 @@ class TransformersEngine(Engine):
             encoded.append(ids)
             truncated.append(cut)
         results: list[Generation | None] = [None] * len(prompts)
-        for batch in self._order([len(e) for e in encoded]):
-            gens = self._generate_batch([encoded[i] for i in batch], [plist[i] for i in batch])
+        batches = self._order([len(e) for e in encoded])
+        for b, batch in enumerate(batches):
+            where = f"generating {len(prompts)} answers, batch {b + 1}/{len(batches)}"
+            gens = self._generate_batch([encoded[i] for i in batch], [plist[i] for i in batch], where)
             for i, g in zip(batch, gens):
                 if truncated[i]:
                     g.meta["truncated"] = True
                 results[i] = g
         return [g for g in results if g is not None]
 
-    def _generate_batch(self, seqs: list[list[int]], plist: list[GenParams]) -> list[Generation]:
+    def _generate_batch(self, seqs: list[list[int]], plist: list[GenParams], where: str = "generating") -> list[Generation]:
         torch = require("torch", "hf")
         transformers = require("transformers", "hf")
         max_new = max(p.max_new_tokens for p in plist)
@@ -412,7 +416,7 @@ class TransformersEngine(Engine):
             return [Generation(text="", finish_reason="length", n_tokens=0) for _ in seqs]
         ids, mask, _ = self._left_pad(seqs)
         width = ids.shape[1]
-        decoder = _RowDecoder(self, plist, [width - len(s) for s in seqs], width)
+        decoder = _RowDecoder(self, plist, [width - len(s) for s in seqs], width, where)
         config = transformers.GenerationConfig(
             max_new_tokens=max_new,
             do_sample=False,
@@ -563,9 +567,12 @@ class _RowDecoder:
     batch can finish early; the engine trims those tokens afterwards.
     """
 
-    def __init__(self, engine: TransformersEngine, plist: list[GenParams], pads: list[int], width: int):
+    def __init__(self, engine: TransformersEngine, plist: list[GenParams], pads: list[int], width: int,
+                 where: str = "generating"):
         torch = require("torch", "hf")
         self.engine = engine
+        self.where = where  # what a progress beat says (called every token step: a log line every 10 s)
+        self.max_new = max(p.max_new_tokens for p in plist)
         self.plist = plist
         self.pads = pads
         self.width = width
@@ -578,6 +585,7 @@ class _RowDecoder:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         torch = require("torch", "hf")
         step = input_ids.shape[1] - self.width
+        beat(lambda: f"{self.where}, token {step}/{self.max_new}")
         neg_inf = torch.finfo(scores.dtype).min
         for i, p in enumerate(self.plist):
             if self.force_id is not None and (step >= p.max_new_tokens or self._hit_stop(input_ids[i], p)):

