@@ -24,7 +24,7 @@ import numpy as np
 
 from prbench import __version__, interrupt, metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view, read_planner_file
+from prbench.conditions import build_view, no_context_failure, read_planner_file
 from prbench.config import EvalSettings
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
@@ -134,6 +134,8 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     margins = [r["margin"] for r in valid if "margin" in r]
     if margins:
         out["mean_margin"] = float(np.mean(margins))
+    if any(r.get("condition", "none") != "none" for r in pairs):  # records the condition found no context for
+        out["n_no_context"] = sum(1 for r in pairs if r.get("no_context"))
     trunc = [r["truncated"] for r in pairs]
     out["truncated_inputs"] = int(sum(sum(t.values()) if isinstance(t, dict) else bool(t) for t in trunc))
     if any("verdicts" in r for r in pairs):
@@ -289,6 +291,8 @@ def evaluate(
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
+    if why := no_context_failure(s.condition, m.get("n_no_context", 0), len(records)):
+        raise PrbenchError(why)
     summary = stamp("eval", {
         "model": rm_name, "spec": spec, "data": data_name, "condition": s.condition, "seed": s.seed,
         "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",

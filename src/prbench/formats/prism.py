@@ -168,5 +168,6 @@ class Prism(Reader):
                 yield file, line, cid, {
                     "id": f"{cid}:t{turn}:{wid}>{rid}", "question": t["user"], "context": list(dialogue),
                     "chosen": chosen_text, "rejected": rejected_text, "user_id": str(uid),
-                    "category": str(row.get("conversation_type") or "prism"), "time": f"{when}#{turn:04d}", **scores}
+                    "category": str(row.get("conversation_type") or "prism"),
+                    "time": f"{when}#{turn:04d}" if when else None, **scores}  # untimed: never "earlier"
             dialogue += [Message(role="user", content=t["user"]), Message(role="assistant", content=chosen_text)]
