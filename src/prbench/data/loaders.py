@@ -29,6 +29,34 @@ from prbench.errors import DataError, PrbenchError
 from prbench.schema import CATEGORIES, SourceItem, normalize_category
 
 
+def check_one_format(src: str | Path, split: str = "test") -> None:
+    """Refuse a folder whose files hold different formats, naming a file of each.
+
+    Why: a folder is read by one reader, detected from its first claimed file; a RewardBench file
+    next to a TRL file would otherwise be read as TRL (losing its sections), silently.
+    """
+    from prbench.formats import _claims, _first_row
+
+    path = Path(str(src))
+    try:
+        if not path.is_dir():
+            return
+    except (OSError, ValueError):
+        return
+    first: dict[str, str] = {}
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
+        try:
+            name = _claims(_first_row(f, split)[2])
+        except DataError:
+            continue  # the reader reports it with its location
+        if name:
+            first.setdefault(name, str(f))
+    if len(first) > 1:
+        shown = "; ".join(f"{f} is {name}" for name, f in sorted(first.items(), key=lambda kv: kv[1]))
+        raise DataError(str(src), None, None, f"the folder mixes formats ({shown}): give one format per folder, "
+                                              "or name the reader with --format")
+
+
 def iter_examples(
     src: str | Path,
     kind: Kind | None = "benchmark",
@@ -51,6 +79,8 @@ def iter_examples(
     """
     from prbench.formats import resolve
 
+    if format is None:
+        check_one_format(src, split)
     reader = resolve(src, format, split)
     native = reader.name in ("prb", "lamp-qa")
     if kind is None:

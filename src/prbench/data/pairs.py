@@ -83,8 +83,11 @@ def iter_pairs(src: str | Path, split: str = "test", format: str | None = None) 
     by its reader and converted pair by pair (a multi-turn item keeps only its last user turn as
     the prompt: PreferencePair has no dialogue).
     """
+    from prbench.data.loaders import check_one_format
     from prbench.formats import resolve
 
+    if format is None:
+        check_one_format(src, split)
     if format or resolve(src, None, split).name not in ("prb", "lamp-qa"):
         from prbench.data.loaders import iter_examples
 

@@ -159,6 +159,23 @@ def build(cls: type, file: str, line: int, **fields: Any) -> Any:
         raise DataError(file, line, where, reason) from None
 
 
+def row_id(src: str | Path, file: str, line: int, head: str | None = None) -> str:
+    """The id of a row that gives none: `HEAD:LINE` (HEAD: the file's stem unless given).
+
+    Read from a folder, the file's path under it leads (`sub/name:LINE`, `name:HEAD:LINE`), so
+    the rows of two files never share an id (two files of one subset, or one name in two subfolders).
+    """
+    root = Path(str(src))
+    try:
+        inside = Path(file).relative_to(root).as_posix() if root.is_dir() else None
+    except (ValueError, OSError):
+        inside = None
+    if inside is None:
+        return f"{head or stem(file)}:{line}"
+    lead = inside[: len(inside) - len(Path(inside).name)] + stem(inside)
+    return f"{lead}:{head}:{line}" if head else f"{lead}:{line}"
+
+
 def stem(file: str) -> str:
     name = Path(file).name
     for suffix in (".jsonl.gz", ".jsonl", ".json", ".parquet"):

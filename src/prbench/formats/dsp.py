@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, Skips, build, parse_transcript, rows, stem, text
+from prbench.formats.base import Reader, Skips, build, parse_transcript, row_id, rows, stem, text
 from prbench.formats.hh import pair_from_transcripts
 from prbench.schema import Example
 
@@ -62,7 +62,7 @@ class DSP(Reader):
         skips = Skips(self.skip)
         for file, line, row in rows(src, split):
             if "text" in row and "query" not in row:
-                rec = skips.keep(self._text_score, row, file, line)
+                rec = skips.keep(self._text_score, row, file, line, row_id(src, file, line))
                 if rec is not None:
                     yield file, line, rec
                 continue
@@ -77,13 +77,13 @@ class DSP(Reader):
                     if other == domain:
                         continue
                     yield file, line, build(
-                        Example, file, line, id=f"{stem(file)}:{line}:{domain}>{other}", question=query,
+                        Example, file, line, id=f"{row_id(src, file, line)}:{domain}>{other}", question=query,
                         chosen=responses[domain], rejected=responses[other], category=domain, user_id=domain,
                         persona=PERSONAS[domain], profile=[], rubric_aspects=[])
         skips.report(self.name, src)
 
     @staticmethod
-    def _text_score(row: Mapping[str, Any], file: str, line: int) -> Example:
+    def _text_score(row: Mapping[str, Any], file: str, line: int, default_id: str) -> Example:
         texts, scores = row["text"], row.get("score")
         if len(texts) != 2 or not all(isinstance(t, str) for t in texts):
             raise DataError(file, line, "text", "must hold two transcripts")
@@ -95,4 +95,4 @@ class DSP(Reader):
         hi, lo = (0, 1) if scores[0] > scores[1] else (1, 0)
         chosen = parse_transcript(texts[hi], file, line, f"text[{hi}]")
         rejected = parse_transcript(texts[lo], file, line, f"text[{lo}]")
-        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), f"{stem(file)}:{line}", stem(file))
+        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), default_id, stem(file))

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, rows, text
+from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
 
 STYLES = ("concise", "detailed_plain", "detailed_markdown")
@@ -49,7 +49,7 @@ class RMBench(Reader):
                     if not isinstance(v, str) or not v.strip():
                         raise DataError(file, line, f"{key}[{i}]", "must be non-empty text")
                 sides[key] = value
-            item = str(row["id"]) if row.get("id") is not None else f"{domain}:{line}"
+            item = str(row["id"]) if row.get("id") is not None else row_id(src, file, line, domain)
             for i, c in enumerate(sides["chosen"]):
                 for j, r in enumerate(sides["rejected"]):
                     yield file, line, build(

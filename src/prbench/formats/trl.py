@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, messages, rows, split_last_user, stem
+from prbench.formats.base import Reader, build, messages, row_id, rows, split_last_user, stem
 from prbench.schema import Example, Message
 
 
@@ -60,10 +60,10 @@ class TRL(Reader):
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
         for file, line, row in rows(src, split):
-            yield file, line, self.record(row, file, line)
+            yield file, line, self.record(row, file, line, row_id(src, file, line))
 
     @staticmethod
-    def record(row: Mapping[str, Any], file: str, line: int) -> Example:
+    def record(row: Mapping[str, Any], file: str, line: int, default_id: str | None = None) -> Example:
         chosen, rejected, prompt = row.get("chosen"), row.get("rejected"), row.get("prompt")
         context: list[Message] = []
         if isinstance(chosen, str) and isinstance(rejected, str):
@@ -87,6 +87,6 @@ class TRL(Reader):
         else:
             raise DataError(file, line, "chosen", "chosen and rejected must both be text or both be message lists")
         given = row.get("id")
-        return build(Example, file, line, id=str(given) if given is not None else f"{stem(file)}:{line}",
+        return build(Example, file, line, id=str(given) if given is not None else default_id or f"{stem(file)}:{line}",
                      question=question, context=context, chosen=chosen, rejected=rejected, profile=[],
                      rubric_aspects=[], category=str(row.get("category") or "trl"))
