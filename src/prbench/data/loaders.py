@@ -86,7 +86,8 @@ def iter_examples(
     if kind is None:
         kind = reader.kind
     if (format or not native) and reader.kind != kind:
-        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items")
+        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items "
+                                                 f"(read them as such: --kind {reader.kind})")
     if format or not native:
         any_category = True  # named formats keep their own categories (a converted file: --format prb)
     cls = _record_class(kind)

@@ -30,8 +30,13 @@ class Reader:
     source: ClassVar[str] = ""  # where the format is defined (repository file, card)
     fields: ClassVar[str] = ""  # the exact fields read, for docs and `prbench data formats`
     priority: ClassVar[int] = 50  # detection order: specific shapes (low) before general ones (high)
+    syntax: ClassVar[str] = ""  # the options it takes after `NAME:` (empty: none; anything given is refused)
 
     def __init__(self, rest: str = "", **options: Any):
+        if rest and not self.syntax:  # `rewardbench:anything` must not read as plain rewardbench
+            from prbench.errors import SpecError
+
+            raise SpecError(f"format {self.name!r} takes no options, got {self.name}:{rest}")
         self.rest = rest
         self.options = options
 

@@ -43,6 +43,7 @@ class DSP(Reader):
     source = "github.com/Linear95/DSP (README, reward_datasets.py); data CC BY-NC 4.0"
     fields = "query, responses{academy, business, entertainment, literature, normal} | text[2], score[2]"
     priority = 25
+    syntax = "dsp[:DOMAIN,...][:skip]"
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)
