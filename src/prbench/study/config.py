@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import (
@@ -191,21 +191,30 @@ class PersonalizeStage(BaseModel):
 
     _condition = field_validator("condition")(lambda cls, v: one_of(v, CONDITIONS, "condition"))
 
-    @model_validator(mode="after")
-    def _known_methods(self) -> PersonalizeStage:
-        """Methods and their options checked at load (not after the main eval has run)."""
-        from prbench.train.methods import METHODS, make_config
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, v: list[str]) -> list[str]:
+        from prbench.train.methods import METHODS
 
-        for m in self.methods:
+        for m in v:
             one_of(m, tuple(METHODS), "method")
-        for m, opts in self.options.items():
-            if m not in self.methods:
-                raise ValueError(f"options for {m!r}, which is not in methods ({', '.join(self.methods)})")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _method_options(cls, v: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        """Each method's options built into its settings now, not after the main eval has run."""
+        from prbench.train.methods import make_config
+
+        methods = info.data.get("methods") or []
+        for m, opts in v.items():
+            if m not in methods:
+                raise ValueError(f"options for {m!r}, which is not in methods ({', '.join(methods)})")
             try:
                 make_config(m, opts)
             except PrbenchError as exc:
-                raise ValueError(f"options.{m}: {exc}") from None
-        return self
+                raise ValueError(f"{m}: {exc}") from None
+        return v
 
 
 class StudyConfig(_Strict):
