@@ -326,10 +326,12 @@ def test_16_messages(tmp_path: Path, capsys) -> None:
 
     trl = [{**json.loads(line), "user_id": "u1"} for line in (FIX / "trl-standard-explicit.jsonl").read_text().splitlines()]
     path = _jsonl(tmp_path / "trl-users.jsonl", trl)
-    assert detect(path) == "trl"
+    assert detect(path) == "prb"  # also prbench's own pair-file shape (train reads it natively)
+    code, _, err = run_cli(capsys, "eval", "-m", "baseline:length", "--data", str(path), "-q")
+    assert code == 2 and err.count("\n") == 1 and "read the file with --format trl" in err
     from prbench.data import load_examples
 
-    assert {ex.user_id for ex in load_examples(path)} == {"u1"}
+    assert {ex.user_id for ex in load_examples(path, format="trl")} == {"u1"}
     code, _, err = run_cli(capsys, "data", "validate", str(FIX / "longlamp.jsonl"))
     assert code == 2 and "--kind source" in err
     folder = tmp_path / "prism"

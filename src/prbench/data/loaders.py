@@ -102,7 +102,7 @@ def iter_examples(
     kept = 0
     if native:
         records: Iterable[tuple[str, int, Any]] = (
-            (file, line, parse_record(raw, cls, file, line, any_category)) for file, line, raw in iter_raw(src, split))
+            (file, line, _native(raw, cls, file, line, any_category)) for file, line, raw in iter_raw(src, split))
     else:
         records = reader.read(src, split)
     for file, line, rec in records:
@@ -119,6 +119,15 @@ def iter_examples(
         raise DataError(str(src), None, "categories",
                         f"no records in {', '.join(sorted(map(short_text, wanted or ())))} "
                         f"(the data has: {', '.join(sorted(map(short_text, found)))})")
+
+
+def _native(raw: Any, cls: type, file: str, line: int, any_category: bool) -> Any:
+    """A prbench record; a row in TRL's shape with a user (prbench's pair-file shape) names the reader that reads it."""
+    if (cls is not SourceItem and isinstance(raw, dict) and "question" not in raw
+            and {"prompt", "chosen", "rejected"} <= set(raw)):
+        raise DataError(file, line, "question", "missing required field (the row has TRL's prompt, chosen and "
+                                                "rejected: read the file with --format trl, which keeps user_id)")
+    return parse_record(raw, cls, file, line, any_category)
 
 
 def take_items(records: Iterable[Any], limit: int | None) -> Iterator[Any]:

@@ -45,7 +45,7 @@ def _one_reply(turns: list[Message], file: str, line: int, field: str) -> str:
     return turns[0].content
 
 
-_NOT_TRL = {"subset", "domain", "context", "profile", "rubric_aspects", "narrative", "history", "persona"}
+_NOT_TRL = {"subset", "domain", "context", "user_id", "profile", "rubric_aspects", "narrative", "history", "persona"}
 
 
 class TRL(Reader):
@@ -59,7 +59,8 @@ class TRL(Reader):
         if "chosen" not in row or "rejected" not in row or "question" in row:
             return False
         kinds = {type(row["chosen"]), type(row["rejected"])}
-        # a user_id alone is TRL's shape with a user (kept); prbench's own fields mark a prb row
+        # user_id + prompt/chosen/rejected is also prbench's own pair file (read natively; `--format trl`
+        # reads it as TRL and keeps the user); prbench's benchmark fields mark a prb row
         return kinds in ({str}, {list}) and not _NOT_TRL & set(row)
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
