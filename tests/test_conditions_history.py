@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from prbench.conditions import ALL_CONDITIONS, HISTORY_CONDITIONS, build_view, eligible_history, no_context_failure
+from prbench.conditions import (
+    ALL_CONDITIONS,
+    HISTORY_CONDITIONS,
+    build_view,
+    eligible_history,
+    no_context_failure,
+)
 from prbench.data import load_examples
 from prbench.errors import PrbenchError
 from prbench.evaluate import evaluate
