@@ -113,7 +113,8 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     shares = any("item" in r for r in pairs)  # item credits under a rule may be any share in [0, 1]
     valid = [r for r in records if r.get("credit") is not None]
     credits = np.array([r["credit"] for r in valid], dtype=float)
-    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot, shares=shares)
+    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot, shares=shares,
+                                   strict=metrics.strict_credits(valid) if shares else None)
     by_cat: dict[str, list[float]] = {}
     for r in valid:
         by_cat.setdefault(r["category"], []).append(r["credit"])

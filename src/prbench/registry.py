@@ -166,6 +166,8 @@ FORMATS = Registry("data format", "prbench.formats", {
     "rewardbench": "prbench.formats.rewardbench:RewardBench",
     "rewardbench2": "prbench.formats.rewardbench2:RewardBench2",
     "rm-bench": "prbench.formats.rmbench:RMBench",
+    "judgebench": "prbench.formats.judgebench:JudgeBench",
+    "rmb": "prbench.formats.rmb:RMB",
     "trl": "prbench.formats.trl:TRL",
     "hh-rlhf": "prbench.formats.hh:HHRLHF",
 })

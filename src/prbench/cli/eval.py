@@ -103,7 +103,8 @@ def eval_cmd(
         for s in summaries:  # a benchmark's own headline (RewardBench sections, RewardBench 2, RM-Bench grid)
             fs = s["metrics"].get("format_score")
             if fs and fs.get("value") is not None:
-                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}")
+                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
+                           f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 

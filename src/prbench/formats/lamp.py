@@ -38,6 +38,7 @@ def _gold_file(path: Path) -> dict[str, Any] | None:
 class LaMP(Reader):
     name = "lamp"
     kind = "source"
+    headline = "none: source items (no pairs) for ICL, gold scoring and policy accuracy"
     source = "github.com/LaMP-Benchmark/LaMP (README gold format, LaMP/data/datasets.py, LaMP/prompts/prompts.py)"
     fields = "id, input, profile[{id, title|text|abstract|description|reviewText|summary, tag|category}], " \
              "output (or gold file {task, golds[{id, output}]}), user_id|reviewerId|author|name"

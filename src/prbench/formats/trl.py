@@ -5,7 +5,10 @@ Source: the TRL dataset-formats guide and `trl.data_utils` (`maybe_extract_promp
 - standard, explicit prompt: `prompt`, `chosen`, `rejected` are text;
 - standard, implicit prompt: `chosen` and `rejected` are whole texts; the prompt is their
   longest common prefix, cut as TRL cuts it (one character back when the character before
-  the first difference is a space);
+  the first difference is a space; `extract_prompt`, trl 1.16.0 `trl/data_utils.py` L623-632).
+  That rule can cut inside a word ("Q? Yes indeed" / "Q? Yesterday" give prompt "Q? Yes",
+  responses " indeed" / "terday"): such rows are kept, as TRL keeps them, and counted in a
+  warning naming the first id;
 - conversational, explicit prompt: `prompt` is a list of messages ending with a user turn,
   `chosen` / `rejected` are lists holding the one assistant message;
 - conversational, implicit prompt: `chosen` / `rejected` are whole conversations; the prompt
@@ -39,6 +42,13 @@ def common_prefix(chosen: Any, rejected: Any) -> int:
     return idx
 
 
+def _cut_inside_word(row: Mapping[str, Any], ex: Example) -> bool:
+    """A standard implicit prompt whose cut falls between two letters or digits of one word."""
+    if row.get("prompt") is not None or not isinstance(row.get("chosen"), str):
+        return False
+    return bool(ex.question) and ex.question[-1].isalnum() and (ex.chosen[:1].isalnum() or ex.rejected[:1].isalnum())
+
+
 def _one_reply(turns: list[Message], file: str, line: int, field: str) -> str:
     if len(turns) != 1 or turns[0].role != "assistant":
         raise DataError(file, line, field, "must hold exactly one assistant message (the judged response)")
@@ -52,6 +62,7 @@ class TRL(Reader):
     name = "trl"
     source = "TRL dataset formats (trl.data_utils.maybe_extract_prompt, trl 1.16.0); licence of your data"
     fields = "prompt (text or messages, optional: implicit prompt), chosen, rejected (text or messages), id, user_id"
+    headline = "accuracy: prbench's (ties 0.5), bootstrap CI (TRL defines a data format, not a score)"
     priority = 90
 
     @classmethod
@@ -64,8 +75,18 @@ class TRL(Reader):
         return kinds in ({str}, {list}) and not _NOT_TRL & set(row)
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
+        mid_word: list[str] = []
         for file, line, row in rows(src, split):
-            yield file, line, self.record(row, file, line, row_id(src, file, line))
+            ex = self.record(row, file, line, row_id(src, file, line))
+            if _cut_inside_word(row, ex):
+                mid_word.append(ex.id)
+            yield file, line, ex
+        if mid_word:
+            import warnings
+
+            warnings.warn(f"{src}: trl cut {len(mid_word)} implicit prompt(s) inside a word, as TRL's extract_prompt "
+                          f"does (first: id {mid_word[0]}); give a `prompt` column to split them yourself",
+                          stacklevel=2)
 
     @staticmethod
     def record(row: Mapping[str, Any], file: str, line: int, default_id: str | None = None) -> Example:
