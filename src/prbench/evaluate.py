@@ -24,12 +24,12 @@ import numpy as np
 
 from prbench import __version__, interrupt, metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view, read_planner_file
+from prbench.conditions import build_view, no_context_failure, read_planner_file
 from prbench.config import EvalSettings
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.errors import PrbenchError
-from prbench.fingerprint import spec_digest
+from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
@@ -37,7 +37,7 @@ from prbench.rewards.base import (
     capabilities,
     load_rm,
 )
-from prbench.runs import RunDir, refuse_secrets, slug
+from prbench.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.schema import Example
 from prbench.scoring import SIDE_CREDIT, chosen_first, chunk_records, example_seed, score_cached  # noqa: F401
 
@@ -135,6 +135,8 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     margins = [r["margin"] for r in valid if "margin" in r]
     if margins:
         out["mean_margin"] = float(np.mean(margins))
+    if any(r.get("condition", "none") != "none" for r in pairs):  # records the condition found no context for
+        out["n_no_context"] = sum(1 for r in pairs if r.get("no_context"))
     trunc = [r["truncated"] for r in pairs]
     out["truncated_inputs"] = int(sum(sum(t.values()) if isinstance(t, dict) else bool(t) for t in trunc))
     if any("verdicts" in r for r in pairs):
@@ -169,6 +171,11 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- driver ---------------------------------------------------------------------------------
+def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Example]:
+    """Every item of the data's split (no --limit, no --categories): the donors of the wrong-* controls."""
+    return list(iter_examples(data, split=s.split, format=s.format) if isinstance(data, str) else data)
+
+
 def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
     """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
     ident = spec + (json.dumps(options, sort_keys=True, default=str) if options else "")
@@ -226,6 +233,8 @@ def evaluate(
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
         config["format"] = s.format
+    if isinstance(data, str) and (digest := data_digest(data)):
+        config["data_digest"] = digest  # other or edited data under the same name: a named change, never old numbers
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
     run = RunDir(run_path(out, spec, data_name, s.condition, identity), config, overwrite, repair) if out else None
     if run and retry_failed:
@@ -245,8 +254,9 @@ def evaluate(
     view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
                  "max_context_chars": s.max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
-                 # wrong-profile draws donors from every item, so only it holds the whole set
-                 "pool": list(stream()) if s.condition.startswith("wrong-") and n_todo else ()}
+                 # wrong-* draw donors from every item of the split, never only the filtered ones, so
+                 # --limit and --categories change no record's donor
+                 "pool": _donor_pool(data, s) if s.condition.startswith("wrong-") and n_todo else ()}
     step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
     todo = (ex for ex in stream() if ex.id not in done)
     chunks = ((part, [build_view(ex, s.condition, **view_args) for ex in part])
@@ -271,7 +281,9 @@ def evaluate(
                 on_progress(len(done) + len(fresh), len(order))
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
         where = f" in {run.path}" if run else " (no --out: nothing kept)"
-        interrupt.note(exc, f"{len(done) + len(fresh)} of {len(order)} items saved{where}")
+        # counted from the folder: a signal between the fsynced append and `fresh` must not under-count
+        saved = sum(r["id"] in order for r in scan_records(run.examples_path)[0]) if run else 0
+        interrupt.note(exc, f"{saved} of {len(order)} items saved{where}")
         raise
     rm_name = rm.name if rm is not None else spec
     records = run.records() if run else fresh
@@ -280,6 +292,8 @@ def evaluate(
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
+    if why := no_context_failure(s.condition, m.get("n_no_context", 0), len(records)):
+        raise PrbenchError(why)
     summary = stamp("eval", {
         "model": rm_name, "spec": spec, "data": data_name, "condition": s.condition, "seed": s.seed,
         "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",

@@ -29,6 +29,7 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
+from prbench.errors import PrbenchError
 
 
 @app.command("eval")
@@ -64,6 +65,8 @@ def eval_cmd(
     from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
+    if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
+        raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
     conds = split_csv(condition) or ["none"]
     opts = set_options(mode=mode, max_length=max_length, trust_remote_code=trust_remote_code,
                        prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,

@@ -33,11 +33,16 @@ class Reader:
     source: ClassVar[str] = ""  # where the format is defined (repository file, card)
     fields: ClassVar[str] = ""  # the exact fields read, for docs and `prbench data formats`
     priority: ClassVar[int] = 50  # detection order: specific shapes (low) before general ones (high)
+    syntax: ClassVar[str] = ""  # the options it takes after `NAME:` (empty: none; anything given is refused)
     # The headline rule, in words (`prbench data formats`); formats with a benchmark's own rule
     # say whose code they follow and set `format` on their records so `score` computes it.
     headline: ClassVar[str] = "accuracy: prbench's (ties 0.5), bootstrap CI"
 
     def __init__(self, rest: str = "", **options: Any):
+        if rest and not self.syntax:  # `rewardbench:anything` must not read as plain rewardbench
+            from prbench.errors import SpecError
+
+            raise SpecError(f"format {self.name!r} takes no options, got {self.name}:{rest}")
         self.rest = rest
         self.options = options
 
@@ -178,6 +183,23 @@ def build(cls: type, file: str, line: int, **fields: Any) -> Any:
     except ValidationError as exc:
         where, reason = _first_error(exc)
         raise DataError(file, line, where, reason) from None
+
+
+def row_id(src: str | Path, file: str, line: int, head: str | None = None) -> str:
+    """The id of a row that gives none: `HEAD:LINE` (HEAD: the file's stem unless given).
+
+    Read from a folder, the file's path under it leads (`sub/name:LINE`, `name:HEAD:LINE`), so
+    the rows of two files never share an id (two files of one subset, or one name in two subfolders).
+    """
+    root = Path(str(src))
+    try:
+        inside = Path(file).relative_to(root).as_posix() if root.is_dir() else None
+    except (ValueError, OSError):
+        inside = None
+    if inside is None:
+        return f"{head or stem(file)}:{line}"
+    lead = inside[: len(inside) - len(Path(inside).name)] + stem(inside)
+    return f"{lead}:{head}:{line}" if head else f"{lead}:{line}"
 
 
 def stem(file: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, Skips, build, parse_transcript, rows, stem, text
+from prbench.formats.base import Reader, Skips, build, parse_transcript, row_id, rows, stem, text
 from prbench.formats.hh import pair_from_transcripts
 from prbench.schema import Example
 
@@ -53,6 +53,7 @@ class DSP(Reader):
     headline = ("DSP's 'Preference total Acc' (trainer.py compute_metrics): each pair in both orientations, so an "
                 "RM tie is 0.5, which is prbench's accuracy; label ties left out, counted")
     priority = 25
+    syntax = "dsp[:DOMAIN,...][:skip]"
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)
@@ -75,7 +76,8 @@ class DSP(Reader):
                 scores = skips.keep(_label_scores, row, file, line)
                 if scores is not None and scores[0] == scores[1]:
                     skips.drop("equal label scores (no preference: DSP's compute_metrics leaves them out)", file, line)
-                elif scores is not None and (rec := skips.keep(self._text_score, row, scores, file, line)):
+                elif scores is not None and (rec := skips.keep(self._text_score, row, scores, file, line,
+                                                                        row_id(src, file, line))):
                     yield file, line, rec
                 continue
             query = text(row, "query", file, line)
@@ -89,20 +91,21 @@ class DSP(Reader):
                     if other == domain:
                         continue
                     yield file, line, build(
-                        Example, file, line, id=f"{stem(file)}:{line}:{domain}>{other}", question=query,
+                        Example, file, line, id=f"{row_id(src, file, line)}:{domain}>{other}", question=query,
                         chosen=responses[domain], rejected=responses[other], category=domain, user_id=domain,
                         persona=PERSONAS[domain], profile=[], rubric_aspects=[])
         skips.report(self.name, src)
 
     @staticmethod
-    def _text_score(row: Mapping[str, Any], scores: list[float], file: str, line: int) -> Example:
+    def _text_score(row: Mapping[str, Any], scores: list[float], file: str, line: int,
+                    default_id: str) -> Example:
         texts = row["text"]
         if not isinstance(texts, list) or len(texts) != 2 or not all(isinstance(t, str) for t in texts):
             raise DataError(file, line, "text", "must hold two transcripts")
         hi, lo = (0, 1) if scores[0] > scores[1] else (1, 0)
         chosen = parse_transcript(texts[hi], file, line, f"text[{hi}]")
         rejected = parse_transcript(texts[lo], file, line, f"text[{lo}]")
-        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), f"{stem(file)}:{line}", stem(file))
+        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), default_id, stem(file))
 
 
 def _label_scores(row: Mapping[str, Any], file: str, line: int) -> list[float]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, build, item_score, rows, stem, text
+from prbench.formats.base import Reader, build, item_score, row_id, rows, text
 from prbench.schema import Example
 
 LABELS = ("A>B", "B>A")
@@ -60,7 +60,7 @@ class JudgeBench(Reader):
                 raise DataError(file, line, "label", f"must be 'A>B' or 'B>A' (got {label!r})")
             a, b = text(row, "response_A", file, line), text(row, "response_B", file, line)
             chosen, rejected = (a, b) if label == "A>B" else (b, a)
-            pid = str(row["pair_id"]) if row.get("pair_id") is not None else f"{stem(file)}:{line}"
+            pid = str(row["pair_id"]) if row.get("pair_id") is not None else row_id(src, file, line)
             source = row.get("source")
             yield file, line, build(
                 Example, file, line, id=pid, item_id=pid, rule="strict", question=text(row, "question", file, line),

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from prbench import metrics
-from prbench.formats.base import Reader, build, rows, text
+from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
 
 SECTIONS = {
@@ -63,7 +63,7 @@ class RewardBench(Reader):
             subset = text(row, "subset", file, line)
             rid = row.get("id")
             yield file, line, build(
-                Example, file, line, id=str(rid) if rid is not None else f"{subset}:{line}",
+                Example, file, line, id=str(rid) if rid is not None else row_id(src, file, line, subset),
                 question=text(row, "prompt", file, line), chosen=text(row, "chosen", file, line),
                 rejected=text(row, "rejected", file, line), category=subset, section=SECTION_OF.get(subset),
                 profile=[], rubric_aspects=[], format=self.name)

@@ -26,7 +26,7 @@ import numpy as np
 
 from prbench import metrics
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, rows, text
+from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
 
 UPSTREAM = "allenai/reward-bench@05a9005 rewardbench/utils.py L545-591, L1010-1100; scripts/run_v2.py L356-378"
@@ -71,7 +71,7 @@ class RewardBench2(Reader):
                 raise DataError(file, line, "chosen", f"a best-of-n item has one chosen response, got {len(chosen)}")
             if ties and str(row.get("id", "")).split(":")[0] not in ("ref", "tied"):
                 raise DataError(file, line, "id", "a Ties id is 'ref:N' or 'tied:N'")
-            item = str(row["id"]) if row.get("id") is not None else f"{subset}:{line}"
+            item = str(row["id"]) if row.get("id") is not None else row_id(src, file, line, subset)
             for i, c in enumerate(chosen):
                 for j, r in enumerate(rejected):
                     yield file, line, build(

@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, Skips, build, item_score, messages, rows, split_last_user, stem, text
+from prbench.formats.base import (
+    Reader,
+    Skips,
+    build,
+    item_score,
+    messages,
+    row_id,
+    rows,
+    split_last_user,
+    text,
+)
 from prbench.schema import Example
 
 UPSTREAM = ("Zhou-Zoey/RMB-Reward-Model-Benchmark@2be3180 eval/scripts/my_run_rm.py L324, L395-398, L420; "
@@ -58,6 +68,7 @@ class RMB(Reader):
     headline = ("RMB's: pairwise set, correct pairs / pairs (chosen scores strictly higher); best-of-N set, items "
                 "whose best answer beats every loser / items; a tie is wrong")
     priority = 16
+    syntax = "rmb[:skip]"
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:
@@ -80,17 +91,18 @@ class RMB(Reader):
             if shape != first[0]:
                 raise DataError(file, line, None, f"a {shape} row after {first[0]} rows ({first[1]}:{first[2]}): "
                                                   "score RMB's pairwise and best-of-N sets in separate runs")
-            yield from ((file, line, ex) for ex in skips.keep(self._examples, row, shape, file, line) or ())
+            yield from ((file, line, ex) for ex in skips.keep(self._examples, row, shape, file, line,
+                                                                 row_id(src, file, line)) or ())
         skips.report(self.name, src)
 
-    def _examples(self, row: Mapping[str, Any], shape: str, file: str, line: int) -> list[Example]:
+    def _examples(self, row: Mapping[str, Any], shape: str, file: str, line: int, default_id: str) -> list[Example]:
         """The row's pairs, all validated before any is kept (a malformed row is left out whole under :skip)."""
         context, question = split_last_user(messages(row.get("conversation_input"), file, line, "conversation_input"),
                                             file, line, "conversation_input")
         common = {"question": question, "context": context, "category": text(row, "category_path", file, line),
                   "profile": [], "rubric_aspects": [], "format": self.name}
         if shape == "pairwise":
-            pid = str(row["pair_uid"]) if row.get("pair_uid") is not None else f"{stem(file)}:{line}"
+            pid = str(row["pair_uid"]) if row.get("pair_uid") is not None else default_id
             return [build(Example, file, line, id=pid, item_id=pid, rule="strict",
                           chosen=_answer(row["chosen"], file, line, "chosen"),
                           rejected=_answer(row["reject"], file, line, "reject"), **common)]
@@ -98,7 +110,7 @@ class RMB(Reader):
         if not isinstance(losers, list) or not losers:
             raise DataError(file, line, "loser_list", "must be a non-empty list of answers")
         best = _answer(row["bon_best"], file, line, "bon_best")
-        item = str(row["bon_uid"]) if row.get("bon_uid") is not None else f"{stem(file)}:{line}"
+        item = str(row["bon_uid"]) if row.get("bon_uid") is not None else default_id
         return [build(Example, file, line, id=f"{item}#c0-r{j}", item_id=item, variant=f"c0-r{j}", rule="beats-all",
                       chosen=best, rejected=_answer(loser, file, line, f"loser_list[{j}]"), **common)
                 for j, loser in enumerate(losers)]

@@ -30,7 +30,7 @@ import numpy as np
 
 from prbench import metrics
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, rows, stem, text
+from prbench.formats.base import Reader, build, row_id, rows, stem, text
 from prbench.schema import Example
 
 STYLES = ("concise", "detailed_plain", "detailed_markdown")
@@ -85,7 +85,7 @@ class RMBench(Reader):
                         raise DataError(file, line, f"{key}[{i}]", "must be non-empty text")
                 sides[key] = value
             # RM-Bench's ids repeat across domains (23 of chat's 129 are also code ids): qualify by domain
-            item = f"{domain}:{row['id']}" if row.get("id") is not None else f"{domain}:{line}"
+            item = f"{domain}:{row['id']}" if row.get("id") is not None else row_id(src, file, line, domain)
             for i, c in enumerate(sides["chosen"]):
                 for j, r in enumerate(sides["rejected"]):
                     yield file, line, build(

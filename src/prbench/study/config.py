@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import (
@@ -53,6 +53,18 @@ OPTION_COUNTS = {"num_generations": (1, 1024), "n": (1, 4096), "k": (1, 4096), "
                  "retries_on_parse_failure": (0, 100), "max_retries": (0, 100), "limit": (1, MAX_ITEMS),
                  "gradient_accumulation_steps": (1, 4096)}
 Options = dict[str, Any]
+
+
+def _check_format(v: str | None) -> str | None:
+    """A format spec checked now (name and options), so --dry-run reports it with its YAML line."""
+    if v is not None:
+        from prbench.formats import load_reader
+
+        try:
+            load_reader(v)
+        except PrbenchError as exc:
+            raise ValueError(str(exc)) from None
+    return v
 
 
 def _check_options(v: dict[str, Any]) -> dict[str, Any]:
@@ -101,9 +113,10 @@ class BenchmarkEntry(_Strict):
     data: str
     format: str | None = None  # default: detected from the columns
     conditions: list[str] = Field(default_factory=lambda: ["none"])
-    limit: int | None = None
+    limit: Limit = None
 
     _known = field_validator("conditions")(lambda cls, v: ModelEntry._known(v) or [])
+    _format = field_validator("format")(lambda cls, v: _check_format(v))
 
 
 class PlannerStage(PlanSettings):
@@ -167,19 +180,47 @@ class PersonalizeStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     data: str | None = None  # training pairs; default: the study's data
-    methods: list[str] = Field(default_factory=lambda: list(FAST_METHODS))
+    methods: list[str] = Field(default_factory=lambda: list(FAST_METHODS), min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)  # method -> config options
     condition: str = "profile"
-    ks: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 8, 16])
-    draws: int = Field(5, ge=1, le=100)
+    ks: list[Annotated[int, Field(strict=True, ge=0, le=100_000)]] = Field(
+        default_factory=lambda: [0, 1, 2, 4, 8, 16], min_length=1)
+    draws: int = Field(5, strict=True, ge=1, le=100)
     holdout_users: float = Field(0.25, gt=0, lt=1)
     holdout_items: float = Field(0.5, gt=0, lt=1)
+
+    _condition = field_validator("condition")(lambda cls, v: one_of(v, CONDITIONS, "condition"))
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, v: list[str]) -> list[str]:
+        from prbench.train.methods import METHODS
+
+        for m in v:
+            one_of(m, tuple(METHODS), "method")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _method_options(cls, v: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        """Each method's options built into its settings now, not after the main eval has run."""
+        from prbench.train.methods import make_config
+
+        methods = info.data.get("methods") or []
+        for m, opts in v.items():
+            if m not in methods:
+                raise ValueError(f"options for {m!r}, which is not in methods ({', '.join(methods)})")
+            try:
+                make_config(m, opts)
+            except PrbenchError as exc:
+                raise ValueError(f"{m}: {exc}") from None
+        return v
 
 
 class StudyConfig(_Strict):
     """A whole study. Paths are relative to the config file's folder unless absolute."""
 
-    name: str
+    name: str = Field(min_length=1, pattern=r"\S")
     description: str = ""
     data: str = "sample"
     format: str | None = None  # the format of `data` (default: detected)
@@ -193,7 +234,7 @@ class StudyConfig(_Strict):
     retriever: str = "bm25"
     batch_size: Count(65536) = 16
     models: list[ModelEntry]
-    stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"])
+    stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"], min_length=1)
     planner: PlannerStage | None = None
     sample: SampleStage | None = None
     bon: BonStage | None = None
@@ -208,6 +249,8 @@ class StudyConfig(_Strict):
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
         return ModelEntry._known(v) or []
+
+    _format = field_validator("format")(lambda cls, v: _check_format(v))
 
 
 def _line_of(root: yaml.Node, loc: tuple[Any, ...]) -> int | None:
@@ -236,6 +279,26 @@ class _NoAliasLoader(yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise _AliasFound(event.start_mark.line + 1)
         return super().compose_node(parent, index)
+
+
+def _duplicate_key(node: yaml.Node | None) -> tuple[int, str, int] | None:
+    """(line, key, first line) of the first key given twice in one mapping (YAML keeps the last silently)."""
+    from collections import deque
+
+    queue = deque([node] if node is not None else [])
+    while queue:
+        n = queue.popleft()
+        if isinstance(n, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for k, v in n.value:
+                key = str(k.value)
+                if key in seen:
+                    return k.start_mark.line + 1, key, seen[key]
+                seen[key] = k.start_mark.line + 1
+                queue.append(v)
+        elif isinstance(n, yaml.SequenceNode):
+            queue.extend(n.value)
+    return None
 
 
 class _AliasFound(Exception):
@@ -274,6 +337,9 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         raise DataError(source, mark.line + 1 if mark else None, None, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
     finally:
         loader.dispose()
+    if dup := _duplicate_key(root):
+        raise DataError(source, dup[0], dup[1], f"key given twice (first on line {dup[2]}); YAML would keep only "
+                                                "the last silently, so remove one")
     if not isinstance(raw, dict):
         raise DataError(source, 1, None, "a study config must be a YAML mapping")
     try:
@@ -316,6 +382,8 @@ def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
             if "planner" in (m.conditions or []):
                 out.append((("models", i, "conditions"),
                             "condition 'planner' needs a 'planner' section (the planner model)"))
+    if not cfg.models and any(s in cfg.stages for s in ("eval", "bon", "meta", "report")):
+        out.append((("models",), "no models: the study would evaluate nothing (list at least one under models)"))
     if "bon" in cfg.stages and cfg.bon is not None and not cfg.bon.rms and not any(
             not m.spec.startswith("judge:") for m in cfg.models):
         out.append((("bon",), "bon needs rms (no pointwise model in models to default to)"))

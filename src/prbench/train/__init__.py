@@ -69,11 +69,17 @@ def user_index(pairs: Sequence[Any]) -> tuple[list[str], dict[str, int]]:
 
 
 def write_log(out: Path, records: Sequence[dict[str, Any]]) -> None:
-    """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends)."""
+    """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends).
+
+    Every trainer writes it last, so the folder is sealed here (`prbench.manifest`).
+    """
+    from prbench.manifest import seal
+
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOG_FILE).open("w", encoding="utf-8") as fh:
         for r in records:
             fh.write(json.dumps(r) + "\n")
+    seal(out)
 
 
 def read_log(out: str | Path) -> list[dict[str, Any]]:
