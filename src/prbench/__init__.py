@@ -1,22 +1,61 @@
-"""prbench: does a reward model know *this* user, and does that predict what it does downstream?"""
+"""prbench: does a reward model know *this* user, and does that predict what it does downstream?
+
+Every command is a function here (the CLI is a thin layer over them). Imports are lazy, so
+`import prbench` stays light (no torch, no datasets) until a function is used:
+
+- evaluate: `evaluate` (one RM, one or several conditions -> `EvalResult`), `EvalSettings`
+- data: `load_examples`, `write_examples` (what `prbench data convert` does), `iter_examples`
+- downstream: `sample_policy`, `read_samples`, `best_of_n`, `run_rgd`, `policy_accuracy`, `run_icl`, `train_rl`
+- analysis: `meta_evaluate`, `leaderboard`, `compare_runs`, `build_report`
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "evaluate", "load_examples"]
+# name -> "module:attribute", imported on first use
+_EXPORTS = {
+    "EvalResult": "prbench.evaluate:EvalResult",
+    "EvalSettings": "prbench.config:EvalSettings",
+    "load_examples": "prbench.data:load_examples",
+    "write_examples": "prbench.data:write_examples",
+    "iter_examples": "prbench.data:iter_examples",
+    "sample_policy": "prbench.downstream.sampling:sample_policy",
+    "read_samples": "prbench.downstream.sampling:read_samples",
+    "best_of_n": "prbench.downstream.bon:best_of_n",
+    "run_rgd": "prbench.downstream.rgd:run_rgd",
+    "policy_accuracy": "prbench.downstream.policy_accuracy:policy_accuracy",
+    "run_icl": "prbench.downstream.icl:run_icl",
+    "train_rl": "prbench.downstream.rl:train_rl",
+    "meta_evaluate": "prbench.meta:meta_evaluate",
+    "leaderboard": "prbench.leaderboard:leaderboard",
+    "compare_runs": "prbench.leaderboard:compare_runs",
+    "build_report": "prbench.report:build_report",
+}
+
+__all__ = [  # noqa: RUF022 (grouped as the module doc lists them)
+    "__version__", "evaluate", "EvalResult", "EvalSettings",
+    "load_examples", "write_examples", "iter_examples",
+    "sample_policy", "read_samples", "best_of_n", "run_rgd", "policy_accuracy", "run_icl", "train_rl",
+    "meta_evaluate", "leaderboard", "compare_runs", "build_report",
+]
 
 
 def __getattr__(name: str):
-    # Lazy so that `import prbench` stays light (no torch, no datasets) until used.
-    if name == "load_examples":
-        from prbench.data import load_examples
-
-        return load_examples
     if name == "evaluate":
         # The driver module itself is callable (it calls its `evaluate` function), because any
         # `import prbench.evaluate` rebinds this package attribute to the module anyway.
         import prbench.evaluate
 
         return prbench.evaluate
-    raise AttributeError(name)
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(name)
+    import importlib
+
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
