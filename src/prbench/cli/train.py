@@ -66,7 +66,8 @@ def _planner(path: Path | None):
     return read_planner_file(path)
 
 
-def _report(result, json_out: bool, protocol: dict | None = None, method: str | None = None) -> None:
+def _report(result, json_out: bool, protocol: dict | None = None, method: str | None = None,
+            eval_data: str | None = None) -> None:
     last = result.log[-1] if result.log else {}
     loads_as = _loads_as(result.out)
     warnings = list((protocol or {}).get("warnings", []))
@@ -89,8 +90,9 @@ def _report(result, json_out: bool, protocol: dict | None = None, method: str | 
         typer.echo(f"--eval-data: {_pct(e['mean'])}% mean over {e['n_users']} users (worst decile {_pct(e['worst_decile'])}%)")
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
-    if loads_as:
-        typer.echo(f"evaluate with: prbench eval -m {loads_as} -c profile")
+    if loads_as:  # a complete command: without --data, eval would score the built-in sample
+        typer.echo(f"evaluate with: prbench eval -m {loads_as} --data {eval_data or 'HELD_OUT'} -c none,profile "
+                   "--out runs" + ("" if eval_data else "   (HELD_OUT: pairs of users it was not trained on)"))
 
 
 def _pct(v) -> str:
@@ -140,7 +142,7 @@ def _run(method: str, data: str, out: Path, options: dict, check: Check, json_ou
                                   **extra)
     if check.eval_data:
         report["eval_data"] = _score_eval(method, out, held, options)
-    _report(result, json_out, report, method)
+    _report(result, json_out, report, method, check.eval_data)
 
 
 def _score_eval(method: str, out: Path, pairs, options: dict) -> dict:
@@ -223,7 +225,8 @@ def bt(
             from prbench.train.methods import make_config
 
             cfg = make_config("context-bt", options)
-            _report(train_context_bt(pairs, out, cfg, eval_pairs=held, planner=planner), json_out)
+            _report(train_context_bt(pairs, out, cfg, eval_pairs=held, planner=planner), json_out,
+                    eval_data=check.eval_data)
             return
         _run("context-bt", data, out, options, check, json_out, format_=format_, split=split)
         return
@@ -234,7 +237,7 @@ def bt(
                    lora=lora, lora_r=lora_r,
                    max_length=max_length, max_steps=max_steps, device=device)
     result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
-    _report(result, json_out)
+    _report(result, json_out, eval_data=check.eval_data)
 
 
 @app.command()
