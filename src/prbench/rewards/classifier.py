@@ -35,6 +35,7 @@ from prbench.engines.prefix import (
 )
 from prbench.extras import require
 from prbench.fingerprint import local_digest
+from prbench.progress import beat
 from prbench.rewards.base import PointwiseRM, Score
 
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
@@ -236,6 +237,7 @@ class SequenceClassifierRM(PointwiseRM):
         for group in efficient_batches([len(fitted[i][0]) for i in rest], self.token_budget,  # type: ignore[arg-type]
                                        self.batch_size):
             idx = [rest[j] for j in group]
+            beat(f"scoring a batch of {len(idx)} sequences")
             for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):  # type: ignore[misc]
                 out[i].value = v
         self.counts["scored"] += len(batch)
