@@ -10,7 +10,7 @@ extracted from the real wheels (`tests/data/vllm/vllm-<version>.json`, written b
 Behaviour mirrors vLLM where prbench depends on it, computed with transformers on the same
 checkpoint (tiny models from `prbench.testing.tiny`): token-id prompts (`{"prompt_token_ids": ...}`),
 per-request seeds, `stop` strings cut from the text, `prompt_logprobs` (entry 0 is None),
-first-step `logprobs` top-k maps of `Logprob`, `classify` with the activation switch, one prompt
+first-step `logprobs` top-k maps of `Logprob` (or exactly `logprob_token_ids`, 0.33), `classify` with the activation switch, one prompt
 longer than `max_model_len` failing the whole call (the batch-wide ValueError prbench must avoid),
 and `ModelRegistry` with the registry's architecture tables (reward-model heads are not classifiers).
 
@@ -262,10 +262,12 @@ def _make_llm(spec: dict[str, Any], engine_args: type) -> type:
                         mask[idx[keep]] = True
                         probs = torch.where(mask, probs, torch.zeros_like(probs))
                     tok = int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
-                if sp.logprobs is not None:
+                wanted = getattr(sp, "logprob_token_ids", None)  # 0.33: exactly these ids (+ the sampled one)
+                if sp.logprobs is not None or wanted:
                     entry = {tok: Logprob(float(lsm[tok]))}
-                    for r, j in enumerate(torch.topk(lsm, int(sp.logprobs)).indices.tolist(), start=1):
-                        entry[j] = Logprob(float(lsm[j]), r)
+                    top = list(wanted) if wanted else torch.topk(lsm, int(sp.logprobs)).indices.tolist()
+                    for r, j in enumerate(top, start=1):
+                        entry[j] = Logprob(float(lsm[j]), None if wanted else r)
                     step_lps.append(entry)
                 if tok == eos:
                     finish = "stop"
@@ -277,7 +279,8 @@ def _make_llm(spec: dict[str, Any], engine_args: type) -> type:
                 if cut >= 0:
                     text, finish = text[:cut], "stop"
                     break
-            comp = CompletionOutput(0, text, out_ids, None, step_lps if sp.logprobs is not None else None, finish)
+            keep = sp.logprobs is not None or getattr(sp, "logprob_token_ids", None)
+            comp = CompletionOutput(0, text, out_ids, None, step_lps if keep else None, finish)
             return RequestOutput(str(n), None, prompt, plp, [comp])
 
         def classify(self, prompts: Any, **kwargs: Any) -> list[ClassificationRequestOutput]:
