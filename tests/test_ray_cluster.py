@@ -167,3 +167,27 @@ def test_a_dashboard_address_gets_one_line_naming_what_ray_init_joins(monkeypatc
     with pytest.raises(PrbenchError, match="^--ray-address=https://h:8265 "):
         connect(ray, "https://h:8265", 2)
     assert not ray.is_initialized()
+
+
+def test_docs_runtime_env_ships_the_wheel_make_builds(tmp_path) -> None:
+    """docs/ray.md's runtime_env passes Ray's own RuntimeEnv validation (ray 2.60 runtime_env/runtime_env.py:
+    `pip` as {"packages", "pip_install_options"}) and names the wheel `make wheel` writes to dist/."""
+    import re
+    import zipfile
+
+    from ray.runtime_env import RuntimeEnv
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "ray.md").read_text(encoding="utf-8")
+    [env_json] = re.findall(r"--runtime-env-json \\\n\s*'(.*?)'", docs)  # the only one: no `{"pip": ["prbench[..]"]}`
+    env = RuntimeEnv(**json.loads(env_json))
+    [wheel_path] = env["pip"]["packages"]
+    assert env["pip"]["pip_install_options"] == ["--no-index"]
+    make = (root / "Makefile").read_text(encoding="utf-8")
+    assert "$(PIP) wheel -q --no-deps --no-build-isolation -w dist ." in make
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=300)
+    [built] = tmp_path.glob("prbench-*.whl")
+    assert Path(wheel_path).name == built.name  # the docs name the file make wheel writes
+    names = zipfile.ZipFile(built).namelist()
+    assert "prbench/prompts/policy_answer.txt" in names and "prbench/presets/demo.yaml" in names
