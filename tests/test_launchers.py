@@ -114,16 +114,18 @@ def test_torchrun_plan_train_every_rank_finishes(tiny, tmp_path) -> None:
 @pytest.mark.slow
 def test_torchrun_train_finetune_every_rank_finishes(tiny, tmp_path) -> None:
     pairs, out = tmp_path / "pairs.jsonl", tmp_path / "ft"
-    made = subprocess.run([sys.executable, "-m", "prbench", "data", "synth-users", str(pairs), "--users", "4",
-                           "--items-per-user", "2"], check=False, capture_output=True, text=True, timeout=120)
+    made = subprocess.run([sys.executable, "-m", "prbench", "data", "synth-users", str(pairs), "--users", "6",
+                           "--items-per-user", "4"], check=False, capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
+    # the default path: the protocol's training on both ranks, rank 0 measures seen vs unseen users and keeps it
     res = _torchrun(tmp_path, "train", "finetune", "--data", str(pairs), "--out", str(out), "--base-model",
-                    str(tiny["rm"]), "--max-steps", "1", "--batch-size", "2", "--top-k", "2", "--no-protocol",
-                    "--json")
+                    str(tiny["rm"]), "--max-steps", "1", "--batch-size", "2", "--top-k", "2", "--json")
     report = _one_report(res)
     assert report["method"] == "finetune" and report["loads_as"] == f"finetune:{out}"
+    assert report["protocol"]["train"] is not None and report["warnings"] == []
     meta = json.loads((out / "prbench_rm.json").read_text())
-    assert meta["kind"] == "finetune" and meta["train"]["pairs"] == 8 and (out / "model.safetensors").is_file()
+    assert meta["kind"] == "finetune" and (out / "model.safetensors").is_file() and (out / "protocol.json").is_file()
+    assert 0 < meta["train"]["pairs"] < 24  # the protocol's seen users x train items: the model kept, no refit
 
 
 def test_two_trainings_under_a_launcher_are_refused(monkeypatch, tmp_path) -> None:
