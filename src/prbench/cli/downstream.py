@@ -126,14 +126,17 @@ def rl(
 ) -> None:
     """Fine-tune a policy with the RM as reward (TRL GRPO). Then grade it on held-out items."""
     from prbench.downstream.rl import train_rl
+    from prbench.train import is_main_process
 
     gopts = {"engine_options": grader_engine_options(grader, access, grader_access)} if grader else None
-    with progress(quiet or json_out) as bar:
+    with progress(quiet or json_out or not is_main_process()) as bar:
         task = bar.add_task(f"GRPO with {escape(rm)}", total=settings.steps)
         res = train_rl(policy, rm, data, out, settings=settings, grader=grader, device=access.device or "auto",
                        rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
                        grader_options=gopts, on_progress=lambda done, total: bar.update(task, completed=done))
     s = res.summary
+    if not is_main_process():  # a launched run's other ranks trained; rank 0 alone reports
+        return
     if json_out:
         emit_json({k: v for k, v in s.items() if k != "log_history"})
         return
