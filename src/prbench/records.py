@@ -112,14 +112,14 @@ SUMMARY_MODELS: dict[str, type[_Open]] = {"eval": EvalSummary, "policy-accuracy"
                                           "rgd": GenerationSummary, "icl": GenerationSummary}
 
 
-def typed_summary(s: dict[str, Any], file: str | Path = "summary.json") -> _Open:
+def typed_summary(s: dict[str, Any], file: str | Path = "summary.json", model: type[BaseModel] | None = None) -> Any:
     """The summary as its kind's model; a field that is missing or wrong is named with the file."""
     kind = run_kind(s)
-    model = SUMMARY_MODELS.get(kind or "")
+    model = model or SUMMARY_MODELS.get(kind or "")
     if model is None:
         raise DataError(str(file), None, "run", f"not a run summary prbench can read (kind {kind!r})")
     try:
-        return model.model_validate({**s, "run": kind})
+        return model.model_validate({**s, "run": kind} if kind else s)
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])

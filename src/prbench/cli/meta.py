@@ -92,18 +92,16 @@ def report(
 ) -> None:
     """Write one self-contained HTML report. Tables, plots, meta-evaluation and provenance."""
     from prbench.errors import PrbenchError
-    from prbench.report import build_report
+    from prbench.report import build_report, collect
 
     pub = _read_json(published, "published numbers")
     meta_res = _read_json(meta_json, "meta-evaluation")
     if meta_json is not None and not (isinstance(meta_res, dict) and "rows" in meta_res and "parameters" in meta_res):
         raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
+    d = collect(runs_dir)  # read once: a damaged run folder gives its one line once
     path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
-                        meta=meta_res)
+                        meta=meta_res, data=d)
     if not quiet:
-        from prbench.report.html import collect
-
-        d = collect(runs_dir)
         typer.echo(f"wrote {path}")
         typer.echo(f"looked under {runs_dir.resolve()}: {len(d.evals)} eval runs, {len(d.downstream)} downstream.json, "
                    f"{len(d.policy_accuracy)} policy-accuracy runs"

@@ -128,7 +128,7 @@ class RunKind:
     def check(self, run: Run) -> None:
         """Validate what the readers rely on (the summary against the kind's model)."""
         if self.summary_model is not None and run.summary is not None:
-            run.typed = typed_summary(run.summary, run.path / "summary.json")
+            run.typed = typed_summary(run.summary, run.path / "summary.json", self.summary_model)
 
     def group_key(self, run: Run) -> tuple:
         """The one definition of a setting: runs with equal keys are one setting (one meta row, one report table)."""
