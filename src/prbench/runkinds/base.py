@@ -25,7 +25,8 @@ from prbench.records import run_kind, typed_summary
 from prbench.runs import read_json, read_records
 
 log = logging.getLogger("prbench.runkinds")
-SUMMARY_FIX = "delete it and rerun the command that wrote it (the summary is recomputed from examples.jsonl)"
+SUMMARY_FIX = ("delete it and rerun the eval (or the command that wrote it); the summary is recomputed from "
+               "examples.jsonl")
 MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
 
 
