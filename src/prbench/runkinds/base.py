@@ -102,6 +102,38 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class EEEItem:
+    """One item's outcome for an Every Eval Ever instance record."""
+
+    id: str
+    score: float
+    correct: bool
+    extracted: str  # what the outcome was read as ("chosen", "0.75", ...)
+    reference: str  # what counts as right ("chosen", "max grade", ...)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EEEPart:
+    """One aggregate result of a run (a headline number with its per-item values), for `prbench.eee`."""
+
+    result_id: str
+    name: str
+    metric_id: str
+    metric_name: str
+    description: str
+    score: float
+    ci: tuple[float | None, float | None] | None
+    n: int
+    bounds: tuple[float | None, float | None]
+    source: str  # where the instance value comes from in the run folder
+    extraction_method: str
+    items: list[EEEItem]
+    details: dict[str, str] = field(default_factory=dict)
+    source_details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class MetaOptions:
     """What meta asks of downstream kinds (each kind reads the options it knows)."""
 
@@ -137,6 +169,10 @@ class RunKind:
 
     def meta_settings(self, runs: Sequence[Run], opts: MetaOptions, notes: list[str]) -> list[Setting]:
         """The meta-evaluation settings these runs make (none for kinds that are no downstream setting)."""
+        return []
+
+    def eee_parts(self, run: Run) -> list[EEEPart]:
+        """The run's results for `prbench export eee` (none: this kind reports no evaluation result)."""
         return []
 
     def label(self, run: Run) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prbench.runkinds.base import MetaOptions, Run, RunKind, Setting
+from prbench.downstream.results import DEFAULT_SCALE
+from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
 
 DEFAULT_GROUP = ("condition", "policy", "w", "candidates_k", "chunk", "temperature", "reward_norm", "metric")
 
@@ -54,4 +55,27 @@ class DownstreamKind(RunKind):
                                {rm: self.item_values(r, opts) for rm, r in members.items()},
                                condition=first.get("condition"), params=self.params(first),
                                sources={rm: str(r.path / "downstream.json") for rm, r in sorted(members.items())}))
+        return out
+
+    def eee_parts(self, run: Run) -> list[EEEPart]:
+        """One result per k of the curve (k = 1 for one value per item), with the per-item values at that k."""
+        d = run.downstream
+        if d is None:
+            return []
+        top = 2.0 if d.scale == DEFAULT_SCALE else None
+        name = self.label(run)
+        out = []
+        for i, k in enumerate(d.k):
+            items = [EEEItem(item, float(vals[str(k)]), top is not None and vals[str(k)] >= top,
+                             f"{vals[str(k)]:g}", "the scale's maximum" if top is not None else d.scale,
+                             {"setting": d.setting, "k": str(k)})
+                     for item, vals in d.per_item.items() if str(k) in vals]
+            out.append(EEEPart(
+                result_id=f"{d.setting}:k={k}", name=name if len(d.k) == 1 else f"{name} k={k}",
+                metric_id=f"{d.setting}_expected", metric_name=f"{self.short or self.name} ({d.scale})",
+                description=self.value_definition or f"{d.setting}: mean per-item value ({d.scale})",
+                score=float(d.expected[i]), ci=(d.ci_low[i], d.ci_high[i]), n=len(items), bounds=(0.0, top),
+                source=f"downstream.json per_item[id][{k}]", extraction_method=f"grader {d.grader}", items=items,
+                details={"grader": d.grader, "scale": d.scale, "first_k": f"{d.first_k[i]:g}"},
+                source_details={k2: str(v) for k2, v in d.extra.items() if k2 in ("condition", "policy", "samples")}))
         return out

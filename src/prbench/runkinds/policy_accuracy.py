@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prbench.records import PolicyAccuracySummary
-from prbench.runkinds.base import MetaOptions, Run, RunKind, Setting
+from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
 
 
 class PolicyAccuracyKind(RunKind):
@@ -71,6 +71,22 @@ class PolicyAccuracyKind(RunKind):
             if not any(g[:2] == pk for g in groups):
                 groups[self.group_key(items[0])] = []
         return {key: members + plain.get(key[:2], [])[:1] for key, members in groups.items()}
+
+    def eee_parts(self, run: Run) -> list[EEEPart]:
+        """Policy accuracy (total log-likelihood) of a guided run; one instance per pair."""
+        s = run.summary or {}
+        total = ((s.get("metrics") or {}).get("policy_accuracy") or {}).get("total") or {}
+        if not s.get("rm") or total.get("accuracy") is None:
+            return []  # the plain policy (no RM) is a reference, not an RM's result
+        items = [EEEItem(i, v, v == 1.0, {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}.get(v, f"{v:g}"), "chosen",
+                         {"condition": str(s.get("condition"))}) for i, v in self.credits(run, "credit_total").items()]
+        return [EEEPart(
+            result_id=f"policy_accuracy:{s.get('condition')}", name=self.label(run), metric_id="policy_accuracy",
+            metric_name="policy accuracy (total log-likelihood)", description=self.value_definition,
+            score=float(total["accuracy"]), ci=(total.get("ci_low"), total.get("ci_high")), n=len(items),
+            bounds=(0.0, 1.0), source="examples.jsonl credit_total", extraction_method="guided log-likelihood",
+            items=items, details={"policy": str(s.get("policy")), "w": str(s.get("w")), "k": str(s.get("k")),
+                                  "mode": str(s.get("mode"))})]
 
 
 KIND = PolicyAccuracyKind()
