@@ -75,7 +75,8 @@ def meta(
         table(f"{c['setting']}: which benchmark ranks the RMs most like it (* best per metric; best overall: "
               f"{c['best_overall'] or '-'})", ["benchmark", "RMs", *[CROSS_LABELS[m] for m in CROSS_METRICS]], cells)
     for note in res["notes"]:
-        typer.echo(f"note: {note}", err=True)
+        if not note.startswith("skipped: "):  # a damaged run's line was logged once when it was read
+            typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {paths['json']}, {paths['csv']} and {paths['md']}")
 
 

@@ -27,6 +27,8 @@ from prbench.runs import read_json, read_records
 log = logging.getLogger("prbench.runkinds")
 SUMMARY_FIX = ("delete it and rerun the eval (or the command that wrote it); the summary is recomputed from "
                "examples.jsonl")
+RECORDS_FIX = ("rerun the command that wrote this run with --repair (it keeps the first record of each id and "
+               "scores the dropped items again)")
 MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
 
 
@@ -48,7 +50,7 @@ class Run:
     @cached_property
     def records(self) -> list[dict[str, Any]]:
         """examples.jsonl through the checked reader ([] when the kind writes none)."""
-        return read_records(self.path / "examples.jsonl") if self.kind.records_file else []
+        return read_records(self.path / "examples.jsonl", RECORDS_FIX) if self.kind.records_file else []
 
     def get(self, name: str, default: Any = None) -> Any:
         """A field of the run: downstream.json first (its core fields, then extras), else summary.json."""
