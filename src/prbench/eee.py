@@ -3,8 +3,9 @@
 Why: a shared result schema (converters exist for lm-eval, Inspect and HELM) lets anyone pool
 prbench's numbers with other harnesses' without reading prbench's run folders. Each run kind
 says what it reports (`RunKind.eee_parts`: one aggregate result per headline number, with its
-per-item values); this module wraps them in the schema's aggregate file (`<id>.json`) and
-instance-level file (`<id>.instances.jsonl`, one line per item and aggregate result).
+per-item values); this module wraps them in the schema's aggregate file and instance-level file (one line per
+item and aggregate result), laid out as the schema's repository expects:
+`data/<benchmark>/<developer>/<model>/<uuid>.json` and `<uuid>_samples.jsonl`.
 
 The models below are this project's typed copy of the fields it writes (so a fresh clone
 checks every file it writes without the upstream schema files); tests also validate against
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -114,9 +117,13 @@ class EvaluationResult(_Model):
     score_details: ScoreDetails
 
 
+SAMPLES_PATH = (r"^data/[^/]+/[^/]+/[^/]+/[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-4[0-9A-Fa-f]{3}-[89ABab][0-9A-Fa-f]{3}"
+                r"-[0-9A-Fa-f]{12}_samples\.jsonl$")  # the schema's repository layout
+
+
 class DetailedResults(_Model):
     format: Literal["jsonl"]
-    file_path: str
+    file_path: str = Field(pattern=SAMPLES_PATH)
     hash_algorithm: Literal["sha256"]
     checksum: str
     total_rows: int
@@ -138,6 +145,10 @@ class EEEAggregate(_Model):
 class InstanceInput(_Model):
     raw: str
     reference: list[str]
+
+
+class InstanceOutput(_Model):
+    raw: list[str]  # single-turn records need one; prbench keeps outcomes, not texts: the outcome read
 
 
 class Attribution(_Model):
@@ -164,6 +175,7 @@ class EEEInstance(_Model):
     sample_id: str
     interaction_type: Literal["single_turn"]
     input: InstanceInput
+    output: InstanceOutput
     answer_attribution: list[Attribution]
     evaluation: InstanceEvaluation
     metadata: Details
@@ -197,7 +209,7 @@ def _instances(eval_id: str, model: str, part: EEEPart) -> list[EEEInstance]:
     return [EEEInstance(
         schema_version=SCHEMA_VERSION, evaluation_id=eval_id, model_id=model, evaluation_name=part.name,
         evaluation_result_id=part.result_id, sample_id=item.id, interaction_type="single_turn",
-        input=InstanceInput(raw=item.id, reference=[item.reference]),
+        input=InstanceInput(raw=item.id, reference=[item.reference]), output=InstanceOutput(raw=[item.extracted]),
         answer_attribution=[Attribution(turn_idx=0, source=part.source, extracted_value=item.extracted,
                                         extraction_method=part.extraction_method, is_terminal=True)],
         evaluation=InstanceEvaluation(score=item.score, is_correct=item.correct),
@@ -209,6 +221,23 @@ def _timestamp(run: Run) -> str:
     return str(int(max(f.stat().st_mtime for f in files)))
 
 
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "_"
+
+
+def layout(data: str, model: str, eval_id: str) -> tuple[str, str]:
+    """(`data/<benchmark>/<developer>/<model>`, uuid) of a run: the schema's repository layout.
+
+    The uuid (version 4 form) is derived from the evaluation id, so the same run always lands
+    in the same files. Developer and model come from the spec: `hf:org/name` -> org, name;
+    `baseline:length` -> baseline, length.
+    """
+    kind, _, rest = model.partition(":")
+    developer, _, name = (rest.partition("/") if "/" in rest and kind in ("hf", "finetune") else (kind, "", rest))
+    uid = uuid.UUID(bytes=hashlib.sha256(eval_id.encode()).digest()[:16], version=4)
+    return f"data/{_safe(Path(data).name or data)}/{_safe(developer)}/{_safe(name or rest or kind)}", str(uid)
+
+
 def export_run(run: Run, root: Path, out: Path) -> list[Path]:
     """Write one run's aggregate and instance files; [] for a kind that reports no evaluation result."""
     parts = run.kind.eee_parts(run)
@@ -218,7 +247,7 @@ def export_run(run: Run, root: Path, out: Path) -> list[Path]:
         else Path(run.path.name)
     eval_id = f"prbench/{run.kind.name}/{rel.as_posix()}"
     model = run.key or "?"
-    stem = "__".join(eval_id.split("/")[1:]).replace(":", "_")
+    folder, uid = layout(str(run.get("data", "?")), model, eval_id)
     lines = [json.dumps(i.model_dump(), sort_keys=True, ensure_ascii=False)
              for p in parts for i in _instances(eval_id, model, p)]
     body = ("\n".join(lines) + "\n").encode() if lines else b""
@@ -228,12 +257,12 @@ def export_run(run: Run, root: Path, out: Path) -> list[Path]:
                                        source_organization_name="prbench", evaluator_relationship="third_party"),
         eval_library=EvalLibrary(name="prbench", version=__version__), model_info=_model_info(run, model),
         evaluation_results=[_result(p, str(run.get("data", "?"))) for p in parts],
-        detailed_evaluation_results=DetailedResults(format="jsonl", file_path=f"{stem}.instances.jsonl",
+        detailed_evaluation_results=DetailedResults(format="jsonl", file_path=f"{folder}/{uid}_samples.jsonl",
                                                     hash_algorithm="sha256",
                                                     checksum=hashlib.sha256(body).hexdigest(),
                                                     total_rows=len(lines)))
-    out.mkdir(parents=True, exist_ok=True)
-    inst, agg_path = out / f"{stem}.instances.jsonl", out / f"{stem}.json"
+    (out / folder).mkdir(parents=True, exist_ok=True)
+    inst, agg_path = out / folder / f"{uid}_samples.jsonl", out / folder / f"{uid}.json"
     inst.write_bytes(body)
     agg_path.write_text(json.dumps(agg.model_dump(exclude_none=True), indent=2, sort_keys=True, ensure_ascii=False)
                         + "\n", encoding="utf-8")
