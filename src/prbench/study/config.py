@@ -316,7 +316,9 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         raise DataError(source, _line_of(root, loc) if root else None, field, msg[:300]) from None
     for loc, msg in _requirements(cfg) + plugin_sections(cfg):
         raise DataError(source, _line_of(root, loc), ".".join(str(p) for p in loc), msg)
-    return cfg if base is None else resolve_specs(cfg, base, source, root)
+    if base is None:
+        return cfg
+    return resolve_specs(cfg, base, source, root)
 
 
 # What each stage needs from the rest of the config: (stage, needed sections, why).
@@ -493,7 +495,10 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
         msg = RETRIEVERS.unknown(retr)
         raise (PrbenchError(f"retriever: {msg}") if source is None else
                DataError(source, _line_of(node, ("retriever",)) if node is not None else None, "retriever", msg))
-    return StudyConfig.model_validate(data)
+    out = StudyConfig.model_validate(data)
+    for loc, msg in plugin_sections(out):  # the copy holds plain dicts again: the stages' models read them
+        raise DataError(source or "study config", _line_of(node, loc) if node else None, ".".join(map(str, loc)), msg)
+    return out
 
 
 def list_presets() -> dict[str, str]:

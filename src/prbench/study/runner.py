@@ -34,7 +34,7 @@ def _stages(cfg: StudyConfig) -> list[Stage]:
 def plan_study(cfg: StudyConfig, root: Path) -> list[PlannedRun]:
     """What a study would do, with estimated model calls and tokens, without running anything."""
     ctx = StudyContext(resolve_specs(cfg, root), root, quiet=True)
-    return [run for st in _stages(cfg) for run in st.plan(ctx)]
+    return [run for st in _stages(ctx.cfg) for run in st.plan(ctx)]
 
 
 def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext:
@@ -44,7 +44,7 @@ def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext
     leaves no folder behind; a study folder this call created and left empty is removed.
     """
     ctx = StudyContext(resolve_specs(cfg, root), root, quiet=quiet)
-    names = _stages(cfg)
+    names = _stages(ctx.cfg)
     created = not ctx.out.exists()
     ctx.out.mkdir(parents=True, exist_ok=True)
     try:
