@@ -31,79 +31,20 @@ def meta_section(d: ReportData, meta: Mapping[str, Any] | None, meta_error: str 
         return section("meta", "Meta-evaluation", explain, empty(f"No meta-evaluation: {why}."))
     prm = meta["parameters"]
     rows = main_rows(meta)
+    body_rows = _main_rows(rows)
     head = ["benchmark", "setting", Cell("RMs", "num"), *[Cell(esc(label), "num") for _, label in PAPER_COLUMNS],
             "resampling"]
-    body_rows = []
-    for r in rows:
-        if r["metrics"] is None:
-            body_rows.append([text(r["benchmark"]["label"], "nowrap"), text(r["setting"]["label"]), numc(fnum(r["n_rms"])),
-                              Cell(f'<span class="warn">{esc(r["note"])}</span>', "", ""),
-                              *[numc("") for _ in PAPER_COLUMNS[1:]], text("–")])
-            continue
-        cells = []
-        for name, _ in PAPER_COLUMNS:
-            m = r["metrics"][name]
-            ci = (f'<span class="ci">[{m["ci_low"]:.2f}, {m["ci_high"]:.2f}]</span>'
-                  if m["ci_low"] is not None else "")
-            cells.append(numc(("–" if m["value"] is None else f'{m["value"]:.3f}') + ci + _p_span(m["p_value"])))
-        body_rows.append([text(r["benchmark"]["label"], "nowrap"), text(r["setting"]["label"]), numc(fnum(r["n_rms"])),
-                          *cells, Cell(esc(r.get("resampling")) + (f'<span class="ci">{r.get("n_items_benchmark")} / '
-                                                                    f'{r.get("n_items_downstream")} items</span>'),
-                                       "nowrap")])
     intro = (f'<p class="explain">Benchmark summary: <b>{esc(prm["summary"])}</b>; {prm["n_boot"]} bootstrap '
              f'resamples, {prm["n_perm"]} permutations, RBO p = {prm["p"]}, NDCG over '
              f'{"top " + str(prm["k"]) if prm["k"] else "all RMs"}, seed {prm["seed"]}. Best-of-N shown at its '
              "largest k (<code>prbench meta</code> gives every k). Small grey numbers: CI, then p-value.</p>")
     body = [intro, table(head, body_rows)]
-    # scatter plots: one figure per downstream setting, one panel per benchmark
-    names = sorted({rm for r in rows for rm in r["rms"]})
-    palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
-    by_setting: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["metrics"] is not None:
-            by_setting.setdefault(r["setting"]["label"], []).append(r)
-    for label, rs in by_setting.items():
-        panels = []
-        for r in rs:
-            pts = {rm: (None if r["benchmark_scores"][rm] is None else
-                        (100 * r["benchmark_scores"][rm] if prm["summary"] != "mean_margin" else r["benchmark_scores"][rm]),
-                        r["downstream_scores"][rm]) for rm in r["rms"]}
-            sp, kt = r["metrics"]["spearman"]["value"], r["metrics"]["kendall_tau_b"]["value"]
-            panels.append({"title": r["benchmark"]["label"], "points": pts,
-                           "subtitle": f"rho={fnum(sp, 2)}  tau={fnum(kt, 2)}"})
-        xlabel = "benchmark accuracy (%)" if prm["summary"] != "mean_margin" else "mean margin"
-        body.append(figure(plots.scatter_panels(panels, xlabel=xlabel, ylabel="downstream score", title=label,
-                                                colors=palette),
-                           f"benchmark vs downstream: {label}",
-                           f"One point per RM: benchmark {prm['summary']} (x) vs {label} (y)."))
+    body += _scatters(rows, prm)
     if meta.get("cross_benchmark"):
         body.append(cross_benchmark_html(meta["cross_benchmark"]))
     if meta.get("paper_b"):
-        head = ["RM accuracy from", "setting", Cell("RMs", "num"), Cell("Kendall tau-b", "num"), Cell("Spearman", "num")]
-        prow = []
-        for e in meta["paper_b"]:
-            kt, sp = e.get("kendall_tau_b"), e.get("spearman")
-            prow.append([text(e["benchmark"]), text(e["setting"]), numc(fnum(e["n_rms"])),
-                         numc((f'{kt["value"]:.3f}' if kt and kt["value"] is not None else
-                               esc(e.get("note") or ("undefined (constant scores)" if kt else "–")))
-                              + (f'<span class="ci">[{kt["ci_low"]:.2f}, {kt["ci_high"]:.2f}]</span>'
-                                 if kt and kt.get("ci_low") is not None else "") + _p_span((kt or {}).get("p_value"))),
-                         numc(f'{sp["value"]:.3f}' if sp and sp.get("value") is not None else "–")])
-        body.append("<h3>RM accuracy vs policy accuracy (paper B reports Kendall tau 0.08-0.31)</h3>" + table(head, prow))
-    comp = meta.get("summary_comparison") or {}
-    if comp.get("overall"):
-        head = ["benchmark summary", Cell("mean Spearman", "num"), Cell("mean Kendall", "num"),
-                Cell("common rows", "num"), Cell("rows with a value", "num"), Cell("best in rows", "num")]
-        crow = []
-        for name, v in comp["overall"].items():
-            best = name == comp.get("best")
-            crow.append([Cell(esc(name) + (' <span class="badge ref">best</span>' if best else ""), ""),
-                         numc(fnum(v["mean_spearman"])), numc(fnum(v["mean_kendall_tau_b"])), numc(fnum(v["n_rows"])),
-                         numc(fnum(v.get("n_rows_available"))), numc(fnum(v["best_in_rows"]))])
-        body.append("<h3>Which benchmark summary predicts downstream best</h3>"
-                    f'<p class="explain">{esc(comp.get("rule", ""))}. mean = accuracy; worst_category = each RM\'s '
-                    "lowest category accuracy; mean_margin = mean score(chosen) − score(rejected), pointwise RMs "
-                    "only.</p>" + table(head, crow))
+        body.append(_paper_b(meta["paper_b"]))
+    body.append(_summary_comparison(meta.get("summary_comparison") or {}))
     notes = [f'{r["benchmark"]["label"]} × {r["setting"]["label"]}: {r["note"]}' for r in meta["rows"] if r["note"]]
     notes += list(meta.get("notes") or [])
     if notes:
@@ -144,3 +85,82 @@ def cross_benchmark_html(entries: Sequence[Mapping[str, Any]]) -> str:
         note = "" if c["same_rms"] else ' <span class="warn">(benchmarks compared over different RM sets)</span>'
         parts.append(f"<h4>{esc(c['setting'])}{note}</h4>" + table(head, body_rows))
     return "".join(parts)
+
+
+def _main_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[Cell]]:
+    """The headline table's rows: value, CI and p-value per paper column, or the row's note."""
+    body_rows = []
+    for r in rows:
+        if r["metrics"] is None:
+            body_rows.append([text(r["benchmark"]["label"], "nowrap"), text(r["setting"]["label"]), numc(fnum(r["n_rms"])),
+                              Cell(f'<span class="warn">{esc(r["note"])}</span>', "", ""),
+                              *[numc("") for _ in PAPER_COLUMNS[1:]], text("–")])
+            continue
+        cells = []
+        for name, _ in PAPER_COLUMNS:
+            m = r["metrics"][name]
+            ci = (f'<span class="ci">[{m["ci_low"]:.2f}, {m["ci_high"]:.2f}]</span>'
+                  if m["ci_low"] is not None else "")
+            cells.append(numc(("–" if m["value"] is None else f'{m["value"]:.3f}') + ci + _p_span(m["p_value"])))
+        body_rows.append([text(r["benchmark"]["label"], "nowrap"), text(r["setting"]["label"]), numc(fnum(r["n_rms"])),
+                          *cells, Cell(esc(r.get("resampling")) + (f'<span class="ci">{r.get("n_items_benchmark")} / '
+                                                                    f'{r.get("n_items_downstream")} items</span>'),
+                                       "nowrap")])
+    return body_rows
+
+
+def _scatters(rows: Sequence[Mapping[str, Any]], prm: Mapping[str, Any]) -> list[str]:
+    """One figure per downstream setting, one panel per benchmark."""
+    body: list[str] = []
+    names = sorted({rm for r in rows for rm in r["rms"]})
+    palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
+    by_setting: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["metrics"] is not None:
+            by_setting.setdefault(r["setting"]["label"], []).append(r)
+    for label, rs in by_setting.items():
+        panels = []
+        for r in rs:
+            pts = {rm: (None if r["benchmark_scores"][rm] is None else
+                        (100 * r["benchmark_scores"][rm] if prm["summary"] != "mean_margin" else r["benchmark_scores"][rm]),
+                        r["downstream_scores"][rm]) for rm in r["rms"]}
+            sp, kt = r["metrics"]["spearman"]["value"], r["metrics"]["kendall_tau_b"]["value"]
+            panels.append({"title": r["benchmark"]["label"], "points": pts,
+                           "subtitle": f"rho={fnum(sp, 2)}  tau={fnum(kt, 2)}"})
+        xlabel = "benchmark accuracy (%)" if prm["summary"] != "mean_margin" else "mean margin"
+        body.append(figure(plots.scatter_panels(panels, xlabel=xlabel, ylabel="downstream score", title=label,
+                                                colors=palette),
+                           f"benchmark vs downstream: {label}",
+                           f"One point per RM: benchmark {prm['summary']} (x) vs {label} (y)."))
+    return body
+
+
+def _paper_b(entries: Sequence[Mapping[str, Any]]) -> str:
+    head = ["RM accuracy from", "setting", Cell("RMs", "num"), Cell("Kendall tau-b", "num"), Cell("Spearman", "num")]
+    prow = []
+    for e in entries:
+        kt, sp = e.get("kendall_tau_b"), e.get("spearman")
+        prow.append([text(e["benchmark"]), text(e["setting"]), numc(fnum(e["n_rms"])),
+                     numc((f'{kt["value"]:.3f}' if kt and kt["value"] is not None else
+                           esc(e.get("note") or ("undefined (constant scores)" if kt else "–")))
+                          + (f'<span class="ci">[{kt["ci_low"]:.2f}, {kt["ci_high"]:.2f}]</span>'
+                             if kt and kt.get("ci_low") is not None else "") + _p_span((kt or {}).get("p_value"))),
+                     numc(f'{sp["value"]:.3f}' if sp and sp.get("value") is not None else "–")])
+    return "<h3>RM accuracy vs policy accuracy (paper B reports Kendall tau 0.08-0.31)</h3>" + table(head, prow)
+
+
+def _summary_comparison(comp: Mapping[str, Any]) -> str:
+    if not comp.get("overall"):
+        return ""
+    head = ["benchmark summary", Cell("mean Spearman", "num"), Cell("mean Kendall", "num"),
+            Cell("common rows", "num"), Cell("rows with a value", "num"), Cell("best in rows", "num")]
+    crow = []
+    for name, v in comp["overall"].items():
+        best = name == comp.get("best")
+        crow.append([Cell(esc(name) + (' <span class="badge ref">best</span>' if best else ""), ""),
+                     numc(fnum(v["mean_spearman"])), numc(fnum(v["mean_kendall_tau_b"])), numc(fnum(v["n_rows"])),
+                     numc(fnum(v.get("n_rows_available"))), numc(fnum(v["best_in_rows"]))])
+    return ("<h3>Which benchmark summary predicts downstream best</h3>"
+            f'<p class="explain">{esc(comp.get("rule", ""))}. mean = accuracy; worst_category = each RM\'s '
+            "lowest category accuracy; mean_margin = mean score(chosen) − score(rejected), pointwise RMs "
+            "only.</p>" + table(head, crow))
