@@ -9,8 +9,8 @@ Format (JSON object, `format` = 1):
 - `format`: int, this layout's version.
 - `rm`: the RM spec string (the join key with benchmark runs).
 - `setting`: "bon" (Best-of-N selection), "rl" (policy trained with the RM as reward),
-  "rgd" (reward-guided decoding), "policy_accuracy", or the setting of a plug-in run kind
-  (`prbench.runkinds`: a kind names the setting it reads).
+  "rgd" (reward-guided decoding), "policy_accuracy", or the name of a plug-in run kind
+  (`prbench.runkinds`; a plug-in kind's setting is its registry name).
 - `k`: list of ints. BoN: the subset sizes (1, 2, 4, ..., N). RL/RGD: `[1]` (one value per
   item: the mean grade of the policy's held-out answers).
 - `first_k`: per k, mean over items of the grade of the RM's pick among the first k samples
@@ -111,11 +111,11 @@ def validate(data: Mapping[str, Any], where: str = "downstream result") -> Downs
         raise PrbenchError(f"{where}: missing field(s) {', '.join(missing)}")
     if data.get("format", FORMAT_VERSION) != FORMAT_VERSION:
         raise PrbenchError(f"{where}: format {data.get('format')!r} is not supported (expected {FORMAT_VERSION})")
-    from prbench.runkinds.base import settings_known
+    from prbench.registry import RUNKINDS  # a plug-in kind's setting is its registry name
 
-    if data["setting"] not in SETTINGS and data["setting"] not in settings_known():
-        known = sorted({*SETTINGS, *settings_known()})
-        raise PrbenchError(f"{where}: setting must be one of {', '.join(known)}, got {data['setting']!r}")
+    if data["setting"] not in SETTINGS and data["setting"] not in RUNKINDS:
+        raise PrbenchError(f"{where}: setting must be one of {', '.join(SETTINGS)} or a plug-in run kind's, "
+                           f"got {data['setting']!r}")
     ks = data["k"]
     if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
         raise PrbenchError(f"{where}: k must be a non-empty list of positive ints")

@@ -32,7 +32,7 @@ _FIRST = ("rl", "rgd")  # built-in blocks first, plug-in kinds by name, policy a
 
 def rl_rgd_section(d: ReportData) -> str:
     """One block per downstream kind shown here (every one but Best-of-N, which has its own section)."""
-    blocks = [k for k in kinds() if k.role == "downstream" and k.name != "bon" and k.report_section]
+    blocks = [k for k in kinds() if k.role == "downstream" and k.name != "bon" and k.report_section]  # bon: own section
     blocks.sort(key=lambda k: (k.name == "policy-accuracy", _FIRST.index(k.name) if k.name in _FIRST else 9, k.name))
     return section("rl-rgd", "RL, RGD and policy accuracy", EXPLAIN,
                    "".join(resolve(k.report_section)(d, k) for k in blocks))

@@ -150,7 +150,7 @@ class RunKind:
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""  # for headings and notes
     role: ClassVar[str] = "other"  # "benchmark" (eval), "downstream" (a meta setting) or "other"
-    setting: ClassVar[str | None] = None  # the downstream.json `setting` this kind reads, if any
+    setting: ClassVar[str | None] = None  # the downstream.json `setting` it reads (a plug-in's: its name)
     records_file: ClassVar[bool] = False  # whether the run keeps per-example records in examples.jsonl
     summary_model: ClassVar[type[BaseModel] | None] = None
     record_model: ClassVar[Any] = None  # a pydantic model (or a callable choosing one) for one record
@@ -158,7 +158,9 @@ class RunKind:
     label_fields: ClassVar[tuple[tuple[str, str], ...]] = ()  # (shown as, field) in the meta label
     short: ClassVar[str] = ""  # the setting's name in labels ("BoN", "RL", ...)
     value_definition: ClassVar[str] = ""  # meta's `definitions[<setting>_value]`
-    report_section: ClassVar[str | None] = None  # "module:function" rendering its report block
+    # "module:function" rendering the kind's part of the report. A downstream kind's block is called
+    # (report data, kind) inside the "rl-rgd" section; eval, build and bon own sections with fixed ids.
+    report_section: ClassVar[str | None] = None
 
     def check(self, run: Run) -> None:
         """Validate what the readers rely on (the summary against the kind's model)."""
@@ -202,11 +204,6 @@ def kinds() -> list[RunKind]:
     from prbench.registry import RUNKINDS
 
     return [RUNKINDS.get(n) for n in RUNKINDS.names()]
-
-
-def settings_known() -> list[str]:
-    """Every downstream.json `setting` a registered kind reads."""
-    return sorted(k.setting for k in kinds() if k.setting)
 
 
 def _kind_of(summary: Any, ds: DownstreamResult | None, report: Any) -> RunKind | None:

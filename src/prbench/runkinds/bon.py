@@ -13,6 +13,7 @@ class BonKind(DownstreamKind):
     title = "Best-of-N"
     setting = "bon"
     short = "BoN"
+    report_section = "prbench.report.bon:bon_section"  # its own section (id "bon"), not a block of the downstream one
     value_definition = ("Best-of-N downstream score at k: mean over items of the exact expected rubric grade of the RM's "
                         "pick from a random k-subset ('expected'), or of its pick among the first k samples ('first_k')")
 
