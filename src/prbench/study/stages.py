@@ -317,15 +317,15 @@ def run_report(ctx: StudyContext) -> None:
 def _inputs_hash(runs: Path) -> str:
     """Content hash of every run under `runs` as the run kinds read it: records and downstream curves (no timings).
 
-    Runs are opened with `prbench.runkinds.scan_runs`, the reader meta and the report use, so a
-    damaged run folder is named once here and its line enters the hash (the outputs are made again).
+    Runs are opened with `prbench.runkinds.scan_runs`, the reader meta and the report use; a
+    damaged run folder's line enters the hash (the outputs are made again, and they name it).
     """
     import hashlib
 
     from prbench.runkinds import scan_runs
 
     h = hashlib.sha256()
-    scan = scan_runs([runs])
+    scan = scan_runs([runs], warn=lambda line: None)  # meta and the report say it; the hash only needs it
     for run in sorted(scan.runs, key=lambda r: r.path):
         for name in ("downstream.json", "examples.jsonl"):
             if (run.path / name).is_file():
