@@ -115,3 +115,17 @@ def test_policy_accuracy_settings_are_grouped_by_one_key_in_meta_and_report(tmp_
                                                            "policy accuracy w=1 k=10 mode=full [oracle] #2"]
     html = build_report(runs, tmp_path / "r.html", n_boot=20, n_perm=20, meta=res).read_text(encoding="utf-8")
     assert html.count("<h4>policy builtin:smollm2-135m-instruct") == 2
+
+
+def test_leaderboard_refuses_to_guess_the_identity_of_a_run_with_a_damaged_config(tmp_path: Path,
+                                                                                 caplog: pytest.LogCaptureFixture
+                                                                                 ) -> None:
+    """A damaged config.json used to read as 'no options' (two runs merged into one row); now the run is named."""
+    from prbench.leaderboard import leaderboard
+
+    runs = make_runs(tmp_path / "runs")
+    folder = next(p.parent for p in (runs / "eval").rglob("summary.json") if "rm_c" in str(p))
+    (folder / "config.json").write_text('{"model_options": {"max_length": 4', encoding="utf-8")
+    rows = leaderboard(runs)
+    assert sorted(r["model"] for r in rows) == ["rm:a", "rm:b"]
+    assert f"skipped: {folder / 'config.json'}:1: damaged JSON" in caplog.text

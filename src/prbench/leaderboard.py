@@ -24,7 +24,7 @@ from prbench import metrics
 from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
 from prbench.runkinds import NotARun, Run, open_run, scan_runs
-from prbench.runs import read_json, write_json_atomic
+from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORY_SHORT
 
 
@@ -59,16 +59,10 @@ def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
 log = logging.getLogger(__name__)
 
 
-def _identity(path: Path) -> dict[str, Any]:
-    """The options of a run that decide its results (from its config.json)."""
-    try:
-        cfg = read_json(path / "config.json", "rerun the eval (it rewrites config.json)")
-    except (DataError, OSError):
-        return {}
-    if not isinstance(cfg, dict):
-        return {}
-    ident = dict(cfg.get("model_options") or {})
-    if cfg.get("both_orders"):
+def _identity(run: Run) -> dict[str, Any]:
+    """The options of a run that decide its results (from its config.json, read by the checked reader)."""
+    ident = dict(run.config.get("model_options") or {})
+    if run.config.get("both_orders"):
         ident["both_orders"] = True
     return ident
 
@@ -84,11 +78,15 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     find_runs(root)  # no eval run at all is an error, not an empty table
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for run in scan_runs([root]).of("benchmark"):
+        try:
+            options = _identity(run)
+        except DataError as exc:  # a damaged config.json: the run's identity is unknown
+            log.warning("skipped: %s", exc)
+            continue
         s, m = run.summary, run.summary["metrics"]
         cond = s["condition"]
         cell = {"accuracy": m["accuracy"], "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"),
                 "n": m["n"], "n_invalid": m["n_invalid"], "path": str(run.path)}
-        options = _identity(run.path)
         spec = s.get("spec", s["model"])
         key = (s["data"], spec, json.dumps(options, sort_keys=True, default=str))
         row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
-from prbench.errors import PrbenchError
+from prbench.errors import DataError, PrbenchError
 from prbench.records import run_kind, typed_summary
 from prbench.runs import read_json, read_records
 
@@ -51,6 +51,16 @@ class Run:
     def records(self) -> list[dict[str, Any]]:
         """examples.jsonl through the checked reader ([] when the kind writes none)."""
         return read_records(self.path / "examples.jsonl", RECORDS_FIX) if self.kind.records_file else []
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """config.json (what was asked) through the checked reader; {} when the run wrote none."""
+        path = self.path / "config.json"
+        cfg = read_json(path, "rerun the command that wrote this run (it rewrites config.json)") if path.is_file() \
+            else {}
+        if not isinstance(cfg, dict):
+            raise DataError(str(path), None, None, "not a JSON object; rerun the command that wrote this run")
+        return cfg
 
     def get(self, name: str, default: Any = None) -> Any:
         """A field of the run: downstream.json first (its core fields, then extras), else summary.json."""
