@@ -19,14 +19,14 @@ from prbench.report.widgets import (
     section,
     table,
 )
+from prbench.runkinds.bon import KIND
 
 
 def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[Path, DownstreamResult]]]:
+    """Runs by the bon kind's plot key (its meta setting, split further by samples and k grid)."""
     groups: dict[tuple, list[tuple[Path, DownstreamResult]]] = {}
-    for f, r in d.downstream:
-        if r.setting == "bon":
-            key = (r.extra.get("condition"), r.grader, str(r.extra.get("samples", "")), tuple(r.k))
-            groups.setdefault(key, []).append((f, r))
+    for run in d.of_kind(KIND):
+        groups.setdefault(KIND.report_key(run), []).append((run.path / "downstream.json", run.downstream))
     return groups
 
 

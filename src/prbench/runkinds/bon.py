@@ -42,7 +42,8 @@ class BonKind(DownstreamKind):
         return out
 
     def report_key(self, run: Run) -> tuple:
-        """What makes one Best-of-N plot: RM condition, grader, samples and the k grid."""
+        """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of
+        one plot share their k values; meta compares RMs on the k values they share within `group_key`)."""
         return (run.get("condition"), run.downstream.grader, str(run.get("samples", "")), tuple(run.downstream.k))
 
 
