@@ -116,3 +116,17 @@ def test_cli_export_eee(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["export", "eee", str(runs), "--out", str(tmp_path / "eee"), "--json"])
     assert out.exit_code == 0, out.output
     assert len(check(json.loads(out.stdout)["written"])) == 1
+
+
+def test_an_icl_run_exports_its_gold_metrics_per_item(tiny_engine, tmp_path: Path) -> None:
+    from test_rgd import make_examples
+
+    from prbench.downstream.icl import run_icl
+
+    res = run_icl(tiny_engine, make_examples(4), tmp_path / "icl", max_new_tokens=8, encoder=None, n_boot=20,
+                  repetition_penalty=1.0)
+    (got,) = check(export_eee([tmp_path / "icl"], tmp_path / "eee")["written"]).values()
+    by_id = {r["evaluation_result_id"]: r for r in got["agg"]["evaluation_results"]}
+    assert set(by_id) == {"icl:rouge1", "icl:rougeL"}
+    assert by_id["icl:rouge1"]["score_details"]["score"] == pytest.approx(res.summary["gold"]["metrics"]["rouge1"]["mean"])
+    assert len(got["lines"]) == 2 * 4
