@@ -129,3 +129,10 @@ def test_leaderboard_refuses_to_guess_the_identity_of_a_run_with_a_damaged_confi
     rows = leaderboard(runs)
     assert sorted(r["model"] for r in rows) == ["rm:a", "rm:b"]
     assert f"skipped: {folder / 'config.json'}:1: damaged JSON" in caplog.text
+
+
+def test_policy_accuracy_records_have_their_typed_model(tmp_path: Path) -> None:
+    path = write_pa_run(tmp_path, "rm:a", dict(zip(IDS, credits_with_mean(5, 10))), {IDS[0]: 1.0})
+    run = open_run(path)
+    recs = [run.kind.record_model.model_validate(r) for r in run.records]
+    assert recs[0].rm_credit == 1.0 and sum(r.credit_total for r in recs) == 5

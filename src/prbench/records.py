@@ -98,6 +98,17 @@ class PolicyAccuracySummary(_Open):
     metrics: dict[str, Any]
 
 
+class PolicyAccuracyRecord(_Open):
+    """One pair of a policy-accuracy run: the guided policy's credit (total and length-normalised log-likelihood)."""
+
+    id: str
+    credit_total: float | None
+    credit_norm: float | None
+    plain_credit_total: float | None = None
+    plain_credit_norm: float | None = None
+    rm_credit: float | None = None  # the RM's own full-text preference, when it scored both texts
+
+
 class GenerationSummary(_Open):
     """RGD and ICL runs: generated texts scored against gold answers and rubrics."""
 

@@ -16,7 +16,8 @@ DEFAULT_GROUP = ("condition", "policy", "w", "candidates_k", "chunk", "temperatu
 
 
 class DownstreamKind(RunKind):
-    """A downstream setting read from downstream.json files."""
+    """A downstream setting read from downstream.json files (validated field by field by
+    `prbench.downstream.results.validate` into a `DownstreamResult`: the kind's typed summary)."""
 
     role = "downstream"
     group_fields = DEFAULT_GROUP

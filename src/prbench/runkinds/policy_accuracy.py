@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prbench.records import PolicyAccuracySummary
+from prbench.records import PolicyAccuracyRecord, PolicyAccuracySummary
 from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
 
 
@@ -22,6 +22,7 @@ class PolicyAccuracyKind(RunKind):
     setting = "policy_accuracy"
     records_file = True
     summary_model = PolicyAccuracySummary
+    record_model = PolicyAccuracyRecord
     group_fields = ("policy", "data", "condition", "w", "k", "mode", "reward_norm", "repetition_penalty")
     label_fields = (("w", "w"), ("k", "k"), ("mode", "mode"))
     short = "policy accuracy"
