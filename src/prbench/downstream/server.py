@@ -84,6 +84,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TOKEN_ENV = "PRBENCH_REWARD_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_FALLBACK_REWARD = 0.0
+VIEW_CACHE = 4096  # items whose View is kept (an RL step has batch_size prompts, each sampled n times)
 NO_TEMPLATE = ("/get_reward needs the policy's chat template to cut the answer out of OpenRLHF's query: "
                "restart serve-reward with --policy-template (the policy's hf:DIR, builtin:NAME or folder)")
 NonBlank = Annotated[StrictStr, Field(min_length=1)]
@@ -184,6 +185,7 @@ class RewardService:
         self.items: dict[str, SourceItem] = {it.id: it for it in items}
         self.splitter, self.fallback_reward, self.reward_scale = splitter, float(fallback_reward), reward_scale
         self.lock = threading.Lock()
+        self._views: dict[str, View] = {}
         self.stats = ServerStats()
 
     def _view(self, item: SourceItem) -> View:
@@ -194,9 +196,18 @@ class RewardService:
         """RM scores of (item, answer) pairs; views are built here too, so a worker thread pays for retrieval."""
         if not pairs:
             return []
-        batch = [(self._view(item), response) for item, response in pairs]
         with self.lock:  # local models are not thread-safe (the in-process clients share this service)
+            batch = [(self._cached_view(item), response) for item, response in pairs]
             return score_cached(self.rm, batch, NullCache())
+
+    def _cached_view(self, item: SourceItem) -> View:
+        """The item's View, built once for the many rollouts (samples) of one prompt."""
+        key = item.model_dump_json()
+        view = self._views.pop(key, None) or self._view(item)
+        self._views[key] = view  # most recent last
+        if len(self._views) > VIEW_CACHE:
+            self._views.pop(next(iter(self._views)))
+        return view
 
     def _source(self, n: int, item: ScoreItem) -> SourceItem:
         if self.condition == "profile" and item.profile is None:
