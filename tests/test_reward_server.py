@@ -304,3 +304,86 @@ def test_urls_are_redacted() -> None:
         "http://REDACTED@host:8000/v1?api_key=REDACTED&model=m&token=REDACTED"
     assert redact_url("https://host/v1") == "https://host/v1"
     assert "sekrit" not in redact_url("http://h/?Signature=sekrit&X-Amz-Credential=sekrit")
+
+
+# -- batching, admission, clients under load (issue 27) ------------------------------------------
+class SlowLength(PointwiseRM):
+    """Word count after `delay` s per call (a busy GPU): keeps the queue full for the admission tests."""
+
+    spec = "test:slow-length"
+
+    def __init__(self, delay: float):
+        self.delay = delay
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        time.sleep(self.delay)
+        return [Score(float(len(r.split()))) for _, r in batch]
+
+
+def test_burst_past_the_queue_is_503_with_retry_after_and_counted() -> None:
+    import asyncio
+
+    from prbench.downstream.batcher import Batching
+
+    app = create_app(SlowLength(0.3), "none", batching=Batching(max_items=2, max_wait_ms=0, queue_items=4))
+    with ThreadedServer(app) as srv:
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=srv.base_url, timeout=30,
+                                         limits=httpx.Limits(max_connections=40)) as http:
+                return await asyncio.gather(*[http.post("/score", json={"items": [{"query": "q", "response": "a " * k}]})
+                                              for k in range(1, 21)])
+
+        replies = asyncio.run(burst())
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+    busy = [r for r in replies if r.status_code == 503]
+    ok = [r for r in replies if r.status_code == 200]
+    assert len(busy) + len(ok) == 20 and busy and len(ok) >= 4
+    assert all(int(r.headers["retry-after"]) >= 1 and "queue full" in r.json()["detail"] for r in busy)
+    assert all(r.json()["scores"] == [float(k)] for k, r in enumerate(replies, 1) if r.status_code == 200)
+    assert stats["overloaded"] == {"requests": len(busy), "items": len(busy)}
+    assert stats["rejected_by_status"] == {"503": len(busy)} and stats["served"] == len(ok)
+    assert stats["queued"] == 0 and stats["batch_size"]["max"] <= 2
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_scores_in_order(examples, tiny_rm) -> None:
+    import asyncio
+
+    ret = load_retriever("bm25")
+    reqs = [[payload_item(ex, f"{ex.chosen} {k}") for k in range(1 + n % 4)] for n, ex in enumerate(examples * 3)]
+    direct = [[s.value for s in tiny_rm.score([(build_view(ex, "profile", retriever=ret, top_k=3), it["response"])
+                                                for it in req])] for req, ex in zip(reqs, examples * 3)]
+    with ThreadedServer(create_app(tiny_rm, "profile", top_k=3)) as srv:
+        async def all_at_once() -> list[dict]:
+            async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as http:
+                rs = await asyncio.gather(*[http.post("/score", json={"items": req}) for req in reqs])
+            return [r.json() for r in rs]
+
+        got = asyncio.run(all_at_once())
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+    for body, want in zip(got, direct):
+        assert body["scores"] == pytest.approx(want, abs=1e-5)
+    assert stats["served"] == sum(map(len, reqs)) and stats["batches"] < len(reqs)
+
+
+def test_client_retries_503_then_succeeds_and_fails_with_one_clear_error(monkeypatch) -> None:
+    from prbench.downstream.batcher import Batching
+    from prbench.integrations.client import RewardClient, retry_delay
+
+    assert 2.0 <= retry_delay(0, "2") <= 2.25 and 0 <= retry_delay(3, None) <= 2.0
+    row = ({"id": "x", "question": "q", "profile": []}, "one two three")
+    app = create_app(SlowLength(0.2), "none", batching=Batching(max_items=1, max_wait_ms=0, queue_items=1))
+    with ThreadedServer(app) as srv:
+        client = RewardClient(url=srv.base_url, concurrency=8, retry_s=30)
+        import concurrent.futures as cf
+
+        with cf.ThreadPoolExecutor(6) as pool:
+            got = list(pool.map(lambda _: client.score([row]), range(6)))
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+    assert got == [[(3.0, True)]] * 6 and stats["overloaded"]["requests"] >= 1  # some were refused, then retried
+    dead = RewardClient(url=f"http://127.0.0.1:{_free_port()}", retry_s=0.5)
+    with pytest.raises(PrbenchError, match=r"failed \d+ times .*ConnectError.*no reward is made up"):
+        dead.score([row])
+    import asyncio
+
+    with pytest.raises(PrbenchError, match="no reward is made up"):
+        asyncio.run(dead.ascore([row]))
