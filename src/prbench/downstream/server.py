@@ -520,7 +520,7 @@ def create_app(
         return {"status": "ok", "rm": rm_name, "condition": condition,
                 "max_batch": max_batch, "max_body_bytes": max_body_bytes, "auth": token is not None,
                 "served_items": service.stats.items, "invalid": service.stats.invalid,
-                "openrlhf": service.splitter is not None}
+                "openrlhf": service.splitter is not None, "pid": os.getpid()}
 
     @app.get("/stats")
     def stats() -> dict[str, Any]:
