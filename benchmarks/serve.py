@@ -108,7 +108,7 @@ def run_server(kind: str, port: int, rm_dir: str) -> None:
     import torch
     import uvicorn
 
-    from prbench.downstream.server import Limits, check_fd_limit, create_app
+    from prbench.downstream.server import Limits, _guarded_protocol, check_fd_limit, create_app
     from prbench.rewards.base import load_rm
 
     torch.set_num_threads(1)  # a shared 2-core machine: one intra-op thread per server, the same for all
@@ -118,11 +118,9 @@ def run_server(kind: str, port: int, rm_dir: str) -> None:
         check_fd_limit(limits)
         app = create_app(rm, "none", max_batch=64)
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
-    elif kind == "today":
-        limits = Limits(max_connections=256)
-        cfg = limits.uvicorn_config()
-        cfg.pop("backlog")  # today's server used uvicorn's default backlog (2,048)
-        uvicorn.run(today_app(rm), host="127.0.0.1", port=port, log_level="error", **cfg)
+    elif kind == "today":  # h11 with the 256-connection guard, uvicorn's default backlog (2,048)
+        uvicorn.run(today_app(rm), host="127.0.0.1", port=port, log_level="error", timeout_keep_alive=5.0,
+                    http=_guarded_protocol(256, 10.0, parser="h11"))
     else:
         uvicorn.run(openrlhf_app(rm), host="127.0.0.1", port=port, log_level="error")
 
