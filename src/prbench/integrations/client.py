@@ -17,6 +17,7 @@ environment variables, so a framework that only imports a file can still be conf
 | `top_k`, `retriever` | PRBENCH_TOP_K, PRBENCH_RETRIEVER | in-process: profile posts shown to the RM (10, bm25) |
 | `concurrency` | PRBENCH_REWARD_CONCURRENCY | most requests in flight per process (and event loop): 32 (httpx slows past it) |
 | `retry_s` | PRBENCH_REWARD_RETRY_S | how long to keep retrying a busy or unreachable server: 120 s |
+| `batch` | PRBENCH_REWARD_BATCH | `ascore`: most rows per request when concurrent calls are sent together (64, the server's --max-batch) |
 
 HTTP: one pooled client per process (per event loop for `ascore`), at most `concurrency`
 requests in flight; connection errors, 429 and 503 are retried with jittered exponential
@@ -35,6 +36,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from prbench.errors import PrbenchError
@@ -46,8 +48,9 @@ ENV = {"url": "PRBENCH_REWARD_URL", "rm": "PRBENCH_RM", "condition": "PRBENCH_CO
        "fallback_reward": "PRBENCH_FALLBACK_REWARD", "reward_scale": "PRBENCH_REWARD_SCALE",
        "device": "PRBENCH_DEVICE", "policy_template": "PRBENCH_POLICY_TEMPLATE", "top_k": "PRBENCH_TOP_K",
        "retriever": "PRBENCH_RETRIEVER", "concurrency": "PRBENCH_REWARD_CONCURRENCY",
-       "retry_s": "PRBENCH_REWARD_RETRY_S"}
-DEFAULTS = {"fallback_reward": 0.0, "reward_scale": 1.0, "top_k": 10, "concurrency": 32, "retry_s": 120.0}
+       "retry_s": "PRBENCH_REWARD_RETRY_S", "batch": "PRBENCH_REWARD_BATCH"}
+DEFAULTS = {"fallback_reward": 0.0, "reward_scale": 1.0, "top_k": 10, "concurrency": 32, "retry_s": 120.0,
+            "batch": 64}
 RETRY_STATUS = (429, 503)
 _CLIENTS: dict[tuple, RewardClient] = {}
 _LOCK = threading.Lock()
@@ -64,7 +67,7 @@ def settings(given: Mapping[str, Any]) -> dict[str, Any]:
             raise PrbenchError(f"{ENV[key]}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
         if not math.isfinite(out[key]):
             raise PrbenchError(f"{key} must be finite, got {raw!r}")
-    for key in ("top_k", "concurrency"):
+    for key in ("top_k", "concurrency", "batch"):
         if out[key] < 1:
             raise PrbenchError(f"{key} must be >= 1, got {out[key]!r}")
     if out["retry_s"] < 0:
@@ -91,14 +94,14 @@ class RewardClient:
                  items: str | Sequence[SourceItem] | None = None, token_env: str | None = None,
                  fallback_reward: float = 0.0, reward_scale: float = 1.0, device: str | None = None,
                  top_k: int = 10, retriever: str = "bm25", timeout: float = 120.0, concurrency: int = 32,
-                 retry_s: float = 120.0, **_: Any):
+                 retry_s: float = 120.0, batch: int = 64, **_: Any):
         if bool(url) == bool(rm):
             raise PrbenchError("give exactly one reward source: a serve-reward URL (PRBENCH_REWARD_URL / url=) "
                                "or an RM spec (PRBENCH_RM / rm=)")
         from prbench.downstream.server import DEFAULT_TOKEN_ENV, RewardService, token_from_env
 
         self.fallback_reward, self.reward_scale, self.timeout = fallback_reward, reward_scale, timeout
-        self.concurrency, self.retry_s = concurrency, retry_s
+        self.concurrency, self.retry_s, self.batch = concurrency, retry_s, batch
         self._sync: Any = None
         self._gate: threading.BoundedSemaphore | None = None
         self._async: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -174,18 +177,18 @@ class RewardClient:
                 self._gate = threading.BoundedSemaphore(n)
             return self._sync
 
-    def _ahttp(self) -> tuple[Any, asyncio.Semaphore]:
-        """This event loop's pooled client and concurrency gate (an AsyncClient belongs to one loop)."""
+    def _ahttp(self) -> _LoopState:
+        """This event loop's pooled client, concurrency gate and pending rows (an AsyncClient belongs to one loop)."""
         loop = asyncio.get_running_loop()
-        pooled = self._async.get(loop)
-        if pooled is None:
+        state = self._async.get(loop)
+        if state is None:
             import httpx
 
             n = self.concurrency
             client = httpx.AsyncClient(timeout=self.timeout, headers=self.headers,
                                        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
-            pooled = self._async[loop] = (client, asyncio.Semaphore(n))
-        return pooled
+            state = self._async[loop] = _LoopState(client, asyncio.Semaphore(n))
+        return state
 
     def score(self, rows: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[float, bool]]:
         """(reward, valid) per row."""
@@ -210,24 +213,71 @@ class RewardClient:
             time.sleep(self._next_delay(tries, started, wait, last))
 
     async def ascore(self, rows: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[float, bool]]:
-        """`score` for an event loop: HTTP without blocking it; an in-process RM in a worker thread."""
+        """`score` for an event loop: HTTP without blocking it; an in-process RM in a worker thread.
+
+        Rows of calls made in the same loop turn (verl's reward loop starts one call per response, all
+        at once) travel together in requests of up to `batch` items, so thousands of calls cost dozens
+        of requests; each call still gets exactly its own rewards back.
+        """
         if self.service is not None:
             return await asyncio.to_thread(self.score, rows)
+        items = self._payload(rows)
+        if not items:
+            return []
+        state = self._ahttp()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        state.pending.append((items, future))
+        if len(state.pending) == 1:  # the first call of this turn sends everyone's rows on the next turn
+            loop.call_soon(self._flush, state)
+        return self._finish(await future)
+
+    def _flush(self, state: _LoopState) -> None:
+        group: list[tuple[list[dict[str, Any]], asyncio.Future]] = []
+        for call in state.pending:
+            if group and sum(len(items) for items, _ in group) + len(call[0]) > self.batch:
+                asyncio.ensure_future(self._send(state, group))
+                group = []
+            group.append(call)
+        state.pending = []
+        asyncio.ensure_future(self._send(state, group))
+
+    async def _send(self, state: _LoopState, group: list[tuple[list[dict[str, Any]], asyncio.Future]]) -> None:
+        try:
+            scores = await self._apost(state, [item for items, _ in group for item in items])
+        except Exception as exc:  # noqa: BLE001 - every call of the request gets the one clear error
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        at = 0
+        for items, future in group:
+            if not future.done():
+                future.set_result(scores[at:at + len(items)])
+            at += len(items)
+
+    async def _apost(self, state: _LoopState, items: list[dict[str, Any]]) -> list[float | None]:
         import httpx
 
-        (http, gate), body = self._ahttp(), {"items": self._payload(rows)}
         started, tries = time.monotonic(), 0
         while True:
             tries += 1
             try:
-                async with gate:
-                    scores, wait = self._outcome(await http.post(f"{self.url}/score", json=body))
+                async with state.gate:
+                    scores, wait = self._outcome(await state.http.post(f"{self.url}/score", json={"items": items}))
                 if scores is not None:
-                    return self._finish(scores)
+                    return scores
                 last = f"HTTP 503/429, Retry-After {wait or '-'}"
             except httpx.TransportError as exc:
                 wait, last = None, f"{type(exc).__name__}: {exc}"
             await asyncio.sleep(self._next_delay(tries, started, wait, last))
+
+
+@dataclass
+class _LoopState:
+    http: Any
+    gate: asyncio.Semaphore
+    pending: list[tuple[list[dict[str, Any]], asyncio.Future]] = field(default_factory=list)
 
 
 def get_client(**given: Any) -> RewardClient:
