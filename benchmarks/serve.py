@@ -104,10 +104,11 @@ def fixed_cost_rm(forward_s: float = FIXED_FORWARD_S, batch: int = 64):
     return FixedCost()
 
 
-def run_server(kind: str, port: int, rm_dir: str) -> None:
+def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = None) -> None:
     import torch
     import uvicorn
 
+    from prbench.downstream.batcher import Batching
     from prbench.downstream.server import Limits, _guarded_protocol, check_fd_limit, create_app
     from prbench.rewards.base import load_rm
 
@@ -116,7 +117,8 @@ def run_server(kind: str, port: int, rm_dir: str) -> None:
     if kind == "new":
         limits = Limits()
         check_fd_limit(limits)
-        app = create_app(rm, "none", max_batch=64)
+        batching = Batching() if max_wait_ms is None else Batching(max_wait_ms=max_wait_ms)
+        app = create_app(rm, "none", max_batch=64, batching=batching)
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
     elif kind == "today":  # h11 with the 256-connection guard, uvicorn's default backlog (2,048)
         uvicorn.run(today_app(rm), host="127.0.0.1", port=port, log_level="error", timeout_keep_alive=5.0,
@@ -173,13 +175,14 @@ async def level(url: str, work: list[dict], clients: int, size: int) -> dict:
             "p99_ms": pick(0.99), "wall_s": wall}
 
 
-def start(kind: str, rm_dir: str) -> tuple[subprocess.Popen, str]:
+def start(kind: str, rm_dir: str, max_wait_ms: float | None = None) -> tuple[subprocess.Popen, str]:
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port", str(port), "--rm-dir", rm_dir])
+    wait = [] if max_wait_ms is None else ["--max-wait-ms", str(max_wait_ms)]
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port", str(port), "--rm-dir", rm_dir, *wait])
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -192,16 +195,18 @@ def start(kind: str, rm_dir: str) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"{kind} server did not start")
 
 
-def serve_levels(kind: str, rm: str, levels: tuple[int, ...]) -> list[dict]:
-    proc, url = start(kind, rm)
+def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float | None = None,
+                 sizes: tuple[int, ...] = (1, 50)) -> list[dict]:
+    proc, url = start(kind, rm, max_wait_ms)
     rows = []
     try:
         asyncio.run(level(f"{url}/score", items(16), 1, 1))  # warm-up
         for c in levels:
             work = items(max(256, c))
-            for size in (1, 50):
+            for size in sizes:
                 res = asyncio.run(level(f"{url}/score", work, c if size == 1 else len(work), size))
-                rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": kind,
+                name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
+                rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
                              "clients": c, "request_items": size, **res})
                 print(json.dumps(rows[-1]), flush=True)
     finally:
@@ -216,10 +221,11 @@ def main() -> None:
     ap.add_argument("--serve", choices=KINDS)
     ap.add_argument("--port", type=int)
     ap.add_argument("--rm-dir")
+    ap.add_argument("--max-wait-ms", type=float)
     ap.add_argument("--out", default=str(HERE / "results_serve.json"))
     args = ap.parse_args()
     if args.serve:
-        run_server(args.serve, args.port, args.rm_dir)
+        run_server(args.serve, args.port, args.rm_dir, args.max_wait_ms)
         return
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
@@ -231,6 +237,9 @@ def main() -> None:
     for rm, rm_levels in ((tiny, levels), ("fixed", (512,))):
         for kind in KINDS:
             rows += serve_levels(kind, rm, rm_levels)
+    for wait in (0.0, 10.0):  # the default max wait (2 ms) against none and more, where it matters: few clients
+        rows += serve_levels("new", "fixed", (1, 64), max_wait_ms=wait, sizes=(1,))
+    rows += serve_levels("new", "fixed", (1, 64), sizes=(1,))
     Path(args.out).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
     print("| RM | server | clients | items/request | items | lost | rewards/s | p50 ms | p99 ms |")
     print("|---|---|---|---|---|---|---|---|---|")
