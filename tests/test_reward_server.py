@@ -387,3 +387,24 @@ def test_client_retries_503_then_succeeds_and_fails_with_one_clear_error(monkeyp
 
     with pytest.raises(PrbenchError, match="no reward is made up"):
         asyncio.run(dead.ascore([row]))
+
+
+def test_engine_option_reaches_the_hf_classifier_loader(monkeypatch) -> None:
+    """`--engine` is handed to the `hf:` RM loader (vLLM's classify path), not dropped."""
+    from typer.testing import CliRunner
+
+    from prbench.cli import _register, app
+    from prbench.registry import REWARDS
+
+    seen = {}
+
+    def refuse(rest, engine="transformers", **options):  # record what the CLI asked for, load nothing
+        seen.update(engine=engine, **options)
+        raise PrbenchError(f"stop after recording engine={engine}")
+
+    monkeypatch.setitem(REWARDS._resolved, "hf", refuse)  # the factory `hf:` resolves to, for this test only
+    _register()
+    monkeypatch.delenv("PRBENCH_REWARD_TOKEN", raising=False)
+    res = CliRunner().invoke(app, ["serve-reward", "--rm", "hf:some/dir", "--engine", "vllm", "--batch-size", "8"])
+    assert res.exit_code != 0 and "engine=vllm" in str(res.exception or res.output)
+    assert seen["engine"] == "vllm" and seen["batch_size"] == 8

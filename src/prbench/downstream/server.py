@@ -438,6 +438,78 @@ def check_fd_limit(limits: Limits) -> None:
                     min(limits.max_connections, 65535))
 
 
+class _RequestGate:
+    """Auth, body size and time limits, JSON and schema checks: each request's way in (or its 4xx)."""
+
+    def __init__(self, service: RewardService, app: Any, token: str | None, max_body_bytes: int, max_batch: int):
+        self.service, self.app, self.token = service, app, token
+        self.max_body_bytes, self.max_batch = max_body_bytes, max_batch
+
+    def reject(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
+        from fastapi.responses import JSONResponse
+
+        self.service.stats.count_rejected(status)
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+    def auth_error(self, request: Any) -> Any | None:
+        if self.token is None:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return self.reject(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            return self.reject(403, "invalid token")
+        return None
+
+    async def read_all(self, request: Any) -> bytes | Any:
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > self.max_body_bytes:
+                return self.reject(413, f"body over {self.max_body_bytes} bytes")
+        return bytes(body)
+
+    async def read_body(self, request: Any) -> bytes | Any:
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return self.reject(400, "invalid Content-Length")
+            if int(length) > self.max_body_bytes:
+                return self.reject(413, f"body over {self.max_body_bytes} bytes")
+        limit = self.app.state.body_timeout
+        try:
+            return await asyncio.wait_for(self.read_all(request), limit)
+        except asyncio.TimeoutError:
+            return self.reject(408, f"request body not received within {limit:g} s", {"Connection": "close"})
+
+    async def read_json(self, request: Any) -> tuple[bool, Any]:
+        """The parsed body, or a ready error response (auth first: a bad body without a token is 401)."""
+        self.service.stats.requests += 1
+        denied = self.auth_error(request)
+        if denied is not None:
+            return False, denied
+        body = await self.read_body(request)
+        if not isinstance(body, bytes):
+            return False, body
+        try:
+            return True, json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also huge integers, deep nesting
+            return False, self.reject(400, f"body is not valid UTF-8 JSON ({exc})")
+
+    async def read_request(self, request: Any, schema: type[BaseModel], key: str, noun: str) -> tuple[bool, Any]:
+        """The validated request, or a ready error response; an over-long batch is refused before validation."""
+        ok, payload = await self.read_json(request)
+        if not ok:
+            return False, payload
+        if isinstance(payload, dict) and isinstance(payload.get(key), list) and len(payload[key]) > self.max_batch:
+            return False, self.reject(413, f"batch of {len(payload[key])} {noun} is over the limit of {self.max_batch}")
+        try:
+            return True, schema.model_validate(payload)
+        except ValidationError as exc:
+            return False, self.reject(422, _validation_detail(exc))
+
+
 def create_app(
     rm: PointwiseRM | str,
     condition: str = "none",
@@ -480,55 +552,8 @@ def create_app(
     app.state.body_timeout = body_timeout  # the servers below set it from their Limits
     rm_name = redact_url(getattr(model, "name", model.spec))
 
-    def reject(status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
-        service.stats.count_rejected(status)
-        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
-
-    def auth_error(request: Any) -> Any | None:
-        if token is None:
-            return None
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return reject(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(given.strip().encode(), token.encode()):
-            return reject(403, "invalid token")
-        return None
-
-    async def read_all(request: Any) -> bytes | Any:
-        body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > max_body_bytes:
-                return reject(413, f"body over {max_body_bytes} bytes")
-        return bytes(body)
-
-    async def read_body(request: Any) -> bytes | Any:
-        length = request.headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                return reject(400, "invalid Content-Length")
-            if int(length) > max_body_bytes:
-                return reject(413, f"body over {max_body_bytes} bytes")
-        limit = app.state.body_timeout
-        try:
-            return await asyncio.wait_for(read_all(request), limit)
-        except asyncio.TimeoutError:
-            return reject(408, f"request body not received within {limit:g} s", {"Connection": "close"})
-
-    async def read_json(request: Any) -> Any:
-        """The parsed body, or a ready error response (auth first: a bad body without a token is 401)."""
-        service.stats.requests += 1
-        denied = auth_error(request)
-        if denied is not None:
-            return False, denied
-        body = await read_body(request)
-        if not isinstance(body, bytes):
-            return False, body
-        try:
-            return True, json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also huge integers, deep nesting
-            return False, reject(400, f"body is not valid UTF-8 JSON ({exc})")
+    gate = _RequestGate(service, app, token, max_body_bytes, max_batch)
+    reject, read_request = gate.reject, gate.read_request
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -541,18 +566,6 @@ def create_app(
     def stats() -> dict[str, Any]:
         return {**service.stats.as_dict(), **batcher.stats(), "fallback_reward": service.fallback_reward,
                 "reward_scale": service.reward_scale, "rm": rm_name, "condition": condition}
-
-    async def read_request(request: Any, schema: type[BaseModel], key: str, noun: str) -> tuple[bool, Any]:
-        """The validated request, or a ready error response; an over-long batch is refused before validation."""
-        ok, payload = await read_json(request)
-        if not ok:
-            return False, payload
-        if isinstance(payload, dict) and isinstance(payload.get(key), list) and len(payload[key]) > max_batch:
-            return False, reject(413, f"batch of {len(payload[key])} {noun} is over the limit of {max_batch}")
-        try:
-            return True, schema.model_validate(payload)
-        except ValidationError as exc:
-            return False, reject(422, _validation_detail(exc))
 
     async def scored(pairs: list[Any]) -> tuple[bool, Any]:
         """The RM's scores for these pairs, batched with other requests', or a ready 503."""
