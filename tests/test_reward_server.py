@@ -232,15 +232,20 @@ def _closed(s: socket.socket) -> bool:
         return False
 
 
-def test_connection_cap_and_header_timeout_free_descriptors() -> None:
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_connection_cap_and_header_timeout_free_descriptors(parser, monkeypatch) -> None:
     from prbench.downstream.server import Limits
+
+    if parser == "h11":  # the guard's fallback where httptools is not installed
+        monkeypatch.setitem(sys.modules, "httptools", None)
 
     limits = Limits(max_connections=4, header_timeout=0.6, body_timeout=5, idle_timeout=5)
     with ThreadedServer(create_app(load_rm("baseline:length"), "none"), limits=limits) as srv:
         idle = [_raw(srv.port) for _ in range(4)]
         time.sleep(0.1)
         over = _raw(srv.port)
-        assert over.recv(4096).startswith(b"HTTP/1.1 503")  # answered and closed at once
+        busy = over.recv(4096)
+        assert busy.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in busy  # answered and closed at once
         assert _closed(over)
         slow = idle[0]
         slow.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")  # headers never finish
@@ -248,6 +253,7 @@ def test_connection_cap_and_header_timeout_free_descriptors() -> None:
         assert all(_closed(s) for s in idle)  # idle and slow clients are dropped after header_timeout
         assert time.time() - t0 < 4
         assert httpx.get(f"{srv.base_url}/health", timeout=5).status_code == 200
+        assert httpx.get(f"{srv.base_url}/stats", timeout=5).json()["rejected_by_status"] == {"503": 1}
         for s in [*idle, over]:
             s.close()
 
