@@ -414,3 +414,24 @@ def test_engine_option_reaches_the_hf_classifier_loader(monkeypatch) -> None:
     res = CliRunner().invoke(app, ["serve-reward", "--rm", "hf:some/dir", "--engine", "vllm", "--batch-size", "8"])
     assert res.exit_code != 0 and "engine=vllm" in str(res.exception or res.output)
     assert seen["engine"] == "vllm" and seen["batch_size"] == 8
+
+
+def test_open_file_limit_is_raised_to_fit_the_connection_cap_or_named(caplog) -> None:
+    import logging
+    import resource
+
+    from prbench.downstream.server import Limits, check_fd_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        check_fd_limit(Limits(max_connections=min(2000, top - 256)))
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(2000, top - 256) + 256
+        if hard != resource.RLIM_INFINITY:
+            with caplog.at_level(logging.WARNING, logger="prbench.downstream.server"):
+                check_fd_limit(Limits(max_connections=top))  # more than the hard limit allows
+            assert f"ulimit -n {top + 256}" in caplog.text
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard  # raised as far as allowed
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
