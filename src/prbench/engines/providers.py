@@ -47,6 +47,7 @@ class Profile:
     max_stop: int | None = None
     max_temperature: float | None = None
     extra: tuple[str, ...] = ()  # non-OpenAI sampling fields it takes (top_k, repetition_penalty, repeat_penalty)
+    neutral: tuple[tuple[str, Any], ...] = ()  # fields always sent, neutral values included (see VLLM_NEUTRAL)
     reasoning_effort: str | None = None  # sent with every request when set
     efforts: tuple[str, ...] = ()  # accepted reasoning_effort values (empty: the field is not sent)
     thinking_in_budget: bool = False  # reasoning tokens count inside the token limit
@@ -122,6 +123,14 @@ def claude_one_sampler(model: str) -> bool:
     return v is not None and v[0] >= 5
 
 
+# `vllm serve` fills every sampling field a request leaves out from the model's generation_config.json
+# (vLLM 0.33 `entrypoints/openai/chat_completion/protocol.py`, `to_sampling_params`: "user -> server
+# default -> OpenAI default"), e.g. top_k=20, repetition_penalty=1.05. The offline `vllm:` engine
+# always sets them (`vllm_engine.sampling_kwargs`; min_p is SamplingParams' 0.0), so a vLLM server
+# gets them too: neutral when the request has none. Never sent elsewhere (OpenAI refuses them).
+VLLM_NEUTRAL: tuple[tuple[str, Any], ...] = (("top_k", -1), ("repetition_penalty", 1.0), ("min_p", 0.0))
+
+
 def profile(provider: str | None, model: str, base_url: str = "") -> Profile:
     """The profile for `model` at `base_url` (`provider` None/'auto': host first, then model family)."""
     if provider in (None, "", "auto"):
@@ -161,7 +170,7 @@ def profile(provider: str | None, model: str, base_url: str = "") -> Profile:
                        reasoning_effort=effort, efforts=efforts, thinking_in_budget=thinking,
                        reasoning_headroom=4096 if thinking and effort != "none" else 0, concurrency=8)
     if provider == "vllm":
-        return Profile("vllm", extra=("top_k", "repetition_penalty"), concurrency=32)
+        return Profile("vllm", extra=("top_k", "repetition_penalty"), neutral=VLLM_NEUTRAL, concurrency=32)
     if provider == "llamacpp":
         return Profile("llamacpp", echo=False, extra=("top_k", "repeat_penalty"), concurrency=4)
     return Profile("generic", extra=("top_k", "repetition_penalty"), concurrency=8)
@@ -233,6 +242,8 @@ def chat_request(
             extra[name] = g.repetition_penalty
         else:
             note("repetition_penalty not sent")
+    for name, value in p.neutral:
+        extra.setdefault(name, value)
     return kwargs, extra
 
 

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import (
@@ -31,9 +40,17 @@ from prbench.config import (
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.schema import one_of
 
-Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta", "report"]
-STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta",
-                                "report")
+
+def _known_stage(name: str) -> str:
+    """A stage name from the stage registry (built in or a plug-in); the runner orders stages by their rank."""
+    from prbench.registry import STAGES
+
+    if name not in STAGES:
+        raise ValueError(STAGES.unknown(name))
+    return name
+
+
+Stage = Annotated[str, AfterValidator(_known_stage)]
 
 
 MAX_BYTES = 1 << 20
@@ -242,6 +259,7 @@ class StudyConfig(_Strict):
     rgd: RGDStage | None = None
     policy_accuracy: PolicyAccuracyStage | None = None
     personalize: PersonalizeStage | None = None
+    sections: dict[str, Any] = Field(default_factory=dict)  # plug-in stages' own sections, by stage name
     hardware: str = ""
     estimates: dict[str, str] = Field(default_factory=dict)
 
@@ -251,6 +269,19 @@ class StudyConfig(_Strict):
         return ModelEntry._known(v) or []
 
     _format = field_validator("format")(lambda cls, v: _check_format(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_sections(cls, data: Any) -> Any:
+        """A top-level key naming a plug-in stage is that stage's section (any other unknown key is refused)."""
+        if not isinstance(data, dict):
+            return data
+        from prbench.registry import STAGES
+
+        own = {k: v for k, v in data.items() if isinstance(k, str) and k not in cls.model_fields and k in STAGES}
+        if not own:
+            return data
+        return {**{k: v for k, v in data.items() if k not in own}, "sections": {**data.get("sections", {}), **own}}
 
 
 def _line_of(root: yaml.Node, loc: tuple[Any, ...]) -> int | None:
@@ -350,9 +381,11 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         field = ".".join(str(p) for p in loc) or None
         msg = "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
         raise DataError(source, _line_of(root, loc) if root else None, field, msg[:300]) from None
-    for loc, msg in _requirements(cfg):
+    for loc, msg in _requirements(cfg) + plugin_sections(cfg):
         raise DataError(source, _line_of(root, loc), ".".join(str(p) for p in loc), msg)
-    return cfg if base is None else resolve_specs(cfg, base, source, root)
+    if base is None:
+        return cfg
+    return resolve_specs(cfg, base, source, root)
 
 
 # What each stage needs from the rest of the config: (stage, needed sections, why).
@@ -364,6 +397,30 @@ NEEDS = {
     "rgd": (("rgd",), "the policy and RMs"),
     "policy_accuracy": (("policy_accuracy",), "the policy and RMs"),
 }
+
+
+def plugin_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
+    """Validate each plug-in stage's own section with its `section` model (in place); (location, message) if not."""
+    from prbench.registry import STAGES
+
+    out: list[tuple[tuple[Any, ...], str]] = []
+    for i, name in enumerate(cfg.stages):
+        model = getattr(STAGES.get(name), "section", None)
+        if model is None or isinstance(cfg.sections.get(name), model):
+            continue
+        if name not in cfg.sections:
+            out.append((("stages", i), f"stage {name!r} needs a {name!r} section"))
+            continue
+        try:
+            cfg.sections[name] = model.model_validate(cfg.sections[name])
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            out.append(((name, *err["loc"]), err["msg"].removeprefix("Value error, ")))
+    unused = sorted(set(cfg.sections) - set(cfg.stages))
+    if unused:
+        msg = f"section {unused[0]!r} belongs to a stage this study does not run (add it to stages or remove it)"
+        out.append(((unused[0],), msg))
+    return out
 
 
 def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
@@ -507,7 +564,10 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
         msg = RETRIEVERS.unknown(retr)
         raise (PrbenchError(f"retriever: {msg}") if source is None else
                DataError(source, _line_of(node, ("retriever",)) if node is not None else None, "retriever", msg))
-    return StudyConfig.model_validate(data)
+    out = StudyConfig.model_validate(data)
+    for loc, msg in plugin_sections(out):  # the copy holds plain dicts again: the stages' models read them
+        raise DataError(source or "study config", _line_of(node, loc) if node else None, ".".join(map(str, loc)), msg)
+    return out
 
 
 def list_presets() -> dict[str, str]:

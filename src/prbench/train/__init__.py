@@ -167,6 +167,41 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def cuda_device() -> str:
+    """`cuda` for this process, read when a model loads (after the launcher set LOCAL_RANK).
+
+    Without a launcher: `cuda` (the current device). Under one: the rank's own GPU,
+    `cuda:LOCAL_RANK`, as accelerate places the policy; `cuda:0` where the launcher left each
+    rank one visible GPU. A bare `cuda` would put every rank's RM on GPU 0.
+    """
+    local = os.environ.get("LOCAL_RANK")
+    if not launched() or local is None:
+        return "cuda"
+    import torch
+
+    return "cuda:0" if torch.cuda.device_count() == 1 else f"cuda:{int(local)}"
+
+
+def end_ranks() -> None:
+    """After a launched run's training: every rank leaves the process group together.
+
+    Then ranks other than 0 can exit at once (a rank leaving a live gloo/NCCL group aborts with
+    "terminate called", and torch elastic then kills rank 0 while it saves) and rank 0 saves,
+    samples and grades alone. A no-op without a process group.
+    """
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def pin_device(device: str | None) -> str:
     """The device a single-process trainer should use; `cuda:N` becomes the only visible GPU.
 
