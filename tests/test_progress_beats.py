@@ -83,3 +83,24 @@ def test_stage_lines_give_counts_and_times_not_rates() -> None:
     assert LogProgress.line(t, now=30.0) == "sample: 0/6 (0%), 30s elapsed"
     t.completed = 6
     assert LogProgress.line(t, now=330.0) == "sample: 6/6 (100%), done in 5m30s"
+
+
+def test_one_long_step_still_gets_a_line_every_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single forward pass can take longer than the interval: the ticker says it is still running."""
+    from prbench import progress as prog
+
+    err = Recorder()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(prog.console, "file", err)
+    monkeypatch.setenv("PRBENCH_PROGRESS_SECONDS", "0.4")
+    with prog.progress() as bar:
+        task = bar.add_task("judge (none)", total=4)
+        bar.update(task, completed=0)
+        prog.beat("scoring a batch of 8 sequences")
+        time.sleep(1.5)  # one step, no loop to beat from
+        bar.update(task, completed=4)
+    time.sleep(0.5)
+    texts = [ln for _, ln in err.lines]
+    running = [ln for ln in texts if ln.startswith("judge (none): scoring a batch of 8 sequences")]
+    assert len(running) >= 2 and "(running 1s)" in running[-1], texts
+    assert texts[0] == "judge (none): started, 0/4 done" and texts[-1].startswith("judge (none): 4/4 (100%), done in")

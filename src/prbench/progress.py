@@ -5,7 +5,8 @@ when a stage starts and at most one per `PRBENCH_PROGRESS_SECONDS` (default 10) 
 items done / total, elapsed time and ETA (counts, never a rate: a stage of six slow items would
 read "0.00 items/s"), so a log shows a job is alive without drowning in lines.
 Between two counts, the loops that can run for minutes (token steps of generation, batches of
-scoring) call `beat`, which prints what is under way when no progress line came for that long.
+scoring) call `beat` with what is under way, and a ticker thread prints it (with how long that
+step has run) whenever no line came for the interval: a line at least every interval.
 `--quiet` silences all of it. `announce` says when one-time set-up work starts and how long it takes.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +26,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 console = Console(stderr=True)
-_STATE: dict[str, Any] = {"quiet": False, "last_line": 0.0, "activity": "", "plain": 0}
+_STATE: dict[str, Any] = {"quiet": False, "last_line": 0.0, "activity": "", "plain": 0, "detail": None,
+                          "detail_since": 0.0}
+_LOCK = threading.RLock()  # the ticker thread and the loops print through the same state
 
 
 def _interval() -> float:
@@ -64,16 +68,19 @@ class LogProgress:
         self.tasks: dict[int, _Task] = {}
 
     def _print(self, line: str) -> None:
-        stream = self.stream or sys.stderr
-        stream.write(line + "\n")
-        stream.flush()
-        _STATE["last_line"] = time.monotonic()
+        with _LOCK:
+            stream = self.stream or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+            _STATE["last_line"] = time.monotonic()
 
     def add_task(self, description: str, total: float | None = None, **_: Any) -> int:
         tid = len(self.tasks)
         now = time.monotonic()
         self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now)
-        _STATE["last_line"], _STATE["activity"] = now, _plain(description)
+        with _LOCK:
+            _STATE["last_line"], _STATE["activity"], _STATE["detail"] = now, _plain(description), None
+            _STATE["detail_since"] = now
         return tid  # the start line waits for the first count, so an error at start stays one line
 
     def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
@@ -103,6 +110,8 @@ class LogProgress:
         if done or now - t.last_line >= self.interval:
             t.last_line, t.finished = now, done
             self._print(self.line(t, now))
+        if done and _STATE["activity"] == t.description:
+            _STATE["activity"] = ""  # finished: the ticker says nothing until the next stage starts
 
     def advance(self, task_id: int, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
@@ -138,11 +147,18 @@ def progress(quiet: bool = False) -> Iterator[Any]:
     _STATE["quiet"] = quiet or before
     try:
         if not quiet and not console.is_terminal:
+            ticker = _Ticker(_interval()) if _interval() > 0 else None
             _STATE["plain"] += 1
+            if ticker:
+                ticker.start()
             try:
                 yield LogProgress()
             finally:
                 _STATE["plain"] -= 1
+                if ticker:
+                    ticker.stop.set()
+                    ticker.join()
+                _STATE["activity"] = ""
             return
         p = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -155,31 +171,43 @@ def progress(quiet: bool = False) -> Iterator[Any]:
 
 
 def beat(detail: str | Callable[[], str]) -> None:
-    """Called from inside long loops (a token step, a scoring batch): off a terminal, one line saying
-    what is under way when no progress line came for `PRBENCH_PROGRESS_SECONDS`. Cheap when not due:
-    `detail` may be a callable, formatted only when a line is printed."""
+    """Called from inside long loops (a token step, a scoring batch): says what is under way now.
+
+    Off a terminal, a line is printed when none came for `PRBENCH_PROGRESS_SECONDS`, here or by
+    the ticker thread, which covers a single step that takes longer (one forward pass of a big
+    batch) and says how long that step has been running. Cheap when not due: `detail` may be a
+    callable, formatted only when a line is printed."""
     if _STATE["quiet"] or not _STATE["plain"]:  # only inside a command's plain (off-terminal) progress
         return
-    now = time.monotonic()
-    if now - _STATE["last_line"] < _interval():
-        return
-    _STATE["last_line"] = now
-    text = detail() if callable(detail) else detail
-    head = f"{_STATE['activity']}: " if _STATE["activity"] else ""
-    sys.stderr.write(f"{head}{text}\n")
-    sys.stderr.flush()
+    with _LOCK:
+        _STATE["detail"], _STATE["detail_since"] = detail, time.monotonic()
+    _due_line()
 
 
-@contextmanager
-def activity(name: str) -> Iterator[None]:
-    """Name the work `beat` lines report (a stage of a study, a command), for a block."""
-    before = _STATE["activity"]
-    _STATE["activity"] = name
-    _STATE["last_line"] = time.monotonic()
-    try:
-        yield
-    finally:
-        _STATE["activity"] = before
+def _due_line() -> None:
+    """Print what is under way if no line came for the interval (from a loop or the ticker)."""
+    with _LOCK:
+        now = time.monotonic()
+        if not _STATE["activity"] or now - _STATE["last_line"] < _interval():
+            return
+        _STATE["last_line"] = now
+        detail, age = _STATE["detail"], now - _STATE["detail_since"]
+        text = (detail() if callable(detail) else detail) if detail else "working"
+        running = f" (running {_duration(age)})" if age >= 1 else ""
+        sys.stderr.write(f"{_STATE['activity']}: {text}{running}\n")
+        sys.stderr.flush()
+
+
+class _Ticker(threading.Thread):
+    """Wakes a few times per interval and prints the current activity when no line came for it."""
+
+    def __init__(self, interval: float):
+        super().__init__(name="prbench-progress", daemon=True)
+        self.interval, self.stop = interval, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(min(1.0, self.interval / 4)):
+            _due_line()
 
 
 def announce(message: str) -> None:
