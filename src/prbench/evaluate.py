@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from prbench import __version__, interrupt, metrics
+from prbench import __version__, cost, interrupt, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_view, read_planner_file
 from prbench.config import EvalSettings
@@ -188,6 +188,8 @@ def evaluate(
     retry_failed: bool = False,
     repair: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    max_usd: float | None = None,
+    prices: str | Path | None = None,
     **given: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
@@ -195,7 +197,8 @@ def evaluate(
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
     run costs no model load) or a ready RewardModel (reused across conditions). `settings`
     (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
-    `ray_address`, chunks are scored by Ray actors (spec strings only).
+    `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
+    the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
     """
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
@@ -259,15 +262,18 @@ def evaluate(
     else:
         stream = (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
     fresh: list[dict] = []
+    ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices)
     try:
-        for recs in stream:
-            for r in recs:
-                r["condition"] = s.condition
-            if run:
-                run.append(recs)  # fsynced
-            fresh.extend(recs)
-            if on_progress:
-                on_progress(len(done) + len(fresh), len(order))
+        with ledger_cm as ledger:
+            for recs in stream:
+                for r in recs:
+                    r["condition"] = s.condition
+                if run:
+                    run.append(recs)  # fsynced
+                    cost.save(ledger, run.path)
+                fresh.extend(recs)
+                if on_progress:
+                    on_progress(len(done) + len(fresh), len(order))
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
         where = f" in {run.path}" if run else " (no --out: nothing kept)"
         interrupt.note(exc, f"{len(done) + len(fresh)} of {len(order)} items saved{where}")
@@ -287,6 +293,7 @@ def evaluate(
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
                        else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
+        "cost": ledger.summary() if ledger is not None else None,
     })
     from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 

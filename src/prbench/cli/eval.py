@@ -56,6 +56,11 @@ def eval_cmd(
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
+    max_usd: Annotated[float | None, typer.Option(
+        help="Stop before the next API request would take a run's spend past this many dollars (keeps what is "
+             "finished, exits 3; re-run with a higher cap to resume).")] = None,
+    prices: Annotated[Path | None, typer.Option(
+        help="Price table (JSON, layout of prbench/prices/openai.json) over the shipped one.")] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -77,6 +82,7 @@ def eval_cmd(
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
                 res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,
                                retry_failed=retry_failed, repair=repair, cache=NullCache() if no_cache else None,
+                               max_usd=max_usd, prices=prices,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
                 failure = invalid_failure(res.summary, max_invalid, res.records)

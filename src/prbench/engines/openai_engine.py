@@ -63,6 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
 from prbench.engines import providers
 from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
@@ -121,8 +122,10 @@ class OpenAIEngine(Engine):
     template renders `loglik` prompts. `max_tokens_param` / `omit_params`: manual overrides of
     the profile (token-limit field; request fields to drop). `extra_body`: provider-specific
     fields sent with every request. After each call `last_errors[i]` holds request i's final
-    error (None when it succeeded).
+    error (None when it succeeded). `ledger` (a `prbench.cost.Ledger`, set per run) prices and caps requests.
     """
+
+    ledger: cost.Ledger | None = None
 
     def __init__(
         self,
@@ -201,6 +204,7 @@ class OpenAIEngine(Engine):
         state["_lock"] = None
         state["_stop"] = None
         state["limiter"] = None
+        state.pop("ledger", None)
         cache = state.pop("cache")
         state["_cache_spec"] = None if isinstance(cache, NullCache) else (str(cache.path), cache.namespace)
         return state
@@ -334,6 +338,19 @@ class OpenAIEngine(Engine):
         return data
 
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        """One request with retries, priced by the run's ledger (reserved before, settled after)."""
+        if self.ledger is None:
+            return self._send(endpoint, kwargs, extra)
+        limit = int(kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
+        ticket = self.ledger.reserve(kwargs.get("messages") or kwargs.get("prompt") or "", limit)
+        data = None
+        try:
+            data = self._send(endpoint, kwargs, extra)
+            return data
+        finally:
+            self.ledger.settle(ticket, None if data is None else cost.openai_usage(data.get("usage")))
+
+    def _send(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries; returns the parsed JSON body or raises RequestFailed / _Quota."""
         openai = require("openai", "api")
         client = self._get_client()
@@ -348,7 +365,7 @@ class OpenAIEngine(Engine):
         attempt = rate_attempt = 0
         while True:
             if self._stop.is_set():
-                raise RequestFailed("not sent: the provider's quota is exhausted")
+                raise RequestFailed("not sent: the run stopped (quota exhausted or --max-usd reached)")
             self._count("wait_s", self.limiter.acquire(estimate))
             self._count("requests")
             outcome, hint = "error", None
@@ -394,6 +411,7 @@ class OpenAIEngine(Engine):
             else:
                 todo.setdefault(k, []).append(i)
         quota: list[str] = []
+        budget: list[cost.BudgetExceeded] = []
 
         def one(k: str) -> tuple[str, Any, str | None]:
             try:
@@ -402,6 +420,10 @@ class OpenAIEngine(Engine):
                 self._stop.set()
                 quota.append(str(exc))
                 return k, None, f"quota exhausted: {exc}"
+            except cost.BudgetExceeded as exc:
+                self._stop.set()
+                budget.append(exc)
+                return k, None, str(exc)
             except RequestFailed as exc:
                 return k, None, self._redact(str(exc))
             except Exception as exc:  # noqa: BLE001 - a bug or odd reply must not sink the batch
@@ -420,6 +442,10 @@ class OpenAIEngine(Engine):
                         self._count("failures", len(todo[k]))
                         log.warning("%s: request failed for good: %s", self.spec, err)
         self.last_errors = errors
+        if budget:
+            done = sum(1 for e in errors if e is None)
+            raise cost.BudgetExceeded(f"{budget[0]}; {done} of {n} requests of this call finished (cached: re-run "
+                                      f"with a higher --max-usd to resume)")
         if quota:
             done = sum(1 for e in errors if e is None)
             kept = "cached, so re-running the same command resumes" if not isinstance(self.cache, NullCache) \

@@ -1,0 +1,105 @@
+"""The cost ledger: price tables, summary dollars = tokens x prices, --max-usd stops and resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prbench import cost
+from prbench.errors import PrbenchError
+from prbench.evaluate import evaluate
+
+MODEL = "judge:openai:gpt-4.1-mini"
+
+
+def test_price_tables_match_dated_and_longest_names() -> None:
+    mini = cost.price_for("openai", "gpt-4.1-mini-2025-04-14")
+    assert mini is not None and mini.model == "gpt-4.1-mini" and mini.batch_discount == 0.5
+    assert cost.price_for("openai", "gpt-4.1").model == "gpt-4.1"
+    assert cost.price_for("anthropic", "claude-sonnet-4-5-20250929").model == "claude-sonnet-4-5"
+    assert cost.price_for("anthropic", "claude-sonnet-4-20250514").model == "claude-sonnet-4"
+    assert cost.price_for("gemini", "models/gemini-2.5-flash-lite").model == "gemini-2.5-flash-lite"
+    assert cost.price_for("openai", "gpt-4.10") is None  # no prefix match without a separator
+    for provider in cost.PROVIDER_FILES:  # every shipped row is dated and sourced
+        assert all(p.as_of and p.source.startswith("https://") for p in cost.load_prices()[provider].values())
+
+
+def test_user_price_file_overrides_and_bad_file_is_one_line(tmp_path: Path) -> None:
+    mine = tmp_path / "prices.json"
+    mine.write_text(json.dumps({"provider": "openai", "as_of": "2027-01-01", "source": "my contract",
+                                "models": {"gpt-4.1-mini": {"input": 1.0, "output": 2.0}}}), encoding="utf-8")
+    p = cost.price_for("openai", "gpt-4.1-mini", mine)
+    assert (p.input, p.cached_input, p.output, p.as_of, p.batch_discount) == (1.0, 1.0, 2.0, "2027-01-01", 0.0)
+    mine.write_text(json.dumps({"provider": "openai", "as_of": "x", "models": {"m": {"input": "cheap"}}}))
+    with pytest.raises(PrbenchError, match=r"models.m.input must be a non-negative number"):
+        cost.load_prices(mine)
+
+
+def test_ledger_dollars_are_tokens_times_prices() -> None:
+    price = cost.Price("openai", "m", input=2.0, cached_input=0.5, output=8.0, batch_discount=0.5,
+                       as_of="2026-12-01", source="test")
+    led = cost.Ledger(price)
+    led.settle(led.reserve("hello", 10), {"input_tokens": 1_000_000, "cached_input_tokens": 400_000,
+                                          "output_tokens": 250_000})
+    assert led.usd == pytest.approx(0.6 * 2.0 + 0.4 * 0.5 + 0.25 * 8.0)
+    batch = cost.Ledger(price, batch=True)
+    batch.settle(0.0, {"input_tokens": 1_000_000, "output_tokens": 1_000_000})
+    assert batch.usd == pytest.approx(5.0) and batch.summary()["batch"] is True
+    resumed = cost.Ledger(price, earlier=led.summary())  # a resumed run adds to what was spent
+    resumed.settle(0.0, {"input_tokens": 1_000_000})
+    assert resumed.usd == pytest.approx(led.usd + 2.0) and resumed.input_tokens == 2_000_000
+    with pytest.raises(PrbenchError, match="needs a price"):
+        cost.Ledger(None, max_usd=1.0, label="openai:mystery")
+
+
+def _judge(fake_openai, key: str, **kw):
+    srv = fake_openai(lambda body: "Result: A")
+    return srv, {"base_url": srv.base_url, "api_key_env": key, "concurrency": 1, **kw}
+
+
+def _strip(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in ("elapsed_s",)} for r in records]
+
+
+def test_summary_cost_equals_reported_usage_times_prices(fake_openai, api_key_env, tmp_path: Path) -> None:
+    srv, opts = _judge(fake_openai, api_key_env[0])
+    res = evaluate(MODEL, "sample", "none", out=tmp_path, model_options=opts, limit=6, n_boot=10)
+    c = res.summary["cost"]
+    price = cost.price_for("openai", "gpt-4.1-mini")
+    # the stand-in reports prompt_tokens / completion_tokens per reply: sum them independently
+    assert c["requests"] == len(srv.requests) == 6
+    assert c["output_tokens"] == 6 * 2  # "Result: A" is two stand-in tokens
+    assert c["usd"] == pytest.approx(price.usd(c["input_tokens"], 0, c["output_tokens"]), abs=1e-6)
+    assert c["prices_as_of"] == price.as_of and c["batch"] is False
+    assert json.loads((res.path / "cost.json").read_text())["usd"] == c["usd"]
+    from prbench.leaderboard import leaderboard, render_rows
+
+    rows = leaderboard(tmp_path)
+    assert rows[0]["usd"] == c["usd"]
+    head, body = render_rows(rows)
+    assert head[-1] == "$" and body[0][-1] == f"{c['usd']:.2f}"
+
+
+def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env, tmp_path: Path) -> None:
+    srv, opts = _judge(fake_openai, api_key_env[0])
+    clean = evaluate(MODEL, "sample", "none", out=tmp_path / "clean", model_options=opts, limit=8, n_boot=10,
+                     batch_size=1)
+    per_request = clean.summary["cost"]["usd"] / 8
+    cap = per_request * 3.5 + 256 * 1.6e-6  # room for ~3 requests and a reservation's output cap
+    with pytest.raises(cost.BudgetExceeded, match="would pass --max-usd") as stop:
+        evaluate(MODEL, "sample", "none", out=tmp_path / "capped", model_options=opts, limit=8, n_boot=10,
+                 batch_size=1, max_usd=cap)
+    assert stop.value.exit_code == 3
+    folder = next((tmp_path / "capped").rglob("cost.json")).parent
+    spent = json.loads((folder / "cost.json").read_text())["usd"]
+    first_prompt = srv.requests[0]["messages"]
+    estimate = cost.price_for("openai", "gpt-4.1-mini").usd(cost.estimate_input_tokens(first_prompt), 0, 256)
+    assert spent <= cap < spent + estimate  # stopped before passing the cap, not earlier than one estimate
+    assert srv.n_posts < 16  # the clean run's 8, plus fewer than 8 before the stop
+    resumed = evaluate(MODEL, "sample", "none", out=tmp_path / "capped", model_options=opts, limit=8, n_boot=10,
+                       batch_size=1, max_usd=1.0)
+    assert _strip(resumed.records) == _strip(clean.records)
+    assert resumed.summary["cost"]["usd"] == pytest.approx(clean.summary["cost"]["usd"], abs=1e-9)
+    assert resumed.summary["cost"]["requests"] == 8  # nothing paid twice
