@@ -248,24 +248,28 @@ class OpenAIEngine(Engine):
     def _get_client(self) -> Any:
         with self._lock:
             if self._client is None:
-                openai = require("openai", "api")
-                key = None if self.no_api_key else os.environ.get(self.api_key_env)
-                if not key:
-                    host = urlsplit(self.base_url).hostname or ""
-                    if self.no_api_key:
-                        pass
-                    elif self._key_named:
-                        raise PrbenchError(f"the environment variable {self.api_key_env} (named by api_key_env) "
-                                           f"is not set: export it, or pass --no-api-key for a keyless server")
-                    elif not providers.is_local(host):
-                        raise PrbenchError(f"set the environment variable {self.api_key_env} to your API key for "
-                                           f"{host} (or name another with --api-key-env; --no-api-key for none)")
-                    key = "unused"  # local servers (vLLM, llama.cpp) usually need no key
-                self._client = openai.OpenAI(
-                    api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-                )
-                del key
+                self._client = self._new_client(self._api_key())
             return self._client
+
+    def _api_key(self) -> str:
+        """The key from the environment (never stored on self); 'unused' for keyless local servers."""
+        key = None if self.no_api_key else os.environ.get(self.api_key_env)
+        if key:
+            return key
+        host = urlsplit(self.base_url).hostname or ""
+        if self.no_api_key:
+            pass
+        elif self._key_named:
+            raise PrbenchError(f"the environment variable {self.api_key_env} (named by api_key_env) "
+                               f"is not set: export it, or pass --no-api-key for a keyless server")
+        elif not providers.is_local(host):
+            raise PrbenchError(f"set the environment variable {self.api_key_env} to your API key for "
+                               f"{host} (or name another with --api-key-env; --no-api-key for none)")
+        return "unused"  # local servers (vLLM, llama.cpp) usually need no key
+
+    def _new_client(self, key: str) -> Any:
+        openai = require("openai", "api")
+        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
 
     def _redact(self, message: str) -> str:
         """The message with the API key (as servers and proxies may echo it) replaced by '***'."""
@@ -307,11 +311,31 @@ class OpenAIEngine(Engine):
             self._note(notes)
         return kwargs, extra
 
+    _body_key = "choices"  # what every well-formed reply body has
+
+    def _endpoint(self, endpoint: str) -> tuple[Any, Any]:
+        """(SDK module, raw-response create method) of `endpoint` ('chat' or 'completions')."""
+        openai = require("openai", "api")
+        client = self._get_client()
+        if endpoint == "chat":
+            return openai, client.chat.completions.with_raw_response.create
+        return openai, client.completions.with_raw_response.create
+
+    def _usage(self, data: dict[str, Any]) -> dict[str, int]:
+        """The reply's token usage in the ledger's terms."""
+        return cost.openai_usage(data.get("usage"))
+
+    def _reply(self, data: dict[str, Any]) -> tuple[Any, str, int | None]:
+        """(text, raw finish reason, output tokens) of a chat reply."""
+        choice = data["choices"][0]
+        return (choice.get("message") or {}).get("content"), choice.get("finish_reason") or "stop", \
+            (data.get("usage") or {}).get("completion_tokens")
+
     def _attempt(self, create: Any, openai: Any, kwargs: dict[str, Any], body_extra: dict[str, Any]) -> dict[str, Any]:
         """One HTTP request: the parsed body, or _Retryable / _Quota / RequestFailed."""
         try:
             raw = create(**kwargs, extra_body=body_extra or None, timeout=self.timeout)
-            text = raw.text
+            text = raw.text() if callable(raw.text) else raw.text  # a method in the anthropic client
         except openai.APITimeoutError:
             raise _Retryable("timeout") from None
         except openai.APIConnectionError as exc:
@@ -331,8 +355,8 @@ class OpenAIEngine(Engine):
             raise
         try:
             data = json.loads(text)
-            if not isinstance(data, dict) or not data.get("choices"):
-                raise ValueError("no choices")
+            if not isinstance(data, dict) or not data.get(self._body_key):
+                raise ValueError(f"no {self._body_key}")
         except ValueError as exc:
             raise _Retryable(self._redact(f"malformed response body: {str(exc)[:80]}")) from None
         return data
@@ -348,17 +372,11 @@ class OpenAIEngine(Engine):
             data = self._send(endpoint, kwargs, extra)
             return data
         finally:
-            self.ledger.settle(ticket, None if data is None else cost.openai_usage(data.get("usage")))
+            self.ledger.settle(ticket, None if data is None else self._usage(data))
 
     def _send(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries; returns the parsed JSON body or raises RequestFailed / _Quota."""
-        openai = require("openai", "api")
-        client = self._get_client()
-        create = (
-            client.chat.completions.with_raw_response.create
-            if endpoint == "chat"
-            else client.completions.with_raw_response.create
-        )
+        openai, create = self._endpoint(endpoint)
         body_extra = {**self.extra_body, **extra}
         estimate = len(json.dumps(kwargs.get("messages") or kwargs.get("prompt") or "")) // 4 + int(
             kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
@@ -372,9 +390,9 @@ class OpenAIEngine(Engine):
             try:
                 data = self._attempt(create, openai, kwargs, body_extra)
                 outcome = "ok"
-                usage = data.get("usage") or {}
-                self._count("tokens_in", int(usage.get("prompt_tokens") or 0))
-                self._count("tokens_out", int(usage.get("completion_tokens") or 0))
+                usage = self._usage(data)
+                self._count("tokens_in", usage["input_tokens"])
+                self._count("tokens_out", usage["output_tokens"])
                 return data
             except _Retryable as exc:
                 if exc.rate_limited:
@@ -479,18 +497,15 @@ class OpenAIEngine(Engine):
 
             kwargs, extra = self._chat(prompts[i], plist[i])
             data = self._post("chat", kwargs, extra)
-            choice = data["choices"][0]
-            text = (choice.get("message") or {}).get("content")
+            text, raw_finish, n_out = self._reply(data)
             if not isinstance(text, str):
                 raise RequestFailed("response has no message content")
             text, stopped = apply_stop(text, plist[i].stop)  # some servers ignore `stop`
-            raw_finish = choice.get("finish_reason") or "stop"
-            usage = data.get("usage") or {}
             return {
                 "text": text,
-                "finish_reason": "length" if raw_finish == "length" and not stopped else "stop",
+                "finish_reason": "length" if raw_finish in ("length", "max_tokens") and not stopped else "stop",
                 "raw_finish_reason": raw_finish,
-                "n_tokens": usage.get("completion_tokens"),
+                "n_tokens": n_out,
             }
 
         values, errors = self._run(keys, work)

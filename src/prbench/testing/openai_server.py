@@ -360,6 +360,8 @@ class OpenAIServer:
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.routes: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "/v1/chat/completions": self.chat_response, "/v1/completions": self.completion_response}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -421,6 +423,17 @@ class OpenAIServer:
             return rec
 
     # -- responses ---------------------------------------------------------------------------
+
+    def refuse(self, route: str, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, Any] | None:
+        """(status, error body) for a request the emulated provider refuses (subclasses: their own rules)."""
+        return refusal(self.provider, route, body)
+
+    def get(self, route: str) -> tuple[int, Any] | None:
+        """(status, JSON payload or raw bytes) of a GET route, None for an unknown one."""
+        if route == "/v1/models":
+            return 200, {"object": "list",
+                         "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "prbench"}]}
+        return None
 
     def _default_top_logprobs(self, body: dict[str, Any], token: str) -> list[tuple[str, float]]:
         """The generated token first, its other-spacing variant, then fillers; decreasing."""
@@ -569,16 +582,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         state = self.server_state
         state._record("GET", self.path, self._headers_dict(), None)
-        if self.path.rstrip("/") == "/v1/models":
-            self._send_json(
-                200,
-                {
-                    "object": "list",
-                    "data": [{"id": state.model, "object": "model", "created": 0, "owned_by": "prbench"}],
-                },
-            )
-        else:
+        answer = state.get(self.path.split("?")[0].rstrip("/"))
+        if answer is None:
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        elif isinstance(answer[1], bytes):
+            self._send_bytes(answer[0], answer[1])
+        else:
+            self._send_json(*answer)
 
     def do_POST(self) -> None:
         state = self.server_state
@@ -596,10 +606,10 @@ class _Handler(BaseHTTPRequestHandler):
         fault = state.fault_fn(rec.n, body)
         rec.fault = fault
         route = self.path.split("?")[0].rstrip("/")
-        if route not in ("/v1/chat/completions", "/v1/completions"):
+        if route not in state.routes:
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
-        refused = refusal(state.provider, route, body)
+        refused = state.refuse(route, body, rec.headers)
         if refused is not None:
             with state._lock:
                 state.refused.append(body)
@@ -632,9 +642,7 @@ class _Handler(BaseHTTPRequestHandler):
             deadline = time.monotonic() + fault.seconds
             while time.monotonic() < deadline and not state._stopping.is_set():
                 time.sleep(0.02)
-        payload = (
-            state.chat_response(body) if route == "/v1/chat/completions" else state.completion_response(body)
-        )
+        payload = state.routes[route](body)
         data = json.dumps(payload).encode("utf-8")
         if fault is not None and fault.kind == "malformed":
             self._send_bytes(200, b'{"id": "x", "choices": [ <<this is not json>>')

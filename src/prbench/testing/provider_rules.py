@@ -108,3 +108,28 @@ DOCUMENTED_MODELS = {
     "gemini": ("gemini-2.0-flash", "gemini-2.5-flash", "gemini-2.5-flash-lite", "gemini-2.5-pro",
                "gemini-3-pro-preview", "gemini-3-flash"),
 }
+
+
+# -- Anthropic's native Messages API -----------------------------------------------------------------------
+# Body fields: the parameters of `Messages.create` in the anthropic client 2.10.0
+# (`anthropic/resources/messages/messages.py`, mirrored by `types/message_create_params.py`), read from the
+# installed client so the list follows its version. `max_tokens`, `messages` and `model` are Required there.
+# API versions (header `anthropic-version`): the client 2.x sends 2026-10-21 (`anthropic/_constants.py`
+# ANTHROPIC_API_VERSION), under which temperature, top_p and top_k are "Extra inputs are not permitted" at
+# any value (they are gone from the 2.x types); under 2023-06-01 they are accepted, temperature in [0, 1],
+# and the models of `claude_one_sampler` refuse temperature and top_p together.
+ANTHROPIC_NATIVE_REQUIRED = ("max_tokens", "messages", "model")
+ANTHROPIC_SAMPLING_FIELDS = ("temperature", "top_p", "top_k")
+ANTHROPIC_SAMPLING_VERSIONS = ("2023-06-01",)
+ANTHROPIC_NATIVE_SOURCE = "anthropic 2.10.0 resources/messages/messages.py (Messages.create), _constants.py"
+_NOT_BODY = {"self", "extra_headers", "extra_query", "extra_body", "timeout"}
+
+
+def anthropic_native_fields(api_version: str) -> frozenset[str]:
+    """Body fields the native Messages API takes under `api_version` (see the sources above)."""
+    import inspect
+
+    from anthropic.resources.messages import Messages
+
+    fields = frozenset(inspect.signature(Messages.create).parameters) - _NOT_BODY
+    return fields | set(ANTHROPIC_SAMPLING_FIELDS) if api_version in ANTHROPIC_SAMPLING_VERSIONS else fields
