@@ -8,6 +8,7 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import platform
@@ -190,6 +191,8 @@ def evaluate(
     on_progress: Callable[[int, int], None] | None = None,
     max_usd: float | None = None,
     prices: str | Path | None = None,
+    batch: bool = False,
+    wait: bool = True,
     **given: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
@@ -199,6 +202,7 @@ def evaluate(
     (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
     `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
+    `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
     """
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
@@ -250,9 +254,14 @@ def evaluate(
                  # wrong-profile draws donors from every item, so only it holds the whole set
                  "pool": list(stream()) if s.condition.startswith("wrong-") and n_todo else ()}
     step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
-    todo = (ex for ex in stream() if ex.id not in done)
-    chunks = ((part, [build_view(ex, s.condition, **view_args) for ex in part])
-              for part in iter(lambda: list(islice(todo, step)), []))
+    read = stream  # `stream` is rebound to the scored chunks below
+
+    def make_chunks() -> Iterator[tuple[list[Example], list[Any]]]:
+        todo = (ex for ex in read() if ex.id not in done)
+        return ((part, [build_view(ex, s.condition, **view_args) for ex in part])
+                for part in iter(lambda: list(islice(todo, step)), []))
+
+    chunks = make_chunks()
     if distributed:
         from prbench.distributed import ray_chunks
 
@@ -262,9 +271,11 @@ def evaluate(
     else:
         stream = (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
     fresh: list[dict] = []
-    ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices)
+    ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch)
     try:
-        with ledger_cm as ledger:
+        with ledger_cm as ledger, _batches(batch and bool(n_todo), rm, run, ledger, wait,
+                                           lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, NullCache())
+                                                    for exs, vs in make_chunks()]):
             for recs in stream:
                 for r in recs:
                     r["condition"] = s.condition
@@ -302,6 +313,18 @@ def evaluate(
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
 
+
+
+def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, ledger: Any, wait: bool,
+             collect: Callable[[], Any]) -> Any:
+    """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
+    if not on:
+        return contextlib.nullcontext()
+    if rm is None or run is None:
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    from prbench.engines.batch import batched
+
+    return batched(rm, run.path, collect, wait=wait, ledger=ledger)
 
 
 class _CallableModule(types.ModuleType):

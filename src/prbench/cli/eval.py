@@ -61,6 +61,11 @@ def eval_cmd(
              "finished, exits 3; re-run with a higher cap to resume).")] = None,
     prices: Annotated[Path | None, typer.Option(
         help="Price table (JSON, layout of prbench/prices/openai.json) over the shipped one.")] = None,
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Send API requests as provider batches (half price; OpenAI /v1/batches, Anthropic Message "
+                        "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")] = False,
+    no_wait: Annotated[bool, typer.Option(
+        "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -82,7 +87,7 @@ def eval_cmd(
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
                 res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,
                                retry_failed=retry_failed, repair=repair, cache=NullCache() if no_cache else None,
-                               max_usd=max_usd, prices=prices,
+                               max_usd=max_usd, prices=prices, batch=batch, wait=not no_wait,
                                on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
                 failure = invalid_failure(res.summary, max_invalid, res.records)

@@ -65,7 +65,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
-from prbench.engines import providers
+from prbench.engines import batch, providers
 from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
 from prbench.engines.ratelimit import (
     Limiter,
@@ -81,6 +81,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUS = frozenset({408, 409, 429})
 TOP_LOGPROBS = 20
+DEFERRED = "deferred to a batch"
 
 
 class RequestFailed(Exception):
@@ -126,6 +127,7 @@ class OpenAIEngine(Engine):
     """
 
     ledger: cost.Ledger | None = None
+    batch: batch.Store | None = None  # batch mode (`prbench.engines.batch`): replies come from the run's batches
 
     def __init__(
         self,
@@ -205,6 +207,7 @@ class OpenAIEngine(Engine):
         state["_stop"] = None
         state["limiter"] = None
         state.pop("ledger", None)
+        state.pop("batch", None)
         cache = state.pop("cache")
         state["_cache_spec"] = None if isinstance(cache, NullCache) else (str(cache.path), cache.namespace)
         return state
@@ -363,6 +366,8 @@ class OpenAIEngine(Engine):
 
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries, priced by the run's ledger (reserved before, settled after)."""
+        if self.batch is not None:  # answered from the run's batch results, or deferred to the next batch
+            return self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra})
         if self.ledger is None:
             return self._send(endpoint, kwargs, extra)
         limit = int(kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
@@ -432,8 +437,11 @@ class OpenAIEngine(Engine):
         budget: list[cost.BudgetExceeded] = []
 
         def one(k: str) -> tuple[str, Any, str | None]:
+            batch.CURRENT.set(k)  # the custom id, should the request go into a batch
             try:
                 value = work(todo[k][0])
+            except batch.Deferred:
+                return k, None, DEFERRED
             except _Quota as exc:
                 self._stop.set()
                 quota.append(str(exc))
@@ -456,7 +464,7 @@ class OpenAIEngine(Engine):
                 for k, value, err in pool.map(one, list(todo)):
                     for i in todo[k]:
                         values[i], errors[i] = value, err
-                    if err is not None:
+                    if err is not None and err != DEFERRED:
                         self._count("failures", len(todo[k]))
                         log.warning("%s: request failed for good: %s", self.spec, err)
         self.last_errors = errors

@@ -428,6 +428,10 @@ class OpenAIServer:
         """(status, error body) for a request the emulated provider refuses (subclasses: their own rules)."""
         return refusal(self.provider, route, body)
 
+    def parse_body(self, headers: Mapping[str, str], raw: bytes) -> dict[str, Any]:
+        """A POST body as a dict (JSON here; ValueError: a 400). Subclasses read other encodings."""
+        return json.loads(raw.decode("utf-8")) if raw else {}
+
     def get(self, route: str) -> tuple[int, Any] | None:
         """(status, JSON payload or raw bytes) of a GET route, None for an unknown one."""
         if route == "/v1/models":
@@ -595,7 +599,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
-            body = json.loads(raw.decode("utf-8")) if raw else {}
+            body = state.parse_body(self._headers_dict(), raw)
         except ValueError:
             state._record("POST", self.path, self._headers_dict(), None)
             self._send_json(
