@@ -240,3 +240,33 @@ def save(ledger: Ledger | None, folder: str | Path | None) -> None:
     """Write the ledger so far (called after each appended chunk: a kill loses no spend)."""
     if ledger is not None and folder:
         (Path(folder) / LEDGER_FILE).write_text(json.dumps(ledger.summary(), indent=1), encoding="utf-8")
+
+
+REPLY_TOKENS = 120  # a judge's or planner's typical reply (short rationale + verdict): the dry run's output estimate
+
+
+def engine_provider(spec: str, options: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """(provider, model) of the API engine behind an RM/engine spec (`judge:openai:gpt-5.1`), or None."""
+    from prbench.engines import providers
+
+    opts = options or {}
+    parts = spec.split(":")
+    while parts and parts[0] not in ("openai", "anthropic"):
+        parts = parts[1:]  # judge:, judge[pointwise]:, pmi:, lik: ...
+    if len(parts) < 2:
+        return None
+    model = ":".join(parts[1:])
+    if parts[0] == "anthropic":
+        return "anthropic", model
+    return providers.profile(opts.get("provider"), model, opts.get("base_url") or "").provider, model
+
+
+def planned_dollars(spec: str | None, options: dict[str, Any] | None, calls: int, input_tokens: int,
+                    prices: str | Path | None = None) -> tuple[float, float] | None:
+    """(synchronous, batch) dollars of a planned run: its input tokens plus REPLY_TOKENS per call."""
+    found = engine_provider(spec, options) if spec and calls else None
+    price = price_for(*found, prices) if found else None
+    if price is None:
+        return None
+    out = calls * REPLY_TOKENS
+    return price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=True)
