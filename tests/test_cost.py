@@ -103,3 +103,22 @@ def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env,
     assert _strip(resumed.records) == _strip(clean.records)
     assert resumed.summary["cost"]["usd"] == pytest.approx(clean.summary["cost"]["usd"], abs=1e-9)
     assert resumed.summary["cost"]["requests"] == 8  # nothing paid twice
+
+
+def test_paper_preset_dry_run_prices_judges_sync_and_batch(capsys, monkeypatch) -> None:
+    from prbench.testing.cli import run_cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    gpt = next(r for r in rows if r["what"] == "judge:openai:gpt-5.1 [none]")
+    price = cost.price_for("openai", "gpt-5.1")
+    expect = price.usd(gpt["tokens"], 0, gpt["model_calls"] * cost.REPLY_TOKENS)
+    assert gpt["usd_sync"] == round(expect, 2) and gpt["usd_batch"] == round(expect / 2, 2)
+    claude = next(r for r in rows if r["what"] == "judge:openai:claude-sonnet-4-6 [none]")
+    assert claude["usd_sync"] > 0  # priced as Anthropic: its base_url is api.anthropic.com
+    local = next(r for r in rows if r["what"].startswith("hf:"))
+    assert local["usd_sync"] is None  # local models cost no request money
+    code, out, _ = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run")
+    assert "API dollars, eval:" in out and "with --batch" in out
