@@ -80,6 +80,10 @@ def test_summary_cost_equals_reported_usage_times_prices(fake_openai, api_key_en
     assert rows[0]["usd"] == c["usd"]
     head, body = render_rows(rows)
     assert head[-1] == "$" and body[0][-1] == f"{c['usd']:.2f}"
+    from prbench.report.html import build_report
+
+    html = build_report(tmp_path, tmp_path / "report.html", n_boot=10, n_perm=10).read_text(encoding="utf-8")
+    assert "$ API" in html and f"{c['usd']:.2f}" in html
 
 
 def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env, tmp_path: Path) -> None:

@@ -13,9 +13,8 @@ from prbench.cli.output import emit_json, table
 
 
 def _print_plan(cfg, root: Path, json_out: bool) -> None:
-    from prbench.study.runner import plan_study
-
     from prbench.cost import REPLY_TOKENS, planned_dollars
+    from prbench.study.runner import plan_study
 
     runs = plan_study(cfg, root)
     options = {m.spec: m.options for m in cfg.models} | ({cfg.planner.spec: cfg.planner.options} if cfg.planner else {})
