@@ -72,26 +72,32 @@ def test_batch_records_equal_the_synchronous_run(kind: str, api_key_env, tmp_pat
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_failed_items_resubmitted_once_expired_then_invalid(kind: str, api_key_env, tmp_path: Path) -> None:
-    flaky, doomed = set(), set()
+    flaky, doomed, healed = set(), set(), []
 
-    def fail(cid: str, n: int) -> bool:  # the first item of each batch fails on its first submission
-        if n == 1 and not flaky:
+    def fail(cid: str, n: int) -> bool:  # one item fails on its first submission
+        if n == 1 and not flaky and cid not in doomed:
             flaky.add(cid)
         return cid in flaky and n == 1
 
-    def expire(cid: str, n: int) -> bool:  # another item expires every time it is sent
+    def expire(cid: str, n: int) -> bool:  # another item expires every time it is sent (until healed)
         if not doomed and cid not in flaky:
             doomed.add(cid)
-        return cid in doomed
+        return cid in doomed and not healed
 
     with serve_batches(kind, lambda b: "Result: A", fail_fn=fail, expire_fn=expire) as srv:
-        res = evaluate(SPECS[kind], "sample", "none", out=tmp_path, model_options=_opts(kind, srv, api_key_env[0]),
-                       limit=4, n_boot=10, batch=True)
-    (f,), (d,) = flaky, doomed
-    assert srv.submitted[f] == 2 and srv.submitted[d] == 2  # once, and once more; never a third time
-    bad = [r for r in res.records if r.get("credit") is None]
-    assert len(bad) == 1 and "expired" in json.dumps(bad[0]) and "2 submissions" in json.dumps(bad[0])
-    assert res.summary["metrics"]["n_invalid"] == 1
+        opts = _opts(kind, srv, api_key_env[0])
+        res = evaluate(SPECS[kind], "sample", "none", out=tmp_path, model_options=opts, limit=4, n_boot=10, batch=True)
+        (f,), (d,) = flaky, doomed
+        assert srv.submitted[f] == 2 and srv.submitted[d] == 2  # once, and once more; never a third time
+        bad = [r for r in res.records if r.get("credit") is None]
+        assert len(bad) == 1 and "expired" in json.dumps(bad[0]) and "2 submissions" in json.dumps(bad[0])
+        assert res.summary["metrics"]["n_invalid"] == 1
+        healed.append(True)  # --retry-failed: the invalid item, and only it, goes out again
+        n = len(srv.batches)
+        again = evaluate(SPECS[kind], "sample", "none", out=tmp_path, model_options=opts, limit=4, n_boot=10,
+                         batch=True, retry_failed=True)
+        assert again.summary["metrics"]["n_invalid"] == 0
+        assert [it["custom_id"] for b in list(srv.batches.values())[n:] for it in b.items] == [d]
 
 
 def test_no_wait_submits_records_and_exits_then_collects(api_key_env, tmp_path: Path) -> None:

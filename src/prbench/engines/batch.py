@@ -75,9 +75,16 @@ class Store:
                     r = json.loads(line)
                     self.results[r["custom_id"]] = r  # a later line (the resubmission's) wins
         self.pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.retry_base: dict[str, int] = {}
 
     def sent(self, key: str) -> int:
-        return sum(key in s["custom_ids"] for s in self.submissions)
+        return sum(key in s["custom_ids"] for s in self.submissions) - self.retry_base.get(key, 0)
+
+    def forget_failures(self) -> None:
+        """--retry-failed: failed items may be sent (twice) again; successes are kept."""
+        for key, r in self.results.items():
+            if r.get("body") is None:
+                self.retry_base[key] = sum(key in s["custom_ids"] for s in self.submissions)
 
     def open_ids(self) -> set[str]:
         return {k for s in self.submissions if not s.get("ended") for k in s["custom_ids"]}
@@ -93,7 +100,7 @@ class Store:
             return r["body"]
         if key in self.open_ids():
             raise Deferred(key)
-        if r is not None and self.sent(key) >= MAX_SUBMISSIONS:
+        if r is not None and r.get("body") is None and self.sent(key) >= MAX_SUBMISSIONS:
             raise RequestFailed(f"batch: {r['error']} (after {self.sent(key)} submissions)")
         self.pending[key] = (endpoint, body)
         raise Deferred(key)
@@ -266,7 +273,7 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
 
 @contextlib.contextmanager
 def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait: bool = True,
-            ledger: Any = None, echo: Callable[[str], None] = _echo) -> Iterator[Store]:
+            ledger: Any = None, retry_failed: bool = False, echo: Callable[[str], None] = _echo) -> Iterator[Store]:
     """Answer every request of `collect()` through batches, then yield: the caller's real pass
     (the same requests) is answered from the run folder. Counters of the collecting passes are undone."""
     from prbench.cost import engines_of
@@ -276,6 +283,8 @@ def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait
         raise PrbenchError("--batch applies to API engines (openai:, anthropic:); this model sends no API requests")
     engine = engines[0]
     store = Store(folder)
+    if retry_failed:
+        store.forget_failures()
     runner = Runner(engine, store, ledger, echo)
     counters = [(obj, name, copy.deepcopy(getattr(obj, name))) for obj in (model, engine)
                 for name in ("counts", "stats", "adjusted") if isinstance(getattr(obj, name, None), dict)]
