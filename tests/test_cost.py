@@ -126,3 +126,18 @@ def test_paper_preset_dry_run_prices_judges_sync_and_batch(capsys, monkeypatch) 
     assert local["usd_sync"] is None  # local models cost no request money
     code, out, _ = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run")
     assert "API dollars, eval:" in out and "with --batch" in out
+
+
+def test_cli_max_usd_is_one_line_and_exit_3(fake_openai, api_key_env, tmp_path: Path, capsys) -> None:
+    from prbench.testing.cli import run_cli
+
+    srv = fake_openai(lambda body: "Result: A")
+    args = ["eval", "-m", MODEL, "--data", "sample", "--limit", "3", "--out", str(tmp_path), "--base-url",
+            srv.base_url, "--api-key-env", api_key_env[0], "--quiet"]
+    code, _, err = run_cli(capsys, *args, "--max-usd", "0.0001")
+    assert code == 3 and srv.n_posts == 0
+    assert len(err.strip().splitlines()) == 1 and "would pass --max-usd 0.0001" in err
+    code, _, err = run_cli(capsys, *args, "--max-usd", "1")
+    assert code == 0, err
+    (summary,) = tmp_path.rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["max_usd"] == 1.0
