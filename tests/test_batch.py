@@ -133,3 +133,21 @@ def test_kill_while_polling_then_resume_creates_one_batch(api_key_env, tmp_path:
         assert "submitted" not in done.stderr and "completed" in done.stderr
     (summary,) = list(tmp_path.rglob("summary.json"))
     assert json.loads(summary.read_text())["metrics"]["n_invalid"] == 0
+
+
+def test_study_eval_stage_in_batches(api_key_env, tmp_path: Path, capsys) -> None:
+    from prbench.testing.cli import run_cli
+
+    with serve_batches("openai", lambda b: "Result: A") as srv:
+        (tmp_path / "study.yaml").write_text(
+            f"name: b\ndata: sample\nlimit: 3\nconditions: [none]\nout: {tmp_path / 'out'}\nstages: [eval]\n"
+            f"models:\n  - spec: baseline:length\n  - spec: {SPECS['openai']}\n"
+            f"    options: {{base_url: '{srv.base_url}', api_key_env: {api_key_env[0]}}}\n    max_usd: 1.0\n",
+            encoding="utf-8")
+        code, _, err = run_cli(capsys, "study", str(tmp_path / "study.yaml"), "--batch", "--quiet")
+        assert code == 0, err
+        assert len(srv.batches) == 1 and {r.path for r in srv.records if r.method == "POST"} == {"/v1/files",
+                                                                                                  "/v1/batches"}
+    (ledger,) = (tmp_path / "out").rglob("batches.json")
+    summary = json.loads((ledger.parent / "summary.json").read_text())
+    assert summary["cost"]["batch"] is True and summary["cost"]["max_usd"] == 1.0

@@ -50,6 +50,8 @@ def study_cmd(
     list_: Annotated[bool, typer.Option("--list", help="List the shipped presets.")] = False,
     dry_run: Annotated[bool, typer.Option(help="Print the plan (runs, calls, tokens) and stop.")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Override the study's output folder.")] = None,
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Eval stage: send every API model's requests as provider batches (half price).")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -67,6 +69,11 @@ def study_cmd(
     cfg, root = load_study_config(config, preset)
     if out is not None:
         cfg = cfg.model_copy(update={"out": str(out.resolve())})
+    if batch:
+        from prbench.cost import engine_provider
+
+        cfg = cfg.model_copy(update={"models": [m.model_copy(update={"batch": True}) if engine_provider(m.spec) else m
+                                                for m in cfg.models]})
     if dry_run:
         _print_plan(cfg, root, json_out)
         return
@@ -97,4 +104,4 @@ def demo_cmd(
     quiet: Quiet = False,
 ) -> None:
     """Run the built-in demo study. The `demo` preset on the sample with the built-in models (CPU, offline)."""
-    study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, quiet=quiet, json_out=False)
+    study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, batch=False, quiet=quiet, json_out=False)

@@ -100,6 +100,7 @@ def run_eval(ctx: StudyContext) -> None:
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
                 batch_size=ctx.cfg.batch_size, model_options=entry.options, format=ctx.cfg.format,
+                batch=entry.batch, max_usd=entry.max_usd,
                 on_progress=(lambda d, t, task=task: bar.update(task, completed=d, total=t)) if bar else None,
             )
             if bar:
@@ -112,7 +113,8 @@ def run_eval(ctx: StudyContext) -> None:
                 res = evaluate(entry.spec, ctx.resolve_data(bench.data), cond, out=ctx.runs, seed=ctx.cfg.seed,
                                limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                                both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
-                               model_options=entry.options, format=bench.format)
+                               model_options=entry.options, format=bench.format, batch=entry.batch,
+                               max_usd=entry.max_usd)
                 results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
                                 "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
