@@ -125,7 +125,7 @@ class Ledger:
     """What one run spent (thread-safe): tokens, dollars, an optional cap (see module docstring)."""
 
     def __init__(self, price: Price | None, *, batch: bool = False, max_usd: float | None = None,
-                 earlier: dict[str, Any] | None = None, label: str = ""):
+                 earlier: dict[str, Any] | None = None, label: str = "", peers: list[Ledger] | None = None):
         if max_usd is not None and price is None:
             raise PrbenchError(f"--max-usd needs a price for {label or 'this model'}, and no price table names it: "
                                "add it to a prices file (--prices FILE or $PRBENCH_PRICES; layout of "
@@ -141,7 +141,13 @@ class Ledger:
         self._earlier_usd = float(e.get("usd") or 0.0)  # at the prices of the time
         self._base = (self.input_tokens, self.cached_input_tokens, self.output_tokens)
         self.reserved = 0.0
-        self._lock = threading.Lock()
+        self.peers = peers if peers is not None else []  # the run's ledgers (one per engine): one cap for all
+        self.peers.append(self)
+        self._lock = peers[0]._lock if len(self.peers) > 1 else threading.Lock()
+
+    def spent(self) -> float:
+        """Dollars spent and in flight over all engines of the run."""
+        return sum((p.usd or 0.0) + p.reserved for p in self.peers)
 
     @property
     def usd(self) -> float | None:
@@ -156,10 +162,10 @@ class Ledger:
             return 0.0
         est = self.price.usd(estimate_input_tokens(prompt), 0, int(max_output_tokens), batch=self.batch)
         with self._lock:
-            if self.max_usd is not None and (self.usd or 0.0) + self.reserved + est > self.max_usd:
+            if self.max_usd is not None and self.spent() + est > self.max_usd:
                 raise BudgetExceeded(
-                    f"{self.label}: stopped before the next request: ${self.usd:.4f} spent, "
-                    f"${self.reserved:.4f} in flight, next ~${est:.4f} would pass --max-usd {self.max_usd:g}")
+                    f"{self.label}: stopped before the next request: ${self.spent():.4f} spent or in flight, "
+                    f"next ~${est:.4f} would pass --max-usd {self.max_usd:g}")
             self.reserved += est
         return est
 
@@ -204,40 +210,73 @@ def engines_of(model: Any) -> list[Any]:
     return found
 
 
-@contextlib.contextmanager
-def tracking(model: Any, folder: str | Path | None, *, max_usd: float | None = None, batch: bool = False,
-             prices: str | Path | None = None) -> Iterator[Ledger | None]:
-    """Attach a ledger to the model's API engine for one run; saved to `folder/cost.json` on the way out.
+class RunCost:
+    """The ledgers of one run's API engines (one per engine, one cap); `summary()` is the run's `cost`."""
 
-    Yields None for models without an API engine (local models cost no request money).
-    """
-    engines = engines_of(model)
+    def __init__(self, ledgers: list[Ledger]):
+        self.ledgers = ledgers
+
+    @property
+    def usd(self) -> float | None:
+        values = [led.usd for led in self.ledgers]
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    def summary(self) -> dict[str, Any]:
+        parts = [led.summary() for led in self.ledgers]
+        if len(parts) == 1:
+            return parts[0]
+        usd = self.usd
+        total = {k: sum(p[k] for p in parts) for k in ("input_tokens", "cached_input_tokens", "output_tokens",
+                                                      "requests")}
+        return {"usd": None if usd is None else round(usd, 10), **total, "batch": parts[0]["batch"],
+                "prices_as_of": min(p["prices_as_of"] or "" for p in parts) or None,
+                "priced_as": ", ".join(p["priced_as"] or "?" for p in parts), "max_usd": parts[0]["max_usd"],
+                "engines": {led.label: p for led, p in zip(self.ledgers, parts)}}
+
+
+def _earlier(path: Path | None, label: str, single: bool) -> dict[str, Any] | None:
+    if path is None or not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return (data.get("engines") or {}).get(label) or (data if single and "engines" not in data else None)
+
+
+@contextlib.contextmanager
+def tracking(models: Any, folder: str | Path | None, *, max_usd: float | None = None, batch: bool = False,
+             prices: str | Path | None = None) -> Iterator[RunCost | None]:
+    """Attach a ledger to each API engine of `models` (one model or a list) for one run, under one cap;
+    saved to `folder/cost.json` on the way out. Yields None when no model has an API engine."""
+    engines: list[Any] = []
+    for m in models if isinstance(models, (list, tuple)) else [models]:
+        engines += [e for e in engines_of(m) if all(e is not x for x in engines)]
     if not engines:
         if max_usd is not None:
             raise PrbenchError("--max-usd applies to API engines only (openai:, anthropic:); this model has none")
         yield None
         return
-    engine = engines[0]
-    provider = getattr(getattr(engine, "profile", None), "provider", None) or getattr(engine, "provider", "")
     path = Path(folder) / LEDGER_FILE if folder else None
-    earlier = json.loads(path.read_text(encoding="utf-8")) if path and path.is_file() else None
-    ledger = Ledger(price_for(provider, engine.model, prices), batch=batch, max_usd=max_usd, earlier=earlier,
-                    label=getattr(engine, "spec", engine.model))
-    previous = [(e.ledger, e.cache) for e in engines]
+    peers: list[Ledger] = []
     for e in engines:
-        e.ledger = ledger
+        provider = getattr(getattr(e, "profile", None), "provider", "")
+        label = getattr(e, "spec", e.model)
+        Ledger(price_for(provider, e.model, prices), batch=batch, max_usd=max_usd, peers=peers, label=label,
+               earlier=_earlier(path, label, len(engines) == 1))
+    run = RunCost(peers)
+    previous = [(e.ledger, e.cache) for e in engines]
+    for e, led in zip(engines, peers):
+        e.ledger = led
         if max_usd is not None and folder and isinstance(e.cache, NullCache):
             e.cache = Cache(Path(folder) / "paid.sqlite", namespace="replies")  # a stop mid-call pays nothing twice
     try:
-        yield ledger
+        yield run
     finally:
         for e, (old, old_cache) in zip(engines, previous):
             e.ledger, e.cache = old, old_cache
-        save(ledger, folder)
+        save(run, folder)
 
 
-def save(ledger: Ledger | None, folder: str | Path | None) -> None:
-    """Write the ledger so far (called after each appended chunk: a kill loses no spend)."""
+def save(ledger: Ledger | RunCost | None, folder: str | Path | None) -> None:
+    """Write the run's spend so far (called after each appended chunk: a kill loses no spend)."""
     if ledger is not None and folder:
         (Path(folder) / LEDGER_FILE).write_text(json.dumps(ledger.summary(), indent=1), encoding="utf-8")
 

@@ -273,7 +273,7 @@ def evaluate(
     fresh: list[dict] = []
     ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch)
     try:
-        with ledger_cm as ledger, _batches(batch and bool(n_todo), rm, run, ledger, wait, retry_failed,
+        with ledger_cm as ledger, _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
                                            lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, NullCache())
                                                     for exs, vs in make_chunks()]):
             for recs in stream:
@@ -315,7 +315,7 @@ def evaluate(
 
 
 
-def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, ledger: Any, wait: bool, retry_failed: bool,
+def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
              collect: Callable[[], Any]) -> Any:
     """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
     if not on:
@@ -324,7 +324,7 @@ def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, ledger: Any, 
         raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
     from prbench.engines.batch import batched
 
-    return batched(rm, run.path, collect, wait=wait, ledger=ledger, retry_failed=retry_failed)
+    return batched(rm, run.path, collect, wait=wait, retry_failed=retry_failed)
 
 
 class _CallableModule(types.ModuleType):

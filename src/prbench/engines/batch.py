@@ -218,8 +218,9 @@ def _echo(line: str) -> None:
 class Runner:
     """Submit, poll and collect the batches of one run (see module docstring)."""
 
-    def __init__(self, engine: Any, store: Store, ledger: Any = None, echo: Callable[[str], None] = _echo):
-        self.engine, self.store, self.ledger, self.echo = engine, store, ledger, echo
+    def __init__(self, engine: Any, store: Store, echo: Callable[[str], None] = _echo):
+        self.engine, self.store, self.echo = engine, store, echo
+        self.ledger = engine.ledger  # the run's ledger for this engine (prbench.cost.tracking), if any
         self.api = adapter_for(engine)
 
     def await_open(self) -> None:
@@ -250,11 +251,11 @@ class Runner:
             limit = self.engine.profile.token_param
             estimate = sum(self.ledger.price.usd(_prompt_tokens(b), 0, int(b.get(limit) or b.get("max_tokens") or 0),
                                                  batch=True) for items in by_endpoint.values() for _, b in items)
-            if (self.ledger.usd or 0.0) + estimate > self.ledger.max_usd:
+            if self.ledger.spent() + estimate > self.ledger.max_usd:
                 from prbench.cost import BudgetExceeded
 
                 raise BudgetExceeded(f"{self.engine.spec}: not submitting a batch of {len(self.store.pending)} "
-                                     f"requests: ${self.ledger.usd:.4f} spent, ~${estimate:.4f} more would pass "
+                                     f"requests: ${self.ledger.spent():.4f} spent, ~${estimate:.4f} more would pass "
                                      f"--max-usd {self.ledger.max_usd:g}")
         for endpoint, items in by_endpoint.items():
             batch_id = self.api.submit(endpoint, items)
@@ -273,7 +274,7 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
 
 @contextlib.contextmanager
 def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait: bool = True,
-            ledger: Any = None, retry_failed: bool = False, echo: Callable[[str], None] = _echo) -> Iterator[Store]:
+            retry_failed: bool = False, echo: Callable[[str], None] = _echo) -> Iterator[Store]:
     """Answer every request of `collect()` through batches, then yield: the caller's real pass
     (the same requests) is answered from the run folder. Counters of the collecting passes are undone."""
     from prbench.cost import engines_of
@@ -285,7 +286,7 @@ def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait
     store = Store(folder)
     if retry_failed:
         store.forget_failures()
-    runner = Runner(engine, store, ledger, echo)
+    runner = Runner(engine, store, echo)
     counters = [(obj, name, copy.deepcopy(getattr(obj, name))) for obj in (model, engine)
                 for name in ("counts", "stats", "adjusted") if isinstance(getattr(obj, name, None), dict)]
     engine.batch = store
