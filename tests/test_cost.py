@@ -141,3 +141,41 @@ def test_cli_max_usd_is_one_line_and_exit_3(fake_openai, api_key_env, tmp_path: 
     assert code == 0, err
     (summary,) = tmp_path.rglob("summary.json")
     assert json.loads(summary.read_text())["cost"]["max_usd"] == 1.0
+
+
+def test_build_caps_generator_and_validator_together(fake_openai, api_key_env, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    from prbench.build import BuildConfig, build_benchmark
+    from prbench.testing.anthropic_server import serve_anthropic
+    from prbench.testing.records import make_records
+
+    monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [{k: v for k, v in r.items() if k not in ("chosen", "rejected")} for r in make_records(4)]
+    (tmp_path / "src.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    def reply(body: dict) -> str:
+        rate = "Rate the answer" in body["messages"][-1]["content"]
+        return json.dumps(dict.fromkeys(("factuality", "relevance", "helpfulness", "rubric_fit"), 4)) if rate \
+            else "A short answer about the topic."
+
+    gen = fake_openai(reply)
+    with serve_anthropic(reply) as val:
+        cfg = BuildConfig(source=str(tmp_path / "src.jsonl"), generator="openai:gpt-4.1-mini",
+                          validator="anthropic:claude-haiku-4-5", top_k=3, batch_size=2,
+                          generator_options={"base_url": gen.base_url, "api_key_env": api_key_env[0], "concurrency": 1},
+                          validator_options={"base_url": val.root_url, "api_key_env": api_key_env[0], "concurrency": 1})
+        from prbench.cache import NullCache
+
+        full = build_benchmark(cfg, tmp_path / "full", cache=NullCache()).summary["cost"]
+        n_full = gen.n_posts
+        with pytest.raises(cost.BudgetExceeded):
+            build_benchmark(cfg, tmp_path / "out", max_usd=full["usd"] / 2, cache=NullCache())
+        spent = json.loads(next((tmp_path / "out").rglob("cost.json")).read_text())
+        assert 0 < spent["usd"] <= full["usd"] / 2
+        assert set(spent["engines"]) == {"openai:gpt-4.1-mini", "anthropic:claude-haiku-4-5"}
+        res = build_benchmark(cfg, tmp_path / "out", max_usd=1.0, cache=NullCache())
+    c = res.summary["cost"]
+    parts = c["engines"].values()
+    assert c["usd"] == pytest.approx(sum(p["usd"] for p in parts)) and all(p["requests"] > 0 for p in parts)
+    assert c["usd"] == pytest.approx(full["usd"])  # the capped and resumed build paid what one build pays
+    assert gen.n_posts - n_full == full["engines"]["openai:gpt-4.1-mini"]["requests"]  # nothing paid twice

@@ -14,9 +14,11 @@ from prbench.cli.options import (
     Data,
     Json,
     MaxLength,
+    MaxUsd,
     NoApiKey,
     NoCache,
     Overwrite,
+    Prices,
     Provider,
     Quiet,
     Repair,
@@ -56,11 +58,8 @@ def eval_cmd(
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
-    max_usd: Annotated[float | None, typer.Option(
-        help="Stop before the next API request would take a run's spend past this many dollars (keeps what is "
-             "finished, exits 3; re-run with a higher cap to resume).")] = None,
-    prices: Annotated[Path | None, typer.Option(
-        help="Price table (JSON, layout of prbench/prices/openai.json) over the shipped one.")] = None,
+    max_usd: MaxUsd = None,
+    prices: Prices = None,
     batch: Annotated[bool, typer.Option(
         "--batch", help="Send API requests as provider batches (half price; OpenAI /v1/batches, Anthropic Message "
                         "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")] = False,
