@@ -464,7 +464,7 @@ class OpenAIEngine(Engine):
                 for k, value, err in pool.map(one, list(todo)):
                     for i in todo[k]:
                         values[i], errors[i] = value, err
-                    if err is not None and err != DEFERRED:
+                    if err is not None and err != DEFERRED and not budget:  # a budget stop is one line, below
                         self._count("failures", len(todo[k]))
                         log.warning("%s: request failed for good: %s", self.spec, err)
         self.last_errors = errors
