@@ -100,16 +100,20 @@ def test_failed_items_resubmitted_once_expired_then_invalid(kind: str, api_key_e
         assert [it["custom_id"] for b in list(srv.batches.values())[n:] for it in b.items] == [d]
 
 
-def test_no_wait_submits_records_and_exits_then_collects(api_key_env, tmp_path: Path) -> None:
+def test_no_wait_submits_records_and_exits_then_collects(api_key_env, tmp_path: Path, capsys) -> None:
+    from prbench.testing.cli import run_cli
+
     with serve_batches("openai", lambda b: "Result: A") as srv:
-        opts = _opts("openai", srv, api_key_env[0])
-        with pytest.raises(BatchPending) as pending:
-            evaluate(SPECS["openai"], "sample", "none", out=tmp_path, model_options=opts, limit=3, n_boot=10,
-                     batch=True, wait=False)
-        assert pending.value.exit_code == 4 and len(srv.batches) == 1
-        res = evaluate(SPECS["openai"], "sample", "none", out=tmp_path, model_options=opts, limit=3, n_boot=10,
-                       batch=True)
-        assert len(srv.batches) == 1 and res.summary["metrics"]["n_invalid"] == 0
+        args = ["eval", "-m", SPECS["openai"], "--data", "sample", "--limit", "3", "--condition", "none,oracle",
+                "--out", str(tmp_path), "--base-url", srv.base_url, "--api-key-env", api_key_env[0], "--batch",
+                "--quiet"]
+        code, _, err = run_cli(capsys, *args, "--no-wait")
+        assert code == BatchPending.exit_code == 4 and len(srv.batches) == 2  # every run submitted, then one exit
+        assert "2 run(s)" in err.strip().splitlines()[-1]
+        code, _, err = run_cli(capsys, *args)
+        assert code == 0, err
+        assert len(srv.batches) == 2  # collected, nothing resubmitted
+    assert len(list(tmp_path.rglob("summary.json"))) == 2
 
 
 def test_kill_while_polling_then_resume_creates_one_batch(api_key_env, tmp_path: Path) -> None:

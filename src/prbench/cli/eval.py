@@ -70,6 +70,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench.cache import NullCache
+    from prbench.engines.batch import BatchPending
     from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
@@ -77,17 +78,22 @@ def eval_cmd(
     opts = set_options(mode=mode, max_length=max_length, trust_remote_code=trust_remote_code,
                        prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
                        tpm=tpm, no_api_key=no_api_key, **access.model_dump())
-    summaries, failures = [], []
+    summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
             distributed = settings.workers > 1 or settings.ray_address is not None
             rm = spec if distributed else load_rm(spec, batch_size=settings.batch_size, seed=settings.seed, **opts)
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
-                res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,
-                               retry_failed=retry_failed, repair=repair, cache=NullCache() if no_cache else None,
-                               max_usd=max_usd, prices=prices, batch=batch, wait=not no_wait,
-                               on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                try:
+                    res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts,
+                                   overwrite=overwrite, retry_failed=retry_failed, repair=repair,
+                                   cache=NullCache() if no_cache else None, max_usd=max_usd, prices=prices,
+                                   batch=batch, wait=not no_wait,
+                                   on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                except BatchPending:  # --no-wait: submit every run's batches, then exit once
+                    pending.append(f"{getattr(rm, 'name', spec)} [{cond}]")
+                    continue
                 summaries.append({**res.summary, "path": str(res.path)})
                 failure = invalid_failure(res.summary, max_invalid, res.records)
                 if failure:
@@ -111,6 +117,9 @@ def eval_cmd(
             fs = s["metrics"].get("format_score")
             if fs and fs.get("value") is not None:
                 typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}")
+    if pending:
+        raise BatchPending(f"batches submitted and recorded for {len(pending)} run(s) ({', '.join(pending)}); "
+                           "run the same command again to collect them")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 
