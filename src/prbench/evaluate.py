@@ -8,7 +8,6 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
 import platform
@@ -29,6 +28,7 @@ from prbench.conditions import build_view, read_planner_file
 from prbench.config import EvalSettings
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
+from prbench.engines.batch import ReadOnly
 from prbench.errors import PrbenchError
 from prbench.fingerprint import spec_digest
 from prbench.records import stamp
@@ -274,7 +274,7 @@ def evaluate(
     ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch)
     try:
         with ledger_cm as ledger, _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
-                                           lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, NullCache())
+                                           lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
                                                     for exs, vs in make_chunks()]):
             for recs in stream:
                 for r in recs:
@@ -318,13 +318,11 @@ def evaluate(
 def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
              collect: Callable[[], Any]) -> Any:
     """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
-    if not on:
-        return contextlib.nullcontext()
-    if rm is None or run is None:
-        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
-    from prbench.engines.batch import batched
+    from prbench.engines.batch import optional
 
-    return batched(rm, run.path, collect, wait=wait, retry_failed=retry_failed)
+    if on and (rm is None or run is None):
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    return optional(on, rm, run.path if run else None, collect, wait=wait, retry_failed=retry_failed)
 
 
 class _CallableModule(types.ModuleType):

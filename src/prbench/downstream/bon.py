@@ -98,12 +98,14 @@ def best_of_n(
     on_progress: Callable[[str], None] | None = None,
     max_usd: float | None = None,
     prices: str | Path | None = None,
+    batch: bool = False,
     **given: Any,
 ) -> BonResult:
     """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given.
 
     `settings` (or `given` keywords on top of it) are `BonSettings`. An API grader's spend lands in
-    the summary's `cost`; `max_usd` caps it (`prbench.cost`; graded samples are cached: re-run to resume).
+    the summary's `cost`; `max_usd` caps it (`prbench.cost`; graded samples are cached: re-run to resume);
+    `batch` grades through provider batches (`prbench.engines.batch`).
     """
     t0 = time.time()
     s = BonSettings.build(settings, **given)
@@ -130,7 +132,14 @@ def best_of_n(
     pairs = [(it, t) for it in items for t in ss.samples[it.id]]
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
-    with cost.tracking(grader_obj, out, max_usd=max_usd, prices=prices) as spend:
+    from prbench.engines.batch import optional, reading_only
+
+    def collect() -> None:
+        with reading_only(grader_obj):
+            grader_obj.grade(pairs)
+
+    with cost.tracking(grader_obj, out, max_usd=max_usd, prices=prices, batch=batch) as spend, \
+            optional(batch, grader_obj, out, collect):
         grades = grader_obj.grade(pairs)
     grade_of: dict[str, np.ndarray] = {}
     grade_rows = []

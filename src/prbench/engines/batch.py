@@ -272,11 +272,52 @@ def _prompt_tokens(body: dict[str, Any]) -> int:
     return estimate_input_tokens(body.get("messages") or body.get("prompt") or "")
 
 
+class ReadOnly:
+    """A cache seen by a collecting pass: it reads (nothing cached is deferred and paid again) but keeps
+    nothing, so the real pass finds and counts exactly what a synchronous run would."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def get(self, key: str) -> Any:
+        return self.cache.get(key)
+
+    def get_many(self, keys: Any) -> dict[str, Any]:
+        return self.cache.get_many(keys)
+
+    def put(self, key: str, value: Any) -> None:
+        return None
+
+    def put_many(self, items: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def reading_only(obj: Any) -> Iterator[None]:
+    """`obj.cache` made read-only for the block."""
+    kept = obj.cache
+    obj.cache = ReadOnly(kept)
+    try:
+        yield
+    finally:
+        obj.cache = kept
+
+
+def optional(on: bool, model: Any, folder: str | Path | None, collect: Callable[[], Any], **options: Any) -> Any:
+    """`batched(...)` when `on`, else a context that does nothing."""
+    if not on:
+        return contextlib.nullcontext()
+    if folder is None:
+        raise PrbenchError("--batch needs an output folder (--out): batch ids are kept there")
+    return batched(model, folder, collect, **options)
+
+
 @contextlib.contextmanager
 def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait: bool = True,
             retry_failed: bool = False, echo: Callable[[str], None] = _echo) -> Iterator[Store]:
     """Answer every request of `collect()` through batches, then yield: the caller's real pass
-    (the same requests) is answered from the run folder. Counters of the collecting passes are undone."""
+    (the same requests) is answered from the run folder. Counters and in-memory memos of the collecting
+    passes are undone, so the real pass counts (and makes) the calls a synchronous run makes."""
     from prbench.cost import engines_of
 
     engines = engines_of(model)
@@ -288,7 +329,7 @@ def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait
         store.forget_failures()
     runner = Runner(engine, store, echo)
     counters = [(obj, name, copy.deepcopy(getattr(obj, name))) for obj in (model, engine)
-                for name in ("counts", "stats", "adjusted") if isinstance(getattr(obj, name, None), dict)]
+                for name in ("counts", "stats", "adjusted", "_memo") if getattr(obj, name, None) is not None]
     engine.batch = store
     try:
         while True:
