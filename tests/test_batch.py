@@ -155,3 +155,35 @@ def test_study_eval_stage_in_batches(api_key_env, tmp_path: Path, capsys) -> Non
     (ledger,) = (tmp_path / "out").rglob("batches.json")
     summary = json.loads((ledger.parent / "summary.json").read_text())
     assert summary["cost"]["batch"] is True and summary["cost"]["max_usd"] == 1.0
+
+
+def test_build_generates_and_validates_through_batches(api_key_env, tmp_path: Path) -> None:
+    from prbench.build import BuildConfig, build_benchmark
+    from prbench.cache import NullCache
+    from prbench.testing.records import make_records
+
+    rows = [{k: v for k, v in r.items() if k not in ("chosen", "rejected")} for r in make_records(4)]
+    (tmp_path / "src.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    def reply(body: dict) -> str:
+        text = body["messages"][-1]["content"]
+        if "Rate the answer" in text:
+            return json.dumps(dict.fromkeys(("factuality", "relevance", "helpfulness", "rubric_fit"), 2 + len(text) % 3))
+        return f"An answer of {len(text) % 7} points about the topic."
+
+    with serve_batches("openai", reply, provider="openai") as gen, serve_batches("anthropic", reply) as val:
+        cfg = BuildConfig(source=str(tmp_path / "src.jsonl"), generator="openai:gpt-4.1-mini",
+                          validator="anthropic:claude-haiku-4-5", top_k=3, batch_size=2,
+                          generator_options={"base_url": gen.base_url, "api_key_env": api_key_env[0]},
+                          validator_options={"base_url": val.root_url, "api_key_env": api_key_env[0]})
+        sync = build_benchmark(cfg, tmp_path / "sync", cache=NullCache())
+        n_gen, n_val = gen.n_posts, val.n_posts
+        res = build_benchmark(cfg, tmp_path / "batch", cache=NullCache(), batch=True)
+        assert len(gen.batches) == 1 and len(val.batches) == 1 and not gen.refused and not val.refused
+        assert {r.path for r in gen.records[n_gen:] if r.method == "POST"} == {"/v1/files", "/v1/batches"}
+        assert {r.path for r in val.records[n_val:] if r.method == "POST"} == {"/v1/messages/batches"}
+    assert res.records == sync.records and res.counts == sync.counts
+    assert res.summary["calls"] == sync.summary["calls"]
+    assert (tmp_path / "batch" / "decisions.jsonl").read_text() == (tmp_path / "sync" / "decisions.jsonl").read_text()
+    assert res.summary["cost"]["batch"] is True and set(res.summary["cost"]["engines"]) == {
+        "openai:gpt-4.1-mini", "anthropic:claude-haiku-4-5"}

@@ -34,6 +34,8 @@ def build(
     push_to_hub: Annotated[str | None, typer.Option(help="Upload the dataset to this Hub repo (token from HF_TOKEN).")] = None,
     max_usd: MaxUsd = None,
     prices: Prices = None,
+    batch: Annotated[bool, typer.Option("--batch", help="Generate and validate through provider batches (API engines).")] = False,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="With --batch: submit, record and exit (code 4).")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -58,7 +60,7 @@ def build(
         task = bar.add_task("building", total=None)
         res = build_benchmark(cfg, Path(str(out)), cache=NullCache() if no_cache else None, overwrite=overwrite,
                               push_to=push_to_hub, on_progress=lambda d, t: bar.update(task, completed=d, total=t),
-                              max_usd=max_usd, prices=prices)
+                              max_usd=max_usd, prices=prices, batch=batch, wait=not no_wait)
     if json_out:
         emit_json({**res.summary, "path": str(res.path)})
         return

@@ -74,7 +74,7 @@ class Store:
                 if line.strip():
                     r = json.loads(line)
                     self.results[r["custom_id"]] = r  # a later line (the resubmission's) wins
-        self.pending: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.pending: dict[str, tuple[str, dict[str, Any], str]] = {}  # key -> (endpoint, body, engine spec)
         self.retry_base: dict[str, int] = {}
 
     def sent(self, key: str) -> int:
@@ -89,7 +89,7 @@ class Store:
     def open_ids(self) -> set[str]:
         return {k for s in self.submissions if not s.get("ended") for k in s["custom_ids"]}
 
-    def answer(self, key: str | None, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, key: str | None, endpoint: str, body: dict[str, Any], owner: str = "") -> dict[str, Any]:
         """The reply body for this request, or Deferred; RequestFailed after its last allowed submission."""
         from prbench.engines.openai_engine import RequestFailed
 
@@ -102,7 +102,7 @@ class Store:
             raise Deferred(key)
         if r is not None and r.get("body") is None and self.sent(key) >= MAX_SUBMISSIONS:
             raise RequestFailed(f"batch: {r['error']} (after {self.sent(key)} submissions)")
-        self.pending[key] = (endpoint, body)
+        self.pending[key] = (endpoint, body, owner)
         raise Deferred(key)
 
     def record_submission(self, sub: dict[str, Any]) -> None:
@@ -223,9 +223,12 @@ class Runner:
         self.ledger = engine.ledger  # the run's ledger for this engine (prbench.cost.tracking), if any
         self.api = adapter_for(engine)
 
+    def mine(self, sub: dict[str, Any]) -> bool:
+        return sub.get("engine", self.engine.spec) == self.engine.spec
+
     def await_open(self) -> None:
         start, cap = poll_schedule()
-        for sub in [s for s in self.store.submissions if not s.get("ended")]:
+        for sub in [s for s in self.store.submissions if not s.get("ended") and self.mine(s)]:
             t0, wait = time.monotonic(), start
             while True:
                 state, counts, ended = self.api.poll(sub["batch_id"])
@@ -245,8 +248,11 @@ class Runner:
 
     def submit_pending(self) -> None:
         by_endpoint: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        for key, (endpoint, body) in sorted(self.store.pending.items()):
-            by_endpoint.setdefault(endpoint, []).append((key, body))
+        for key, (endpoint, body, owner) in sorted(self.store.pending.items()):
+            if owner == self.engine.spec:
+                by_endpoint.setdefault(endpoint, []).append((key, body))
+        if not by_endpoint:
+            return
         if self.ledger is not None and self.ledger.max_usd is not None:  # the whole batch must fit the cap
             limit = self.engine.profile.token_param
             estimate = sum(self.ledger.price.usd(_prompt_tokens(b), 0, int(b.get(limit) or b.get("max_tokens") or 0),
@@ -254,16 +260,15 @@ class Runner:
             if self.ledger.spent() + estimate > self.ledger.max_usd:
                 from prbench.cost import BudgetExceeded
 
-                raise BudgetExceeded(f"{self.engine.spec}: not submitting a batch of {len(self.store.pending)} "
+                raise BudgetExceeded(f"{self.engine.spec}: not submitting a batch of {sum(map(len, by_endpoint.values()))} "
                                      f"requests: ${self.ledger.spent():.4f} spent, ~${estimate:.4f} more would pass "
                                      f"--max-usd {self.ledger.max_usd:g}")
         for endpoint, items in by_endpoint.items():
             batch_id = self.api.submit(endpoint, items)
             self.store.record_submission({"batch_id": batch_id, "provider": self.engine.profile.provider,
-                                          "endpoint": endpoint, "custom_ids": [k for k, _ in items],
-                                          "submitted_at": time.time()})
+                                          "engine": self.engine.spec, "endpoint": endpoint,
+                                          "custom_ids": [k for k, _ in items], "submitted_at": time.time()})
             self.echo(f"batch {batch_id}: submitted {len(items)} requests")
-        self.store.pending.clear()
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:
@@ -313,37 +318,45 @@ def optional(on: bool, model: Any, folder: str | Path | None, collect: Callable[
 
 
 @contextlib.contextmanager
-def batched(model: Any, folder: str | Path, collect: Callable[[], None], *, wait: bool = True,
+def batched(models: Any, folder: str | Path, collect: Callable[[], None], *, wait: bool = True,
             retry_failed: bool = False, echo: Callable[[str], None] = _echo) -> Iterator[Store]:
-    """Answer every request of `collect()` through batches, then yield: the caller's real pass
-    (the same requests) is answered from the run folder. Counters and in-memory memos of the collecting
-    passes are undone, so the real pass counts (and makes) the calls a synchronous run makes."""
+    """Answer every request of `collect()` through batches (one runner per API engine of `models`, one
+    model or a list), then yield: the caller's real pass (the same requests) is answered from the run
+    folder. Counters and in-memory memos of the collecting passes are undone, so the real pass counts
+    (and makes) the calls a synchronous run makes."""
     from prbench.cost import engines_of
 
-    engines = engines_of(model)
+    owners = list(models) if isinstance(models, (list, tuple)) else [models]
+    engines: list[Any] = []
+    for m in owners:
+        engines += [e for e in engines_of(m) if all(e is not x for x in engines)]
     if not engines:
         raise PrbenchError("--batch applies to API engines (openai:, anthropic:); this model sends no API requests")
-    engine = engines[0]
     store = Store(folder)
     if retry_failed:
         store.forget_failures()
-    runner = Runner(engine, store, echo)
-    counters = [(obj, name, copy.deepcopy(getattr(obj, name))) for obj in (model, engine)
-                for name in ("counts", "stats", "adjusted", "_memo") if getattr(obj, name, None) is not None]
-    engine.batch = store
+    runners = list({e.spec: Runner(e, store, echo) for e in reversed(engines)}.values())  # one per spec: one submitter
+    counters = [(obj, name, copy.deepcopy(getattr(obj, name))) for obj in [*owners, *engines]
+                for name in ("counts", "stats", "adjusted", "counter", "_memo") if getattr(obj, name, None) is not None]
+    for e in engines:
+        e.batch = store
     try:
         while True:
-            runner.await_open()
+            for r in runners:
+                r.await_open()
             store.pending.clear()
             collect()
             if not store.pending:
                 break
-            runner.submit_pending()
+            for r in runners:
+                r.submit_pending()
+            store.pending.clear()
             if not wait:
-                raise BatchPending(f"{engine.spec}: batches submitted and recorded in {store.subs_path}; run the "
-                                   "same command again to collect them")
+                raise BatchPending(f"{', '.join(e.spec for e in engines)}: batches submitted and recorded in "
+                                   f"{store.subs_path}; run the same command again to collect them")
         for obj, name, saved in counters:
             setattr(obj, name, saved)
         yield store
     finally:
-        engine.batch = None
+        for e in engines:
+            e.batch = None

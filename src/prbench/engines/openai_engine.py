@@ -367,7 +367,7 @@ class OpenAIEngine(Engine):
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries, priced by the run's ledger (reserved before, settled after)."""
         if self.batch is not None:  # answered from the run's batch results, or deferred to the next batch
-            return self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra})
+            return self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra}, self.spec)
         if self.ledger is None:
             return self._send(endpoint, kwargs, extra)
         limit = int(kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
