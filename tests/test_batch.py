@@ -187,3 +187,28 @@ def test_build_generates_and_validates_through_batches(api_key_env, tmp_path: Pa
     assert (tmp_path / "batch" / "decisions.jsonl").read_text() == (tmp_path / "sync" / "decisions.jsonl").read_text()
     assert res.summary["cost"]["batch"] is True and set(res.summary["cost"]["engines"]) == {
         "openai:gpt-4.1-mini", "anthropic:claude-haiku-4-5"}
+
+
+def test_kill_between_submit_and_record_adopts_the_batch(api_key_env, tmp_path: Path, monkeypatch) -> None:
+    from prbench.engines import batch as batch_mod
+
+    real = batch_mod.Store.confirm
+
+    def killed(self, sub, batch_id):  # the provider accepted the batch; the process dies before recording it
+        if batch_id is not None:
+            raise KeyboardInterrupt
+        real(self, sub, batch_id)
+
+    with serve_batches("openai", lambda b: "Result: A") as srv:
+        opts = _opts("openai", srv, api_key_env[0])
+        monkeypatch.setattr(batch_mod.Store, "confirm", killed)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(SPECS["openai"], "sample", "none", out=tmp_path, model_options=opts, limit=3, n_boot=10,
+                     batch=True)
+        (ledger,) = tmp_path.rglob("batches.json")
+        assert [s["batch_id"] for s in json.loads(ledger.read_text())] == [None] and len(srv.batches) == 1
+        monkeypatch.setattr(batch_mod.Store, "confirm", real)
+        res = evaluate(SPECS["openai"], "sample", "none", out=tmp_path, model_options=opts, limit=3, n_boot=10,
+                       batch=True)
+        assert len(srv.batches) == 1 and res.summary["metrics"]["n_invalid"] == 0  # found by its token, not resent
+        assert [s["batch_id"] for s in json.loads(ledger.read_text())] == list(srv.batches)

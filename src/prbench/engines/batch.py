@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,14 @@ class Store:
     def open_ids(self) -> set[str]:
         return {k for s in self.submissions if not s.get("ended") for k in s["custom_ids"]}
 
+    def confirm(self, sub: dict[str, Any], batch_id: str | None) -> None:
+        """The provider's id of an intended submission (None: it never reached the provider, forget it)."""
+        if batch_id is None:
+            self.submissions.remove(sub)
+        else:
+            sub["batch_id"] = batch_id
+        self._write_subs()
+
     def answer(self, key: str | None, endpoint: str, body: dict[str, Any], owner: str = "") -> dict[str, Any]:
         """The reply body for this request, or Deferred; RequestFailed after its last allowed submission."""
         from prbench.engines.openai_engine import RequestFailed
@@ -142,12 +151,20 @@ class OpenAIBatches:
     def __init__(self, engine: Any):
         self.client = engine._get_client()
 
-    def submit(self, endpoint: str, items: list[tuple[str, dict[str, Any]]]) -> str:
+    def submit(self, endpoint: str, items: list[tuple[str, dict[str, Any]]], token: str) -> str:
         url = ROUTES[endpoint]
         lines = "".join(json.dumps({"custom_id": k, "method": "POST", "url": url, "body": b}) + "\n" for k, b in items)
         f = self.client.files.create(file=("prbench-batch.jsonl", lines.encode("utf-8"), "application/jsonl"),
                                      purpose="batch")
-        return self.client.batches.create(input_file_id=f.id, endpoint=url, completion_window="24h").id
+        return self.client.batches.create(input_file_id=f.id, endpoint=url, completion_window="24h",
+                                          metadata={"prbench_submission": token}).id
+
+    def find(self, token: str) -> str | None:
+        """The batch a killed process created but did not record (its metadata token), if any."""
+        for b in self.client.batches.list(limit=100):
+            if (b.metadata or {}).get("prbench_submission") == token:
+                return b.id
+        return None
 
     def poll(self, batch_id: str) -> tuple[str, dict[str, int], bool]:
         b = self.client.batches.retrieve(batch_id)
@@ -184,8 +201,11 @@ class AnthropicBatches:
     def __init__(self, engine: Any):
         self.client = engine._get_client()
 
-    def submit(self, endpoint: str, items: list[tuple[str, dict[str, Any]]]) -> str:
+    def submit(self, endpoint: str, items: list[tuple[str, dict[str, Any]]], token: str) -> str:
         return self.client.messages.batches.create(requests=[{"custom_id": k, "params": b} for k, b in items]).id
+
+    def find(self, token: str) -> str | None:
+        return None  # Message Batches carry no metadata: an unrecorded submission is sent again
 
     def poll(self, batch_id: str) -> tuple[str, dict[str, int], bool]:
         b = self.client.messages.batches.retrieve(batch_id)
@@ -226,7 +246,15 @@ class Runner:
     def mine(self, sub: dict[str, Any]) -> bool:
         return sub.get("engine", self.engine.spec) == self.engine.spec
 
+    def recover(self) -> None:
+        """Submissions recorded as intended but without an id (killed mid-submit): adopt or forget them."""
+        for sub in [s for s in self.store.submissions if s.get("batch_id") is None and self.mine(s)]:
+            found = self.api.find(sub["token"])
+            self.echo(f"batch submission {sub['token']}: " + (f"found {found}" if found else "never made, resending"))
+            self.store.confirm(sub, found)
+
     def await_open(self) -> None:
+        self.recover()
         start, cap = poll_schedule()
         for sub in [s for s in self.store.submissions if not s.get("ended") and self.mine(s)]:
             t0, wait = time.monotonic(), start
@@ -264,11 +292,12 @@ class Runner:
                                      f"requests: ${self.ledger.spent():.4f} spent, ~${estimate:.4f} more would pass "
                                      f"--max-usd {self.ledger.max_usd:g}")
         for endpoint, items in by_endpoint.items():
-            batch_id = self.api.submit(endpoint, items)
-            self.store.record_submission({"batch_id": batch_id, "provider": self.engine.profile.provider,
-                                          "engine": self.engine.spec, "endpoint": endpoint,
-                                          "custom_ids": [k for k, _ in items], "submitted_at": time.time()})
-            self.echo(f"batch {batch_id}: submitted {len(items)} requests")
+            sub = {"batch_id": None, "token": uuid.uuid4().hex, "provider": self.engine.profile.provider,
+                   "engine": self.engine.spec, "endpoint": endpoint, "custom_ids": [k for k, _ in items],
+                   "submitted_at": time.time()}
+            self.store.record_submission(sub)  # the intent first: a kill mid-submit is found again by its token
+            self.store.confirm(sub, self.api.submit(endpoint, items, sub["token"]))
+            self.echo(f"batch {sub['batch_id']}: submitted {len(items)} requests")
 
 
 def _prompt_tokens(body: dict[str, Any]) -> int:

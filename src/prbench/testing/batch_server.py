@@ -202,6 +202,10 @@ class OpenAIBatchServer(OpenAIServer, _Batches):
 
     def get(self, route: str) -> tuple[int, Any] | None:
         parts = route.strip("/").split("/")
+        if parts == ["v1", "batches"]:  # newest first, as the API lists them
+            data = [self._batch_object(b) for b in reversed(list(self.batches.values()))]
+            return 200, {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                         "last_id": data[-1]["id"] if data else None, "has_more": False}
         if parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in self.batches:
             return 200, self._batch_object(self.batches[parts[2]])
         if parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in self.files:
