@@ -55,7 +55,8 @@ def judge_reply(body: dict[str, Any]) -> str:
 
 def test_profiles_follow_host_then_model_family() -> None:
     assert profile(None, "gpt-5.1", "https://api.openai.com/v1").token_param == "max_completion_tokens"
-    assert profile(None, "gpt-5.1", "https://api.openai.com/v1").sampling == "default"
+    assert profile(None, "gpt-5.1", "https://api.openai.com/v1").sampling == "both"  # effort none samples
+    assert profile(None, "gpt-5", "https://api.openai.com/v1").sampling == "default"
     assert profile(None, "gpt-4o-mini", "https://api.openai.com/v1").sampling == "both"
     assert profile(None, "claude-sonnet-4-6", "https://api.anthropic.com/v1/").sampling == "one"
     assert profile(None, "claude-3-7-sonnet-latest", "http://127.0.0.1:1/v1").sampling == "both"
@@ -140,7 +141,7 @@ def test_generic_requests_fail_against_strict_modes(fake_openai, api_key_env, tm
 @pytest.mark.parametrize("provider", ["anthropic", "gemini", "openai"])
 def test_likelihood_judge_without_logprobs_fails_at_start(fake_openai, api_key_env, tmp_path, provider) -> None:
     srv = fake_openai(judge_reply, provider=provider)
-    model = {"anthropic": "claude-sonnet-4-6", "gemini": "gemini-3-flash", "openai": "gpt-5.1"}[provider]
+    model = {"anthropic": "claude-sonnet-4-6", "gemini": "gemini-3-flash", "openai": "gpt-5"}[provider]
     with pytest.raises(SpecError, match="no logprobs") as err:
         evaluate(f"judge:openai:{model}", records_file(tmp_path), "none", n_boot=10,
                  model_options={"base_url": srv.base_url, "api_key_env": api_key_env[0], "mode": "likelihood"})

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from prbench import __version__, interrupt, metrics
+from prbench import __version__, cost, interrupt, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_view, no_context_failure, read_planner_file
 from prbench.config import EvalSettings
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
+from prbench.engines.batch import ReadOnly
 from prbench.errors import PrbenchError
 from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import stamp
@@ -196,6 +197,10 @@ def evaluate(
     retry_failed: bool = False,
     repair: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    max_usd: float | None = None,
+    prices: str | Path | None = None,
+    batch: bool = False,
+    wait: bool = True,
     **given: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
@@ -203,7 +208,9 @@ def evaluate(
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
     run costs no model load) or a ready RewardModel (reused across conditions). `settings`
     (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
-    `ray_address`, chunks are scored by Ray actors (spec strings only).
+    `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
+    the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
+    `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
     """
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
@@ -258,9 +265,14 @@ def evaluate(
                  # --limit and --categories change no record's donor
                  "pool": _donor_pool(data, s) if s.condition.startswith("wrong-") and n_todo else ()}
     step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
-    todo = (ex for ex in stream() if ex.id not in done)
-    chunks = ((part, [build_view(ex, s.condition, **view_args) for ex in part])
-              for part in iter(lambda: list(islice(todo, step)), []))
+    read = stream  # `stream` is rebound to the scored chunks below
+
+    def make_chunks() -> Iterator[tuple[list[Example], list[Any]]]:
+        todo = (ex for ex in read() if ex.id not in done)
+        return ((part, [build_view(ex, s.condition, **view_args) for ex in part])
+                for part in iter(lambda: list(islice(todo, step)), []))
+
+    chunks = make_chunks()
     if distributed:
         from prbench.distributed import ray_chunks
 
@@ -270,15 +282,20 @@ def evaluate(
     else:
         stream = (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
     fresh: list[dict] = []
+    ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch)
     try:
-        for recs in stream:
-            for r in recs:
-                r["condition"] = s.condition
-            if run:
-                run.append(recs)  # fsynced
-            fresh.extend(recs)
-            if on_progress:
-                on_progress(len(done) + len(fresh), len(order))
+        with ledger_cm as ledger, _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
+                                           lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
+                                                    for exs, vs in make_chunks()]):
+            for recs in stream:
+                for r in recs:
+                    r["condition"] = s.condition
+                if run:
+                    run.append(recs)  # fsynced
+                    cost.save(ledger, run.path)
+                fresh.extend(recs)
+                if on_progress:
+                    on_progress(len(done) + len(fresh), len(order))
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
         where = f" in {run.path}" if run else " (no --out: nothing kept)"
         # counted from the folder: a signal between the fsynced append and `fresh` must not under-count
@@ -302,6 +319,7 @@ def evaluate(
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
                        else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
+        "cost": ledger.summary() if ledger is not None else None,
     })
     from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 
@@ -310,6 +328,16 @@ def evaluate(
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
 
+
+
+def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
+             collect: Callable[[], Any]) -> Any:
+    """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
+    from prbench.engines.batch import optional
+
+    if on and (rm is None or run is None):
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    return optional(on, rm, run.path if run else None, collect, wait=wait, retry_failed=retry_failed)
 
 
 class _CallableModule(types.ModuleType):

@@ -92,6 +92,8 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
         row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,
                                     "cells": {}})
         row["cells"][cond] = cell
+        if (s.get("cost") or {}).get("usd") is not None:  # API spend of the row's runs, all conditions
+            row["usd"] = row.get("usd", 0.0) + s["cost"]["usd"]
         for cat, g in ((m.get("categories") or {}).get("groups") or {}).items():
             row["cells"][f"{cond}/{CATEGORY_SHORT.get(cat, cat)}"] = {"accuracy": g["accuracy"], "n": g["n"]}
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -128,7 +130,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
         head = ["data", "model"]
         for c in cols:
             head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
-        w.writerow(head)
+        w.writerow([*head, "usd"])
         for r in rows:
             line: list[Any] = [r["data"], r.get("label", r["model"])]
             for c in cols:
@@ -136,7 +138,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
                 line.append(cell.get("accuracy"))
                 if "/" not in c:
                     line += [cell.get("ci_low"), cell.get("ci_high")]
-            w.writerow(line)
+            w.writerow([*line, r.get("usd")])
     write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
     return csv_path, json_path
@@ -146,6 +148,8 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     cols = [c for c in columns(rows) if with_categories or "/" not in c]
     body = [[r.get("label", r["model"]), *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
                                  r["cells"].get(c, {}).get("ci_high")) for c in cols]] for r in rows]
+    if any("usd" in r for r in rows):  # a cost column once any run spent API money
+        return ["model", *cols, "$"], [[*b, f"{r['usd']:.2f}" if "usd" in r else "-"] for b, r in zip(body, rows)]
     return ["model", *cols], body
 
 

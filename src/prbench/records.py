@@ -72,6 +72,21 @@ class EvalMetrics(_Open):
     ci_high: float | None = None
 
 
+class CostSummary(_Open):
+    """The `cost` object of a run that sent API requests (`prbench.cost`): tokens from the replies' usage, dollars
+    at the dated list prices (None when no price table names the model)."""
+
+    usd: float | None
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    requests: int
+    batch: bool
+    prices_as_of: str | None = None
+    priced_as: str | None = None
+    max_usd: float | None = None
+
+
 class EvalSummary(_Open):
     """What every reader of an eval run relies on."""
 
@@ -87,6 +102,7 @@ class EvalSummary(_Open):
     n: int
     n_total: int
     metrics: EvalMetrics
+    cost: CostSummary | None = None  # API runs only
 
 
 class PolicyAccuracySummary(_Open):

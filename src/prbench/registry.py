@@ -138,6 +138,7 @@ ENGINES = Registry("engine", "prbench.engines", {
     "hf": "prbench.engines.transformers_engine:TransformersEngine",
     "builtin": "prbench.engines.builtin:builtin_engine",
     "openai": "prbench.engines.openai_engine:OpenAIEngine",
+    "anthropic": "prbench.engines.anthropic_engine:AnthropicEngine",
     "vllm": "prbench.engines.vllm_engine:VLLMEngine",
 })
 

@@ -13,7 +13,9 @@ import typer
 from prbench.cli.options import (
     Json,
     MaxLength,
+    MaxUsd,
     Overwrite,
+    Prices,
     Quiet,
     RMCondition,
     RMView,
@@ -71,6 +73,9 @@ def bon(
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
     grader_max_new_tokens: Annotated[int, typer.Option(help="Token cap of each grading reply.")] = 512,
+    max_usd: MaxUsd = None,
+    prices: Prices = None,
+    batch: Annotated[bool, typer.Option("--batch", help="Grade through provider batches (API graders; half price).")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -85,7 +90,8 @@ def bon(
                     engine_options=grader_engine_options(grader, access, grader_access))
     res = best_of_n(samples, rm, g, settings=settings, out=out,
                     rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
-                    on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
+                    on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)),
+                    max_usd=max_usd, prices=prices, batch=batch)
     s = res.summary
     if json_out:
         emit_json({**s, "path": str(res.path)})

@@ -14,9 +14,11 @@ from prbench.cli.options import (
     Data,
     Json,
     MaxLength,
+    MaxUsd,
     NoApiKey,
     NoCache,
     Overwrite,
+    Prices,
     Provider,
     Quiet,
     Repair,
@@ -57,11 +59,19 @@ def eval_cmd(
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
+    max_usd: MaxUsd = None,
+    prices: Prices = None,
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Send API requests as provider batches (half price; OpenAI /v1/batches, Anthropic Message "
+                        "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")] = False,
+    no_wait: Annotated[bool, typer.Option(
+        "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench.cache import NullCache
+    from prbench.engines.batch import BatchPending
     from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
@@ -71,16 +81,22 @@ def eval_cmd(
     opts = set_options(mode=mode, max_length=max_length, trust_remote_code=trust_remote_code,
                        prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
                        tpm=tpm, no_api_key=no_api_key, **access.model_dump())
-    summaries, failures = [], []
+    summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
             distributed = settings.workers > 1 or settings.ray_address is not None
             rm = spec if distributed else load_rm(spec, batch_size=settings.batch_size, seed=settings.seed, **opts)
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
-                res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,
-                               retry_failed=retry_failed, repair=repair, cache=NullCache() if no_cache else None,
-                               on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                try:
+                    res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts,
+                                   overwrite=overwrite, retry_failed=retry_failed, repair=repair,
+                                   cache=NullCache() if no_cache else None, max_usd=max_usd, prices=prices,
+                                   batch=batch, wait=not no_wait,
+                                   on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                except BatchPending:  # --no-wait: submit every run's batches, then exit once
+                    pending.append(f"{getattr(rm, 'name', spec)} [{cond}]")
+                    continue
                 summaries.append({**res.summary, "path": str(res.path)})
                 failure = invalid_failure(res.summary, max_invalid, res.records)
                 if failure:
@@ -105,6 +121,9 @@ def eval_cmd(
             if fs and fs.get("value") is not None:
                 typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
                            f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
+    if pending:
+        raise BatchPending(f"batches submitted and recorded for {len(pending)} run(s) ({', '.join(pending)}); "
+                           "run the same command again to collect them")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 

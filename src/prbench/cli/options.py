@@ -84,6 +84,11 @@ Provider = Annotated[str | None, typer.Option(
 Rpm = Annotated[float | None, typer.Option("--rpm", help="Cap on API requests per minute.")]
 Tpm = Annotated[float | None, typer.Option("--tpm", help="Cap on API tokens (prompt + max output) per minute.")]
 NoApiKey = Annotated[bool, typer.Option("--no-api-key", help="The endpoint needs no key (keyless local server).")]
+MaxUsd = Annotated[float | None, typer.Option(
+    help="Stop before the next API request would take the run's spend past this many dollars (keeps what is "
+         "finished, exits 3; re-run with a higher cap to resume).")]
+Prices = Annotated[Path | None, typer.Option(
+    help="Price table (JSON, layout of prbench/prices/openai.json) over the shipped one.")]
 
 
 def engine_options(spec: str, *, device: str | None = None, dtype: str | None = None, base_url: str | None = None,

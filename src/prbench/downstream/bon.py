@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
+from prbench import cost, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_views, read_planner_file
 from prbench.config import BonSettings
@@ -96,11 +96,16 @@ def best_of_n(
     score_cache: Cache | None = None,
     grade_cache: Cache | None = None,
     on_progress: Callable[[str], None] | None = None,
+    max_usd: float | None = None,
+    prices: str | Path | None = None,
+    batch: bool = False,
     **given: Any,
 ) -> BonResult:
     """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given.
 
-    `settings` (or `given` keywords on top of it) are `BonSettings`.
+    `settings` (or `given` keywords on top of it) are `BonSettings`. An API grader's spend lands in
+    the summary's `cost`; `max_usd` caps it (`prbench.cost`; graded samples are cached: re-run to resume);
+    `batch` grades through provider batches (`prbench.engines.batch`).
     """
     t0 = time.time()
     s = BonSettings.build(settings, **given)
@@ -125,7 +130,17 @@ def best_of_n(
     if on_progress:
         on_progress("grading")
     pairs = [(it, t) for it in items for t in ss.samples[it.id]]
-    grades = grader_obj.grade(pairs)
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    from prbench.engines.batch import optional, reading_only
+
+    def collect() -> None:
+        with reading_only(grader_obj):
+            grader_obj.grade(pairs)
+
+    with cost.tracking(grader_obj, out, max_usd=max_usd, prices=prices, batch=batch) as spend, \
+            optional(batch, grader_obj, out, collect):
+        grades = grader_obj.grade(pairs)
     grade_of: dict[str, np.ndarray] = {}
     grade_rows = []
     for j, it in enumerate(items):
@@ -212,6 +227,7 @@ def best_of_n(
                          "naive_rule": "RMs x k values x items (one grading per pick)",
                          "saved_vs_naive": naive - grader_obj.stats.calls},
         "seed": s.seed, "wall_time_s": round(time.time() - t0, 3),
+        "cost": spend.summary() if spend is not None else None,
     }
     if out_path is not None:
         out_path.mkdir(parents=True, exist_ok=True)

@@ -177,6 +177,10 @@ def diagnostics_section(d: ReportData) -> str:
                 Cell("ties", "num"), Cell("prefers longer", "num")]
         if any_margin:
             head.append(Cell("mean margin", "num", "mean score(chosen) - score(rejected), RM units"))
+        usd = {id(r): (r.summary.get("cost") or {}).get("usd") for r in runs}
+        any_usd = any(v is not None for v in usd.values())
+        if any_usd:
+            head.append(Cell("$ API", "num", "dollars of the run's API requests at the dated list prices (summary cost)"))
         if any_pairwise:
             head += [Cell("acc chosen=A / =B", "num", "accuracy when chosen was shown as A / as B"),
                      Cell("says A", "num", "share of A verdicts among A/B verdicts"),
@@ -207,6 +211,8 @@ def diagnostics_section(d: ReportData) -> str:
                          + (f'<span class="inline-ci">n={lb.get("n")}</span>' if lb.get("n") is not None else ""))]
             if any_margin:
                 row.append(numc(fnum(m.get("mean_margin"), 4)))
+            if any_usd:
+                row.append(numc("–" if usd[id(r)] is None else f"{usd[id(r)]:.2f}"))
             if any_pairwise:
                 ab = (f'{pct(pw.get("accuracy_chosen_A"))} / {pct(pw.get("accuracy_chosen_B"))}'
                       if pw else "–")

@@ -115,6 +115,8 @@ class ModelEntry(_Strict):
     both_orders: bool = False
     limit: Limit = None  # this model's items (first N); default: the study's limit
     published: dict[str, dict[str, float]] | None = None  # {condition: {category: accuracy %}}
+    batch: bool = False  # API judges: send the eval requests as provider batches (prbench.engines.batch)
+    max_usd: float | None = Field(None, ge=0)  # API judges: stop each of this model's runs before it passes this
 
     @field_validator("conditions")
     @classmethod

@@ -47,6 +47,7 @@ class PlannedRun:
     what: str
     model_calls: int
     tokens: int
+    spec: str | None = None  # the model the calls go to (prices an API model's calls in the dry run)
 
 
 StageFn = Callable[[StudyContext], None]

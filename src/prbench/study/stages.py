@@ -72,7 +72,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
             per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
             tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if is_pairwise(entry) else 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
-            out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens))
+            out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens, entry.spec))
     for bench in ctx.cfg.benchmarks:  # pairs of other benchmarks (multi-response items count each pair)
         from prbench.data import iter_examples
 
@@ -83,7 +83,8 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
                 per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
                 calls = n * per_item if capabilities(entry.spec).calls_model else 0
                 tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + TOKENS["response"])
-                out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0))
+                out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0,
+                                      entry.spec))
     return out
 
 
@@ -99,6 +100,7 @@ def run_eval(ctx: StudyContext) -> None:
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
                 batch_size=ctx.cfg.batch_size, model_options=entry.options, format=ctx.cfg.format,
+                batch=entry.batch, max_usd=entry.max_usd,
                 on_progress=(lambda d, t, task=task: bar.update(task, completed=d, total=t)) if bar else None,
             )
             if bar:
@@ -111,7 +113,8 @@ def run_eval(ctx: StudyContext) -> None:
                 res = evaluate(entry.spec, ctx.resolve_data(bench.data), cond, out=ctx.runs, seed=ctx.cfg.seed,
                                limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                                both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
-                               model_options=entry.options, format=bench.format)
+                               model_options=entry.options, format=bench.format, batch=entry.batch,
+                               max_usd=entry.max_usd)
                 results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
                                 "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
@@ -133,7 +136,8 @@ def _downstream_dir(ctx: StudyContext, *parts: str) -> str:
 # -- plan -----------------------------------------------------------------------------------
 def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
     n = _item_count(ctx.data, ctx.cfg.planner.limit or ctx.cfg.limit)
-    return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120))]
+    return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120),
+                       ctx.cfg.planner.spec)]
 
 
 def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
