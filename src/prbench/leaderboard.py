@@ -153,6 +153,40 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     return ["model", *cols], body
 
 
+def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False
+                  ) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, head, body) per data set, so numbers of different benchmarks never share a column.
+
+    With categories, a long table follows each (model, category, accuracy per condition): as many
+    columns as conditions, never condition x category, so it reads at 100 columns.
+    """
+    out = []
+    for data in dict.fromkeys(r["data"] for r in rows):
+        group = [r for r in rows if r["data"] == data]
+        head, body = render_rows(group)
+        out.append((f"{data}: accuracy % [95% CI]", head, body))
+        if with_categories and any("/" in k for r in group for k in r["cells"]):
+            out.append((f"{data}: accuracy % by category", *_category_rows(group)))
+    return out
+
+
+def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    cols = columns(rows)
+    conds = [c for c in cols if "/" not in c]
+    cats = list(dict.fromkeys(c.split("/", 1)[1] for c in cols if "/" in c))
+    body = []
+    for r in rows:
+        first = True
+        for cat in cats:
+            accs = [r["cells"].get(f"{c}/{cat}", {}).get("accuracy") for c in conds]
+            if all(a is None for a in accs):
+                continue
+            body.append([r.get("label", r["model"]) if first else "", cat,
+                         *["-" if a is None else f"{100 * a:.1f}" for a in accs]])
+            first = False
+    return ["model", "category", *conds], body
+
+
 def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
     """Paired difference A - B on the items both runs scored validly, with bootstrap CI and McNemar."""
     run_a, run_b = load_run(path_a), load_run(path_b)

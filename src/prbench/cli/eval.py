@@ -135,8 +135,8 @@ def leaderboard_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Table of every run by model and condition. Baselines included; CSV and JSON written beside the runs."""
-    from prbench.leaderboard import leaderboard, render_rows, write_leaderboard
+    """Table of every run by model and condition, one per data set. Baselines included; CSV and JSON written beside the runs."""
+    from prbench.leaderboard import leaderboard, render_tables, write_leaderboard
 
     rows = leaderboard(runs)
     csv_path, json_path = write_leaderboard(rows, runs)
@@ -144,8 +144,8 @@ def leaderboard_cmd(
         emit_json({"rows": rows, "csv": str(csv_path), "json": str(json_path)})
         return
     if not quiet:
-        head, body = render_rows(rows, categories)
-        table("accuracy % [95% CI], ties 0.5", head, body)
+        for title, head, body in render_tables(rows, categories):
+            table(title, head, body)
         typer.echo(f"wrote {csv_path} and {json_path}")
 
 

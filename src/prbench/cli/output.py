@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
@@ -21,12 +22,12 @@ def emit_json(obj: Any) -> None:
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    t = Table(title=title)
+    t = Table(title=title, min_width=len(title))  # the title on one line
     for c in columns:
-        t.add_column(str(c))
+        t.add_column(str(c), overflow="fold")  # a long model name wraps, never "baselin..."
     for r in rows:
         t.add_row(*["" if v is None else escape(str(v)) for v in r])
     out = Console()
-    if not out.is_terminal:
-        out = Console(width=220)  # files and pipes: never squeeze numbers into ellipses
+    if not out.is_terminal:  # files and pipes: never squeeze numbers into ellipses (COLUMNS when set)
+        out = Console(width=int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 220)
     out.print(t)
