@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from prbench import metrics
-from prbench.errors import PrbenchError
+from prbench.errors import DataError, PrbenchError
 from prbench.report import plots
 from prbench.report.data import ReportData, category_stats, conditions_of, model_order
 from prbench.report.widgets import (
@@ -35,11 +35,68 @@ from prbench.runkinds.eval import KIND as EVAL
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
 
 
+def display_name(runs: list[Run], key: str) -> str:
+    """The model as the leaderboard names it: the run's own name (a judge's mode tag) and both orders."""
+    r = next(r for r in runs if r.key == key)
+    name = str(r.summary.get("model") or key)
+    try:
+        both = bool(r.config.get("both_orders"))
+    except DataError:  # a damaged config.json is named under provenance; the name goes without the tag
+        both = False
+    return f"{name} (both orders)" if both and "both orders" not in name else name
+
+
+def _best_per_condition(cell: dict, models: list[str], base: dict[str, bool], conds: list[str]) -> dict[str, str | None]:
+    """The best non-baseline per column, only when it is above every baseline there and its CI above chance."""
+    best: dict[str, str | None] = {}
+    for c in conds:
+        acc = {m: cell[(m, c)].summary["metrics"] for m in models if (m, c) in cell
+               and cell[(m, c)].summary["metrics"]["accuracy"] is not None}
+        top = max((m for m in acc if not base[m]), key=lambda m: acc[m]["accuracy"], default=None)
+        bar = max((acc[m]["accuracy"] for m in acc if base[m]), default=0.0)
+        ok = top is not None and acc[top]["accuracy"] > bar and (acc[top].get("ci_low") or 0.0) > 0.5
+        best[c] = top if ok else None
+    return best
+
+
+def _pairs(runs: list[Run], m: str) -> str:
+    ns = sorted({r.summary["metrics"].get("n_total") or r.summary.get("n_total") for r in runs if r.key == m} - {None})
+    return "–" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+
+
+def headline(d: ReportData) -> str:
+    """One sentence per data set: the best model, its number, and how it compares with the best baseline."""
+    out = []
+    for data, runs in d.by_data().items():
+        scored = [r for r in runs if r.summary["metrics"].get("accuracy") is not None]
+        real = [r for r in scored if not is_baseline(r)]
+        base = [r for r in scored if is_baseline(r)]
+        if not real:
+            continue
+        top = max(real, key=lambda r: r.summary["metrics"]["accuracy"])
+        m = top.summary["metrics"]
+        sent = (f"On <b>{esc(data)}</b>, the best reward model (not a baseline) is <b>{esc(display_name(runs, top.key))}</b> under "
+                f"<b>{esc(top.condition)}</b>: {pct(m['accuracy'])}% [{pct(m.get('ci_low'))}, {pct(m.get('ci_high'))}] "
+                f"on {m.get('n_total')} pairs")
+        if base:
+            b = max(base, key=lambda r: r.summary["metrics"]["accuracy"])
+            bm = b.summary["metrics"]
+            lo, hi = m.get("ci_low"), m.get("ci_high")
+            where = ("" if lo is None or hi is None else " (above that interval)" if bm["accuracy"] > hi
+                     else " (below that interval)" if bm["accuracy"] < lo else " (inside that interval)")
+            sent += (f"; the best baseline, {esc(display_name(runs, b.key))} under {esc(b.condition)}, reaches "
+                     f"{pct(bm['accuracy'])}%{where}")
+        out.append(sent + ".")
+    return "".join(f'<p class="headline">{s}</p>' for s in out)
+
+
 def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
     explain = ("Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
                "an exact tie counts 0.5; invalid outputs are excluded and counted under Diagnostics. "
                "Small numbers: 95% percentile-bootstrap CI over items. Baselines (length, random, lexical, ...) "
-               "are marked and greyed; 50% is chance. Bold: best non-baseline model per column.")
+               "are marked and greyed; 50% is chance. <b>Pairs</b>: items each model's runs scored (LLM rows often "
+               "run on fewer, with wider CIs). Bold: the best non-baseline model of a column, only when it is above "
+               "every baseline there and its CI is above chance.")
     if not d.evals:
         return section("leaderboard", "Leaderboard", explain, empty("No eval runs found. Run `prbench eval` first."))
     body = []
@@ -48,17 +105,13 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
         models = model_order(runs)
         cell = {(r.key, r.condition): r for r in runs}
         base = {r.key: is_baseline(r) for r in runs}
-        n_pairs = sorted({r.summary["metrics"].get("n_total", r.summary.get("n_total")) for r in runs} - {None})
         body.append(f"<h3>Data: {esc(data)}</h3>")
-        best_per_cond = {}
-        for c in conds:
-            vals = [(cell[(m, c)].summary["metrics"]["accuracy"], m) for m in models
-                    if (m, c) in cell and not base[m] and cell[(m, c)].summary["metrics"]["accuracy"] is not None]
-            best_per_cond[c] = max(vals)[1] if vals else None
-        head = ["model", *[Cell(f'{esc(c)}', "num", CONDITION_HELP.get(c, "")) for c in conds]]
+        best_per_cond = _best_per_condition(cell, models, base, conds)
+        head = ["model", Cell("pairs", "num", "items scored per run"),
+                *[Cell(f'{esc(c)}', "num", CONDITION_HELP.get(c, "")) for c in conds]]
         rows = []
         for m in models:
-            row: list[Cell | str] = [model_cell(m, base[m])]
+            row: list[Cell | str] = [model_cell(display_name(runs, m), base[m]), numc(_pairs(runs, m))]
             for c in conds:
                 r = cell.get((m, c))
                 if r is None:
@@ -69,33 +122,37 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
                 row.append(acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), title=tip,
                                     best=best_per_cond.get(c) == m))
             rows.append(row)
-        cap = "pairs per run: " + ", ".join(str(n) for n in n_pairs) if n_pairs else ""
-        body.append(table(head, rows, row_classes=["baseline" if base[m] else "" for m in models], caption=cap))
-        # by category: one row per (model, condition), the model cell spanning its conditions
-        stats = {(r.key, r.condition): category_stats(r, seed, n_boot) for r in runs}
-        cats = sorted({k for st in stats.values() for k in st}, key=lambda k: (k not in CATEGORIES, k))
-        head = ["model", "condition", Cell("all (micro)", "num"), Cell("macro", "num"),
-                *[Cell(esc(cat_label(k)), "num", k) for k in cats]]
-        rows, classes = [], []
-        for m in models:
-            mine = [c for c in conds if (m, c) in cell]
-            for j, c in enumerate(mine):
-                mm = cell[(m, c)].summary["metrics"]
-                macro = (mm.get("categories") or {}).get("macro") or {}
-                row: list[Cell | str] = [model_cell(m, base[m], rowspan=len(mine))] if j == 0 else []
-                row += [Cell(esc(c), "nowrap", CONDITION_HELP.get(c, "")),
-                        acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), inline=True),
-                        acc_cell(macro.get("accuracy"), macro.get("ci_low"), macro.get("ci_high"), inline=True)]
-                for k in cats:
-                    st = stats[(m, c)].get(k)
-                    row.append(acc_cell(st["accuracy"], st["ci_low"], st["ci_high"], title=f"n = {st['n']}",
-                                        inline=True) if st else numc("–"))
-                rows.append(row)
-                classes.append("baseline" if base[m] else "")
-        body.append("<details open><summary>By category (macro = unweighted mean of category accuracies, CI "
-                    "stratified by category; category CIs recomputed from the per-item records)</summary>"
-                    + table(head, rows, row_classes=classes, cls="compact") + "</details>")
+        body.append(table(head, rows, row_classes=["baseline" if base[m] else "" for m in models]))
+        body.append(_by_category(runs, models, conds, cell, base, seed, n_boot))
     return section("leaderboard", "Leaderboard", explain, "".join(body))
+
+
+def _by_category(runs: list[Run], models: list[str], conds: list[str], cell: dict, base: dict[str, bool],
+                 seed: int, n_boot: int) -> str:
+    """One row per (model, condition), the model cell spanning its conditions."""
+    stats = {(r.key, r.condition): category_stats(r, seed, n_boot) for r in runs}
+    cats = sorted({k for st in stats.values() for k in st}, key=lambda k: (k not in CATEGORIES, k))
+    head = ["model", "condition", Cell("all (micro)", "num"), Cell("macro", "num"),
+            *[Cell(esc(cat_label(k)), "num", k) for k in cats]]
+    rows, classes = [], []
+    for m in models:
+        mine = [c for c in conds if (m, c) in cell]
+        for j, c in enumerate(mine):
+            mm = cell[(m, c)].summary["metrics"]
+            macro = (mm.get("categories") or {}).get("macro") or {}
+            row: list[Cell | str] = [model_cell(display_name(runs, m), base[m], rowspan=len(mine))] if j == 0 else []
+            row += [Cell(esc(c), "nowrap", CONDITION_HELP.get(c, "")),
+                    acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), inline=True),
+                    acc_cell(macro.get("accuracy"), macro.get("ci_low"), macro.get("ci_high"), inline=True)]
+            for k in cats:
+                st = stats[(m, c)].get(k)
+                row.append(acc_cell(st["accuracy"], st["ci_low"], st["ci_high"], title=f"n = {st['n']}",
+                                    inline=True) if st else numc("–"))
+            rows.append(row)
+            classes.append("baseline" if base[m] else "")
+    return ("<details open><summary>By category (macro = unweighted mean of category accuracies, CI "
+            "stratified by category; category CIs recomputed from the per-item records)</summary>"
+            + table(head, rows, row_classes=classes, cls="compact") + "</details>")
 
 
 def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
@@ -128,7 +185,7 @@ def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
         head = ["model", *[Cell(f"{esc(a)} − {esc(b)}", "num") for a, b in pairs]]
         rows = []
         for m in models:
-            row: list[Cell | str] = [model_cell(m, any(is_baseline(r) for r in runs if r.key == m))]
+            row: list[Cell | str] = [model_cell(display_name(runs, m), any(is_baseline(r) for r in runs if r.key == m))]
             for a, b in pairs:
                 ra, rb = cell.get((m, a)), cell.get((m, b))
                 if ra is None or rb is None:
@@ -156,7 +213,11 @@ def diagnostics_section(d: ReportData) -> str:
     explain = ("Controls beside every number. <b>Prefers longer</b>: among decisive pairs whose answers differ in length, "
                "the share where the RM picked the longer one (50% = no length bias). <b>Acc chosen=A / =B</b>: accuracy "
                "when the chosen answer was shown first / second (pairwise judges; a gap is position bias); <b>says A</b>: "
-               "share of verdicts for the first answer. <b>Invalid</b>: "
+               "share of verdicts for the first answer; <b>consistent</b>: share of pairs given the same answer in both orders "
+               "(<code>--both-orders</code>). A judge that always answers A shows says A = 100% and consistent = 0%: its "
+               "verdict follows the position, not the answers. With both orders, a likelihood judge compares p(\"A\") "
+               "averaged over the two positions (so it has no ties and can still score above chance), and a "
+               "pairwise judge counts an inconsistent pair as a tie. <b>Invalid</b>: "
                "unparseable verdicts or failed scores, excluded from accuracy and never guessed. <b>Truncated</b>: "
                "inputs cut to fit the model's context.")
     if not d.evals:
@@ -202,7 +263,7 @@ def diagnostics_section(d: ReportData) -> str:
                    and abs(pw["accuracy_chosen_A"] - pw["accuracy_chosen_B"]) > 0.1)
             row: list[Cell | str] = []
             if r.key not in seen:
-                row.append(model_cell(r.key, is_baseline(r), rowspan=span[r.key]))
+                row.append(model_cell(display_name(runs, r.key), is_baseline(r), rowspan=span[r.key]))
                 seen.add(r.key)
             row += [text(r.condition, "nowrap"), numc(fnum(m.get("n_total", m.get("n")))),
                     numc(f'<span class="warn">{inv}</span>' if inv else "0"), numc(fnum(m.get("truncated_inputs"))),
