@@ -171,9 +171,11 @@ def scatter_panels(
         pts = [(rm, x, y) for rm, (x, y) in panel["points"].items() if x is not None and y is not None]
         for rm, x, y in pts:
             ax.scatter([x], [y], s=22, color=color[rm], zorder=3)
+        x_mid = (min(p[1] for p in pts) + max(p[1] for p in pts)) / 2 if pts else 0.0
         for rm, x, y, dy in _label_offsets(pts):
-            ax.annotate(short_name(rm, 18), (x, y), xytext=(4, 3 - dy), textcoords="offset points", fontsize=6.5,
-                        color="#333")
+            right_half = x > x_mid  # labels point inwards, so the panel's edge never cuts them
+            ax.annotate(short_name(rm, 18), (x, y), xytext=(-4 if right_half else 4, 3 - dy), textcoords="offset points",
+                        fontsize=6.5, color="#333", ha="right" if right_half else "left")
         ax.set_title(panel["title"], loc="left", fontsize=9)
         if panel.get("subtitle"):
             ax.text(0.02, 0.02, panel["subtitle"], transform=ax.transAxes, fontsize=7, color="#555")
