@@ -102,10 +102,12 @@ def eval_cmd(
                 if failure:
                     failures.append(failure)
                 n_bad = res.summary["metrics"]["n_invalid"]
-                if res.reused and n_bad and not quiet:
-                    typer.echo(f"note: {res.path} finished earlier with {n_bad} invalid of "
-                               f"{res.summary['n_total']} items, returned as stored; add --retry-failed "
-                               "to score those items again", err=True)
+                if res.reused and not quiet:  # one line: nothing was scored now, and how to score again
+                    n_all = res.summary["n_total"]
+                    typer.echo(f"reused: {res.path} finished earlier with "
+                               + (f"{n_bad} invalid of {n_all} items, returned as stored; add --retry-failed to "
+                                  "score those items again" if n_bad else
+                                  f"{n_all} items, returned as stored; --overwrite scores it again"), err=True)
     if json_out:
         emit_json(summaries)
     elif not quiet:
