@@ -119,10 +119,12 @@ def test_long_commands_print_plain_stage_and_progress_lines_off_a_terminal(tmp_p
     assert "baseline:lexical [none]: started, 0/63 done" in lines
     assert "baseline:lexical [profile]: started, 0/63 done" in lines
     steps = [ln for ln in lines if ln.startswith("baseline:lexical [profile]: ") and "/63 (" in ln]
-    assert steps[0].startswith("baseline:lexical [profile]: 32/63 (51%)") and "elapsed" in steps[0] and "ETA" in steps[0]
+    # the first append after the first RM call (one batch of 8), then one per four batches
+    assert steps[0].startswith("baseline:lexical [profile]: 8/63 (13%)") and "elapsed" in steps[0] and "ETA" in steps[0]
     assert "items/s" not in steps[0]  # counts and times: a rate of a few slow items reads "0.00 items/s"
+    assert steps[1].startswith("baseline:lexical [profile]: 40/63 (63%)")
     assert steps[-1].startswith("baseline:lexical [profile]: 63/63 (100%)") and "done in" in steps[-1]
-    assert len(steps) == 2  # one line per RM call (4 batches of 8) when the interval is 0
+    assert len(steps) == 3  # one line per append when the interval is 0
     quiet = prbench("eval", "-m", "baseline:lexical", "--data", "sample", "--out", str(tmp_path / "q"), "--quiet",
                     PRBENCH_PROGRESS_SECONDS="0")
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""

@@ -16,7 +16,7 @@ import time
 import types
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import islice
+from itertools import chain, islice, repeat, takewhile
 from pathlib import Path
 from typing import Any
 
@@ -243,7 +243,11 @@ def evaluate(
     if isinstance(data, str) and (digest := data_digest(data)):
         config["data_digest"] = digest  # other or edited data under the same name: a named change, never old numbers
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
-    run = RunDir(run_path(out, spec, data_name, s.condition, identity), config, overwrite, repair) if out else None
+    path = run_path(out, spec, data_name, s.condition, identity) if out else None
+    if path is not None and not overwrite:
+        config["limit"] = _wider_limit(path, s.limit)  # a larger --limit extends the run, a smaller one reads it
+    run = RunDir(path, config, overwrite, repair, scope=("limit",)) if path is not None else None
+    narrow = run is not None and config["limit"] != s.limit  # fewer items than the folder holds: read, never cut
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
@@ -251,6 +255,8 @@ def evaluate(
     previous = run.previous_summary() if run else None  # a damaged summary is recomputed
     if previous and not n_todo and previous.get("n_total") == len(order):
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
+    if previous and not n_todo and narrow:
+        return _first_items(previous, run, order, s)
     if on_progress:
         on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
     distributed = s.workers > 1 or s.ray_address is not None
@@ -264,13 +270,15 @@ def evaluate(
                  # wrong-* draw donors from every item of the split, never only the filtered ones, so
                  # --limit and --categories change no record's donor
                  "pool": _donor_pool(data, s) if s.condition.startswith("wrong-") and n_todo else ()}
-    step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
+    # appended as scored: the first chunk is one RM batch (an interrupt after the first call keeps it), then
+    # four batches per append
+    sizes = chain([max(s.batch_size, 1)], repeat(max(s.batch_size, 1) * 4))
     read = stream  # `stream` is rebound to the scored chunks below
 
     def make_chunks() -> Iterator[tuple[list[Example], list[Any]]]:
         todo = (ex for ex in read() if ex.id not in done)
-        return ((part, [build_view(ex, s.condition, **view_args) for ex in part])
-                for part in iter(lambda: list(islice(todo, step)), []))
+        parts = takewhile(bool, (list(islice(todo, n)) for n in sizes))
+        return ((part, [build_view(ex, s.condition, **view_args) for ex in part]) for part in parts)
 
     chunks = make_chunks()
     if distributed:
@@ -305,7 +313,7 @@ def evaluate(
     rm_name = rm.name if rm is not None else spec
     records = run.records() if run else fresh
     in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
-    if run and in_order != records:
+    if run and in_order != records and not narrow:
         run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
     records = in_order
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
@@ -324,9 +332,34 @@ def evaluate(
     from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 
     summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
-    if run:
+    if run and not narrow:  # the folder's summary describes all its items
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
+
+
+def _wider_limit(path: Path, limit: int | None) -> int | None:
+    """The --limit a run folder should record: the wider of the stored one and the one asked for (None: all)."""
+    stored_file = path / "config.json"
+    if not stored_file.is_file():
+        return limit
+    try:
+        stored = json.loads(stored_file.read_text(encoding="utf-8")).get("limit", limit)
+    except (OSError, ValueError, AttributeError):
+        return limit  # a damaged config: RunDir names it
+    if not isinstance(stored, int) or isinstance(stored, bool):
+        return None if stored is None else limit
+    return None if limit is None else max(stored, limit)
+
+
+def _first_items(previous: dict[str, Any], run: RunDir, order: dict[str, int], s: EvalSettings) -> EvalResult:
+    """A smaller --limit than the finished run holds: its first items' records and metrics, nothing scored."""
+    from prbench.train.protocol import user_breakdown
+
+    records = sorted((r for r in run.records() if r["id"] in order), key=lambda r: order[r["id"]])
+    m = summarize(records, seed=s.seed, n_boot=s.n_boot)
+    summary = {**previous, "limit": s.limit, "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records),
+               "metrics": m, "per_user": user_breakdown(records, None, seed=s.seed, n_boot=s.n_boot)}
+    return EvalResult(summary, records, run.path, reused=True)
 
 
 

@@ -180,7 +180,10 @@ class RunDir:
     records_file = "examples.jsonl"  # the append-only per-example file
     overwrite_also: tuple[str, ...] = ()  # other files an --overwrite discards
 
-    def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False, repair: bool = False):
+    def __init__(self, path: str | Path, config: dict[str, Any], overwrite: bool = False, repair: bool = False,
+                 *, scope: tuple[str, ...] = ()):
+        """`scope`: settings that only say how many items the run covers (eval's `limit`); a change in
+        them is the driver's to reconcile (extend or read), not another run."""
         self.path = Path(path)
         self.config = config
         self.examples_path = self.path / self.records_file
@@ -202,7 +205,7 @@ class RunDir:
             old_cfg = read_json(self.config_path, "delete the folder or pass --overwrite")
             old_cfg = old_cfg if isinstance(old_cfg, dict) else {"config": old_cfg}
             # a leftover config of a run that failed before its first record: the new config takes over
-            if _comparable(old_cfg) != _comparable(stored) and self._has_results():
+            if _comparable(old_cfg, scope) != _comparable(stored, scope) and self._has_results():
                 n = sum(1 for line in self.examples_path.open("rb") if line.strip()) \
                     if self.examples_path.exists() else 0
                 diff = "; ".join(config_diff(_comparable(old_cfg), _comparable(stored)))
@@ -427,6 +430,6 @@ def _release(state: dict[str, Any], path: Path, created: list[Path]) -> None:
 _VOLATILE = {"batch_size", "workers", "ray_address", "quiet"}
 
 
-def _comparable(config: dict[str, Any]) -> dict[str, Any]:
-    """Config minus settings that cannot change results (batch size, worker count)."""
-    return {k: v for k, v in config.items() if k not in _VOLATILE}
+def _comparable(config: dict[str, Any], scope: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Config minus settings that cannot change results (batch size, worker count), and minus `scope`."""
+    return {k: v for k, v in config.items() if k not in _VOLATILE and k not in scope}

@@ -137,7 +137,7 @@ def leaderboard_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Table of every run by model and condition, one per data set. Baselines included; CSV and JSON written beside the runs."""
+    """Accuracy of every run, one table per data set. Models by condition, baselines included; CSV and JSON beside the runs."""
     from prbench.leaderboard import leaderboard, render_tables, write_leaderboard
 
     rows = leaderboard(runs)
