@@ -66,10 +66,18 @@ class EvalConfig:
 
 @dataclass
 class EvalResult:
+    """What `evaluate` returns for one run (one RM, one condition, one data set)."""
+
     summary: dict[str, Any]
+    """summary.json: `accuracy`, `n`, `n_total`, `metrics` (CI, per category, invalid counts, length bias,
+    pairwise diagnostics), `per_user`, `model`, `spec`, `data`, `condition`, `seed`, versions and wall time."""
     records: list[dict[str, Any]]
+    """One record per pair in benchmark order: `id`, `category`, `credit` (1, 0, 0.5 for a tie, None when
+    invalid), the scores or verdicts, and what the RM was shown (`posts_shown`, `donor`...)."""
     path: Path | None = None
-    reused: bool = False  # finished earlier: returned from the folder, nothing scored now
+    """The run folder (None without `out`)."""
+    reused: bool = False
+    """Finished earlier: returned from the folder, nothing scored now."""
 
 
 class InvalidRunError(PrbenchError):
@@ -187,7 +195,7 @@ def run_path(out: str | Path, spec: str, data: str, condition: str, options: dic
 def evaluate(
     model: str | RewardModel,
     data: str | Sequence[Example] = "sample",
-    condition: str | None = None,
+    condition: str | Sequence[str] | None = None,
     *,
     settings: EvalSettings | None = None,
     out: str | Path | None = None,
@@ -202,8 +210,8 @@ def evaluate(
     batch: bool = False,
     wait: bool = True,
     **given: Any,
-) -> EvalResult:
-    """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
+) -> EvalResult | list[EvalResult]:
+    """Evaluate one RM under one condition, or each of a list. With `out`, results go to a resumable run folder.
 
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
     run costs no model load) or a ready RewardModel (reused across conditions). `settings`
@@ -211,7 +219,12 @@ def evaluate(
     `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
     `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
+    A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
     """
+    if condition is not None and not isinstance(condition, str):  # a spec loads per run that needs scoring
+        return [evaluate(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
+                         overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
+                         max_usd=max_usd, prices=prices, batch=batch, wait=wait, **given) for c in condition]
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
     options = dict(model_options or {})
