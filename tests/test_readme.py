@@ -184,7 +184,7 @@ def parse(args: list[str]) -> None:
 
 def test_every_readme_line_has_a_rule() -> None:
     lines = bash_lines()
-    assert len(lines) > 35
+    assert len(lines) >= 5  # the front page: set-up and a five-command quick start (the site holds the rest)
     for line in lines:
         if line in NOT_PRBENCH:
             continue
@@ -244,7 +244,7 @@ def test_readme_commands_and_python_example(tmp_path: Path, monkeypatch: pytest.
             if line not in NOT_PRBENCH and run_line(line, stand_ins, capsys, timings) == "run":
                 ran.append(line)
     slowest(timings)
-    assert len(ran) >= 25
+    assert len(ran) >= 5
     assert (tmp_path / "report.html").exists() and (tmp_path / "runs" / "leaderboard.csv").exists()
 
     (tmp_path / "python").mkdir()
