@@ -193,7 +193,7 @@ def _due_line() -> None:
         _STATE["last_line"] = now
         detail, age = _STATE["detail"], now - _STATE["detail_since"]
         text = (detail() if callable(detail) else detail) if detail else "working"
-        running = f" (running {_duration(age)})" if age >= 1 else ""
+        running = f" (running {_duration(age)})" if age >= max(1.0, _interval() / 2) else ""  # a long single step
         sys.stderr.write(f"{_STATE['activity']}: {text}{running}\n")
         sys.stderr.flush()
 
