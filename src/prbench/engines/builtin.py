@@ -35,6 +35,7 @@ from prbench.engines.base import GenParams
 from prbench.engines.transformers_engine import quiet_progress
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
+from prbench.progress import beat
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,7 @@ def load_sentence_encoder(
     """
     key = (name_or_path, device, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
     if key not in _ENCODERS:
+        beat(f"loading {name_or_path}")
         _ENCODERS[key] = _load_sentence_encoder(name_or_path, device, **kwargs)
     return _ENCODERS[key]
 

@@ -270,6 +270,7 @@ class TransformersEngine(Engine):
         if gguf_file:
             load_kw["gguf_file"] = gguf_file
         source = str(self.local_dir) if self.local_dir else model
+        beat(f"loading {model}")
         try:
             with quiet_progress():
                 self.tokenizer = transformers.AutoTokenizer.from_pretrained(source, **load_kw)
