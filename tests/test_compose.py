@@ -27,8 +27,8 @@ def test_train_hint_evaluates_the_held_out_data_not_the_sample(tmp_path: Path, m
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
-    assert run_cli(capsys, "data", "synth-users", "train.jsonl", "--users", "6")[0] == 0
-    assert run_cli(capsys, "data", "synth-users", "held.jsonl", "--users", "4", "--seed", "1")[0] == 0
+    assert run_cli(capsys, "data", "synth-users", "train.jsonl", "--users", "4")[0] == 0
+    assert run_cli(capsys, "data", "synth-users", "held.jsonl", "--users", "2", "--seed", "1")[0] == 0
     code, out = run_cli(capsys, "train", "bt", "--data", "train.jsonl", "--eval-data", "held.jsonl", "--condition",
                         "profile", "--frozen-encoder", "--no-protocol", "--out", "bt-head")
     assert code == 0, out

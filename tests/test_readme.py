@@ -147,6 +147,8 @@ def substitute(line: str, stand_ins: dict[str, str]) -> list[str]:
     if cap is not None and "--limit" in args:  # fewer items than the README's first-try variant: time budget
         at = args.index("--limit") + 1
         args[at] = str(min(cap, int(args[at])))
+    if args[0] in ("rgd", "icl") and "--max-new-tokens" not in args:
+        args += ["--max-new-tokens", "24"]  # a random tiny policy never stops early: 24 tokens show the loop
     if args[0] == "eval" and "baseline:embedding" in args and "--limit" not in args:
         args += ["--limit", "21"]  # MiniLM over every profile is the slow part: a third of the sample here
     return args
