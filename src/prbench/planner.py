@@ -334,6 +334,8 @@ def plan(
     done = _done_ids(path)
     todo = [ex for ex in items if ex.id not in done]
     written = failures = 0
+    if on_progress:
+        on_progress(len(done), len(items))  # the count before the first (slow) batch: the stage line comes now
     with path.open("a", encoding="utf-8") as fh:
         for start in range(0, len(todo), max(1, s.batch_size)):
             part = todo[start : start + max(1, s.batch_size)]

@@ -111,6 +111,8 @@ def sample_policy(
     rcache = Cache(namespace="retrieval")
     failed = 0
     per_call = max(1, (4 * s.batch_size) // s.n)  # items per engine call: N samples each
+    if on_progress:
+        on_progress(len(done), len(items))  # the count before the first (slow) engine call
     for start in range(0, len(todo), per_call):
         part = todo[start : start + per_call]
         views = [build_view(it, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=items, seed=s.seed,
