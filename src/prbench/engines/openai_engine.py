@@ -74,6 +74,7 @@ from prbench.engines.ratelimit import (
 )
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
+from prbench.specs import KindOptions
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,30 @@ def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) 
     return {c: logsumexp([lp for tok, lp in top if tok == c or tok == " " + c]) for c in choices}
 
 
+class OpenAIOptions(KindOptions):
+    """Options of an OpenAI-compatible endpoint (`openai:` engines)."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    concurrency: int | None = None
+    timeout: float = 60.0
+    max_retries: int = 5
+    cache: Any = None  # a prbench.cache.Cache
+    backoff_base: float = 0.5
+    backoff_max: float = 60.0
+    tokenizer: str | None = None
+    max_tokens_param: str | None = None
+    omit_params: Sequence[str] = ()
+    extra_body: dict[str, Any] | None = None
+    default_params: Any = None  # a GenParams
+    provider: str | None = None
+    reasoning_effort: str | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    rate_limit_retries: int | None = None
+    no_api_key: bool = False
+
+
 class OpenAIEngine(Engine):
     """Chat models behind an OpenAI-compatible API (see module docstring for guarantees).
 
@@ -123,6 +148,8 @@ class OpenAIEngine(Engine):
     fields sent with every request. After each call `last_errors[i]` holds request i's final
     error (None when it succeeded).
     """
+
+    options_model = OpenAIOptions
 
     def __init__(
         self,

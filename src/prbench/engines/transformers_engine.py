@@ -45,6 +45,7 @@ from prbench.engines.prefix import (
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
+from prbench.specs import KindOptions, model_or_builtin
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,21 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[A
     return ids.to(device), mask.to(device), pos.to(device)
 
 
+class TransformersOptions(KindOptions):
+    """Options of the local transformers engine (`hf:` and `builtin:` engines)."""
+
+    device: str = "auto"
+    dtype: Any = "auto"
+    trust_remote_code: bool = False
+    batch_size: int = 8
+    max_length: int | None = None
+    gguf_file: str | None = None
+    revision: str | None = None
+    default_params: Any = None  # a GenParams
+    identity: dict[str, Any] | None = None
+    share_prefix: bool = True
+
+
 class TransformersEngine(Engine):
     """A Hugging Face causal LM run locally. `model` and `tokenizer` are public for direct use.
 
@@ -221,6 +237,9 @@ class TransformersEngine(Engine):
     replaces path-based fields in `fingerprint()` (builtins use a stable name + source hash).
     Calls are serialised by a lock; `stats` counts truncations and prefix mismatches.
     """
+
+    options_model = TransformersOptions
+    resolve_spec = staticmethod(model_or_builtin)
 
     def __init__(
         self,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from prbench.cache import text_hash
 from prbench.conditions import View
@@ -36,6 +36,7 @@ from prbench.engines.prefix import (
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.specs import RMOptions, model_or_builtin
 
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
 PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # earlier turns, same plain form
@@ -322,3 +323,23 @@ def load_classifier(rest: str, engine: str = "transformers", **options: Any) -> 
 
         raise SpecError(f"hf: reward model engine must be 'transformers' or 'vllm', not {engine!r}")
     return SequenceClassifierRM(rest, spec=f"hf:{rest}", **options)
+
+
+class ClassifierOptions(RMOptions):
+    """Options of a sequence-classifier RM (`hf:`, a full `bt:` folder, `finetune:`)."""
+
+    engine: Literal["transformers", "hf", "vllm"] = "transformers"
+    device: str | None = "auto"
+    dtype: str = "auto"
+    max_length: int | None = None
+    token_budget: int | None = None
+    trust_remote_code: bool = False
+    label_index: int | None = None
+    share_prefix: bool = True
+    vllm_options: dict[str, Any] | None = None
+
+
+load_classifier.options_model = ClassifierOptions  # type: ignore[attr-defined]
+load_classifier.resolve_spec = model_or_builtin  # type: ignore[attr-defined]
+load_classifier.model_class = (  # type: ignore[attr-defined]
+    lambda rest, engine="transformers": VLLMClassifierRM if engine == "vllm" else SequenceClassifierRM)

@@ -48,6 +48,7 @@ from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.specs import RMOptions
 
 ARCHS = ("pal-a", "pal-b", "context-bt")
 DEFAULT_ENCODER = ENCODER
@@ -324,6 +325,15 @@ def load_folder(path: str | Path):
 
 
 # --------------------------------------------------------------------------- the reward model
+
+
+class PALOptions(RMOptions):
+    """Options of a PAL or context-BT head folder."""
+
+    encoder_cache: Any = None  # a prbench.cache.Cache
+    adapt: str | None = None
+    adapt_steps: int = 200
+    adapt_lr: float = 0.1
 
 
 class PALReward(PointwiseRM):
