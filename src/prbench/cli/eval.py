@@ -14,6 +14,7 @@ from prbench.cli.options import (
     Data,
     Json,
     MaxLength,
+    ModelOptions,
     NoApiKey,
     NoCache,
     Overwrite,
@@ -23,7 +24,7 @@ from prbench.cli.options import (
     Rpm,
     Seed,
     Tpm,
-    set_options,
+    model_options,
     settings_command,
     split_csv,
 )
@@ -53,6 +54,7 @@ def eval_cmd(
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
     repair: Repair = False,
     no_cache: NoCache = False,
+    model_option: ModelOptions = None,
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
@@ -65,12 +67,14 @@ def eval_cmd(
     from prbench.rewards import load_rm
 
     conds = split_csv(condition) or ["none"]
-    opts = set_options(mode=mode, max_length=max_length, trust_remote_code=trust_remote_code,
-                       prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
-                       tpm=tpm, no_api_key=no_api_key, **access.model_dump())
+    per_model = model_options(model, model_option, mode=mode, max_length=max_length,
+                              trust_remote_code=trust_remote_code, prompt_file=prompt_file,
+                              debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
+                              no_api_key=no_api_key, **access.model_dump())
     summaries, failures = [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
+            opts = per_model[spec]
             distributed = settings.workers > 1 or settings.ray_address is not None
             rm = spec if distributed else load_rm(spec, batch_size=settings.batch_size, seed=settings.seed, **opts)
             for cond in conds:

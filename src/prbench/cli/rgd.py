@@ -15,11 +15,12 @@ from prbench.cli.options import (
     Data,
     Json,
     MaxLength,
+    ModelOptions,
     Overwrite,
     Quiet,
     engine_options,
     grader_engine_options,
-    set_options,
+    model_options,
     settings_command,
     split_csv,
 )
@@ -43,7 +44,7 @@ def _floats(value: str) -> list[float]:
     return vals
 
 
-def _sweep(specs: list[str], ws: list[float], seed: int, rm_options: dict[str, Any], quiet: bool,
+def _sweep(specs: list[str], ws: list[float], seed: int, rm_options: dict[str, dict[str, Any]], quiet: bool,
            run_one: Callable[[Any, float, Callable[[int, int], None]], Any]) -> list[dict[str, Any]]:
     """Run `run_one(rm, w, on_progress)` for every RM x weight (each RM loaded once); summaries with paths."""
     from prbench.rewards.base import load_rm
@@ -51,7 +52,7 @@ def _sweep(specs: list[str], ws: list[float], seed: int, rm_options: dict[str, A
     summaries = []
     with progress(quiet) as bar:
         for spec in specs:
-            rm_obj = load_rm(spec, seed=seed, **rm_options)
+            rm_obj = load_rm(spec, seed=seed, **rm_options[spec])
             for wv in ws:
                 task = bar.add_task(f"{spec} w={wv:g}", total=None)
                 res = run_one(rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
@@ -96,6 +97,7 @@ def rgd(
     grader: Grader = None,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
+    model_option: ModelOptions = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -105,7 +107,8 @@ def rgd(
 
     engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
     g = _grader(grader, access, grader_access)
-    ropts = set_options(mode=mode, max_length=max_length, batch_size=settings.rm_batch_size, **access.model_dump())
+    ropts = model_options(rm, model_option, mode=mode, max_length=max_length, batch_size=settings.rm_batch_size,
+                          **access.model_dump())
     summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_rgd(
         engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress))
     if json_out:
@@ -133,7 +136,9 @@ def policy_accuracy(
     data: Data = "sample",
     w: Ws = "1.0",
     max_length: MaxLength = None,
-    judge_mode: Annotated[str | None, typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
+    judge_mode: Annotated[str | None, typer.Option(
+        "--judge-mode", help="Judges: must be pointwise (the same as -M mode=pointwise; --mode is the policy's).")] = None,
+    model_option: ModelOptions = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
@@ -143,8 +148,8 @@ def policy_accuracy(
     from prbench.downstream.rgd import load_policy
 
     engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
-    ropts = set_options(mode=judge_mode, max_length=max_length, batch_size=settings.rm_batch_size,
-                        **access.model_dump())
+    ropts = model_options(rm, model_option, mode=judge_mode, max_length=max_length, batch_size=settings.rm_batch_size,
+                          **access.model_dump())
     summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_pa(
         engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress))
     if json_out:
