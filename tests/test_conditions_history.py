@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.conditions import ALL_CONDITIONS, HISTORY_CONDITIONS, build_view, eligible_history
 from prbench.data import load_examples
 from prbench.errors import PrbenchError
-from prbench.evaluate import evaluate
 from prbench.retrieval import BM25Retriever
 from prbench.rewards import PointwiseRM, Score
 from prbench.schema import Example, HistoryPair

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.cache import NullCache
 from prbench.distributed import default_gpus, shutdown
-from prbench.evaluate import evaluate
 from prbench.testing.records import make_records
 
 PLUGIN = Path(__file__).parent / "data" / "ray" / "dying_rm.py"

@@ -238,7 +238,7 @@ def test_over_long_prompts_fail_only_their_own_request(vllm_mod, tiny_lm) -> Non
 
 
 def test_judge_pmi_lik_on_vllm(vllm_mod, tiny_lm, tmp_path) -> None:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
     from prbench.rewards import load_rm
     from prbench.testing.records import make_records
 

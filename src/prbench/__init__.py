@@ -1,22 +1,32 @@
-"""prbench: does a reward model know *this* user, and does that predict what it does downstream?"""
+"""prbench: does a reward model know *this* user, and does that predict what it does downstream?
+
+The public API is re-exported here from private modules, lazily, so that `import prbench` stays
+light (no torch, no datasets) until a name is used: `prbench.evaluate(...)` is always the function.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from prbench.version import __version__
 
-__all__ = ["__version__", "evaluate", "load_examples"]
+__all__ = [
+    "EvalResult",
+    "InvalidRunError",
+    "__version__",
+    "evaluate",
+    "invalid_failure",
+    "load_examples",
+    "run_path",
+    "summarize",
+]
 
 
 def __getattr__(name: str):
-    # Lazy so that `import prbench` stays light (no torch, no datasets) until used.
     if name == "load_examples":
         from prbench.data import load_examples
 
         return load_examples
-    if name == "evaluate":
-        # The driver module itself is callable (it calls its `evaluate` function), because any
-        # `import prbench.evaluate` rebinds this package attribute to the module anyway.
-        import prbench.evaluate
+    if name in __all__:
+        from prbench import _evaluate
 
-        return prbench.evaluate
+        return getattr(_evaluate, name)
     raise AttributeError(name)

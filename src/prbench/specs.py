@@ -160,8 +160,7 @@ def folder(rest: str, root: Path) -> str:
 def model_or_builtin(rest: str, root: Path) -> str:
     """`resolve_spec` of kinds whose target is `builtin:NAME`, a local folder or a hub id."""
     if rest.startswith("builtin:"):
-        from prbench.engines.builtin import check_builtin
+        from prbench.registry import ENGINES
 
-        check_builtin(rest.split(":", 1)[1])
-        return rest
+        return resolve_spec(ENGINES, rest, root)  # the builtin engine kind checks the name
     return local_path(rest, root, False)

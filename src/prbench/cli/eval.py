@@ -62,8 +62,8 @@ def eval_cmd(
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
+    from prbench import InvalidRunError, evaluate, invalid_failure
     from prbench.cache import NullCache
-    from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
     conds = split_csv(condition) or ["none"]

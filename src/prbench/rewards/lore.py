@@ -211,7 +211,7 @@ class LoReReward(HeadReward):
         if not pairs:
             return
         torch = require("torch", "hf")
-        from prbench.train.bt import pair_views
+        from prbench.conditions import pair_views
 
         views = pair_views(pairs, self.config.get("condition", "profile") if self.model.prior == "profile" else "none",
                            retriever=self.config.get("retriever", "bm25"), top_k=self.config.get("top_k", 10))

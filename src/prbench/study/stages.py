@@ -10,8 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench import config
-from prbench.evaluate import evaluate
+from prbench import config, evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
 from prbench.study.config import ModelEntry

@@ -8,24 +8,21 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 
 from __future__ import annotations
 
-import inspect
 import json
 import platform
-import sys
 import time
-import types
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from prbench import __version__, interrupt, metrics
+from prbench import interrupt, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_view, read_planner_file
-from prbench.config import EvalSettings
+from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.errors import PrbenchError
@@ -39,28 +36,8 @@ from prbench.rewards.base import (
 )
 from prbench.runs import RunDir, refuse_secrets, slug
 from prbench.schema import Example
-from prbench.scoring import SIDE_CREDIT, chosen_first, chunk_records, example_seed, score_cached  # noqa: F401
-
-
-@dataclass
-class EvalConfig:
-    """Everything that determines a run's results (batch_size does not, by design)."""
-
-    model: str
-    data: str
-    condition: str = "none"
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    top_k: int = 10
-    retriever: str = "bm25"
-    max_context_chars: int | None = None
-    planner_file: str | None = None
-    both_orders: bool = False
-    model_options: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 16
-    n_boot: int = 1000
+from prbench.scoring import SIDE_CREDIT, chunk_records
+from prbench.version import __version__
 
 
 @dataclass
@@ -199,43 +176,73 @@ def evaluate(
     """
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
+    options = _plain_options(model_options)
+    spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
+    items = _Items(data, s)  # pass 1: ids only (validates everything)
+    cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
+    run = _open_run(out, model, spec, items.name, s, options, overwrite, repair) if out else None
+    if run and retry_failed:
+        run.rewrite([r for r in run.records() if r.get("credit") is not None])
+    done = run.done_ids() if run else set()
+    n_todo = sum(1 for i in items.order if i not in done)
+    previous = run.previous_summary() if run else None  # a damaged summary is recomputed
+    if previous and not n_todo and previous.get("n_total") == len(items.order):
+        return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
+    if on_progress:
+        on_progress(len(items.order) - n_todo, len(items.order))  # data read and valid: the count is known before the model loads
+    rm, batches = _score_batches(model, s, options, items, done, n_todo, cache, keep_retrieval=out is not None)
+    fresh = _append_all(batches, run, s.condition, len(done), len(items.order), on_progress)
+    records = _in_order(run, fresh, items.order)
+    summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done))
+    if run:
+        run.write_summary(summary)
+    return EvalResult(summary, records, run.path if run else None)
+
+
+class _Items:
+    """The benchmark's examples, read lazily in order (memory flat in the number of items); `order`: id -> place."""
+
+    def __init__(self, data: str | Sequence[Example], s: EvalSettings):
+        self.data, self.s = data, s
+        self.name = data if isinstance(data, str) else "<in-memory>"
+        self.order = {ex.id: i for i, ex in enumerate(self.stream())}
+
+    def stream(self) -> Iterator[Example]:
+        s = self.s
+        src = (iter_examples(self.data, categories=s.categories, split=s.split, format=s.format)
+               if isinstance(self.data, str) else iter(self.data))
+        return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+
+
+def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The model's options: they name the run (its folder, summary and cache identity), so plain values only."""
     options = dict(model_options or {})
     refuse_secrets(options)
-    try:  # options name the run (its folder, summary and cache identity): plain values only
+    try:
         json.dumps(options)
     except TypeError as exc:
         raise PrbenchError(f"model_options must be plain values (text, numbers, lists, mappings) because they name "
                            f"the run ({exc}); load the model yourself and pass it instead of its spec") from None
-    spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
-    data_name = data if isinstance(data, str) else "<in-memory>"
-    def stream() -> Iterator[Example]:
-        """Examples in order, read lazily: memory stays flat in the number of items."""
-        src = (iter_examples(data, categories=s.categories, split=s.split, format=s.format)
-               if isinstance(data, str) else iter(data))
-        return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+    return options
 
-    order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
-    cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
-    config = asdict(EvalConfig(model=spec, data=data_name, condition=s.condition, seed=s.seed, limit=s.limit,
-                               categories=list(s.categories) if s.categories else None, split=s.split, top_k=s.top_k,
-                               retriever=s.retriever, max_context_chars=s.max_context_chars,
-                               planner_file=s.planner_file, both_orders=s.both_orders,
-                               model_options=options, batch_size=s.batch_size, n_boot=s.n_boot))
+
+def _open_run(out: str | Path, model: str | RewardModel, spec: str, data_name: str, s: EvalSettings,
+              options: dict[str, Any], overwrite: bool, repair: bool) -> RunDir:
+    """The run folder, its config.json being what decides the results (batch size, workers and Ray do not)."""
+    config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker"},
+                          model=spec, data=data_name, model_options=options)
+    config["categories"] = config["categories"] or None
     if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
         config["format"] = s.format
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
-    run = RunDir(run_path(out, spec, data_name, s.condition, identity), config, overwrite, repair) if out else None
-    if run and retry_failed:
-        run.rewrite([r for r in run.records() if r.get("credit") is not None])
-    done = run.done_ids() if run else set()
-    n_todo = sum(1 for i in order if i not in done)
-    previous = run.previous_summary() if run else None  # a damaged summary is recomputed
-    if previous and not n_todo and previous.get("n_total") == len(order):
-        return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
-    if on_progress:
-        on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
+    return RunDir(run_path(out, spec, data_name, s.condition, identity), config, overwrite, repair)
+
+
+def _score_batches(model: str | RewardModel, s: EvalSettings, options: dict[str, Any], items: _Items, done: set[str],
+                   n_todo: int, cache: Cache, keep_retrieval: bool) -> tuple[RewardModel | None, Iterator[list[dict]]]:
+    """(the RM, or None when Ray actors load it; the scored records of what is still to do, one list per RM call)."""
     distributed = s.workers > 1 or s.ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
@@ -243,68 +250,66 @@ def evaluate(
     rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
     view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
-                 "max_context_chars": s.max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
+                 "max_context_chars": s.max_context_chars,
+                 "cache": Cache(namespace="retrieval") if keep_retrieval and not isinstance(cache, NullCache) else None,
                  # wrong-profile draws donors from every item, so only it holds the whole set
-                 "pool": list(stream()) if s.condition.startswith("wrong-") and n_todo else ()}
+                 "pool": list(items.stream()) if s.condition.startswith("wrong-") and n_todo else ()}
     step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
-    todo = (ex for ex in stream() if ex.id not in done)
+    todo = (ex for ex in items.stream() if ex.id not in done)
     chunks = ((part, [build_view(ex, s.condition, **view_args) for ex in part])
               for part in iter(lambda: list(islice(todo, step)), []))
-    if distributed:
-        from prbench.distributed import ray_chunks
+    if not distributed:
+        return rm, (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
+    from prbench.distributed import ray_chunks
 
-        stream = ray_chunks(str(model), rm_options, chunks, workers=max(s.workers, 1), seed=s.seed,
+    return None, ray_chunks(str(model), rm_options, chunks, workers=max(s.workers, 1), seed=s.seed,
                             both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
-    else:
-        stream = (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
+
+
+def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: str, n_done: int, n_items: int,
+                on_progress: Callable[[int, int], None] | None) -> list[dict]:
+    """Each batch stamped with its condition and appended (fsynced) as it comes; an interrupt keeps what is on disk."""
     fresh: list[dict] = []
     try:
-        for recs in stream:
+        for recs in batches:
             for r in recs:
-                r["condition"] = s.condition
+                r["condition"] = condition
             if run:
-                run.append(recs)  # fsynced
+                run.append(recs)
             fresh.extend(recs)
             if on_progress:
-                on_progress(len(done) + len(fresh), len(order))
+                on_progress(n_done + len(fresh), n_items)
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
         where = f" in {run.path}" if run else " (no --out: nothing kept)"
-        interrupt.note(exc, f"{len(done) + len(fresh)} of {len(order)} items saved{where}")
+        interrupt.note(exc, f"{n_done + len(fresh)} of {n_items} items saved{where}")
         raise
-    rm_name = rm.name if rm is not None else spec
+    return fresh
+
+
+def _in_order(run: RunDir | None, fresh: list[dict], order: dict[str, int]) -> list[dict]:
+    """The run's records in benchmark order; retried items go back to their place: same bytes as one clean run."""
     records = run.records() if run else fresh
     in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
     if run and in_order != records:
-        run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
-    records = in_order
+        run.rewrite(in_order)
+    return in_order
+
+
+def _summary(records: list[dict], rm: RewardModel | None, spec: str, data_name: str, s: EvalSettings, *,
+             started: float, resumed_from: int) -> dict[str, Any]:
+    """The run's summary.json: metrics, what was run, on what, with which versions."""
+    from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
+
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
     summary = stamp("eval", {
-        "model": rm_name, "spec": spec, "data": data_name, "condition": s.condition, "seed": s.seed,
-        "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
+        "model": rm.name if rm is not None else spec, "spec": spec, "data": data_name, "condition": s.condition,
+        "seed": s.seed, "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
         "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
         "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
                        else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
-        "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
+        "versions": _versions(), "wall_time_s": round(time.time() - started, 3), "resumed_from": resumed_from,
     })
-    from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
-
     summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
-    if run:
-        run.write_summary(summary)
-    return EvalResult(summary, records, run.path if run else None)
-
-
-
-class _CallableModule(types.ModuleType):
-    """`import prbench.evaluate` binds this module as the package attribute `prbench.evaluate`,
-    replacing the lazily exported function of the same name; calling the module calls the
-    function, so `prbench.evaluate(...)` works whichever was imported first."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> EvalResult:
-        return evaluate(*args, **kwargs)
-
-
-__signature__ = inspect.signature(evaluate)
-sys.modules[__name__].__class__ = _CallableModule
+    return summary

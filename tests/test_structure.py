@@ -1,0 +1,96 @@
+"""Measures of the source tree's shape anyone can re-run: no package-level import cycle, short functions.
+
+Both read the source as text (ast), so they hold for every module whether or not its extras are installed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "prbench"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _unit(module: str) -> str:
+    """The node a module counts for: a subpackage (`prbench.data`), a top-level module, or the root package."""
+    return ".".join(module.split(".")[:2])
+
+
+def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
+    """Every prbench module `path` imports, at module level or inside a function (lazy imports count too)."""
+    out: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for a in node.names:  # `from prbench import metrics` imports the module prbench.metrics
+                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base)
+    return {m for m in out if m == "prbench" or m.startswith("prbench.")}
+
+
+def package_graph() -> dict[str, set[str]]:
+    files = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        for target in _imports(path, module, set(files)):
+            a, b = _unit(module), _unit(target)
+            if a != b:
+                graph.setdefault(a, set()).add(b)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_package_level_import_cycle():
+    """A subpackage or top-level module never imports, even lazily inside a function, one that imports it back."""
+    found = cycles(package_graph())
+    detail = [" <-> ".join(c) + ": " + "; ".join(f"{a} -> {b}" for a in c for b in sorted(package_graph()[a]) if b in c)
+              for c in found]
+    assert found == [], "\n".join(detail)
+
+
+def test_the_walk_sees_lazy_imports_and_cycles():
+    """The measure itself: a function-level import is an edge, and a two-node loop is a cycle."""
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    graph = package_graph()
+    assert "prbench.rewards" in graph["prbench.cli"]  # cli imports rewards only inside its commands
