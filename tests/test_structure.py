@@ -94,3 +94,17 @@ def test_the_walk_sees_lazy_imports_and_cycles():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     graph = package_graph()
     assert "prbench.rewards" in graph["prbench.cli"]  # cli imports rewards only inside its commands
+
+
+def test_fake_vllm_reads_package_data_that_a_wheel_ships():
+    """`prbench.testing` is used by others' tests too: its field lists live in the package, not in tests/."""
+    import fnmatch
+    import tomllib
+
+    from prbench.testing import fake_vllm
+
+    files = sorted(fake_vllm.DATA.glob("vllm-*.json"))
+    assert files and all(PKG in f.parents for f in files)
+    shipped = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["prbench"]
+    assert all(any(fnmatch.fnmatch(str(f.relative_to(PKG)), g) for g in shipped) for f in files)
+    assert set(fake_vllm.VERSIONS) <= {f.stem.removeprefix("vllm-") for f in files}

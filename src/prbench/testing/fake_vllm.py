@@ -2,7 +2,7 @@
 
 Why: the vLLM engine must never pass a keyword real vLLM refuses (`LLM(batch_size=...)` is a
 TypeError in every vLLM version), and CI has no GPU. This module accepts exactly the field lists
-extracted from the real wheels (`tests/data/vllm/vllm-<version>.json`, written by
+extracted from the real wheels (`prbench/testing/vllm/vllm-<version>.json`, written by
 `scripts/refresh_vllm_fields.py`): `LLM(**kw)` takes `LLM.__init__`'s named parameters and
 `EngineArgs` fields, `SamplingParams` / `PoolingParams` their struct fields, `LLM.generate` /
 `LLM.classify` their parameters. Anything else raises TypeError as vLLM does.
@@ -30,10 +30,11 @@ import sys
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "vllm"
+DATA = Path(str(resources.files("prbench.testing").joinpath("vllm")))  # package data: works from a wheel
 VERSIONS = ("0.10.1.1", "0.33.0")
 
 
