@@ -59,6 +59,7 @@ from prbench.downstream.generation_runs import (
     encode_prompt,
     finish_generation_run,
     generation_record,
+    open_generation_run,
     policy_view,
 )
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text
@@ -101,8 +102,7 @@ def run_rgd(
     With `out`, results go to `rgd_path(out, ...)` (or `out` itself with `exact_out`); a re-run
     skips finished items. `grader` is a spec string or a `Grader`.
     """
-    from prbench.data import write_examples
-    from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items
+    from prbench.downstream.sampling import load_items
 
     s = RGDSettings.build(settings, **options)
     t0 = time.time()
@@ -121,12 +121,8 @@ def run_rgd(
                        data=data if isinstance(data, str) else "<in-memory>",
                        repetition_penalty=params.repetition_penalty or 1.0, n=1, prompt_hash=prompt.hash,
                        policy_fingerprint=engine.fingerprint(), rm_fingerprint=rm_obj.fingerprint())
-    run = None
-    if persist:
-        path = Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)
-        run = SamplesDir(path, cfg, overwrite)
-        if not (run.path / ITEMS_FILE).exists():
-            write_examples(items, run.path / ITEMS_FILE)
+    path = (Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)) if persist else None
+    run = open_generation_run(path, cfg, overwrite, items)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
     ret, rcache, planner = context_sources(s.retriever, s.planner_file, persist)
