@@ -329,3 +329,26 @@ def test_no_prefix_tests_outside_the_kinds():
                  enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if pattern.search(line) and str(p.relative_to(src)) not in allowed]
     assert offenders == []
+
+
+def test_a_new_engine_kind_gets_the_command_flags_its_options_model_names():
+    """cli/options decides an engine's flags by the kind's options model, never by its prefix."""
+    from prbench.cli.options import engine_options
+    from prbench.specs import KindOptions
+
+    class LocalOptions(KindOptions):
+        device: str = "auto"
+        batch_size: int = 8
+
+    def build(rest, **options):
+        raise AssertionError("not built here")
+
+    build.options_model = LocalOptions
+    ENGINES.register("myengine", build)
+    try:
+        got = engine_options("myengine:m", device="cuda:1", dtype=None, base_url="http://h", batch_size=4)
+        assert got == {"device": "cuda:1", "batch_size": 4}
+        assert engine_options("openai:m", device="cuda:1", base_url="http://h", batch_size=4) == {"base_url": "http://h"}
+        assert engine_options("embedding:builtin:minilm-l6", device="cpu") == {}  # a grader, not an engine
+    finally:
+        ENGINES.unregister("myengine")
