@@ -352,3 +352,17 @@ def test_a_new_engine_kind_gets_the_command_flags_its_options_model_names():
         assert engine_options("embedding:builtin:minilm-l6", device="cpu") == {}  # a grader, not an engine
     finally:
         ENGINES.unregister("myengine")
+
+
+def test_a_study_checks_model_options_by_the_kind(tmp_path):
+    from prbench.errors import DataError
+    from prbench.study.config import parse_study
+
+    text = ("name: s\nmodels:\n  - spec: baseline:length\n  - spec: judge:openai:m\n"
+            "    options: {mdoe: pointwise}\n")
+    with pytest.raises(DataError) as e:
+        parse_study(text, "s.yaml", tmp_path)
+    msg = str(e.value)
+    assert "s.yaml" in msg and ":5" in msg and "models.1.options" in msg and "did you mean 'mode'" in msg
+    cfg = parse_study(text.replace("mdoe", "mode"), "s.yaml", tmp_path)
+    assert [m.pairwise for m in cfg.models] == [False, False]  # the pointwise judge scores one answer
