@@ -76,7 +76,7 @@ def eval_cmd(
         for spec in model:
             opts = per_model[spec]
             distributed = settings.workers > 1 or settings.ray_address is not None
-            rm = spec if distributed else load_rm(spec, batch_size=settings.batch_size, seed=settings.seed, **opts)
+            rm = spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed, **opts})
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
                 res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,

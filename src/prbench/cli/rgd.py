@@ -58,7 +58,7 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
     summaries = []
     with progress(quiet) as bar:
         for spec in specs:
-            rm_obj = load_rm(spec, seed=settings.seed, **rm_options[spec])
+            rm_obj = load_rm(spec, **{"seed": settings.seed, **rm_options[spec]})
             for wv in ws:
                 task = bar.add_task(f"{spec} w={wv:g}", total=None)
                 res = run_one(engine, rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
