@@ -282,9 +282,20 @@ def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: st
                 on_progress(n_done + len(fresh), n_items)
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
         where = f" in {run.path}" if run else " (no --out: nothing kept)"
-        interrupt.note(exc, f"{n_done + len(fresh)} of {n_items} items saved{where}")
+        interrupt.note(exc, f"{_saved(run, n_done + len(fresh))} of {n_items} items saved{where}")
         raise
     return fresh
+
+
+def _saved(run: RunDir | None, counted: int) -> int:
+    """Records on disk after an interrupt: the file, not the count, since a signal can land between a batch's
+    fsync and its count."""
+    if run is None:
+        return counted
+    try:
+        return len(run.done_ids())
+    except PrbenchError:
+        return counted
 
 
 def _in_order(run: RunDir | None, fresh: list[dict], order: dict[str, int]) -> list[dict]:
