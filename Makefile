@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.prbench-installed
 
-.PHONY: demo test install lint clean bench
+.PHONY: demo test install lint clean bench wheel
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
+
+# dist/prbench-<version>-py3-none-any.whl: what a Ray runtime_env ships to workers (docs/ray.md);
+# prbench is on no package index.
+wheel: $(STAMP)
+	$(PIP) wheel -q --no-deps --no-build-isolation -w dist .
 
 bench: $(STAMP)
 	$(PY) benchmarks/throughput.py

@@ -16,6 +16,9 @@
 #   vllm_generate     vLLM greedy generation equals the transformers engine's
 #   vllm_loglik       vLLM prompt log-likelihoods and choice log-probs equal transformers' (fp32, 1e-3)
 #   vllm_pooling      hf: RM on vLLM's pooling runner equals the transformers classifier (fp32, 1e-3)
+#   vllm_prefix_cache choice scoring of prompts sharing a long profile: vLLM's prefix-cache hit rate
+#                     (LLM.get_metrics: vllm:prefix_cache_hits / vllm:prefix_cache_queries, prompt
+#                     tokens); choice scoring asks for no prompt log-probs, which would bypass the cache
 # In --cpu mode vLLM is the stand-in module prbench.testing.fake_vllm (real field lists, run by
 # transformers), bf16 runs on the CPU and the throughput model is tiny: the wiring is checked, not
 # the numbers. Exit status 1 when any check fails.
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpu) MODE=cpu ;;
     --results) RESULTS="$2"; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (use --cpu, --results FILE)" >&2; exit 2 ;;
   esac
   shift
@@ -284,7 +287,32 @@ def vllm_pooling():
     return worst <= 1e-3 and flips == 0, f"max |score diff| {worst:.2e}, {flips} flipped pair decisions"
 
 
-for fn in (hf_bf16_vs_fp32, throughput, rl_grpo_one_step, vllm_generate, vllm_loglik, vllm_pooling):
+def prefix_hit_rate(llm):
+    counts = {m.name.removesuffix("_total"): m.value for m in llm.get_metrics()
+              if m.name.removesuffix("_total") in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")}
+    return counts["vllm:prefix_cache_hits"] / max(counts["vllm:prefix_cache_queries"], 1)
+
+
+def vllm_prefix_cache():
+    from prbench.engines.vllm_engine import VLLMEngine
+
+    profile = "Earlier posts by this user:\n" + "\n".join(
+        f"- Post {i}: weekend hiking on a budget, trail {i}, cheap gear and long walks." for i in range(12))
+    prompts = [[{"role": "system", "content": profile}, {"role": "user", "content": f"Question {i}: A or B?"}]
+               for i in range(16)]
+    with vllm_module():
+        v = VLLMEngine(str(GEN_MODELS[-1]), dtype="float32", max_length=1024, enable_prefix_caching=True,
+                       disable_log_stats=False, **VLLM_OPTS)
+        v.choice_logprobs(prompts[:1], ["A", "B"])  # the shared profile is computed once...
+        before = prefix_hit_rate(v.llm)
+        v.choice_logprobs(prompts, ["A", "B"])  # ...and read from the cache by every later prompt
+        rate = prefix_hit_rate(v.llm)
+        free(v)
+    return rate >= 0.5, (f"prefix-cache hit rate {rate:.0%} of prompt tokens over 17 choice-scoring prompts "
+                         f"sharing one profile (first prompt alone: {before:.0%})")
+
+
+for fn in (hf_bf16_vs_fp32, throughput, rl_grpo_one_step, vllm_generate, vllm_loglik, vllm_pooling, vllm_prefix_cache):
     check(fn)
 
 device = "CPU (dry mode)" if CPU else torch.cuda.get_device_name(0)

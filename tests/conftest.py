@@ -26,6 +26,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the Hub
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# Every Ray the tests start (prbench's local Ray, the `ray start` head) binds to 127.0.0.1: Ray 2.60
+# turns a loopback node address into the machine's external one (`ray/_private/services.py`,
+# `resolve_ip_for_localhost` -> `get_node_ip_address`) unless ENABLE_RAY_CLUSTER is off
+# (`ray/_private/ray_constants.py`, read at import: set before ray is first imported).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 @pytest.fixture(scope="session")

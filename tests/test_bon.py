@@ -352,3 +352,50 @@ def test_cli_api_and_study_share_one_sample_config(tmp_path, capsys) -> None:
         sample_policy("openai:policy", str(data), tmp_path / "x", n=5000)
     with pytest.raises(PrbenchError, match="did you mean 'top_k'"):
         sample_policy("openai:policy", str(data), tmp_path / "x", topk=2)
+
+
+def test_bon_api_grader_priced_capped_and_resumed(tiny_samples, fake_openai, api_key_env, tmp_path) -> None:
+    from prbench import cost
+    from prbench.cache import Cache
+    from prbench.downstream.grader import load_grader
+
+    srv = fake_openai(lambda body: grading_reply(body["messages"][-1]["content"]))
+
+    def grader():
+        return load_grader("openai:gpt-4.1-mini", cache=Cache(namespace="grades"),
+                           engine_options={"base_url": srv.base_url, "api_key_env": api_key_env[0], "concurrency": 1})
+
+    with pytest.raises(cost.BudgetExceeded):
+        best_of_n(tiny_samples, ["baseline:length"], grader(), out=tmp_path / "b", n_boot=20, max_usd=0.0015)
+    stopped_at = srv.n_posts
+    assert 0 < stopped_at
+    res = best_of_n(tiny_samples, ["baseline:length"], grader(), out=tmp_path / "b", n_boot=20, max_usd=1.0)
+    c = res.summary["cost"]
+    assert srv.n_posts == res.summary["distinct_samples"]  # graded once each: the stop paid nothing twice
+    assert c["requests"] == srv.n_posts and c["usd"] > 0 and c["priced_as"] == "openai:gpt-4.1-mini"  # both runs
+
+
+def test_bon_grades_through_batches_like_synchronous(tiny_samples, api_key_env, tmp_path, monkeypatch) -> None:
+    from prbench.cache import Cache
+    from prbench.downstream.grader import load_grader
+    from prbench.testing.batch_server import serve_batches
+
+    monkeypatch.setenv("PRBENCH_BATCH_POLL", "0.05,0.2")
+    with serve_batches("openai", lambda body: grading_reply(body["messages"][-1]["content"]),
+                       provider="openai") as srv:
+        def run(out: str, **kw):
+            g = load_grader("openai:gpt-4.1-mini", cache=Cache(tmp_path / f"{out}.sqlite", namespace="grades"),
+                            engine_options={"base_url": srv.base_url, "api_key_env": api_key_env[0]})
+            return best_of_n(tiny_samples, ["baseline:length"], g, out=tmp_path / out, n_boot=20, **kw)
+
+        sync = run("sync")
+        n_sync = srv.n_posts
+        res = run("batch", batch=True)
+        assert len(srv.batches) == 1 and not srv.refused
+        assert {r.path for r in srv.records[n_sync:] if r.method == "POST"} == {"/v1/files", "/v1/batches"}
+    strip = ("wall_time_s", "cost", "grader")
+    assert {k: v for k, v in res.summary.items() if k not in strip} == {k: v for k, v in sync.summary.items()
+                                                                          if k not in strip}
+    assert res.summary["grader"]["calls"] == sync.summary["grader"]["calls"]  # the collecting pass is not counted
+    assert (tmp_path / "batch" / "grades.jsonl").read_text() == (tmp_path / "sync" / "grades.jsonl").read_text()
+    assert res.summary["cost"]["batch"] is True

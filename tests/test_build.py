@@ -502,7 +502,8 @@ def test_cli_requires_options_and_runs_subcommands(source: Path, tmp_path: Path)
 
 
 BUILD_OWN_FLAGS = {"source", "generator", "validator", "out", "generator_base_url", "validator_base_url", "no_cache",
-                   "overwrite", "push_to_hub", "quiet", "json_out"}
+                   "overwrite", "push_to_hub", "max_usd", "prices", "batch", "no_wait", "quiet",
+                   "json_out"}
 
 
 def test_cli_options_are_the_settings_fields() -> None:

@@ -264,6 +264,9 @@ def test_ray_workers_match_single_process(data: Path, tiny_rm_dir: Path, tmp_pat
     try:
         multi = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", out=tmp_path / "two", batch_size=2,
                          workers=2, cache=NullCache())
+        import ray
+
+        assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]  # prbench's own Ray: loopback only
     finally:
         shutdown()
     assert multi.summary["accuracy"] == single.summary["accuracy"]

@@ -264,9 +264,12 @@ def test_rmbench_easy_normal_hard(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert s["metrics"]["n"] == 3 and s["n_total"] == 27
     assert s["accuracy"] == pytest.approx(want["average"], abs=1e-12)  # item = mean of its 9 strict wins
     fs = s["metrics"]["format_score"]
-    for key in ("hard", "normal", "easy", "average"):
-        assert fs[key] == pytest.approx(want[key], abs=1e-12), key
+    for key in ("hard", "normal", "easy", "average"):  # prbench's pooled grid, labelled as prbench's
+        assert fs["prbench_pooled"][key] == pytest.approx(want[key], abs=1e-12), key
     assert fs["hard"] < fs["easy"]  # the fixture's styled responses are longer: a length RM fails hard cells
+    # one item per domain here, so RM-Bench's mean over domains equals the pool (tests/test_formats_parity.py
+    # holds the fixtures where they differ)
+    assert fs["value"] == pytest.approx(want["average"], abs=1e-12)
 
 
 @pytest.mark.parametrize("name,fmt,n", [("lamp", "lamp", 2), ("longlamp.jsonl", "longlamp", 2),
@@ -332,6 +335,13 @@ BAD = {
     "psoups bad preference": ("psoups", {"user_input": "q", "completion_a": "a", "completion_b": "b",
                                          "dimension": "P1A", "preference": 3}, "preference"),
     "dsp missing domain": ("dsp", {"query": "q", "responses": {"academy": "a"}}, "responses.business"),
+    "judgebench tie label": ("judgebench", {"pair_id": "p", "source": "livecodebench", "question": "q",
+                                            "response_A": "a", "response_B": "b", "label": "A=B"}, "label"),
+    "rmb empty reject": ("rmb", {"pair_uid": "1", "conversation_input": [{"role": "user", "content": "q"}],
+                                 "chosen": {"llm_name": "m", "answer": "a"}, "reject": {"llm_name": "n", "answer": ""},
+                                 "category_path": "Pairwise_set/Harmlessness/S5"}, "reject.answer"),
+    "dsp infinite score": ("dsp", {"text": ["\n\nHuman: q\n\nAssistant: a", "\n\nHuman: q\n\nAssistant: b"],
+                                   "score": [1.0, float("inf")]}, "score[1]"),
     "rewardbench blank chosen": ("rewardbench", {"id": 1, "prompt": "p", "chosen": " ", "rejected": "r",
                                                  "subset": "math-prm"}, "chosen"),
 }

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
-CHECKS = ("hf_bf16_vs_fp32", "throughput", "rl_grpo_one_step", "vllm_generate", "vllm_loglik", "vllm_pooling")
+CHECKS = ("hf_bf16_vs_fp32", "throughput", "rl_grpo_one_step", "vllm_generate", "vllm_loglik", "vllm_pooling",
+          "vllm_prefix_cache")
 
 
 def test_bash_syntax_and_usage() -> None:

@@ -166,13 +166,15 @@ def test_invalid_items_get_the_fallback_and_are_counted(policy_tok, items) -> No
     assert stats["invalid_reasons"] == {"rm_failed": 1, "bad_label": 2, "no_response": 1}
 
 
-def test_without_policy_template_every_item_is_counted_invalid(policy_tok, items) -> None:
+def test_without_policy_template_openrlhf_requests_get_422_naming_the_flag(policy_tok, items) -> None:
+    """Not a fallback 0.0 per item (a PPO run would train on zeros): the request is refused, the flag named."""
     rows = openrlhf_rows(items[:1], condition="none")
     q, p, lab = rollout(policy_tok, rows[0], "fine")
     with ThreadedServer(create_app(load_rm("baseline:length"), "none")) as srv:
-        body = openrlhf_post(f"{srv.base_url}/get_reward", [q], [p], [lab])["raw"]
-        assert body["rewards"] == [0.0] and body["extra_logs"]["prbench_invalid"] == [1.0]
-        assert httpx.get(f"{srv.base_url}/stats").json()["invalid_reasons"] == {"no_policy_template": 1}
+        r = httpx.post(f"{srv.base_url}/get_reward", json={"query": [q], "prompts": [p], "labels": [lab]})
+        assert r.status_code == 422 and "--policy-template" in r.json()["detail"]
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+        assert stats["fallback"] == 0 and stats["rejected_by_status"] == {"422": 1}
 
 
 def test_with_a_token_openrlhf_requests_are_refused(policy_tok, items) -> None:

@@ -94,9 +94,9 @@ def test_torchrun_two_cpu_processes_train_bt(tiny_rm, tmp_path) -> None:
                          check=False, capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     reports = [json.loads(chunk) for chunk in _json_objects(res.stdout)]
-    assert len(reports) == 2  # both ranks trained
+    assert len(reports) == 1  # rank 0 alone reports
     # 8 pairs, 2 per device per step: 2 steps are one epoch only if 2 ranks split the data (alone: 0.5)
-    assert all(r["final"]["epoch"] == 1.0 for r in reports)
+    assert reports[0]["final"]["epoch"] == 1.0
     meta = json.loads((out / "prbench_rm.json").read_text())
     assert meta["train"]["pairs"] == 8 and (out / "model.safetensors").is_file()
 

@@ -194,7 +194,7 @@ def test_pal_folder_identity_adaptation_and_safe_loading(synth, embed_cache, tmp
     out = tmp_path / "pal"
     train_pal(synth["train"], out, PALConfig(epochs=5, seed=0), adapt_pairs=synth["adapt"], cache=embed_cache)
     assert {f.name for f in out.iterdir()} == {"config.json", "model.safetensors", "prbench_rm.json",
-                                               "train_log.jsonl"}
+                                               "train_log.jsonl", "prbench_manifest.json"}
     rm = load_rm(f"pal:{out}", encoder_cache=embed_cache)
     assert isinstance(rm, PALReward) and rm.spec == f"pal:{out}"
     trained = synth["train"][:6]

@@ -55,7 +55,8 @@ def judge_reply(body: dict[str, Any]) -> str:
 
 def test_profiles_follow_host_then_model_family() -> None:
     assert profile(None, "gpt-5.1", "https://api.openai.com/v1").token_param == "max_completion_tokens"
-    assert profile(None, "gpt-5.1", "https://api.openai.com/v1").sampling == "default"
+    assert profile(None, "gpt-5.1", "https://api.openai.com/v1").sampling == "both"  # effort none samples
+    assert profile(None, "gpt-5", "https://api.openai.com/v1").sampling == "default"
     assert profile(None, "gpt-4o-mini", "https://api.openai.com/v1").sampling == "both"
     assert profile(None, "claude-sonnet-4-6", "https://api.anthropic.com/v1/").sampling == "one"
     assert profile(None, "claude-3-7-sonnet-latest", "http://127.0.0.1:1/v1").sampling == "both"
@@ -140,7 +141,7 @@ def test_generic_requests_fail_against_strict_modes(fake_openai, api_key_env, tm
 @pytest.mark.parametrize("provider", ["anthropic", "gemini", "openai"])
 def test_likelihood_judge_without_logprobs_fails_at_start(fake_openai, api_key_env, tmp_path, provider) -> None:
     srv = fake_openai(judge_reply, provider=provider)
-    model = {"anthropic": "claude-sonnet-4-6", "gemini": "gemini-3-flash", "openai": "gpt-5.1"}[provider]
+    model = {"anthropic": "claude-sonnet-4-6", "gemini": "gemini-3-flash", "openai": "gpt-5"}[provider]
     with pytest.raises(SpecError, match="no logprobs") as err:
         evaluate(f"judge:openai:{model}", records_file(tmp_path), "none", n_boot=10,
                  model_options={"base_url": srv.base_url, "api_key_env": api_key_env[0], "mode": "likelihood"})
@@ -203,3 +204,32 @@ def test_cli_provider_options(fake_openai, api_key_env, tmp_path, capsys) -> Non
     code, out, err = run_cli(capsys, "eval", "-m", "judge:openai:m", "--data", data, "--base-url",
                              "https://YOUR-ENDPOINT/v1", "--quiet", "--out", str(tmp_path / "c"))
     assert code != 0 and "placeholder" in out + err and "idna" not in out + err
+
+
+def test_vllm_server_requests_carry_the_offline_engines_sampling_fields(fake_openai, api_key_env) -> None:
+    """`vllm serve` fills omitted fields from generation_config.json (vLLM 0.33 chat_completion/protocol.py,
+    `to_sampling_params`); with provider vllm every field the offline `vllm:` engine sets is sent, neutral
+    values included, under names vLLM 0.33's ChatCompletionRequest reads (so none is ignored)."""
+    from prbench.engines.vllm_engine import sampling_kwargs
+
+    vllm_chat = json.loads((Path(__file__).parent / "data" / "vllm" / "openai-chat-request-0.33.0.json").read_text())
+    greedy, custom = GenParams(max_new_tokens=5), GenParams(max_new_tokens=5, temperature=0.7, top_k=40,
+                                                            repetition_penalty=1.1)
+    srv = fake_openai(lambda body: "ok", provider="vllm")
+    eng = OpenAIEngine("Qwen/Qwen2.5-0.5B-Instruct", base_url=srv.base_url, api_key_env=api_key_env[0],
+                       provider="vllm")
+    eng.generate([MSG], greedy)
+    eng.generate([MSG], custom)
+    for body, g in zip(srv.requests, (greedy, custom)):
+        assert set(body) <= set(vllm_chat["fields"]), sorted(set(body) - set(vllm_chat["fields"]))
+        offline = sampling_kwargs(g)
+        for name in ("temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_tokens"):
+            assert body[name] == offline[name], name
+        assert body["min_p"] == 0.0  # SamplingParams' default offline; the server would use generation_config's
+        assert body["top_k"] >= -1 and 0.0 <= body["min_p"] <= 1.0  # vLLM 0.33 SamplingParams._verify_args
+    # never to other servers: the real OpenAI API refuses these fields (strict mode), generic gets none neutral
+    openai_srv = fake_openai(lambda body: "ok", provider="openai")
+    OpenAIEngine("gpt-4.1", base_url=openai_srv.base_url, api_key_env=api_key_env[0], provider="openai").generate(
+        [MSG], greedy)
+    assert openai_srv.refused == [] and not {"top_k", "min_p", "repetition_penalty"} & set(openai_srv.requests[0])
+    assert chat_request(profile("generic", "m"), "m", MSG, greedy)[1] == {}

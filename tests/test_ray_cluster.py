@@ -1,7 +1,8 @@
 """Ray as users run it: a cluster reached through RAY_ADDRESS, an actor killed mid-run, actors released.
 
 One local cluster for the module (`ray start --head --block` in its own process group, ~20 s on
-2 cores), with its own auth token, temp dir and ports so it never touches another Ray on the machine;
+2 cores), bound to 127.0.0.1 (`--node-ip-address`; never the machine's external interface), with
+its own auth token, temp dir and ports so it never touches another Ray on the machine;
 the driver reaches it only through RAY_ADDRESS (as inside `ray job submit` or a KubeRay pod).
 Teardown kills that process group only.
 """
@@ -23,7 +24,8 @@ import pytest
 
 from prbench import evaluate
 from prbench.cache import NullCache
-from prbench.distributed import default_gpus, shutdown
+from prbench.distributed import connect, default_gpus, shutdown
+from prbench.errors import PrbenchError
 from prbench.testing.records import make_records
 
 PLUGIN = Path(__file__).parent / "data" / "ray" / "dying_rm.py"
@@ -69,7 +71,7 @@ def cluster():
     port, node, objects, agent, agent_grpc, runtime_env, metrics = free_ports(7)
     log = temp / "head.log"
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": os.urandom(16).hex()}
-    args = [RAY, "start", "--head", "--block", "--num-cpus=2", "--num-gpus=0", f"--port={port}",
+    args = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0", f"--port={port}",
             f"--temp-dir={temp}", f"--node-manager-port={node}", f"--object-manager-port={objects}",
             f"--dashboard-agent-listen-port={agent}",
             f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={runtime_env}",
@@ -130,6 +132,7 @@ def test_ray_address_run_and_an_actor_killed_mid_run_give_single_process_bytes(c
     # 1. RAY_ADDRESS only (no --ray-address): joins the cluster without asking for num_cpus
     joined = evaluate(SPEC, str(data), "profile", out=tmp_path / "two", batch_size=1, cache=NullCache(), workers=2)
     assert ray.is_initialized() and ray.cluster_resources()["CPU"] == 2  # the existing cluster, not a new one
+    assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]  # bound to loopback only
     assert free_cpus(ray) == 2  # both actors released
     assert (joined.path / "examples.jsonl").read_bytes() == (single.path / "examples.jsonl").read_bytes()
     # 2. one actor process dies while scoring the third chunk (of four): restarted, chunk resubmitted
@@ -147,3 +150,44 @@ def test_default_gpu_share() -> None:
     assert default_gpus(0, 4) == 0.0
     assert default_gpus(1, 4) == 0.25  # fewer GPUs than workers: shares, not all on cuda:0 unreserved
     assert default_gpus(8, 2) == 1.0
+
+
+def test_a_dashboard_address_gets_one_line_naming_what_ray_init_joins(monkeypatch) -> None:
+    """`RAY_ADDRESS=http://head:8265` (the `ray job submit` form) fails inside ray.init with "Invalid
+    address format"; prbench says which forms ray.init joins, before Ray starts anything."""
+    import ray
+
+    shutdown()  # the cluster test may have left this process joined
+    monkeypatch.setenv("RAY_ADDRESS", "http://10.0.0.5:8265")
+    with pytest.raises(PrbenchError) as err:
+        connect(ray, None, 2)
+    msg = str(err.value)
+    assert msg.startswith("RAY_ADDRESS=http://10.0.0.5:8265 is the Ray dashboard") and "\n" not in msg
+    assert all(form in msg for form in ("auto", "<head>:6379", "ray://<head>:10001"))
+    with pytest.raises(PrbenchError, match="^--ray-address=https://h:8265 "):
+        connect(ray, "https://h:8265", 2)
+    assert not ray.is_initialized()
+
+
+def test_docs_runtime_env_ships_the_wheel_make_builds(tmp_path) -> None:
+    """docs/ray.md's runtime_env passes Ray's own RuntimeEnv validation (ray 2.60 runtime_env/runtime_env.py:
+    `pip` as {"packages", "pip_install_options"}) and names the wheel `make wheel` writes to dist/."""
+    import re
+    import zipfile
+
+    from ray.runtime_env import RuntimeEnv
+
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "ray.md").read_text(encoding="utf-8")
+    [env_json] = re.findall(r"--runtime-env-json \\\n\s*'(.*?)'", docs)  # the only one: no `{"pip": ["prbench[..]"]}`
+    env = RuntimeEnv(**json.loads(env_json))
+    [wheel_path] = env["pip"]["packages"]
+    assert env["pip"]["pip_install_options"] == ["--no-index"]
+    make = (root / "Makefile").read_text(encoding="utf-8")
+    assert "$(PIP) wheel -q --no-deps --no-build-isolation -w dist ." in make
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path), str(root)], check=True, capture_output=True, timeout=300)
+    [built] = tmp_path.glob("prbench-*.whl")
+    assert Path(wheel_path).name == built.name  # the docs name the file make wheel writes
+    names = zipfile.ZipFile(built).namelist()
+    assert "prbench/prompts/policy_answer.txt" in names and "prbench/presets/demo.yaml" in names

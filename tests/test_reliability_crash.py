@@ -208,7 +208,7 @@ def test_kill_build_and_resume(world: dict[str, Any], fake_openai, monkeypatch: 
     assert json.loads((crash / "build" / "summary.json").read_text())["resumed_from"] >= 2
     run_in_process(*args(tmp / "clean"))
     assert_clean_jsonl(crash / "build" / "examples.jsonl", [f"ex-{i:03d}" for i in range(10)])
-    volatile = {Path("build/summary.json"), Path("build/config.json")}
+    volatile = {Path("build/summary.json"), Path("build/config.json"), Path("build/cost.json")}  # spend: a crash pays more
     crash_files = {p.relative_to(crash) for p in crash.rglob("*") if p.is_file()} - volatile
     clean_files = {p.relative_to(tmp / "clean") for p in (tmp / "clean").rglob("*") if p.is_file()} - volatile
     assert crash_files == clean_files and Path("build/examples.jsonl") in crash_files

@@ -232,15 +232,20 @@ def _closed(s: socket.socket) -> bool:
         return False
 
 
-def test_connection_cap_and_header_timeout_free_descriptors() -> None:
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_connection_cap_and_header_timeout_free_descriptors(parser, monkeypatch) -> None:
     from prbench.downstream.server import Limits
+
+    if parser == "h11":  # the guard's fallback where httptools is not installed
+        monkeypatch.setitem(sys.modules, "httptools", None)
 
     limits = Limits(max_connections=4, header_timeout=0.6, body_timeout=5, idle_timeout=5)
     with ThreadedServer(create_app(load_rm("baseline:length"), "none"), limits=limits) as srv:
         idle = [_raw(srv.port) for _ in range(4)]
         time.sleep(0.1)
         over = _raw(srv.port)
-        assert over.recv(4096).startswith(b"HTTP/1.1 503")  # answered and closed at once
+        busy = over.recv(4096)
+        assert busy.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in busy  # answered and closed at once
         assert _closed(over)
         slow = idle[0]
         slow.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")  # headers never finish
@@ -248,6 +253,7 @@ def test_connection_cap_and_header_timeout_free_descriptors() -> None:
         assert all(_closed(s) for s in idle)  # idle and slow clients are dropped after header_timeout
         assert time.time() - t0 < 4
         assert httpx.get(f"{srv.base_url}/health", timeout=5).status_code == 200
+        assert httpx.get(f"{srv.base_url}/stats", timeout=5).json()["rejected_by_status"] == {"503": 1}
         for s in [*idle, over]:
             s.close()
 
@@ -304,3 +310,128 @@ def test_urls_are_redacted() -> None:
         "http://REDACTED@host:8000/v1?api_key=REDACTED&model=m&token=REDACTED"
     assert redact_url("https://host/v1") == "https://host/v1"
     assert "sekrit" not in redact_url("http://h/?Signature=sekrit&X-Amz-Credential=sekrit")
+
+
+# -- batching, admission, clients under load (issue 27) ------------------------------------------
+class SlowLength(PointwiseRM):
+    """Word count after `delay` s per call (a busy GPU): keeps the queue full for the admission tests."""
+
+    spec = "test:slow-length"
+
+    def __init__(self, delay: float):
+        self.delay = delay
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        time.sleep(self.delay)
+        return [Score(float(len(r.split()))) for _, r in batch]
+
+
+def test_burst_past_the_queue_is_503_with_retry_after_and_counted() -> None:
+    import asyncio
+
+    from prbench.downstream.batcher import Batching
+
+    app = create_app(SlowLength(0.3), "none", batching=Batching(max_items=2, max_wait_ms=0, queue_items=4))
+    with ThreadedServer(app) as srv:
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=srv.base_url, timeout=30,
+                                         limits=httpx.Limits(max_connections=40)) as http:
+                return await asyncio.gather(*[http.post("/score", json={"items": [{"query": "q", "response": "a " * k}]})
+                                              for k in range(1, 21)])
+
+        replies = asyncio.run(burst())
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+    busy = [r for r in replies if r.status_code == 503]
+    ok = [r for r in replies if r.status_code == 200]
+    assert len(busy) + len(ok) == 20 and busy and len(ok) >= 4
+    assert all(int(r.headers["retry-after"]) >= 1 and "queue full" in r.json()["detail"] for r in busy)
+    assert all(r.json()["scores"] == [float(k)] for k, r in enumerate(replies, 1) if r.status_code == 200)
+    assert stats["overloaded"] == {"requests": len(busy), "items": len(busy)}
+    assert stats["rejected_by_status"] == {"503": len(busy)} and stats["served"] == len(ok)
+    assert stats["queued"] == 0 and stats["batch_size"]["max"] <= 2
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_scores_in_order(examples, tiny_rm) -> None:
+    import asyncio
+
+    ret = load_retriever("bm25")
+    reqs = [[payload_item(ex, f"{ex.chosen} {k}") for k in range(1 + n % 4)] for n, ex in enumerate(examples * 3)]
+    direct = [[s.value for s in tiny_rm.score([(build_view(ex, "profile", retriever=ret, top_k=3), it["response"])
+                                                for it in req])] for req, ex in zip(reqs, examples * 3)]
+    with ThreadedServer(create_app(tiny_rm, "profile", top_k=3)) as srv:
+        async def all_at_once() -> list[dict]:
+            async with httpx.AsyncClient(base_url=srv.base_url, timeout=60) as http:
+                rs = await asyncio.gather(*[http.post("/score", json={"items": req}) for req in reqs])
+            return [r.json() for r in rs]
+
+        got = asyncio.run(all_at_once())
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+    for body, want in zip(got, direct):
+        assert body["scores"] == pytest.approx(want, abs=1e-5)
+    assert stats["served"] == sum(map(len, reqs)) and stats["batches"] < len(reqs)
+
+
+def test_client_retries_503_then_succeeds_and_fails_with_one_clear_error(monkeypatch) -> None:
+    from prbench.downstream.batcher import Batching
+    from prbench.integrations.client import RewardClient, retry_delay
+
+    assert 2.0 <= retry_delay(0, "2") <= 2.25 and 0 <= retry_delay(3, None) <= 2.0
+    row = ({"id": "x", "question": "q", "profile": []}, "one two three")
+    app = create_app(SlowLength(0.2), "none", batching=Batching(max_items=1, max_wait_ms=0, queue_items=1))
+    with ThreadedServer(app) as srv:
+        client = RewardClient(url=srv.base_url, concurrency=8, retry_s=30)
+        import concurrent.futures as cf
+
+        with cf.ThreadPoolExecutor(6) as pool:
+            got = list(pool.map(lambda _: client.score([row]), range(6)))
+        stats = httpx.get(f"{srv.base_url}/stats").json()
+    assert got == [[(3.0, True)]] * 6 and stats["overloaded"]["requests"] >= 1  # some were refused, then retried
+    dead = RewardClient(url=f"http://127.0.0.1:{_free_port()}", retry_s=0.5)
+    with pytest.raises(PrbenchError, match=r"failed \d+ times .*ConnectError.*no reward is made up"):
+        dead.score([row])
+    import asyncio
+
+    with pytest.raises(PrbenchError, match="no reward is made up"):
+        asyncio.run(dead.ascore([row]))
+
+
+def test_engine_option_reaches_the_hf_classifier_loader(monkeypatch) -> None:
+    """`--engine` is handed to the `hf:` RM loader (vLLM's classify path), not dropped."""
+    from typer.testing import CliRunner
+
+    from prbench.cli import _register, app
+    from prbench.registry import REWARDS
+
+    seen = {}
+
+    def refuse(rest, engine="transformers", **options):  # record what the CLI asked for, load nothing
+        seen.update(engine=engine, **options)
+        raise PrbenchError(f"stop after recording engine={engine}")
+
+    monkeypatch.setitem(REWARDS._resolved, "hf", refuse)  # the factory `hf:` resolves to, for this test only
+    _register()
+    monkeypatch.delenv("PRBENCH_REWARD_TOKEN", raising=False)
+    res = CliRunner().invoke(app, ["serve-reward", "--rm", "hf:some/dir", "--engine", "vllm", "--batch-size", "8"])
+    assert res.exit_code != 0 and "engine=vllm" in str(res.exception or res.output)
+    assert seen["engine"] == "vllm" and seen["batch_size"] == 8
+
+
+def test_open_file_limit_is_raised_to_fit_the_connection_cap_or_named(caplog) -> None:
+    import logging
+    import resource
+
+    from prbench.downstream.server import Limits, check_fd_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        check_fd_limit(Limits(max_connections=min(2000, top - 256)))
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(2000, top - 256) + 256
+        if hard != resource.RLIM_INFINITY:
+            with caplog.at_level(logging.WARNING, logger="prbench.downstream.server"):
+                check_fd_limit(Limits(max_connections=top))  # more than the hard limit allows
+            assert f"ulimit -n {top + 256}" in caplog.text
+            assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard  # raised as far as allowed
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

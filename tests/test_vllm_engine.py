@@ -212,9 +212,14 @@ def test_vllm_engine_matches_transformers(vllm_mod, tiny_lm, tiny_engine) -> Non
     reqs = [(m, "an answer") for m in msgs]
     for a, b in zip(eng.loglik(reqs), tiny_engine.loglik(reqs)):
         assert a == pytest.approx(b, abs=1e-4)
+    vllm_mod.calls.clear()
     got, want = eng.choice_logprobs(msgs, ["A", "B"]), tiny_engine.choice_logprobs(msgs, ["A", "B"])
     for a, b in zip(got, want):  # exact, even where A/B are outside vLLM's top-20 logprobs
         assert a == pytest.approx(b, abs=1e-4) and all(math.isfinite(v) for v in a.values())
+    if vllm_mod.__version__ == "0.33.0":  # logprob_token_ids: one request per prompt, no prompt log-probs
+        assert vllm_mod.calls == [("generate", 2)]
+    else:  # 0.10.1.1: prompt + [token] per spelling variant, with prompt_logprobs
+        assert vllm_mod.calls[0][1] > 2
     sampled = [GenParams(max_new_tokens=5, temperature=1.0, seed=s) for s in (1, 1, 2)]
     texts = [g.text for g in eng.generate([msgs[0]] * 3, sampled)]
     assert texts[0] == texts[1]  # seeded per request

@@ -19,14 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from prbench import interrupt, metrics
+from prbench import cost, interrupt, metrics
 from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view, read_planner_file
+from prbench.conditions import build_view, no_context_failure, read_planner_file
 from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
+from prbench.engines.batch import ReadOnly
 from prbench.errors import PrbenchError
-from prbench.fingerprint import spec_digest
+from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
@@ -34,7 +35,7 @@ from prbench.rewards.base import (
     capabilities,
     load_rm,
 )
-from prbench.runs import RunDir, refuse_secrets, slug
+from prbench.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.schema import Example
 from prbench.scoring import SIDE_CREDIT, chunk_records
 from prbench.version import __version__
@@ -90,7 +91,8 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     shares = any("item" in r for r in pairs)  # item credits under a rule may be any share in [0, 1]
     valid = [r for r in records if r.get("credit") is not None]
     credits = np.array([r["credit"] for r in valid], dtype=float)
-    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot, shares=shares)
+    acc = metrics.accuracy_summary(credits, seed=seed, n_boot=n_boot, shares=shares,
+                                   strict=metrics.strict_credits(valid) if shares else None)
     by_cat: dict[str, list[float]] = {}
     for r in valid:
         by_cat.setdefault(r["category"], []).append(r["credit"])
@@ -111,6 +113,8 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     margins = [r["margin"] for r in valid if "margin" in r]
     if margins:
         out["mean_margin"] = float(np.mean(margins))
+    if any(r.get("condition", "none") != "none" for r in pairs):  # records the condition found no context for
+        out["n_no_context"] = sum(1 for r in pairs if r.get("no_context"))
     trunc = [r["truncated"] for r in pairs]
     out["truncated_inputs"] = int(sum(sum(t.values()) if isinstance(t, dict) else bool(t) for t in trunc))
     if any("verdicts" in r for r in pairs):
@@ -145,6 +149,21 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- driver ---------------------------------------------------------------------------------
+def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Example]:
+    """Every item of the data's split (no --limit, no --categories): the donors of the wrong-* controls."""
+    return list(iter_examples(data, split=s.split, format=s.format) if isinstance(data, str) else data)
+
+
+def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
+             collect: Callable[[], Any]) -> Any:
+    """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
+    from prbench.engines.batch import optional
+
+    if on and (rm is None or run is None):
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    return optional(on, rm, run.path if run else None, collect, wait=wait, retry_failed=retry_failed)
+
+
 def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
     """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
     ident = spec + (json.dumps(options, sort_keys=True, default=str) if options else "")
@@ -165,6 +184,10 @@ def evaluate(
     retry_failed: bool = False,
     repair: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    max_usd: float | None = None,
+    prices: str | Path | None = None,
+    batch: bool = False,
+    wait: bool = True,
     **given: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
@@ -172,7 +195,9 @@ def evaluate(
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
     run costs no model load) or a ready RewardModel (reused across conditions). `settings`
     (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
-    `ray_address`, chunks are scored by Ray actors (spec strings only).
+    `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
+    the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
+    `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
     """
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
@@ -180,7 +205,7 @@ def evaluate(
     spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
     items = _Items(data, s)  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
-    run = _open_run(out, model, spec, items.name, s, options, overwrite, repair) if out else None
+    run = _open_run(out, model, spec, data, s, options, overwrite, repair) if out else None
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
     done = run.done_ids() if run else set()
@@ -190,10 +215,15 @@ def evaluate(
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
     if on_progress:
         on_progress(len(items.order) - n_todo, len(items.order))  # data read and valid: the count is known before the model loads
-    rm, batches = _score_batches(model, s, options, items, done, n_todo, cache, keep_retrieval=out is not None)
-    fresh = _append_all(batches, run, s.condition, len(done), len(items.order), on_progress)
+    rm, make_chunks, batches = _score_batches(model, s, options, items, done, n_todo, cache,
+                                              keep_retrieval=out is not None)
+    with cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch) as ledger, \
+            _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
+                     lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
+                              for exs, vs in make_chunks()]):
+        fresh = _append_all(batches, run, s.condition, len(done), items.order, on_progress, ledger)
     records = _in_order(run, fresh, items.order)
-    summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done))
+    summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done), ledger=ledger)
     if run:
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
@@ -226,9 +256,10 @@ def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def _open_run(out: str | Path, model: str | RewardModel, spec: str, data_name: str, s: EvalSettings,
+def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | Sequence[Example], s: EvalSettings,
               options: dict[str, Any], overwrite: bool, repair: bool) -> RunDir:
     """The run folder, its config.json being what decides the results (batch size, workers and Ray do not)."""
+    data_name = data if isinstance(data, str) else "<in-memory>"
     config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker"},
                           model=spec, data=data_name, model_options=options)
     config["categories"] = config["categories"] or None
@@ -236,13 +267,17 @@ def _open_run(out: str | Path, model: str | RewardModel, spec: str, data_name: s
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
         config["format"] = s.format
+    if isinstance(data, str) and (digest := data_digest(data)):
+        config["data_digest"] = digest  # other or edited data under the same name: a named change, never old numbers
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
     return RunDir(run_path(out, spec, data_name, s.condition, identity), config, overwrite, repair)
 
 
 def _score_batches(model: str | RewardModel, s: EvalSettings, options: dict[str, Any], items: _Items, done: set[str],
-                   n_todo: int, cache: Cache, keep_retrieval: bool) -> tuple[RewardModel | None, Iterator[list[dict]]]:
-    """(the RM, or None when Ray actors load it; the scored records of what is still to do, one list per RM call)."""
+                   n_todo: int, cache: Cache, keep_retrieval: bool
+                   ) -> tuple[RewardModel | None, Callable[[], Iterator[Any]], Iterator[list[dict]]]:
+    """(the RM, or None when Ray actors load it; a maker of the (examples, views) chunks still to do; their
+    scored records, one list per RM call)."""
     distributed = s.workers > 1 or s.ray_address is not None
     if distributed and not isinstance(model, str):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
@@ -252,24 +287,29 @@ def _score_batches(model: str | RewardModel, s: EvalSettings, options: dict[str,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
                  "max_context_chars": s.max_context_chars,
                  "cache": Cache(namespace="retrieval") if keep_retrieval and not isinstance(cache, NullCache) else None,
-                 # wrong-profile draws donors from every item, so only it holds the whole set
-                 "pool": list(items.stream()) if s.condition.startswith("wrong-") and n_todo else ()}
+                 # wrong-* draw donors from every item of the split, never only the filtered ones, so
+                 # --limit and --categories change no record's donor
+                 "pool": _donor_pool(items.data, s) if s.condition.startswith("wrong-") and n_todo else ()}
     step = max(s.batch_size, 1) * 4  # one RM call per append: an interrupt loses at most the call in flight
-    todo = (ex for ex in items.stream() if ex.id not in done)
-    chunks = ((part, [build_view(ex, s.condition, **view_args) for ex in part])
-              for part in iter(lambda: list(islice(todo, step)), []))
+
+    def make_chunks() -> Iterator[tuple[list[Example], list[Any]]]:
+        todo = (ex for ex in items.stream() if ex.id not in done)
+        return ((part, [build_view(ex, s.condition, **view_args) for ex in part])
+                for part in iter(lambda: list(islice(todo, step)), []))
+
     if not distributed:
-        return rm, (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
+        return rm, make_chunks, (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in make_chunks())
     from prbench.distributed import ray_chunks
 
-    return None, ray_chunks(str(model), rm_options, chunks, workers=max(s.workers, 1), seed=s.seed,
+    return None, make_chunks, ray_chunks(str(model), rm_options, make_chunks(), workers=max(s.workers, 1), seed=s.seed,
                             both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
 
 
-def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: str, n_done: int, n_items: int,
-                on_progress: Callable[[int, int], None] | None) -> list[dict]:
-    """Each batch stamped with its condition and appended (fsynced) as it comes; an interrupt keeps what is on disk."""
+def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: str, n_done: int,
+                order: dict[str, int], on_progress: Callable[[int, int], None] | None, ledger: Any) -> list[dict]:
+    """Each batch stamped with its condition and appended (fsynced, with the spend so far) as it comes; an
+    interrupt keeps what is on disk."""
     fresh: list[dict] = []
     try:
         for recs in batches:
@@ -277,25 +317,17 @@ def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: st
                 r["condition"] = condition
             if run:
                 run.append(recs)
+                cost.save(ledger, run.path)
             fresh.extend(recs)
             if on_progress:
-                on_progress(n_done + len(fresh), n_items)
+                on_progress(n_done + len(fresh), len(order))
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
         where = f" in {run.path}" if run else " (no --out: nothing kept)"
-        interrupt.note(exc, f"{_saved(run, n_done + len(fresh))} of {n_items} items saved{where}")
+        # counted from the folder: a signal between the fsynced append and `fresh` must not under-count
+        saved = sum(r["id"] in order for r in scan_records(run.examples_path)[0]) if run else 0
+        interrupt.note(exc, f"{saved} of {len(order)} items saved{where}")
         raise
     return fresh
-
-
-def _saved(run: RunDir | None, counted: int) -> int:
-    """Records on disk after an interrupt: the file, not the count, since a signal can land between a batch's
-    fsync and its count."""
-    if run is None:
-        return counted
-    try:
-        return len(run.done_ids())
-    except PrbenchError:
-        return counted
 
 
 def _in_order(run: RunDir | None, fresh: list[dict], order: dict[str, int]) -> list[dict]:
@@ -308,11 +340,13 @@ def _in_order(run: RunDir | None, fresh: list[dict], order: dict[str, int]) -> l
 
 
 def _summary(records: list[dict], rm: RewardModel | None, spec: str, data_name: str, s: EvalSettings, *,
-             started: float, resumed_from: int) -> dict[str, Any]:
+             started: float, resumed_from: int, ledger: Any) -> dict[str, Any]:
     """The run's summary.json: metrics, what was run, on what, with which versions."""
     from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
 
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
+    if why := no_context_failure(s.condition, m.get("n_no_context", 0), len(records)):
+        raise PrbenchError(why)
     summary = stamp("eval", {
         "model": rm.name if rm is not None else spec, "spec": spec, "data": data_name, "condition": s.condition,
         "seed": s.seed, "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
@@ -321,6 +355,7 @@ def _summary(records: list[dict], rm: RewardModel | None, spec: str, data_name: 
         "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
                        else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
         "versions": _versions(), "wall_time_s": round(time.time() - started, 3), "resumed_from": resumed_from,
+        "cost": ledger.summary() if ledger is not None else None,
     })
     summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
     return summary

@@ -180,10 +180,13 @@ def eligible_history(example: SourceItem, history: Sequence[HistoryPair]) -> lis
     """History pairs that may be shown for `example`: never the judged pair, never a later one.
 
     The judged pair is recognised by id (the pair's or its item's) and by content (same prompt
-    with the same chosen and rejected), so a reader that copied it into history cannot leak it.
+    with the same two responses, in either order: a swapped copy would tell the answer just as
+    well), so a reader that copied it into history cannot leak it. Order is by real times only:
+    when the judged pair has a time, an untimed history pair is never "earlier".
     """
     judged = _judged_keys(example)
-    texts = {(example.question, getattr(example, "chosen", None), getattr(example, "rejected", None))}
+    chosen, rejected = getattr(example, "chosen", None), getattr(example, "rejected", None)
+    texts = {(example.question, chosen, rejected), (example.question, rejected, chosen)}
     out = []
     for h in history:
         if h.id in judged or (h.prompt, h.chosen, h.rejected) in texts:
@@ -234,11 +237,8 @@ def build_view(
         donor = _donor(example, pool, seed, condition)
         pairs = _top_history(example, donor.history, retriever, top_k, cache)
         return View(**base, user_id=donor.user_id or donor.id, pairs=pairs, meta={"donor": donor.id})
-    if condition == "persona":
-        if not example.persona.strip():
-            raise PrbenchError(f"condition 'persona': example {example.id!r} has no stated preferences or "
-                               "self-description (its format does not provide one)")
-        return View(**base, user_id=uid, persona=example.persona)
+    if condition == "persona":  # a user without one is recorded as `no_context` (see no_context_failure)
+        return View(**base, user_id=uid, persona=example.persona.strip() and example.persona)
     if condition == "wrong-persona":
         donor = _donor(example, pool, seed, condition)
         return View(**base, user_id=donor.user_id or donor.id, persona=donor.persona, meta={"donor": donor.id})
@@ -253,6 +253,27 @@ def build_view(
         return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
                                                        for a in planner[example.id]))
     raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(ALL_CONDITIONS)})")
+
+
+_NO_CONTEXT_HINT = {
+    "history": "no record has earlier pairs of its user: the data carries no history (formats that do: prism, "
+               "personalrewardbench, prb with a history field)",
+    "persona": "no record has stated preferences or a self-description of its user (a PRISM folder needs its "
+               "survey.jsonl)",
+    "profile": "no record has profile posts of its user",
+}
+
+
+def no_context_failure(condition: str, n_no_context: int, n_total: int) -> str | None:
+    """Why a run under `condition` is not a measurement of it: no record had any context to show.
+
+    Such a run would report the `none` number under the condition's name; a run where only some
+    records lacked context is kept, with `no_context` on those records and counted in the summary.
+    """
+    if condition == "none" or not n_total or n_no_context < n_total:
+        return None
+    hint = _NO_CONTEXT_HINT.get(condition.removeprefix("wrong-"), "nothing of any user to show")
+    return f"condition {condition!r}: all {n_total} records were scored without context ({hint}); use -c none"
 
 
 def build_views(examples: Sequence[SourceItem], condition: str, **kwargs) -> list[View]:

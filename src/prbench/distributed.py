@@ -17,8 +17,8 @@ Clusters as users run them:
   where it can instead of all of them loading onto cuda:0.
 - Cache: each node uses its own default cache (SQLite WAL does not work on network
   filesystems); only actors on the driver's node share the driver's `PRBENCH_CACHE_DIR`.
-- Every node needs prbench installed and the model paths present (or use `runtime_env`, e.g.
-  `ray job submit --runtime-env-json '{"pip": ["prbench[hf]"]}'`); see docs/ray.md.
+- Every node needs prbench installed and the model paths present (or ship the wheel that
+  `make wheel` builds with a `runtime_env`; prbench is on no package index); see docs/ray.md.
 """
 
 from __future__ import annotations
@@ -60,12 +60,20 @@ class _Worker:
         return chunk_records(self.rm, examples, views, self.seed, self.both_orders, cache)
 
 
+def check_address(address: str, source: str) -> None:
+    """An http(s) address is the Ray Jobs / dashboard URL (`ray job submit`), which ray.init cannot join."""
+    if address.lower().startswith(("http://", "https://")):
+        raise PrbenchError(f"{source}={address} is the Ray dashboard (jobs) address, which ray.init cannot join; "
+                           "use auto, <head>:6379 (the GCS port) or ray://<head>:10001 (Ray Client)")
+
+
 def connect(ray: Any, ray_address: str | None, workers: int) -> None:
     """Join `ray_address` / RAY_ADDRESS as they are, or start a local Ray sized for `workers`."""
     if ray.is_initialized():
         return
     address = ray_address or os.environ.get("RAY_ADDRESS") or None
     if address:
+        check_address(address, "--ray-address" if ray_address else "RAY_ADDRESS")
         ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
     else:
         # "local": always a new Ray of our own, never a stale `ray start` cluster recorded in /tmp/ray

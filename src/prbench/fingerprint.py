@@ -101,3 +101,31 @@ def spec_digest(spec: str) -> str | None:
             return digest
         rest = tail if sep else ""
     return None
+
+
+def data_digest(data: str | os.PathLike) -> str | None:
+    """Content digest of a local data source: a file, or every non-hidden file under a folder
+    (names relative to it, so the same files elsewhere give the same digest); a built-in sample
+    by its shipped file; None for a hub id.
+
+    Why: a finished run is reused by its config; with only the data's name in it, the same name
+    in another folder (or a file edited in place) would return the earlier numbers.
+    """
+    from prbench.raw import SAMPLE_FILES, sample_path
+
+    text = str(data)
+    p = sample_path(text) if text in SAMPLE_FILES else Path(text).expanduser()
+    try:
+        if p.is_file():
+            return file_digest(p)[:32]
+        if not p.is_dir():
+            return None
+    except (OSError, ValueError):
+        return None
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        rel = f.relative_to(p)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        h.update(rel.as_posix().encode("utf-8") + b"\0" + file_digest(f).encode() + b"\n")
+    return h.hexdigest()[:32]

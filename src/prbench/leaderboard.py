@@ -3,8 +3,10 @@
 Rows are models (baselines included), columns are condition x category; each cell is
 accuracy (ties 0.5) with its bootstrap 95% CI. A row is one run identity: data, spec and the
 options that decide results (`model_options`, `both_orders`), so two runs of one model with
-different options are two rows, labelled with the options that differ. A damaged run folder
-is skipped with one warning line naming the file and the fix; the other runs still show.
+different options are two rows, labelled with the options that differ. The columns are the
+conditions the runs hold (history and persona conditions included), known ones first. Runs are
+read through `prbench.runkinds.scan_runs`: a damaged run folder is skipped with the one warning
+line meta and the report give too (file, line and the fix); the other runs still show.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from prbench import metrics
-from prbench.conditions import CONDITIONS
+from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
-from prbench.records import run_kind, typed_summary
-from prbench.runs import read_json, read_records, write_json_atomic
+from prbench.runkinds import NotARun, Run, open_run, scan_runs
+from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORY_SHORT
 
 
@@ -34,16 +36,18 @@ def find_runs(root: str | Path) -> list[Path]:
     return paths
 
 
-def load_run(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """An eval run's summary and records; another kind of run folder is refused by its kind."""
+def load_run(path: str | Path) -> Run:
+    """An eval run (summary and checked records); another kind of run folder is refused by its kind."""
     p = Path(path)
     if not (p / "summary.json").exists():
         raise PrbenchError(f"{p}: not a run folder (no summary.json)")
-    summary = read_json(p / "summary.json", "rerun the eval to rewrite it")
-    if run_kind(summary) != "eval":
-        raise PrbenchError(f"{p}: a {run_kind(summary) or 'non-run'} folder, not an eval run")
-    typed_summary(summary, p / "summary.json")
-    return summary, read_records(p / "examples.jsonl")
+    try:
+        run = open_run(p)
+    except NotARun:
+        raise PrbenchError(f"{p}: a non-run folder, not an eval run") from None
+    if run.kind.role != "benchmark":
+        raise PrbenchError(f"{p}: a {run.kind.name} folder, not an eval run")
+    return run
 
 
 def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
@@ -55,16 +59,10 @@ def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
 log = logging.getLogger(__name__)
 
 
-def _identity(path: Path) -> dict[str, Any]:
-    """The options of a run that decide its results (from its config.json)."""
-    try:
-        cfg = read_json(path / "config.json", "rerun the eval (it rewrites config.json)")
-    except (DataError, OSError):
-        return {}
-    if not isinstance(cfg, dict):
-        return {}
-    ident = dict(cfg.get("model_options") or {})
-    if cfg.get("both_orders"):
+def _identity(run: Run) -> dict[str, Any]:
+    """The options of a run that decide its results (from its config.json, read by the checked reader)."""
+    ident = dict(run.config.get("model_options") or {})
+    if run.config.get("both_orders"):
         ident["both_orders"] = True
     return ident
 
@@ -77,31 +75,26 @@ def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str
 
 def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     """One row per (data, spec, options) with accuracy per condition and per condition x category."""
+    find_runs(root)  # no eval run at all is an error, not an empty table
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for path in find_runs(root):
+    for run in scan_runs([root]).of("benchmark"):
         try:
-            s = read_json(path / "summary.json", "delete it and rerun the eval (the summary is recomputed from "
-                                                 "examples.jsonl)")
-            if run_kind(s) != "eval":
-                continue  # not an eval run (e.g. a build or downstream folder)
-            m = s["metrics"]
-            cond = s["condition"]
-            cell = {"accuracy": m["accuracy"], "ci_low": m["ci_low"], "ci_high": m["ci_high"],
-                    "n": m["n"], "n_invalid": m["n_invalid"], "path": str(path)}
-            groups = dict(m["categories"]["groups"])
-        except DataError as exc:
+            options = _identity(run)
+        except DataError as exc:  # a damaged config.json: the run's identity is unknown
             log.warning("skipped: %s", exc)
             continue
-        except (KeyError, TypeError, AttributeError) as exc:
-            log.warning("skipped: %s: summary lacks %s; delete it and rerun the eval", path / "summary.json", exc)
-            continue
-        options = _identity(path)
+        s, m = run.summary, run.summary["metrics"]
+        cond = s["condition"]
+        cell = {"accuracy": m["accuracy"], "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"),
+                "n": m["n"], "n_invalid": m["n_invalid"], "path": str(run.path)}
         spec = s.get("spec", s["model"])
         key = (s["data"], spec, json.dumps(options, sort_keys=True, default=str))
         row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,
                                     "cells": {}})
         row["cells"][cond] = cell
-        for cat, g in groups.items():
+        if (s.get("cost") or {}).get("usd") is not None:  # API spend of the row's runs, all conditions
+            row["usd"] = row.get("usd", 0.0) + s["cost"]["usd"]
+        for cat, g in ((m.get("categories") or {}).get("groups") or {}).items():
             row["cells"][f"{cond}/{CATEGORY_SHORT.get(cat, cat)}"] = {"accuracy": g["accuracy"], "n": g["n"]}
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows.values():
@@ -119,8 +112,10 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
 
 
 def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Every condition the rows hold (known ones in their order, then the rest by name), then condition x category."""
     keys = {k for r in rows for k in r["cells"]}
-    conds = [c for c in CONDITIONS if c in keys]
+    present = {k for k in keys if "/" not in k} | {k.split("/", 1)[0] for k in keys if "/" in k}
+    conds = [c for c in ALL_CONDITIONS if c in present] + sorted(present - set(ALL_CONDITIONS))
     cats = sorted({k.split("/", 1)[1] for k in keys if "/" in k})
     return conds + [f"{c}/{cat}" for c in conds for cat in cats if f"{c}/{cat}" in keys]
 
@@ -135,7 +130,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
         head = ["data", "model"]
         for c in cols:
             head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
-        w.writerow(head)
+        w.writerow([*head, "usd"])
         for r in rows:
             line: list[Any] = [r["data"], r.get("label", r["model"])]
             for c in cols:
@@ -143,7 +138,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
                 line.append(cell.get("accuracy"))
                 if "/" not in c:
                     line += [cell.get("ci_low"), cell.get("ci_high")]
-            w.writerow(line)
+            w.writerow([*line, r.get("usd")])
     write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
     return csv_path, json_path
@@ -153,15 +148,17 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     cols = [c for c in columns(rows) if with_categories or "/" not in c]
     body = [[r.get("label", r["model"]), *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
                                  r["cells"].get(c, {}).get("ci_high")) for c in cols]] for r in rows]
+    if any("usd" in r for r in rows):  # a cost column once any run spent API money
+        return ["model", *cols, "$"], [[*b, f"{r['usd']:.2f}" if "usd" in r else "-"] for b, r in zip(body, rows)]
     return ["model", *cols], body
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
     """Paired difference A - B on the items both runs scored validly, with bootstrap CI and McNemar."""
-    sa, ra = load_run(path_a)
-    sb, rb = load_run(path_b)
-    a = {r["id"]: r["credit"] for r in ra if r.get("credit") is not None}
-    b = {r["id"]: r["credit"] for r in rb if r.get("credit") is not None}
+    run_a, run_b = load_run(path_a), load_run(path_b)
+    sa, sb = run_a.summary, run_b.summary
+    a = {r["id"]: r["credit"] for r in run_a.records if r.get("credit") is not None}
+    b = {r["id"]: r["credit"] for r in run_b.records if r.get("credit") is not None}
     shared = sorted(a.keys() & b.keys())
     if not shared:
         raise PrbenchError("the two runs share no validly scored item")

@@ -51,7 +51,8 @@ RANK_METRICS: tuple[str, ...] = ("spearman", "kendall_tau_b", "weighted_tau", "p
 
 METRIC_DEFINITIONS: dict[str, str] = {
     "accuracy": "share of preference pairs where the RM scores chosen > rejected; exact ties count 0.5",
-    "strict_accuracy": "share of preference pairs where the RM scores chosen > rejected; ties count 0",
+    "strict_accuracy": ("share of preference pairs where the RM scores chosen > rejected; ties count 0 (an RM-Bench "
+                        "item counts its share of the 3x3 grid won strictly)"),
     "ties": "number of pairs where the RM gives chosen and rejected exactly equal scores",
     "micro_accuracy": "accuracy pooled over all items of all groups (ties 0.5)",
     "macro_accuracy": "unweighted mean of per-group accuracies; CI by bootstrap stratified within groups",
@@ -188,11 +189,12 @@ def bootstrap_ci(
 
 
 def accuracy_summary(credits: Any, *, seed: int, n_boot: int = 1000, ci: float = 0.95,
-                     shares: bool = False) -> dict[str, Any]:
+                     shares: bool = False, strict: Any = None) -> dict[str, Any]:
     """Accuracy (ties 0.5), strict accuracy (ties 0), tie count and a bootstrap CI of accuracy.
 
     For zero items every statistic is None rather than a misleading 0. `shares`: item credits
-    under a multi-response rule (any value in [0, 1]) instead of pair outcomes.
+    under a multi-response rule (any value in [0, 1]) instead of pair outcomes; `strict`: each
+    item's strict credit (`strict_credits`) where it is not simply credit == 1.
     """
     arr = _check_credits(credits, shares=shares)
     n = int(arr.size)
@@ -202,7 +204,7 @@ def accuracy_summary(credits: Any, *, seed: int, n_boot: int = 1000, ci: float =
     return {
         "n": n,
         "accuracy": float(arr.mean()),
-        "strict_accuracy": float(np.mean(arr == 1.0)),
+        "strict_accuracy": float(np.mean(arr == 1.0) if strict is None else np.mean(np.asarray(strict, dtype=float))),
         "ties": int(np.sum(arr == 0.5)),
         "ci_low": low,
         "ci_high": high,
@@ -678,13 +680,33 @@ def random_of_k(g: Any) -> float:
 #   chosen > best rejected, `_compute_prompt_stats`), else 0.
 # - "matrix" (RM-Bench): the mean over the chosen x rejected style grid of strict wins
 #   (chosen > rejected; a tie is 0, as RM-Bench's `compute_accuracy`).
+# - "beats-all" (RMB best-of-N): as "ties", the best answer must beat every loser.
+# - "strict" (JudgeBench, RMB pairs): one pair, no half credit: chosen > rejected; a judge's
+#   verdicts win when those for chosen outnumber those for rejected (JudgeBench's rule over
+#   its two orders, ScalerLab/JudgeBench utils/metrics.py L63-76).
 # - "pair": each pair is its own item, credit as `pair_outcomes` (ties 0.5).
-ITEM_RULES = ("pair", "best-of-n", "ties", "matrix")
+ITEM_RULES = ("pair", "best-of-n", "ties", "matrix", "strict", "beats-all")
 
 
 def _pair_scores(rec: dict[str, Any]) -> tuple[float, float] | None:
     c, r = rec.get("score_chosen"), rec.get("score_rejected")
     return (float(c), float(r)) if c is not None and r is not None else None
+
+
+def _strict_win(rec: dict[str, Any], scores: tuple[float, float] | None) -> bool:
+    """One pair won outright: by scores, else by a majority of the judge's sides (a tie side counts 0)."""
+    if scores is not None:
+        return scores[0] > scores[1]
+    sides = rec.get("sides")
+    if sides:
+        return sum((s == "chosen") - (s == "rejected") for s in sides) > 0
+    return rec["credit"] == 1.0
+
+
+def strict_credits(items: Sequence[dict[str, Any]]) -> list[float]:
+    """Per item, its share of pairs won strictly: an RM-Bench grid's credit is already that share;
+    under any other rule an item counts when its credit is whole (ties and shared tops count 0)."""
+    return [float(r["credit"]) if r.get("rule") == "matrix" else float(r["credit"] == 1.0) for r in items]
 
 
 def item_credit(rule: str, pairs: Sequence[dict[str, Any]]) -> float | None:
@@ -698,7 +720,11 @@ def item_credit(rule: str, pairs: Sequence[dict[str, Any]]) -> float | None:
     if rule == "matrix":
         wins = [s[0] > s[1] for s in scores] if pointwise else [p["credit"] == 1.0 for p in pairs]
         return float(np.mean(wins))
-    if rule == "ties":
+    if rule == "strict":
+        if len(pairs) != 1:
+            raise ValueError(f"a strict item is one pair, got {len(pairs)}")
+        return float(_strict_win(pairs[0], scores[0]))
+    if rule in ("ties", "beats-all"):
         if pointwise:
             return float(min(s[0] for s in scores) > max(s[1] for s in scores))
         return float(all(p["credit"] == 1.0 for p in pairs))

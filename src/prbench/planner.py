@@ -447,7 +447,7 @@ def train_planner(
     """
     from prbench.data import load_examples
     from prbench.extras import require
-    from prbench.train import is_main_process, pin_device, single_process_args
+    from prbench.train import end_ranks, is_main_process, pin_device, rank, single_process_args
 
     torch = require("torch", "hf")
     transformers = require("transformers", "hf")
@@ -478,9 +478,11 @@ def train_planner(
     started = time.perf_counter()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_ds, processing_class=tok,
                              peft_config=peft_config)
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # it prints every log to stdout (--json)
     result = trainer.train()
+    end_ranks()
     if not is_main_process():  # a launched run's other ranks: rank 0 writes the planner
-        return {"rank": int(os.environ.get("RANK", "0"))}
+        return {"rank": rank()}
     _save_planner(trainer.model.merge_and_unload() if lora else trainer.model, tok, out_dir)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     facts = {

@@ -1,8 +1,8 @@
 """Typed run summaries and per-example records, with a format version and a run kind.
 
-Every summary.json a driver writes carries `"format": FORMAT` and `"run": <kind>`; readers
-(meta, report, leaderboard, compare) ask `run_kind` and dispatch on it, never on which keys
-happen to exist. Folders written before the stamp existed (format 0, this version's layout) get
+Every summary.json a driver writes carries `"format": FORMAT` and `"run": <kind>`, a name in
+the run-kind registry (`prbench.registry.RUNKINDS`, plug-ins included); readers open runs through
+`prbench.runkinds.open_run`, which dispatches on it, never on which keys happen to exist. Folders written before the stamp existed (format 0, this version's layout) get
 their kind from `legacy_kind`, the one place that still recognises a summary by its keys.
 
 Per-example records keep their on-disk shape (so a run's bytes do not change); the typed
@@ -23,9 +23,15 @@ RunKind = Literal["eval", "policy-accuracy", "rgd", "icl", "sample", "plan"]
 RUN_KINDS: tuple[str, ...] = RunKind.__args__  # type: ignore[attr-defined]
 
 
+def _known(kind: Any) -> bool:
+    from prbench.registry import RUNKINDS
+
+    return isinstance(kind, str) and kind in RUNKINDS
+
+
 def stamp(kind: str, summary: dict[str, Any]) -> dict[str, Any]:
     """The summary with its format version and run kind first (what every driver writes)."""
-    if kind not in RUN_KINDS:
+    if not _known(kind):
         raise ValueError(f"unknown run kind {kind!r}")
     return {"format": FORMAT, "run": kind, **{k: v for k, v in summary.items() if k not in ("format", "run")}}
 
@@ -49,7 +55,7 @@ def run_kind(s: Any) -> str | None:
     if not isinstance(s, dict):
         return None
     if "run" in s and "format" in s:
-        return s["run"] if s["run"] in RUN_KINDS else None
+        return s["run"] if _known(s["run"]) else None
     return legacy_kind(s)
 
 
@@ -64,6 +70,21 @@ class EvalMetrics(_Open):
     n_invalid: int
     ci_low: float | None = None
     ci_high: float | None = None
+
+
+class CostSummary(_Open):
+    """The `cost` object of a run that sent API requests (`prbench.cost`): tokens from the replies' usage, dollars
+    at the dated list prices (None when no price table names the model)."""
+
+    usd: float | None
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    requests: int
+    batch: bool
+    prices_as_of: str | None = None
+    priced_as: str | None = None
+    max_usd: float | None = None
 
 
 class EvalSummary(_Open):
@@ -81,6 +102,7 @@ class EvalSummary(_Open):
     n: int
     n_total: int
     metrics: EvalMetrics
+    cost: CostSummary | None = None  # API runs only
 
 
 class PolicyAccuracySummary(_Open):
@@ -90,6 +112,17 @@ class PolicyAccuracySummary(_Open):
     condition: str
     policy_accuracy: float | None
     metrics: dict[str, Any]
+
+
+class PolicyAccuracyRecord(_Open):
+    """One pair of a policy-accuracy run: the guided policy's credit (total and length-normalised log-likelihood)."""
+
+    id: str
+    credit_total: float | None
+    credit_norm: float | None
+    plain_credit_total: float | None = None
+    plain_credit_norm: float | None = None
+    rm_credit: float | None = None  # the RM's own full-text preference, when it scored both texts
 
 
 class GenerationSummary(_Open):
@@ -106,14 +139,14 @@ SUMMARY_MODELS: dict[str, type[_Open]] = {"eval": EvalSummary, "policy-accuracy"
                                           "rgd": GenerationSummary, "icl": GenerationSummary}
 
 
-def typed_summary(s: dict[str, Any], file: str | Path = "summary.json") -> _Open:
+def typed_summary(s: dict[str, Any], file: str | Path = "summary.json", model: type[BaseModel] | None = None) -> Any:
     """The summary as its kind's model; a field that is missing or wrong is named with the file."""
     kind = run_kind(s)
-    model = SUMMARY_MODELS.get(kind or "")
+    model = model or SUMMARY_MODELS.get(kind or "")
     if model is None:
         raise DataError(str(file), None, "run", f"not a run summary prbench can read (kind {kind!r})")
     try:
-        return model.model_validate({**s, "run": kind})
+        return model.model_validate({**s, "run": kind} if kind else s)
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])

@@ -1,5 +1,5 @@
 """Named registries: one per extension point (reward models, engines, graders, retrievers,
-data formats, study stages).
+data formats, study stages, run kinds).
 
 A kind is found by the prefix of its spec string (`hf:DIR` -> the `hf` entry). Each entry is a
 lazy `"module:attr"` target, so naming a kind imports nothing until it is used. Built-in kinds
@@ -138,6 +138,7 @@ ENGINES = Registry("engine", "prbench.engines", {
     "hf": "prbench.engines.transformers_engine:TransformersEngine",
     "builtin": "prbench.engines.builtin:builtin_engine",
     "openai": "prbench.engines.openai_engine:OpenAIEngine",
+    "anthropic": "prbench.engines.anthropic_engine:AnthropicEngine",
     "vllm": "prbench.engines.vllm_engine:VLLMEngine",
 })
 
@@ -166,6 +167,8 @@ FORMATS = Registry("data format", "prbench.formats", {
     "rewardbench": "prbench.formats.rewardbench:RewardBench",
     "rewardbench2": "prbench.formats.rewardbench2:RewardBench2",
     "rm-bench": "prbench.formats.rmbench:RMBench",
+    "judgebench": "prbench.formats.judgebench:JudgeBench",
+    "rmb": "prbench.formats.rmb:RMB",
     "trl": "prbench.formats.trl:TRL",
     "hh-rlhf": "prbench.formats.hh:HHRLHF",
 })
@@ -179,4 +182,12 @@ STAGES = Registry("study stage", "prbench.stages", {
         ("personalize", "run_personalize"))
 })
 
-ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES)}
+# Run kinds: what readers (meta, report, leaderboard, compare, export) know about a finished run
+# folder, see prbench.runkinds. A plug-in downstream metric registers its kind here.
+RUNKINDS = Registry("run kind", "prbench.runkinds", {
+    name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
+        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
+        ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))
+})
+
+ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES, RUNKINDS)}

@@ -140,14 +140,15 @@ class SourceItem(_Record):
     _nonblank_fields = field_validator("id", "question", "category")(_nonblank)
 
 
-RULES = ("pair", "best-of-n", "ties", "matrix")
+RULES = ("pair", "best-of-n", "ties", "matrix", "strict", "beats-all")
 
 
 class Example(SourceItem):
     """A benchmark pair: `chosen` fits this user's rubric, `rejected` avoids it.
 
     `item_id`, `rule` and `variant` are set when the pair is one of several of one item (see
-    `prbench.metrics.collapse_items`); `section` names a format's score section (RewardBench).
+    `prbench.metrics.collapse_items`); `section` names a format's score section (RewardBench);
+    `format` names the reader whose headline rule scores the run (`prbench.formats.format_score`).
     """
 
     chosen: str
@@ -156,6 +157,7 @@ class Example(SourceItem):
     rule: str | None = None
     variant: str | None = None
     section: str | None = None
+    format: str | None = None
 
     _responses = field_validator("chosen", "rejected")(_nonblank)
 

@@ -172,8 +172,11 @@ def _base_record(ex: Example, view: View) -> dict[str, Any]:
         rec["donor"] = view.meta["donor"]
     if view.pairs:
         rec["history_shown"] = view.shown_posts
+    if view.condition != "none" and not view.units and not view.aspects:
+        rec["no_context"] = True  # the condition found nothing of this user to show: scored as `none`
     # One pair of a multi-response item: metrics.collapse_items scores the item by its rule.
-    for key, value in (("item", ex.item_id), ("rule", ex.rule), ("variant", ex.variant), ("section", ex.section)):
+    for key, value in (("item", ex.item_id), ("rule", ex.rule), ("variant", ex.variant), ("section", ex.section),
+                       ("format", ex.format)):
         if value is not None:
             rec[key] = value
     return rec

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from prbench import cost
 from prbench.build.calls import CachedEngine
 from prbench.build.export import dataset_card, export_dataset, push_to_hub
 from prbench.build.filter import FilterRule, decide
@@ -30,6 +31,7 @@ from prbench.conditions import build_view
 from prbench.config import BuildSettings
 from prbench.data import load_examples
 from prbench.engines.base import Engine, GenParams, load_engine
+from prbench.engines.batch import optional, reading_only
 from prbench.prompts import load_prompt
 from prbench.retrieval import load_retriever
 from prbench.runs import RunDir, refuse_secrets, write_json_atomic
@@ -108,8 +110,14 @@ def build_benchmark(
     overwrite: bool = False,
     push_to: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    max_usd: float | None = None,
+    prices: str | Path | None = None,
+    batch: bool = False,
+    wait: bool = True,
 ) -> BuildResult:
-    """Build (or resume building) a benchmark into `out`; engines may be passed in ready-made."""
+    """Build (or resume building) a benchmark into `out`; engines may be passed in ready-made.
+    API spend lands in the summary's `cost`; `max_usd` caps generator and validator together (`prbench.cost`);
+    `batch` sends their requests as provider batches (`prbench.engines.batch`: generation, then validation)."""
     t0 = time.time()
     out = Path(out)
     items: list[SourceItem] = load_examples(config.source, kind="source", categories=config.categories,
@@ -128,12 +136,30 @@ def build_benchmark(
             val_engine = _engine(config.validator, config.validator_options, validator)
         gen = CachedEngine(gen_engine, cache)
         val = CachedEngine(val_engine, cache)
-        gen_counter, val_counter = gen.counter, val.counter
-        _run_items(config, run, todo, gen, val, cache,
-                   lambda n: on_progress and on_progress(len(done) + n, len(items)))
+
+        def collect() -> None:  # a pass that keeps nothing: the requests it defers go out as batches
+            with reading_only(gen), reading_only(val):
+                _run_items(config, _Discard(), todo, gen, val, cache, lambda n: None)
+
+        with cost.tracking([gen_engine, val_engine], run.path, max_usd=max_usd, prices=prices,
+                           batch=batch) as spend, optional(batch, [gen, val], run.path, collect, wait=wait):
+            def progress(n: int) -> None:
+                cost.save(spend, run.path)  # after each saved chunk: a kill loses no spend
+                if on_progress:
+                    on_progress(len(done) + n, len(items))
+
+            _run_items(config, run, todo, gen, val, cache, progress)
+        gen_counter, val_counter = gen.counter, val.counter  # read after batch mode undid its collecting passes
     if on_progress:
         on_progress(len(items), len(items))
     return _finish(config, out, run, items, len(done), gen_counter, val_counter, t0, push_to)
+
+
+class _Discard:
+    """A run folder that keeps nothing (batch mode's collecting passes)."""
+
+    def append(self, records: Any) -> None:
+        return None
 
 
 def _run_items(config: BuildConfig, run: RunDir, todo: Sequence[SourceItem], gen: CachedEngine,
@@ -206,6 +232,8 @@ def _finish(config: BuildConfig, out: Path, run: RunDir, items: Sequence[SourceI
                   "validator": val_counter.as_dict() if val_counter else None},
         "wall_time_s": round(time.time() - t0, 3), "config": full,
     }
+    if (run.path / cost.LEDGER_FILE).is_file():
+        summary["cost"] = json.loads((run.path / cost.LEDGER_FILE).read_text(encoding="utf-8"))
     if push_to:
         summary["pushed_to"] = push_to_hub(out, push_to)
     run.write_summary(summary)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import click
 import typer
 
-from prbench.cli.options import Json, Quiet, Seed, engine_options, settings_command
+from prbench.cli.options import Json, MaxUsd, Prices, Quiet, Seed, engine_options, settings_command
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import BuildSettings, EngineAccess
 
@@ -32,6 +32,10 @@ def build(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the model-call cache.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Discard an existing build in --out.")] = False,
     push_to_hub: Annotated[str | None, typer.Option(help="Upload the dataset to this Hub repo (token from HF_TOKEN).")] = None,
+    max_usd: MaxUsd = None,
+    prices: Prices = None,
+    batch: Annotated[bool, typer.Option("--batch", help="Generate and validate through provider batches (API engines).")] = False,
+    no_wait: Annotated[bool, typer.Option("--no-wait", help="With --batch: submit, record and exit (code 4).")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -55,7 +59,8 @@ def build(
     with progress(quiet or json_out) as bar:
         task = bar.add_task("building", total=None)
         res = build_benchmark(cfg, Path(str(out)), cache=NullCache() if no_cache else None, overwrite=overwrite,
-                              push_to=push_to_hub, on_progress=lambda d, t: bar.update(task, completed=d, total=t))
+                              push_to=push_to_hub, on_progress=lambda d, t: bar.update(task, completed=d, total=t),
+                              max_usd=max_usd, prices=prices, batch=batch, wait=not no_wait)
     if json_out:
         emit_json({**res.summary, "path": str(res.path)})
         return

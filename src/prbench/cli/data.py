@@ -38,15 +38,16 @@ def validate(src: DataArg, kind: Kind = "", format_: Format = None, split: Split
 
 @app.command()
 def formats(json_out: Json = False) -> None:
-    """List every data format prbench reads. Built in and plug-ins: kind, fields read, source."""
+    """List every data format prbench reads. Built in and plug-ins: kind, fields read, headline rule, source."""
     from prbench.formats import describe
 
     rows = describe()
     if json_out:
         emit_json(rows)
         return
-    table("data formats (--format NAME)", ["name", "kind", "fields read", "source"],
-          [(r["name"], r["kind"], r["fields"], r["source"]) for r in rows])
+    table("data formats (--format NAME)", ["name", "kind", "fields read", "headline (accuracy / format_score)",
+                                           "source"],
+          [(r["name"], r["kind"], r["fields"], r["headline"], r["source"]) for r in rows])
 
 
 @app.command()

@@ -13,10 +13,13 @@ import typer
 from prbench.cli.options import (
     Json,
     MaxLength,
+    MaxUsd,
     Overwrite,
+    Prices,
     Quiet,
     RMCondition,
     RMView,
+    ServeScale,
     engine_options,
     grader_engine_options,
     set_options,
@@ -70,6 +73,9 @@ def bon(
     grader_narrative: Annotated[bool, typer.Option(help="Also show the grader the user's narrative.")] = False,
     grader_prompt_file: Annotated[str | None, typer.Option(help="Your own grading prompt.")] = None,
     grader_max_new_tokens: Annotated[int, typer.Option(help="Token cap of each grading reply.")] = 512,
+    max_usd: MaxUsd = None,
+    prices: Prices = None,
+    batch: Annotated[bool, typer.Option("--batch", help="Grade through provider batches (API graders; half price).")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -84,7 +90,8 @@ def bon(
                     engine_options=grader_engine_options(grader, access, grader_access))
     res = best_of_n(samples, rm, g, settings=settings, out=out,
                     rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
-                    on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)))
+                    on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)),
+                    max_usd=max_usd, prices=prices, batch=batch)
     s = res.summary
     if json_out:
         emit_json({**s, "path": str(res.path)})
@@ -126,14 +133,17 @@ def rl(
 ) -> None:
     """Fine-tune a policy with the RM as reward (TRL GRPO). Then grade it on held-out items."""
     from prbench.downstream.rl import train_rl
+    from prbench.train import is_main_process
 
     gopts = {"engine_options": grader_engine_options(grader, access, grader_access)} if grader else None
-    with progress(quiet or json_out) as bar:
+    with progress(quiet or json_out or not is_main_process()) as bar:
         task = bar.add_task(f"GRPO with {escape(rm)}", total=settings.steps)
         res = train_rl(policy, rm, data, out, settings=settings, grader=grader, device=access.device or "auto",
                        rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
                        grader_options=gopts, on_progress=lambda done, total: bar.update(task, completed=done))
     s = res.summary
+    if not is_main_process():  # a launched run's other ranks trained; rank 0 alone reports
+        return
     if json_out:
         emit_json({k: v for k, v in s.items() if k != "log_history"})
         return
@@ -150,11 +160,12 @@ def rl(
     typer.echo(f"policy in {s['policy_dir']}; results in {res.path}")
 
 
-@settings_command(view=RMView, access=EngineAccess)
+@settings_command(view=RMView, access=EngineAccess, scale=ServeScale)
 def serve_reward(
     rm: Annotated[str, typer.Option("--rm", "-m", help="Pointwise RM spec to serve.")],
     view: RMView,
     access: EngineAccess,
+    scale: ServeScale,
     condition: RMCondition = "none",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; others need --allow-remote).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
@@ -167,13 +178,14 @@ def serve_reward(
     reward_scale: Annotated[float, typer.Option(help="/get_reward: multiply RM scores (the paper used 0.1).")] = 1.0,
     max_batch: Annotated[int, typer.Option(help="Most items per request.")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 1_000_000,
-    max_connections: Annotated[int, typer.Option(help="Most open connections (more get 503 and are closed).")] = 256,
+    max_connections: Annotated[int, typer.Option(help="Most open connections (more get 503 and are closed).")] = 8192,
     header_timeout: Annotated[float, typer.Option(help="Seconds for a request's headers to arrive.")] = 10.0,
     body_timeout: Annotated[float, typer.Option(help="Seconds for a request's body to arrive (else 408).")] = 30.0,
     idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle keep-alive connection is closed.")] = 5.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve an RM over HTTP for RL frameworks. POST /score, POST /get_reward (OpenRLHF), GET /health, GET /stats."""
+    from prbench.downstream.batcher import Batching
     from prbench.downstream.server import Limits, check_bind, redact_url, serve, token_from_env
     from prbench.rewards.base import load_rm
 
@@ -186,16 +198,42 @@ def serve_reward(
         from prbench.downstream.sampling import load_items
 
         served = load_items(items)
-    model = load_rm(rm, **set_options(mode=view.mode, max_length=view.max_length, batch_size=view.batch_size,
-                                      **access.model_dump()))
+    rm_options = set_options(mode=view.mode, max_length=view.max_length, batch_size=view.batch_size,
+                             engine=scale.engine, **access.model_dump())
+    app_options = {"token": token, "max_batch": max_batch, "max_body_bytes": max_body_bytes, "top_k": view.top_k,
+                   "retriever": view.retriever, "planner_file": view.planner_file,
+                   "max_context_chars": view.max_context_chars, "items": served, "policy_template": policy_template,
+                   "fallback_reward": fallback_reward, "reward_scale": reward_scale,
+                   "batching": Batching(scale.max_batch_items, scale.max_wait_ms, scale.queue_items)}
     shown = redact_url(f"http://{host}:{port}") if host else f"http://*:{port}"
-    typer.echo(f"serving {rm} [{condition}] on {shown} (auth: {'on' if token else 'off'}; "
+    typer.echo(f"serving {rm} [{condition}] on {shown} x{scale.replicas} (auth: {'on' if token else 'off'}; "
                f"/get_reward: {'on' if policy_template else 'needs --policy-template'})", err=True)
-    serve(model, condition, host=host, port=port, token=token, allow_remote=allow_remote, limits=limits,
-          max_batch=max_batch, max_body_bytes=max_body_bytes, top_k=view.top_k, retriever=view.retriever,
-          planner_file=view.planner_file, max_context_chars=view.max_context_chars, items=served,
-          policy_template=policy_template, fallback_reward=fallback_reward, reward_scale=reward_scale,
-          log_level=log_level)
+    if scale.replicas > 1:
+        _serve_replicas(rm, condition, scale, host, port, {**app_options, "rm_options": rm_options,
+                                                            "body_timeout": body_timeout})
+        return
+    serve(load_rm(rm, **rm_options), condition, host=host, port=port, allow_remote=allow_remote, limits=limits,
+          log_level=log_level, **app_options)
+
+
+def _serve_replicas(rm: str, condition: str, scale: ServeScale, host: str, port: int, app_options: dict) -> None:
+    """Ray Serve with `scale.replicas` copies, until Ctrl-C or SIGTERM (handlers set after Ray's own)."""
+    import signal
+    import threading
+
+    from prbench.downstream.replicas import start_replicas, stop_replicas
+
+    stop = threading.Event()
+    try:
+        url = start_replicas(rm, condition, replicas=scale.replicas, gpus_per_replica=scale.gpus_per_replica,
+                             host=host, port=port, **app_options)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        typer.echo(f"{scale.replicas} replicas ready at {url}", err=True)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        stop_replicas()
 
 
 def register(app: typer.Typer) -> None:

@@ -14,10 +14,12 @@ from prbench.cli.options import (
     Data,
     Json,
     MaxLength,
+    MaxUsd,
     ModelOptions,
     NoApiKey,
     NoCache,
     Overwrite,
+    Prices,
     Provider,
     Quiet,
     Repair,
@@ -30,6 +32,7 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
+from prbench.errors import PrbenchError
 
 
 @app.command("eval")
@@ -58,20 +61,30 @@ def eval_cmd(
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
+    max_usd: MaxUsd = None,
+    prices: Prices = None,
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Send API requests as provider batches (half price; OpenAI /v1/batches, Anthropic Message "
+                        "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")] = False,
+    no_wait: Annotated[bool, typer.Option(
+        "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench import InvalidRunError, evaluate, invalid_failure
     from prbench.cache import NullCache
+    from prbench.engines.batch import BatchPending
     from prbench.rewards import load_rm
 
+    if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
+        raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
     conds = split_csv(condition) or ["none"]
     per_model = model_options(model, model_option, mode=mode, max_length=max_length,
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
-    summaries, failures = [], []
+    summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
             opts = per_model[spec]
@@ -79,9 +92,15 @@ def eval_cmd(
             rm = spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed, **opts})
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
-                res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts, overwrite=overwrite,
-                               retry_failed=retry_failed, repair=repair, cache=NullCache() if no_cache else None,
-                               on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                try:
+                    res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts,
+                                   overwrite=overwrite, retry_failed=retry_failed, repair=repair,
+                                   cache=NullCache() if no_cache else None, max_usd=max_usd, prices=prices,
+                                   batch=batch, wait=not no_wait,
+                                   on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                except BatchPending:  # --no-wait: submit every run's batches, then exit once
+                    pending.append(f"{getattr(rm, 'name', spec)} [{cond}]")
+                    continue
                 summaries.append({**res.summary, "path": str(res.path)})
                 failure = invalid_failure(res.summary, max_invalid, res.records)
                 if failure:
@@ -104,7 +123,11 @@ def eval_cmd(
         for s in summaries:  # a benchmark's own headline (RewardBench sections, RewardBench 2, RM-Bench grid)
             fs = s["metrics"].get("format_score")
             if fs and fs.get("value") is not None:
-                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}")
+                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
+                           f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
+    if pending:
+        raise BatchPending(f"batches submitted and recorded for {len(pending)} run(s) ({', '.join(pending)}); "
+                           "run the same command again to collect them")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 

@@ -1,4 +1,5 @@
-"""`prbench export openrlhf|verl`: prompt datasets for RL frameworks, with the reward's user context."""
+"""`prbench export openrlhf|verl`: prompt datasets for RL frameworks, with the reward's user context;
+`prbench export eee`: finished runs in the Every Eval Ever result schema."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import typer
 from prbench.cli.options import Data, Json, Limit, Retriever, RMCondition, Seed, Split, TopK
 from prbench.cli.output import emit_json
 
-app = typer.Typer(help="Write prompt datasets for OpenRLHF and verl (docs/rl.md).", no_args_is_help=True)
+app = typer.Typer(help="Write prompt datasets for OpenRLHF and verl (docs/rl.md), or runs in the Every Eval Ever "
+                       "schema.", no_args_is_help=True)
 
 OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file.")]
 PolicyCondition = Annotated[str, typer.Option(help="What the policy's prompt shows: profile or none.")]
@@ -55,6 +57,22 @@ def verl(data: Data = "sample", out: OutFile = Path("prbench-verl.parquet"), con
          json_out: Json = False) -> None:
     """Write verl parquet. data_source, prompt, reward_model.ground_truth and extra_info (question, profile, id)."""
     _run("verl", data, out, condition, policy_condition, top_k, retriever, max_words, seed, limit, split, json_out)
+
+
+@app.command("eee")
+def eee(runs: Annotated[list[Path], typer.Argument(help="Run folders or folders of runs.")],
+        out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("eee"),
+        json_out: Json = False) -> None:
+    """Write runs in the Every Eval Ever schema (v0.3.0). One aggregate JSON and one instance JSONL per run."""
+    from prbench.eee import export_eee
+
+    res = export_eee(runs, out)
+    if json_out:
+        emit_json(res)
+        return
+    for line in res["not_exported"]:
+        typer.echo(f"note: not exported: {line}", err=True)
+    typer.echo(f"wrote {len(res['written']) // 2} evaluations to {out}")
 
 
 def register(main: typer.Typer) -> None:

@@ -75,7 +75,8 @@ def meta(
         table(f"{c['setting']}: which benchmark ranks the RMs most like it (* best per metric; best overall: "
               f"{c['best_overall'] or '-'})", ["benchmark", "RMs", *[CROSS_LABELS[m] for m in CROSS_METRICS]], cells)
     for note in res["notes"]:
-        typer.echo(f"note: {note}", err=True)
+        if not note.startswith("skipped: "):  # a damaged run's line was logged once when it was read
+            typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {paths['json']}, {paths['csv']} and {paths['md']}")
 
 
@@ -92,18 +93,16 @@ def report(
 ) -> None:
     """Write one self-contained HTML report. Tables, plots, meta-evaluation and provenance."""
     from prbench.errors import PrbenchError
-    from prbench.report import build_report
+    from prbench.report import build_report, collect
 
     pub = _read_json(published, "published numbers")
     meta_res = _read_json(meta_json, "meta-evaluation")
     if meta_json is not None and not (isinstance(meta_res, dict) and "rows" in meta_res and "parameters" in meta_res):
         raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
+    d = collect(runs_dir)  # read once: a damaged run folder gives its one line once
     path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
-                        meta=meta_res)
+                        meta=meta_res, data=d)
     if not quiet:
-        from prbench.report.html import collect
-
-        d = collect(runs_dir)
         typer.echo(f"wrote {path}")
         typer.echo(f"looked under {runs_dir.resolve()}: {len(d.evals)} eval runs, {len(d.downstream)} downstream.json, "
                    f"{len(d.policy_accuracy)} policy-accuracy runs"

@@ -22,6 +22,17 @@ class RMView(Settings):
     mode: str | None = opt(None, "Judges: must be pointwise.")
 
 
+class ServeScale(Settings):
+    """How `serve-reward` batches, admits and scales out (defaults: `prbench.downstream.batcher.Batching`)."""
+
+    max_batch_items: int = opt(64, "Most items of concurrent requests scored in one RM call.", ge=1)
+    max_wait_ms: float = opt(2.0, "Longest a lone request waits for others to share its RM call.", ge=0)
+    queue_items: int = opt(16_384, "Items admitted and not yet answered; past it requests get 503 + Retry-After.", ge=1)
+    replicas: int = opt(1, "Model copies; more than 1 serves through Ray Serve (RAY_ADDRESS or a local Ray).", ge=1)
+    gpus_per_replica: float | None = opt(None, "GPUs per replica (default: a 1/N share of the cluster's, at most 1).", ge=0)
+    engine: str | None = opt(None, "hf: RMs: 'vllm' scores on vLLM's pooling runner (LLM.classify), for a large RM.")
+
+
 # The aliases below that other commands use take their help from the settings: one text per option.
 _HELP = {name: f.description for group in (DataSpec, RunSpec, RMView) for name, f in group.model_fields.items()}
 
@@ -73,6 +84,11 @@ Provider = Annotated[str | None, typer.Option(
 Rpm = Annotated[float | None, typer.Option("--rpm", help="Cap on API requests per minute.")]
 Tpm = Annotated[float | None, typer.Option("--tpm", help="Cap on API tokens (prompt + max output) per minute.")]
 NoApiKey = Annotated[bool, typer.Option("--no-api-key", help="The endpoint needs no key (keyless local server).")]
+MaxUsd = Annotated[float | None, typer.Option(
+    help="Stop before the next API request would take the run's spend past this many dollars (keeps what is "
+         "finished, exits 3; re-run with a higher cap to resume).")]
+Prices = Annotated[Path | None, typer.Option(
+    help="Price table (JSON, layout of prbench/prices/openai.json) over the shipped one.")]
 
 
 ModelOptions = Annotated[list[str] | None, typer.Option(

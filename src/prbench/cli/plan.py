@@ -109,10 +109,13 @@ def train_cmd(
 ) -> None:
     """Fine-tune a planner with TRL. Supervised on (question + posts -> true rubric)."""
     from prbench.planner import train_planner
+    from prbench.train import is_main_process
 
     facts = train_planner(base_model, data, out, steps=steps, lora=lora, top_k=top_k, retriever=retriever,
                           learning_rate=lr, batch_size=batch_size, max_length=max_length, limit=limit, split=split,
                           seed=seed, device=device)
+    if not is_main_process():  # a launched run's other ranks trained; rank 0 saved and reports
+        return
     if json_out:
         emit_json({"out": str(out), **facts})
     else:

@@ -13,17 +13,30 @@ from prbench.cli.output import emit_json, table
 
 
 def _print_plan(cfg, root: Path, json_out: bool) -> None:
+    from prbench.cost import REPLY_TOKENS, planned_dollars
     from prbench.study.runner import plan_study
 
     runs = plan_study(cfg, root)
+    options = {m.spec: m.options for m in cfg.models} | ({cfg.planner.spec: cfg.planner.options} if cfg.planner else {})
+    usd = [planned_dollars(r.spec, options.get(r.spec or ""), r.model_calls, r.tokens) for r in runs]
     if json_out:
-        emit_json([r.__dict__ for r in runs])
+        emit_json([{**r.__dict__, "usd_sync": u and round(u[0], 2), "usd_batch": u and round(u[1], 2)}
+                   for r, u in zip(runs, usd)])
         return
-    table(f"plan of study {cfg.name!r}", ["stage", "run", "model calls", "tokens (est.)"],
-          [(r.stage, r.what, f"{r.model_calls:,}", f"{r.tokens:,}") for r in runs])
+    table(f"plan of study {cfg.name!r}", ["stage", "run", "model calls", "tokens (est.)", "$ sync", "$ batch"],
+          [(r.stage, r.what, f"{r.model_calls:,}", f"{r.tokens:,}", *((f"{u[0]:,.2f}", f"{u[1]:,.2f}") if u else
+                                                                      ("-", "-"))) for r, u in zip(runs, usd)])
     total_calls = sum(r.model_calls for r in runs)
     total_tokens = sum(r.tokens for r in runs)
     typer.echo(f"{len(runs)} runs, about {total_calls:,} model calls and {total_tokens:,} tokens")
+    by_stage: dict[str, list[float]] = {}
+    for r, u in zip(runs, usd):
+        if u:
+            by_stage.setdefault(r.stage, [0.0, 0.0])
+            by_stage[r.stage] = [by_stage[r.stage][0] + u[0], by_stage[r.stage][1] + u[1]]
+    for stage_name, (sync, batched) in by_stage.items():
+        typer.echo(f"API dollars, {stage_name}: ${sync:,.2f} synchronous, ${batched:,.2f} with --batch "
+                   f"(list prices; {REPLY_TOKENS} output tokens per call assumed)")
     if cfg.hardware:
         typer.echo(f"hardware: {cfg.hardware}")
     for k, v in cfg.estimates.items():
@@ -37,6 +50,8 @@ def study_cmd(
     list_: Annotated[bool, typer.Option("--list", help="List the shipped presets.")] = False,
     dry_run: Annotated[bool, typer.Option(help="Print the plan (runs, calls, tokens) and stop.")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Override the study's output folder.")] = None,
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Eval stage: send every API model's requests as provider batches (half price).")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -54,6 +69,11 @@ def study_cmd(
     cfg, root = load_study_config(config, preset)
     if out is not None:
         cfg = cfg.model_copy(update={"out": str(out.resolve())})
+    if batch:
+        from prbench.cost import engine_provider
+
+        cfg = cfg.model_copy(update={"models": [m.model_copy(update={"batch": True}) if engine_provider(m.spec) else m
+                                                for m in cfg.models]})
     if dry_run:
         _print_plan(cfg, root, json_out)
         return
@@ -84,4 +104,4 @@ def demo_cmd(
     quiet: Quiet = False,
 ) -> None:
     """Run the built-in demo study. The `demo` preset on the sample with the built-in models (CPU, offline)."""
-    study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, quiet=quiet, json_out=False)
+    study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, batch=False, quiet=quiet, json_out=False)

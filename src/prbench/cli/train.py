@@ -47,10 +47,17 @@ AdaptData = Annotated[str | None, typer.Option(
 PlannerFile = Annotated[Path | None, typer.Option(help="Planner output (JSONL id -> aspects) for --condition planner.")]
 
 
-def _load(data: str, eval_data: str | None, format_: str | None = None):
-    from prbench.data.pairs import load_pairs
+TrainSplit = Annotated[str, typer.Option(
+    "--split", help="Part of the data to train on (train; test only when you mean to train on the pairs a "
+                    "benchmark scores).")]
 
-    return load_pairs(data, format=format_), (load_pairs(eval_data, format=format_) if eval_data else [])
+
+def _load(data: str, eval_data: str | None, format_: str | None = None, split: str = "train"):
+    """Training pairs from the `split` part; --eval-data pairs from the test part (held out)."""
+    from prbench.data.pairs import load_pairs, load_training_pairs
+
+    return (load_training_pairs(data, split, format_),
+            load_pairs(eval_data, format=format_) if eval_data else [])
 
 
 def _planner(path: Path | None):
@@ -127,12 +134,15 @@ class Check(Settings):
 
 
 def _run(method: str, data: str, out: Path, options: dict, check: Check, json_out: bool, format_: str | None = None,
-         **extra) -> None:
+         split: str = "train", **extra) -> None:
+    from prbench.train import is_main_process
     from prbench.train.methods import train_method
 
-    pairs, held = _load(data, check.eval_data, format_)
+    pairs, held = _load(data, check.eval_data, format_, split)
     result, report = train_method(method, pairs, out, options, run_protocol_check=check.protocol, refit=check.refit,
                                   **extra)
+    if not is_main_process():  # a launched run's other ranks trained; rank 0 measures and reports
+        return
     if check.eval_data:
         report["eval_data"] = _score_eval(method, out, held, options)
     _report(result, json_out, report, method)
@@ -155,6 +165,7 @@ def default(
     data: Annotated[str | None, typer.Option("--data", "-d", help="Training pairs (file or folder).")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
     format_: Format = None,
+    split: TrainSplit = "train",
     seed: Seed = 0,
     encoder: Annotated[str, typer.Option(help=ENCODER_FIELD.description)] = ENCODER,
     json_out: Json = False,
@@ -172,7 +183,8 @@ def default(
     if not json_out:
         typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
                    "see docs on personalized methods)")
-    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, Check(), json_out, format_=format_)
+    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, Check(), json_out, format_=format_,
+         split=split)
 
 
 @app.command()
@@ -183,6 +195,7 @@ def bt(
     settings: BTConfig,
     check: Check,
     format_: Format = None,
+    split: TrainSplit = "train",
     base_model: Annotated[str | None, typer.Option(
         help="AutoModelForSequenceClassification-capable folder or hub id, fine-tuned with TRL.")] = None,
     frozen_encoder: Annotated[bool, typer.Option(
@@ -198,7 +211,7 @@ def bt(
 
     The frozen-encoder head runs the protocol (seen vs unseen users) unless --no-protocol.
     """
-    pairs, held = _load(data, check.eval_data, format_)
+    pairs, held = _load(data, check.eval_data, format_, split)
     planner = _planner(planner_file)
     if frozen_encoder == (base_model is not None):
         raise PrbenchError("give exactly one of --base-model (TRL fine-tuning) or --frozen-encoder")
@@ -213,48 +226,51 @@ def bt(
             cfg = make_config("context-bt", options)
             _report(train_context_bt(pairs, out, cfg, eval_pairs=held, planner=planner), json_out)
             return
-        _run("context-bt", data, out, options, check, json_out, format_=format_)
+        _run("context-bt", data, out, options, check, json_out, format_=format_, split=split)
         return
     from prbench.train.bt import train_bt
 
     cfg = BTConfig.build(settings, **set_options(epochs=epochs, lr=lr, batch_size=batch_size))  # None: BTConfig's
     result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
-    _report(result, json_out)
+    from prbench.train import is_main_process
+
+    if is_main_process():  # rank 0 alone reports a launched run
+        _report(result, json_out)
 
 
 @app.command()
 @settings_command(settings=PALConfig, check=Check)
-def pal(data: Data, out: Out, settings: PALConfig, check: Check, format_: Format = None, adapt_data: AdaptData = None,
-        json_out: Json = False) -> None:
+def pal(data: Data, out: Out, settings: PALConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
+        adapt_data: AdaptData = None, json_out: Json = False) -> None:
     """Train PAL on (user, prompt, chosen, rejected) pairs. Evaluate the folder as pal:OUT."""
-    from prbench.data.pairs import load_pairs
+    from prbench.data.pairs import load_training_pairs
 
-    extra = {"adapt_pairs": load_pairs(adapt_data)} if adapt_data else {}
-    _run("pal", data, out, settings.model_dump(), check, json_out, format_=format_, **extra)
+    extra = {"adapt_pairs": load_training_pairs(adapt_data, split)} if adapt_data else {}
+    _run("pal", data, out, settings.model_dump(), check, json_out, format_=format_, split=split, **extra)
 
 
 @app.command()
 @settings_command(settings=LoReConfig, check=Check)
-def lore(data: Data, out: Out, settings: LoReConfig, check: Check, format_: Format = None,
+def lore(data: Data, out: Out, settings: LoReConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
          json_out: Json = False) -> None:
     """Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."""
-    _run("lore", data, out, settings.model_dump(), check, json_out, format_=format_)
+    _run("lore", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
 
 
 @app.command()
 @settings_command(settings=VPLConfig, check=Check)
-def vpl(data: Data, out: Out, settings: VPLConfig, check: Check, format_: Format = None,
+def vpl(data: Data, out: Out, settings: VPLConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
         json_out: Json = False) -> None:
     """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
-    _run("vpl", data, out, settings.model_dump(), check, json_out, format_=format_)
+    _run("vpl", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
 
 
 @app.command()
 @settings_command(settings=FinetuneConfig, check=Check)
-def finetune(data: Data, out: Out, settings: FinetuneConfig, check: Check, format_: Format = None,
+def finetune(data: Data, out: Out, settings: FinetuneConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
              json_out: Json = False) -> None:
     """Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."""
-    _run("finetune", data, out, settings.model_dump(), check, json_out, format_=format_)
+    _run("finetune", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
 
 
 def synth_users(

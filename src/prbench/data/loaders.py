@@ -29,6 +29,34 @@ from prbench.raw import (  # noqa: F401  (the loader's public names, as before t
 from prbench.schema import CATEGORIES, SourceItem, normalize_category
 
 
+def check_one_format(src: str | Path, split: str = "test") -> None:
+    """Refuse a folder whose files hold different formats, naming a file of each.
+
+    Why: a folder is read by one reader, detected from its first claimed file; a RewardBench file
+    next to a TRL file would otherwise be read as TRL (losing its sections), silently.
+    """
+    from prbench.formats import _claims, _first_row
+
+    path = Path(str(src))
+    try:
+        if not path.is_dir():
+            return
+    except (OSError, ValueError):
+        return
+    first: dict[str, str] = {}
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
+        try:
+            name = _claims(_first_row(f, split)[2])
+        except DataError:
+            continue  # the reader reports it with its location
+        if name:
+            first.setdefault(name, str(f))
+    if len(first) > 1:
+        shown = "; ".join(f"{f} is {name}" for name, f in sorted(first.items(), key=lambda kv: kv[1]))
+        raise DataError(str(src), None, None, f"the folder mixes formats ({shown}): give one format per folder, "
+                                              "or name the reader with --format")
+
+
 def iter_examples(
     src: str | Path,
     kind: Kind | None = "benchmark",
@@ -51,12 +79,15 @@ def iter_examples(
     """
     from prbench.formats import resolve
 
+    if format is None:
+        check_one_format(src, split)
     reader = resolve(src, format, split)
     native = reader.name in ("prb", "lamp-qa")
     if kind is None:
         kind = reader.kind
     if (format or not native) and reader.kind != kind:
-        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items")
+        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items "
+                                                 f"(read them as such: --kind {reader.kind})")
     if format or not native:
         any_category = True  # named formats keep their own categories (a converted file: --format prb)
     cls = _record_class(kind)
@@ -71,7 +102,7 @@ def iter_examples(
     kept = 0
     if native:
         records: Iterable[tuple[str, int, Any]] = (
-            (file, line, parse_record(raw, cls, file, line, any_category)) for file, line, raw in iter_raw(src, split))
+            (file, line, _native(raw, cls, file, line, any_category)) for file, line, raw in iter_raw(src, split))
     else:
         records = reader.read(src, split)
     for file, line, rec in records:
@@ -88,6 +119,15 @@ def iter_examples(
         raise DataError(str(src), None, "categories",
                         f"no records in {', '.join(sorted(map(short_text, wanted or ())))} "
                         f"(the data has: {', '.join(sorted(map(short_text, found)))})")
+
+
+def _native(raw: Any, cls: type, file: str, line: int, any_category: bool) -> Any:
+    """A prbench record; a row in TRL's shape with a user (prbench's pair-file shape) names the reader that reads it."""
+    if (cls is not SourceItem and isinstance(raw, dict) and "question" not in raw
+            and {"prompt", "chosen", "rejected"} <= set(raw)):
+        raise DataError(file, line, "question", "missing required field (the row has TRL's prompt, chosen and "
+                                                "rejected: read the file with --format trl, which keeps user_id)")
+    return parse_record(raw, cls, file, line, any_category)
 
 
 def take_items(records: Iterable[Any], limit: int | None) -> Iterator[Any]:

@@ -83,8 +83,11 @@ def iter_pairs(src: str | Path, split: str = "test", format: str | None = None) 
     by its reader and converted pair by pair (a multi-turn item keeps only its last user turn as
     the prompt: PreferencePair has no dialogue).
     """
+    from prbench.data.loaders import check_one_format
     from prbench.formats import resolve
 
+    if format is None:
+        check_one_format(src, split)
     if format or resolve(src, None, split).name not in ("prb", "lamp-qa"):
         from prbench.data.loaders import iter_examples
 
@@ -110,6 +113,32 @@ def load_pairs(src: str | Path, *, limit: int | None = None, split: str = "test"
     if not pairs:
         raise DataError(str(src), None, None, "no preference pairs found")
     return pairs[:limit] if limit is not None else pairs
+
+
+def load_training_pairs(src: str | Path, split: str = "train", format: str | None = None) -> list[PreferencePair]:
+    """The pairs to train on: the `split` part (train by default) of `src`.
+
+    Why: training on the rows a benchmark scores inflates every later eval of the model. A source
+    whose `split` part is empty while its test part is not is refused with one line; training on
+    test pairs takes `--split test`, said aloud.
+    """
+    try:
+        pairs = list(iter_pairs(src, split, format))
+    except DataError as exc:
+        if split != "train" or not exc.reason.startswith(("no rows in split", "no records")):
+            raise
+        pairs = []
+    if pairs:
+        return pairs
+    if split == "train":
+        try:
+            n_test = sum(1 for _ in iter_pairs(src, "test", format))
+        except DataError:
+            n_test = 0
+        if n_test:
+            raise DataError(str(src), None, "split", f"no train pairs: all {n_test} pairs are in the test split "
+                                                     "(train on test pairs only with --split test)")
+    raise DataError(str(src), None, "split", f"no preference pairs in split {split!r}")
 
 
 def _counts(n: int, fractions: Sequence[float]) -> list[int]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
+from prbench import cost, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_views, read_planner_file
 from prbench.config import BonSettings
@@ -96,11 +96,16 @@ def best_of_n(
     score_cache: Cache | None = None,
     grade_cache: Cache | None = None,
     on_progress: Callable[[str], None] | None = None,
+    max_usd: float | None = None,
+    prices: str | Path | None = None,
+    batch: bool = False,
     **given: Any,
 ) -> BonResult:
     """Score, grade and summarise Best-of-N curves for each RM; write them under `out` if given.
 
-    `settings` (or `given` keywords on top of it) are `BonSettings`.
+    `settings` (or `given` keywords on top of it) are `BonSettings`. An API grader's spend lands in
+    the summary's `cost`; `max_usd` caps it (`prbench.cost`; graded samples are cached: re-run to resume);
+    `batch` grades through provider batches (`prbench.engines.batch`).
     """
     t0 = time.time()
     s = BonSettings.build(settings, **given)
@@ -119,7 +124,7 @@ def best_of_n(
     # 1. grades: every distinct sample once (the grader dedupes identical texts within an item)
     if on_progress:
         on_progress("grading")
-    pairs, grade_of, grade_rows = _grades(grader_obj, ss)
+    pairs, grade_of, grade_rows, spend = _grades(grader_obj, ss, out, max_usd=max_usd, prices=prices, batch=batch)
     gradable = [i for i in ids if np.all(np.isfinite(grade_of[i]))]
     excluded_grade = len(ids) - len(gradable)
 
@@ -157,7 +162,7 @@ def best_of_n(
             _write_rm(out_path / slug(name), res, ids, score_of, ks)
 
     summary = _bon_summary(ss, s, ks, grader_obj, pairs, rm_summaries, oracle, rand, n_gradable=len(gradable),
-                           n_rms=len(rms), started=t0)
+                           n_rms=len(rms), started=t0, spend=spend)
     if out_path is not None:
         out_path.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out_path / "bon.json", summary)
@@ -173,7 +178,8 @@ def _references(grade_of: dict[str, np.ndarray], gradable: list[str], ks: list[i
 
 
 def _bon_summary(ss: SampleSet, s: BonSettings, ks: list[int], grader: Grader, pairs: list, rm_summaries: list,
-                 oracle: dict, rand: dict, *, n_gradable: int, n_rms: int, started: float) -> dict[str, Any]:
+                 oracle: dict, rand: dict, *, n_gradable: int, n_rms: int, started: float, spend: Any
+                 ) -> dict[str, Any]:
     """bon.json: every RM's curve beside the oracle and random ones, and the grader calls saved."""
     naive = n_rms * len(ks) * len(ss.items)
     return {
@@ -185,14 +191,28 @@ def _bon_summary(ss: SampleSet, s: BonSettings, ks: list[int], grader: Grader, p
                          "naive_rule": "RMs x k values x items (one grading per pick)",
                          "saved_vs_naive": naive - grader.stats.calls},
         "seed": s.seed, "wall_time_s": round(time.time() - started, 3),
+        "cost": spend.summary() if spend is not None else None,
     }
 
 
-def _grades(grader: Grader, ss: SampleSet) -> tuple[list, dict[str, np.ndarray], list[dict[str, Any]]]:
-    """(item, sample) pairs, each item's grades (NaN: invalid), and the grades.jsonl rows."""
+def _grades(grader: Grader, ss: SampleSet, out: str | Path | None, *, max_usd: float | None,
+            prices: str | Path | None, batch: bool) -> tuple[list, dict[str, np.ndarray], list[dict[str, Any]], Any]:
+    """(item, sample) pairs, each item's grades (NaN: invalid), the grades.jsonl rows, and the grader's spend
+    (priced and capped by `prbench.cost`; through provider batches with `batch`)."""
+    from prbench.engines.batch import optional, reading_only
+
     n = ss.n
     pairs = [(it, t) for it in ss.items for t in ss.samples[it.id]]
-    grades = grader.grade(pairs)
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+
+    def collect() -> None:
+        with reading_only(grader):
+            grader.grade(pairs)
+
+    with cost.tracking(grader, out, max_usd=max_usd, prices=prices, batch=batch) as spend, \
+            optional(batch, grader, out, collect):
+        grades = grader.grade(pairs)
     grade_of: dict[str, np.ndarray] = {}
     rows = []
     for j, it in enumerate(ss.items):
@@ -200,7 +220,7 @@ def _grades(grader: Grader, ss: SampleSet) -> tuple[list, dict[str, np.ndarray],
         grade_of[it.id] = np.array([g.score for g in gs], dtype=float)
         rows.append({"id": it.id, "grades": [None if not g.valid else g.score for g in gs],
                      "aspects": [g.aspects for g in gs], "errors": [g.error for g in gs]})
-    return pairs, grade_of, rows
+    return pairs, grade_of, rows, spend
 
 
 def _scores(rm: PointwiseRM, ss: SampleSet, views: Sequence[Any], batch_size: int, cache: Cache

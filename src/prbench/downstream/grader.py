@@ -295,9 +295,10 @@ class RubricGrader:
             fresh = self._call([p for _, p in chunk], [k for k, _ in chunk])
             store = {}
             for (k, _), g in zip(chunk, fresh):
-                out[k] = self._memo[k] = g
-                if g.error is None or g.error.startswith("parse"):
+                out[k] = g
+                if g.error is None or g.error.startswith("parse"):  # engine failures are neither kept nor cached
                     store[k] = g.to_json()
+                    self._memo[k] = g
             self.cache.put_many(store)
         return [out[k] for k in keys]
 

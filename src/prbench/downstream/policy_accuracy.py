@@ -436,5 +436,34 @@ def policy_accuracy(
     summary["plain_policy_accuracy"] = (m["plain_policy_accuracy"]["total"] or {}).get("accuracy")
     summary["plain_policy_accuracy_normalized"] = (m["plain_policy_accuracy"]["normalized"] or {}).get("accuracy")
     if run:
+        if rm_name is not None:
+            write_pa_downstream(run.path, summary, records)
         run.write_summary(summary)
     return PAResult(summary, records, run.path if run else None)
+
+
+def write_pa_downstream(path: Path, summary: dict[str, Any], records: Sequence[dict[str, Any]]) -> Path | None:
+    """downstream.json of a policy-accuracy run: per-pair credit (total; normalized and the RM's own in extras).
+
+    The same file every downstream kind writes, so exports and other tools read policy accuracy
+    like Best-of-N, RL or RGD; meta reads the run's records (its `pa_metric` picks the credit).
+    """
+    from prbench.downstream.results import DownstreamResult, write_downstream
+
+    per = {str(r["id"]): float(r["credit_total"]) for r in records if r.get("credit_total") is not None}
+    total = summary["metrics"]["policy_accuracy"]["total"] or {}
+    if not per or total.get("accuracy") is None:
+        return None
+    extra = {f: summary.get(f) for f in ("policy", "data", "condition", "w", "mode", "reward_norm",
+                                         "repetition_penalty", "seed")}
+    extra.update(candidates_k=summary.get("k"), metric="policy_accuracy_total",
+                 per_item_normalized={str(r["id"]): r["credit_norm"] for r in records
+                                      if r.get("credit_norm") is not None},
+                 per_item_rm_credit={str(r["id"]): r["rm_credit"] for r in records if r.get("rm_credit") is not None})
+    acc = float(total["accuracy"])
+    res = DownstreamResult(rm=str(summary["rm"]), setting="policy_accuracy", k=[1], first_k=[acc], expected=[acc],
+                           ci_low=[total.get("ci_low")], ci_high=[total.get("ci_high")],
+                           per_item={i: {"1": v} for i, v in per.items()}, grader="policy log-likelihood",
+                           n_items=len(per), scale="share of pairs the guided policy prefers chosen (ties 0.5)",
+                           extra=extra)
+    return write_downstream(path, res)

@@ -8,8 +8,9 @@ Format (JSON object, `format` = 1):
 
 - `format`: int, this layout's version.
 - `rm`: the RM spec string (the join key with benchmark runs).
-- `setting`: "bon" (Best-of-N selection), "rl" (policy trained with the RM as reward) or
-  "rgd" (reward-guided decoding).
+- `setting`: "bon" (Best-of-N selection), "rl" (policy trained with the RM as reward),
+  "rgd" (reward-guided decoding), "policy_accuracy", or the name of a plug-in run kind
+  (`prbench.runkinds`; a plug-in kind's setting is its registry name).
 - `k`: list of ints. BoN: the subset sizes (1, 2, 4, ..., N). RL/RGD: `[1]` (one value per
   item: the mean grade of the policy's held-out answers).
 - `first_k`: per k, mean over items of the grade of the RM's pick among the first k samples
@@ -40,7 +41,7 @@ from prbench.errors import PrbenchError
 from prbench.runs import read_json, write_json_atomic
 
 FORMAT_VERSION = 1
-SETTINGS = ("bon", "rl", "rgd")
+SETTINGS = ("bon", "rl", "rgd", "policy_accuracy")  # the built-in ones; plug-in kinds add theirs
 FILENAME = "downstream.json"
 DEFAULT_SCALE = "mean aspect grade, 0-2"
 
@@ -110,8 +111,11 @@ def validate(data: Mapping[str, Any], where: str = "downstream result") -> Downs
         raise PrbenchError(f"{where}: missing field(s) {', '.join(missing)}")
     if data.get("format", FORMAT_VERSION) != FORMAT_VERSION:
         raise PrbenchError(f"{where}: format {data.get('format')!r} is not supported (expected {FORMAT_VERSION})")
-    if data["setting"] not in SETTINGS:
-        raise PrbenchError(f"{where}: setting must be one of {', '.join(SETTINGS)}, got {data['setting']!r}")
+    from prbench.registry import RUNKINDS  # a plug-in kind's setting is its registry name
+
+    if data["setting"] not in SETTINGS and data["setting"] not in RUNKINDS:
+        raise PrbenchError(f"{where}: setting must be one of {', '.join(SETTINGS)} or a plug-in run kind's, "
+                           f"got {data['setting']!r}")
     ks = data["k"]
     if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
         raise PrbenchError(f"{where}: k must be a non-empty list of positive ints")
@@ -158,11 +162,7 @@ def read_downstream(path: str | Path) -> DownstreamResult:
         p = p / FILENAME
     if not p.is_file():
         raise PrbenchError(f"no downstream results at {p}")
-    try:
-        data = read_json(p)
-    except ValueError as exc:
-        raise PrbenchError(f"{p}: not valid JSON ({exc})") from None
-    return validate(data, str(p))
+    return validate(read_json(p, "rerun the command that wrote it"), str(p))  # damaged JSON: file and line
 
 
 def find_downstream(root: str | Path) -> list[Path]:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -267,7 +266,7 @@ def train_rl(
     transformers = require("transformers", "hf")
     trl = require("trl", "train")
     datasets = require("datasets", "hf")
-    from prbench.train import is_main_process, pin_device, single_process_args
+    from prbench.train import end_ranks, is_main_process, pin_device, rank, single_process_args
 
     given_device, device = device, pin_device(device)
     rm_options = {**(rm_options or {})}
@@ -314,7 +313,8 @@ def train_rl(
                        data=data if isinstance(data, str) else "<in-memory>",
                        eval_data=s.eval_data if eval_items is None else "<in-memory>",
                        grader=grader if isinstance(grader, str) or grader is None else grader.spec)
-    write_json_atomic(out / "config.json", cfg)
+    if is_main_process():  # a launched run's outputs are written once, by rank 0
+        write_json_atomic(out / "config.json", cfg)
 
     args = trl.GRPOConfig(
         output_dir=str(out / "trainer"), max_steps=s.steps, learning_rate=s.lr,
@@ -338,9 +338,9 @@ def train_rl(
     t_train = time.time()
     trainer.train()
     train_s = time.time() - t_train
-
+    end_ranks()
     if not is_main_process():  # other ranks of a launched run: rank 0 saves, samples and grades
-        return RLResult({"rank": int(os.environ.get("RANK", "0")), "train_time_s": round(train_s, 3)}, None, out)
+        return RLResult({"rank": rank(), "train_time_s": round(train_s, 3)}, None, out)
     trained = trainer.model
     if s.lora:
         trained = trained.merge_and_unload()

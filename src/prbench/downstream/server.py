@@ -22,8 +22,16 @@ Endpoints
   "extra_logs": {"prbench_invalid": [0.0 | 1.0]}}`: always finite floats. An item that cannot be
   rewarded (unreadable label, unknown id, no assistant turn, an RM failure) gets the
   server's `fallback_reward` (default 0.0) and is counted in `/stats` by reason; a malformed
-  request as a whole is a 4xx, as on `/score`.
-- `GET /health` (liveness) and `GET /stats` (requests, items, invalid by reason): no token needed.
+  request as a whole is a 4xx, as on `/score`. A server started without `--policy-template`
+  answers 422 naming the flag (it cannot find the answer, and a run of fallback zeros would
+  train on nothing).
+- `GET /health` (liveness) and `GET /stats` (requests, items served, queued, batches, rejected
+  by status, fallback and invalid by reason, batch-size and latency percentiles): no token needed.
+
+Batching (`prbench.downstream.batcher`): the items of concurrent requests are gathered into one
+RM call (at most `Batching.max_items`, waiting at most `max_wait_ms` for company) in a worker
+thread, and each request gets its own scores back in order. Admission is bounded in items
+(`queue_items`); past it a request gets 503 with Retry-After, counted in `/stats`.
 
 Safety: binds 127.0.0.1 unless told otherwise, and any other interface needs an explicit
 `allow_remote` (the CLI's `--allow-remote`); optional bearer token whose *value* comes from an
@@ -31,10 +39,11 @@ environment variable (never argv, which other users can read in `ps`), and a var
 empty string is an error, not "auth off"; 401 without a token, 403 with a wrong one. Bodies
 over `max_body_bytes` get 413, batches over `max_batch` get 413, invalid JSON gets 400 and a wrong
 shape or type 422: malformed input never causes a 500. Connections: at most `max_connections`
-open (more are answered 503 and closed at once), request headers must arrive within
+open (more are answered 503 with Retry-After and closed; the listen backlog is as deep, and the
+open-file limit is raised to fit at start, or a line says what to set), request headers must arrive within
 `header_timeout` s and the body within `body_timeout` s (else 408), idle keep-alive connections
 close after `idle_timeout` s, so slow or idle clients cannot exhaust file descriptors.
-Scoring runs one batch at a time (a lock), because local models are not thread-safe.
+Scoring runs one batch at a time (one worker thread, and a lock), because local models are not thread-safe.
 
 verl: `prbench.integrations.verl` holds `compute_score` (sync, and `compute_score_async` for
 verl's reward loop), which calls this server's `/score` or an in-process RM; see docs/rl.md.
@@ -59,6 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from prbench.cache import NullCache, content_key
 from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
+from prbench.downstream.batcher import Batcher, Batching, Overloaded
 from prbench.downstream.chat import ChatSplitter
 from prbench.downstream.items import item_from_context, parse_label
 from prbench.errors import PrbenchError
@@ -74,6 +84,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TOKEN_ENV = "PRBENCH_REWARD_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_FALLBACK_REWARD = 0.0
+VIEW_CACHE = 4096  # items whose View is kept (an RL step has batch_size prompts, each sampled n times)
+NO_TEMPLATE = ("/get_reward needs the policy's chat template to cut the answer out of OpenRLHF's query: "
+               "restart serve-reward with --policy-template (the policy's hf:DIR, builtin:NAME or folder)")
 NonBlank = Annotated[StrictStr, Field(min_length=1)]
 
 
@@ -118,11 +131,18 @@ class ServerStats:
     requests: int = 0
     items: int = 0
     invalid: int = 0
+    fallback: int = 0
     rejected: int = 0
     invalid_reasons: Counter = field(default_factory=Counter)
+    rejected_by_status: Counter = field(default_factory=Counter)
+
+    def count_rejected(self, status: int) -> None:
+        self.rejected += 1
+        self.rejected_by_status[status] += 1
 
     def as_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "items": self.items, "invalid": self.invalid, "rejected": self.rejected,
+        return {"requests": self.requests, "items": self.items, "invalid": self.invalid, "fallback": self.fallback,
+                "rejected": self.rejected, "rejected_by_status": {str(k): v for k, v in self.rejected_by_status.items()},
                 "invalid_reasons": dict(self.invalid_reasons)}
 
 
@@ -165,15 +185,29 @@ class RewardService:
         self.items: dict[str, SourceItem] = {it.id: it for it in items}
         self.splitter, self.fallback_reward, self.reward_scale = splitter, float(fallback_reward), reward_scale
         self.lock = threading.Lock()
+        self._views: dict[str, View] = {}
         self.stats = ServerStats()
 
     def _view(self, item: SourceItem) -> View:
         return build_view(item, self.condition, retriever=self.retriever, top_k=self.top_k, planner=self.planner,
                           max_context_chars=self.max_context_chars)
 
-    def _scores(self, batch: list[tuple[View, str]]) -> list[Any]:
-        with self.lock:
-            return score_cached(self.rm, batch, NullCache()) if batch else []
+    def score_pairs(self, pairs: Sequence[tuple[SourceItem, str]]) -> list[Any]:
+        """RM scores of (item, answer) pairs; views are built here too, so a worker thread pays for retrieval."""
+        if not pairs:
+            return []
+        with self.lock:  # local models are not thread-safe (the in-process clients share this service)
+            batch = [(self._cached_view(item), response) for item, response in pairs]
+            return score_cached(self.rm, batch, NullCache())
+
+    def _cached_view(self, item: SourceItem) -> View:
+        """The item's View, built once for the many rollouts (samples) of one prompt."""
+        key = item.model_dump_json()
+        view = self._views.pop(key, None) or self._view(item)
+        self._views[key] = view  # most recent last
+        if len(self._views) > VIEW_CACHE:
+            self._views.pop(next(iter(self._views)))
+        return view
 
     def _source(self, n: int, item: ScoreItem) -> SourceItem:
         if self.condition == "profile" and item.profile is None:
@@ -189,9 +223,11 @@ class RewardService:
             rubric_aspects=[RubricAspect(aspect=a.aspect, reason=a.reason) for a in item.rubric_aspects or []],
         )
 
-    def score(self, items: Sequence[ScoreItem]) -> dict[str, Any]:
-        sources = [self._source(n, it) for n, it in enumerate(items)]
-        scores = self._scores([(self._view(s), it.response) for s, it in zip(sources, items)])
+    def score_inputs(self, items: Sequence[ScoreItem]) -> list[tuple[SourceItem, str]]:
+        """The (item, answer) pairs of a /score request; `_Reject` (422) for an item the condition cannot use."""
+        return [(self._source(n, it), it.response) for n, it in enumerate(items)]
+
+    def score_reply(self, scores: Sequence[Any]) -> dict[str, Any]:
         values = [s.value if s.valid else None for s in scores]
         invalid = sum(v is None for v in values)
         self.stats.items += len(values)
@@ -201,11 +237,15 @@ class RewardService:
         return {"scores": values, "invalid": invalid, "truncated": sum(bool(s.truncated) for s in scores),
                 "rm": redact_url(getattr(self.rm, "name", self.rm.spec)), "condition": self.condition}
 
+    def score(self, items: Sequence[ScoreItem]) -> dict[str, Any]:
+        """`POST /score` in-process (blocking)."""
+        return self.score_reply(self.score_pairs(self.score_inputs(items)))
+
     # -- OpenRLHF -------------------------------------------------------------------------
     def reward_item(self, query: str, prompt: str | None, label: Any) -> tuple[SourceItem, str]:
         """The item and answer text of one OpenRLHF rollout; `_Invalid` when it cannot be rewarded."""
         if self.splitter is None:
-            raise _Invalid("no_policy_template", "start serve-reward with --policy-template to read OpenRLHF queries")
+            raise _Reject(422, NO_TEMPLATE)
         try:
             ctx = parse_label(label)
             item = item_from_context(ctx, self.items or None)
@@ -224,12 +264,15 @@ class RewardService:
             raise _Invalid("no_response", str(exc)) from None
         return item, response
 
-    def rewards(self, req: RewardRequest) -> dict[str, Any]:
+    def reward_inputs(self, req: RewardRequest) -> list[tuple[SourceItem, str] | _Invalid]:
+        """Each rollout's (item, answer), or the `_Invalid` that gives it the fallback; `_Reject` for the request."""
         n = len(req.query)
         for name in ("prompts", "labels"):
             got = getattr(req, name)
             if got is not None and len(got) != n:
                 raise _Reject(422, f"'{name}' has {len(got)} entries for {n} queries")
+        if self.splitter is None and n:
+            raise _Reject(422, NO_TEMPLATE)
         labels = req.labels if req.labels is not None else [None] * n
         prompts = req.prompts if req.prompts is not None else [None] * n
         parsed: list[tuple[SourceItem, str] | _Invalid] = []
@@ -238,8 +281,12 @@ class RewardService:
                 parsed.append(self.reward_item(q, p, lab))
             except _Invalid as exc:
                 parsed.append(exc)
+        return parsed
+
+    def reward_reply(self, parsed: list[tuple[SourceItem, str] | _Invalid], scores: Sequence[Any]) -> dict[str, Any]:
+        """OpenRLHF's reply; `scores` belong to the parsed entries that are not `_Invalid`, in order."""
+        n = len(parsed)
         todo = [i for i, x in enumerate(parsed) if not isinstance(x, _Invalid)]
-        scores = self._scores([(self._view(parsed[i][0]), parsed[i][1]) for i in todo])  # type: ignore[index]
         values: list[float] = [self.fallback_reward] * n
         flags = [1.0] * n
         for i, s in zip(todo, scores):
@@ -251,22 +298,42 @@ class RewardService:
         reasons = Counter(x.reason for x in parsed if isinstance(x, _Invalid))
         self.stats.items += n
         self.stats.invalid += sum(reasons.values())
+        self.stats.fallback += sum(reasons.values())
         self.stats.invalid_reasons.update(reasons)
         for x in parsed:
             if isinstance(x, _Invalid):
                 log.warning("reward fallback %s for an item: %s (%s)", self.fallback_reward, x.reason, x)
         return {"rewards": values, "scores": list(values), "extra_logs": {"prbench_invalid": flags}}
 
+    def rewards(self, req: RewardRequest) -> dict[str, Any]:
+        """`POST /get_reward` in-process (blocking): OpenRLHF's `reward_func` file calls this."""
+        parsed = self.reward_inputs(req)
+        return self.reward_reply(parsed, self.score_pairs([x for x in parsed if not isinstance(x, _Invalid)]))
+
 
 # -- connection guard -------------------------------------------------------------------------
-def _guarded_protocol(max_connections: int, header_timeout: float) -> type:
-    """uvicorn's h11 protocol with a connection cap and a deadline for each request's headers."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def _guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any = None, parser: str = "auto") -> type:
+    """uvicorn's HTTP protocol with a connection cap and a deadline for each request's headers.
+
+    httptools' C parser where installed (uvicorn[standard]; several times less CPU per request than
+    pure-Python h11, which is what caps single-item throughput), else h11. A connection past the cap
+    is answered 503 with Retry-After (and counted by `on_busy`), then closed: the client reads a
+    reply it can retry on, never a reset.
+    """
+    try:
+        if parser == "h11":
+            raise ImportError
+        import httptools  # noqa: F401 - uvicorn's httptools protocol needs it
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+        fast = True
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
+        fast = False
 
     busy = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
-            b"content-length: 20\r\n\r\ntoo many connections")
+            b"retry-after: 1\r\ncontent-length: 20\r\n\r\ntoo many connections")
 
-    class GuardedH11(H11Protocol):
+    class Guarded(Base):  # type: ignore[valid-type,misc]
         _header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
@@ -274,6 +341,8 @@ def _guarded_protocol(max_connections: int, header_timeout: float) -> type:
             if len(self.connections) > max_connections:
                 transport.write(busy)
                 transport.close()
+                if on_busy is not None:
+                    on_busy()
                 return
             self._arm()
 
@@ -291,10 +360,15 @@ def _guarded_protocol(max_connections: int, header_timeout: float) -> type:
             if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
                 self.transport.close()  # no complete request headers in time (slow or idle client)
 
-        def handle_events(self) -> None:
-            super().handle_events()
-            if self.cycle is not None and not self.cycle.response_complete:
+        if fast:
+            def on_headers_complete(self) -> None:
+                super().on_headers_complete()
                 self._disarm()
+        else:
+            def handle_events(self) -> None:
+                super().handle_events()
+                if self.cycle is not None and not self.cycle.response_complete:
+                    self._disarm()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -305,14 +379,14 @@ def _guarded_protocol(max_connections: int, header_timeout: float) -> type:
             self._disarm()
             super().connection_lost(exc)
 
-    return GuardedH11
+    return Guarded
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Connection limits (seconds, counts); the defaults suit a trainer on the same machine."""
+    """Connection limits (seconds, counts); the defaults take 4,096 concurrent trainer clients with room to spare."""
 
-    max_connections: int = 256
+    max_connections: int = 8192
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     idle_timeout: float = 5.0
@@ -321,9 +395,119 @@ class Limits:
         if self.max_connections < 1 or min(self.header_timeout, self.body_timeout, self.idle_timeout) <= 0:
             raise PrbenchError("connection limits must be positive (max_connections >= 1, timeouts > 0)")
 
-    def uvicorn_config(self) -> dict[str, Any]:
-        return {"http": _guarded_protocol(self.max_connections, self.header_timeout),
-                "timeout_keep_alive": self.idle_timeout}
+    def uvicorn_config(self, app: Any = None) -> dict[str, Any]:
+        """uvicorn settings: the guarded protocol, and a listen backlog as deep as the connection cap
+        (uvicorn's default 2,048 would leave a burst of 4,096 connects waiting on SYN retries)."""
+        service = getattr(getattr(app, "state", None), "service", None)
+        on_busy = (lambda: service.stats.count_rejected(503)) if service is not None else None
+        return {"http": _guarded_protocol(self.max_connections, self.header_timeout, on_busy),
+                "timeout_keep_alive": self.idle_timeout, "backlog": self.max_connections}
+
+
+def check_fd_limit(limits: Limits) -> None:
+    """Raise the open-file soft limit to fit `max_connections` (up to the hard limit); else say what to set.
+
+    Each connection is a file descriptor: with the common soft limit of 1,024 a burst of concurrent
+    clients would fail in accept() (the kernel then resets the connections waiting in the backlog).
+    """
+    need = limits.max_connections + 256
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+        if soft < need:
+            log.warning("open-file limit %d is under --max-connections %d + 256: run `ulimit -n %d` (hard limit %s) "
+                        "before serve-reward, or lower --max-connections", soft, limits.max_connections, need,
+                        "unlimited" if hard == resource.RLIM_INFINITY else hard)
+    try:
+        with open("/proc/sys/net/core/somaxconn") as fh:
+            somaxconn = int(fh.read().strip())
+    except (OSError, ValueError):
+        return
+    if somaxconn < min(limits.max_connections, 4096):
+        log.warning("net.core.somaxconn is %d: a burst of more concurrent connects may wait on retries; "
+                    "run `sysctl -w net.core.somaxconn=%d` to take them at once", somaxconn,
+                    min(limits.max_connections, 65535))
+
+
+class _RequestGate:
+    """Auth, body size and time limits, JSON and schema checks: each request's way in (or its 4xx)."""
+
+    def __init__(self, service: RewardService, app: Any, token: str | None, max_body_bytes: int, max_batch: int):
+        self.service, self.app, self.token = service, app, token
+        self.max_body_bytes, self.max_batch = max_body_bytes, max_batch
+
+    def reject(self, status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
+        from fastapi.responses import JSONResponse
+
+        self.service.stats.count_rejected(status)
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+    def auth_error(self, request: Any) -> Any | None:
+        if self.token is None:
+            return None
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return self.reject(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(given.strip().encode(), self.token.encode()):
+            return self.reject(403, "invalid token")
+        return None
+
+    async def read_all(self, request: Any) -> bytes | Any:
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > self.max_body_bytes:
+                return self.reject(413, f"body over {self.max_body_bytes} bytes")
+        return bytes(body)
+
+    async def read_body(self, request: Any) -> bytes | Any:
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                return self.reject(400, "invalid Content-Length")
+            if int(length) > self.max_body_bytes:
+                return self.reject(413, f"body over {self.max_body_bytes} bytes")
+        limit = self.app.state.body_timeout
+        try:
+            return await asyncio.wait_for(self.read_all(request), limit)
+        except asyncio.TimeoutError:
+            return self.reject(408, f"request body not received within {limit:g} s", {"Connection": "close"})
+
+    async def read_json(self, request: Any) -> tuple[bool, Any]:
+        """The parsed body, or a ready error response (auth first: a bad body without a token is 401)."""
+        self.service.stats.requests += 1
+        denied = self.auth_error(request)
+        if denied is not None:
+            return False, denied
+        body = await self.read_body(request)
+        if not isinstance(body, bytes):
+            return False, body
+        try:
+            return True, json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also huge integers, deep nesting
+            return False, self.reject(400, f"body is not valid UTF-8 JSON ({exc})")
+
+    async def read_request(self, request: Any, schema: type[BaseModel], key: str, noun: str) -> tuple[bool, Any]:
+        """The validated request, or a ready error response; an over-long batch is refused before validation."""
+        ok, payload = await self.read_json(request)
+        if not ok:
+            return False, payload
+        if isinstance(payload, dict) and isinstance(payload.get(key), list) and len(payload[key]) > self.max_batch:
+            return False, self.reject(413, f"batch of {len(payload[key])} {noun} is over the limit of {self.max_batch}")
+        try:
+            return True, schema.model_validate(payload)
+        except ValidationError as exc:
+            return False, self.reject(422, _validation_detail(exc))
 
 
 def create_app(
@@ -343,11 +527,11 @@ def create_app(
     fallback_reward: float = DEFAULT_FALLBACK_REWARD,
     reward_scale: float = 1.0,
     body_timeout: float = Limits.body_timeout,
+    batching: Batching | None = None,
 ) -> Any:
     """The FastAPI app. `token` is the bearer token value itself (the CLI reads it from an env var)."""
     fastapi = require("fastapi", "serve")
     from fastapi.responses import JSONResponse
-    from starlette.concurrency import run_in_threadpool
 
     if token is not None and not token.strip():
         raise PrbenchError("the bearer token is empty (unset the variable to serve without auth on loopback)")
@@ -361,104 +545,59 @@ def create_app(
     service = RewardService(model, condition, retriever=load_retriever(retriever), top_k=top_k,
                             planner_file=planner_file, max_context_chars=max_context_chars, items=items,
                             splitter=policy_template, fallback_reward=fallback_reward, reward_scale=reward_scale)
-    app = fastapi.FastAPI(title="prbench reward server", docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.service = service
+    batcher = Batcher(service.score_pairs, batching)
+    app = fastapi.FastAPI(title="prbench reward server", docs_url=None, redoc_url=None, openapi_url=None,
+                          on_shutdown=[batcher.close])
+    app.state.service, app.state.batcher = service, batcher
     app.state.body_timeout = body_timeout  # the servers below set it from their Limits
     rm_name = redact_url(getattr(model, "name", model.spec))
 
-    def reject(status: int, detail: Any, headers: dict[str, str] | None = None) -> Any:
-        service.stats.rejected += 1
-        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
-
-    def auth_error(request: Any) -> Any | None:
-        if token is None:
-            return None
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return reject(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(given.strip().encode(), token.encode()):
-            return reject(403, "invalid token")
-        return None
-
-    async def read_all(request: Any) -> bytes | Any:
-        body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > max_body_bytes:
-                return reject(413, f"body over {max_body_bytes} bytes")
-        return bytes(body)
-
-    async def read_body(request: Any) -> bytes | Any:
-        length = request.headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                return reject(400, "invalid Content-Length")
-            if int(length) > max_body_bytes:
-                return reject(413, f"body over {max_body_bytes} bytes")
-        limit = app.state.body_timeout
-        try:
-            return await asyncio.wait_for(read_all(request), limit)
-        except asyncio.TimeoutError:
-            return reject(408, f"request body not received within {limit:g} s", {"Connection": "close"})
-
-    async def read_json(request: Any) -> Any:
-        """The parsed body, or a ready error response (auth first: a bad body without a token is 401)."""
-        service.stats.requests += 1
-        denied = auth_error(request)
-        if denied is not None:
-            return False, denied
-        body = await read_body(request)
-        if not isinstance(body, bytes):
-            return False, body
-        try:
-            return True, json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # also huge integers, deep nesting
-            return False, reject(400, f"body is not valid UTF-8 JSON ({exc})")
+    gate = _RequestGate(service, app, token, max_body_bytes, max_batch)
+    reject, read_request = gate.reject, gate.read_request
 
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "rm": rm_name, "condition": condition,
                 "max_batch": max_batch, "max_body_bytes": max_body_bytes, "auth": token is not None,
                 "served_items": service.stats.items, "invalid": service.stats.invalid,
-                "openrlhf": service.splitter is not None}
+                "openrlhf": service.splitter is not None, "pid": os.getpid()}
 
     @app.get("/stats")
     def stats() -> dict[str, Any]:
-        return {**service.stats.as_dict(), "fallback_reward": service.fallback_reward,
+        return {**service.stats.as_dict(), **batcher.stats(), "fallback_reward": service.fallback_reward,
                 "reward_scale": service.reward_scale, "rm": rm_name, "condition": condition}
 
-    async def read_request(request: Any, schema: type[BaseModel], key: str, noun: str) -> tuple[bool, Any]:
-        """The validated request, or a ready error response; an over-long batch is refused before validation."""
-        ok, payload = await read_json(request)
-        if not ok:
-            return False, payload
-        if isinstance(payload, dict) and isinstance(payload.get(key), list) and len(payload[key]) > max_batch:
-            return False, reject(413, f"batch of {len(payload[key])} {noun} is over the limit of {max_batch}")
+    async def scored(pairs: list[Any]) -> tuple[bool, Any]:
+        """The RM's scores for these pairs, batched with other requests', or a ready 503."""
         try:
-            return True, schema.model_validate(payload)
-        except ValidationError as exc:
-            return False, reject(422, _validation_detail(exc))
+            return True, await batcher.submit(pairs)
+        except Overloaded as exc:
+            return False, reject(503, f"reward queue full ({batcher.cfg.queue_items} items): retry after "
+                                 f"{exc.retry_after} s", {"Retry-After": str(exc.retry_after)})
 
     async def score(request):  # type: ignore[no-untyped-def]  # annotated below for FastAPI
         ok, req = await read_request(request, ScoreRequest, "items", "items")
         if not ok:
             return req
         try:
-            return await run_in_threadpool(service.score, req.items)
+            pairs = service.score_inputs(req.items)
         except _Reject as exc:
             return reject(exc.status, exc.detail)
         except ValueError as exc:  # pydantic/schema checks of a built record: still the client's input
             return reject(422, str(exc))
+        ok, scores = await scored(pairs)
+        return JSONResponse(service.score_reply(scores)) if ok else scores
 
     async def get_reward(request):  # type: ignore[no-untyped-def]
         ok, req = await read_request(request, RewardRequest, "query", "queries")
         if not ok:
             return req
         try:
-            return await run_in_threadpool(service.rewards, req)
+            parsed = service.reward_inputs(req)
         except _Reject as exc:
             return reject(exc.status, exc.detail)
+        ok, scores = await scored([x for x in parsed if not isinstance(x, _Invalid)])
+        return JSONResponse(service.reward_reply(parsed, scores)) if ok else scores
 
     for handler in (score, get_reward):
         handler.__annotations__ = {"request": fastapi.Request}
@@ -514,9 +653,10 @@ def serve(
     uvicorn = require("uvicorn", "serve")
     check_bind(host, token, allow_remote)
     limits = limits or Limits()
+    check_fd_limit(limits)
     app = create_app(rm, condition, token=token, body_timeout=limits.body_timeout, **app_options)
     app.state.body_timeout = limits.body_timeout
-    uvicorn.run(app, host=host, port=port, log_level=log_level, **limits.uvicorn_config())
+    uvicorn.run(app, host=host, port=port, log_level=log_level, **limits.uvicorn_config(app))
 
 
 class ThreadedServer:
@@ -528,7 +668,8 @@ class ThreadedServer:
             app.state.body_timeout = limits.body_timeout
         limits = limits or Limits()
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                                                    **limits.uvicorn_config()))
+                                                    **limits.uvicorn_config(app)))
+        self.app = app
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.host = host
     def __enter__(self) -> ThreadedServer:  # noqa: PYI034 - py3.10 has no typing.Self
@@ -551,3 +692,6 @@ class ThreadedServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        batcher = getattr(self.app.state, "batcher", None)
+        if batcher is not None:  # lifespan is off here, so the app's shutdown hook does not run
+            batcher.close()

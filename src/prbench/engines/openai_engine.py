@@ -63,8 +63,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
-from prbench.engines import providers
+from prbench.engines import batch, providers
 from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
 from prbench.engines.ratelimit import (
     Limiter,
@@ -81,6 +82,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUS = frozenset({408, 409, 429})
 TOP_LOGPROBS = 20
+DEFERRED = "deferred to a batch"
 
 
 class RequestFailed(Exception):
@@ -146,10 +148,12 @@ class OpenAIEngine(Engine):
     template renders `loglik` prompts. `max_tokens_param` / `omit_params`: manual overrides of
     the profile (token-limit field; request fields to drop). `extra_body`: provider-specific
     fields sent with every request. After each call `last_errors[i]` holds request i's final
-    error (None when it succeeded).
+    error (None when it succeeded). `ledger` (a `prbench.cost.Ledger`, set per run) prices and caps requests.
     """
 
     options_model = OpenAIOptions
+    ledger: cost.Ledger | None = None
+    batch: batch.Store | None = None  # batch mode (`prbench.engines.batch`): replies come from the run's batches
 
     def __init__(
         self,
@@ -228,6 +232,8 @@ class OpenAIEngine(Engine):
         state["_lock"] = None
         state["_stop"] = None
         state["limiter"] = None
+        state.pop("ledger", None)
+        state.pop("batch", None)
         cache = state.pop("cache")
         state["_cache_spec"] = None if isinstance(cache, NullCache) else (str(cache.path), cache.namespace)
         return state
@@ -271,24 +277,28 @@ class OpenAIEngine(Engine):
     def _get_client(self) -> Any:
         with self._lock:
             if self._client is None:
-                openai = require("openai", "api")
-                key = None if self.no_api_key else os.environ.get(self.api_key_env)
-                if not key:
-                    host = urlsplit(self.base_url).hostname or ""
-                    if self.no_api_key:
-                        pass
-                    elif self._key_named:
-                        raise PrbenchError(f"the environment variable {self.api_key_env} (named by api_key_env) "
-                                           f"is not set: export it, or pass --no-api-key for a keyless server")
-                    elif not providers.is_local(host):
-                        raise PrbenchError(f"set the environment variable {self.api_key_env} to your API key for "
-                                           f"{host} (or name another with --api-key-env; --no-api-key for none)")
-                    key = "unused"  # local servers (vLLM, llama.cpp) usually need no key
-                self._client = openai.OpenAI(
-                    api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout
-                )
-                del key
+                self._client = self._new_client(self._api_key())
             return self._client
+
+    def _api_key(self) -> str:
+        """The key from the environment (never stored on self); 'unused' for keyless local servers."""
+        key = None if self.no_api_key else os.environ.get(self.api_key_env)
+        if key:
+            return key
+        host = urlsplit(self.base_url).hostname or ""
+        if self.no_api_key:
+            pass
+        elif self._key_named:
+            raise PrbenchError(f"the environment variable {self.api_key_env} (named by api_key_env) "
+                               f"is not set: export it, or pass --no-api-key for a keyless server")
+        elif not providers.is_local(host):
+            raise PrbenchError(f"set the environment variable {self.api_key_env} to your API key for "
+                               f"{host} (or name another with --api-key-env; --no-api-key for none)")
+        return "unused"  # local servers (vLLM, llama.cpp) usually need no key
+
+    def _new_client(self, key: str) -> Any:
+        openai = require("openai", "api")
+        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
 
     def _redact(self, message: str) -> str:
         """The message with the API key (as servers and proxies may echo it) replaced by '***'."""
@@ -330,11 +340,31 @@ class OpenAIEngine(Engine):
             self._note(notes)
         return kwargs, extra
 
+    _body_key = "choices"  # what every well-formed reply body has
+
+    def _endpoint(self, endpoint: str) -> tuple[Any, Any]:
+        """(SDK module, raw-response create method) of `endpoint` ('chat' or 'completions')."""
+        openai = require("openai", "api")
+        client = self._get_client()
+        if endpoint == "chat":
+            return openai, client.chat.completions.with_raw_response.create
+        return openai, client.completions.with_raw_response.create
+
+    def _usage(self, data: dict[str, Any]) -> dict[str, int]:
+        """The reply's token usage in the ledger's terms."""
+        return cost.openai_usage(data.get("usage"))
+
+    def _reply(self, data: dict[str, Any]) -> tuple[Any, str, int | None]:
+        """(text, raw finish reason, output tokens) of a chat reply."""
+        choice = data["choices"][0]
+        return (choice.get("message") or {}).get("content"), choice.get("finish_reason") or "stop", \
+            (data.get("usage") or {}).get("completion_tokens")
+
     def _attempt(self, create: Any, openai: Any, kwargs: dict[str, Any], body_extra: dict[str, Any]) -> dict[str, Any]:
         """One HTTP request: the parsed body, or _Retryable / _Quota / RequestFailed."""
         try:
             raw = create(**kwargs, extra_body=body_extra or None, timeout=self.timeout)
-            text = raw.text
+            text = raw.text() if callable(raw.text) else raw.text  # a method in the anthropic client
         except openai.APITimeoutError:
             raise _Retryable("timeout") from None
         except openai.APIConnectionError as exc:
@@ -354,37 +384,46 @@ class OpenAIEngine(Engine):
             raise
         try:
             data = json.loads(text)
-            if not isinstance(data, dict) or not data.get("choices"):
-                raise ValueError("no choices")
+            if not isinstance(data, dict) or not data.get(self._body_key):
+                raise ValueError(f"no {self._body_key}")
         except ValueError as exc:
             raise _Retryable(self._redact(f"malformed response body: {str(exc)[:80]}")) from None
         return data
 
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        """One request with retries, priced by the run's ledger (reserved before, settled after)."""
+        if self.batch is not None:  # answered from the run's batch results, or deferred to the next batch
+            return self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra}, self.spec)
+        if self.ledger is None:
+            return self._send(endpoint, kwargs, extra)
+        limit = int(kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
+        ticket = self.ledger.reserve(kwargs.get("messages") or kwargs.get("prompt") or "", limit)
+        data = None
+        try:
+            data = self._send(endpoint, kwargs, extra)
+            return data
+        finally:
+            self.ledger.settle(ticket, None if data is None else self._usage(data))
+
+    def _send(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries; returns the parsed JSON body or raises RequestFailed / _Quota."""
-        openai = require("openai", "api")
-        client = self._get_client()
-        create = (
-            client.chat.completions.with_raw_response.create
-            if endpoint == "chat"
-            else client.completions.with_raw_response.create
-        )
+        openai, create = self._endpoint(endpoint)
         body_extra = {**self.extra_body, **extra}
         estimate = len(json.dumps(kwargs.get("messages") or kwargs.get("prompt") or "")) // 4 + int(
             kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
         attempt = rate_attempt = 0
         while True:
             if self._stop.is_set():
-                raise RequestFailed("not sent: the provider's quota is exhausted")
+                raise RequestFailed("not sent: the run stopped (quota exhausted or --max-usd reached)")
             self._count("wait_s", self.limiter.acquire(estimate))
             self._count("requests")
             outcome, hint = "error", None
             try:
                 data = self._attempt(create, openai, kwargs, body_extra)
                 outcome = "ok"
-                usage = data.get("usage") or {}
-                self._count("tokens_in", int(usage.get("prompt_tokens") or 0))
-                self._count("tokens_out", int(usage.get("completion_tokens") or 0))
+                usage = self._usage(data)
+                self._count("tokens_in", usage["input_tokens"])
+                self._count("tokens_out", usage["output_tokens"])
                 return data
             except _Retryable as exc:
                 if exc.rate_limited:
@@ -421,14 +460,22 @@ class OpenAIEngine(Engine):
             else:
                 todo.setdefault(k, []).append(i)
         quota: list[str] = []
+        budget: list[cost.BudgetExceeded] = []
 
         def one(k: str) -> tuple[str, Any, str | None]:
+            batch.CURRENT.set(k)  # the custom id, should the request go into a batch
             try:
                 value = work(todo[k][0])
+            except batch.Deferred:
+                return k, None, DEFERRED
             except _Quota as exc:
                 self._stop.set()
                 quota.append(str(exc))
                 return k, None, f"quota exhausted: {exc}"
+            except cost.BudgetExceeded as exc:
+                self._stop.set()
+                budget.append(exc)
+                return k, None, str(exc)
             except RequestFailed as exc:
                 return k, None, self._redact(str(exc))
             except Exception as exc:  # noqa: BLE001 - a bug or odd reply must not sink the batch
@@ -443,10 +490,14 @@ class OpenAIEngine(Engine):
                 for k, value, err in pool.map(one, list(todo)):
                     for i in todo[k]:
                         values[i], errors[i] = value, err
-                    if err is not None:
+                    if err is not None and err != DEFERRED and not budget:  # a budget stop is one line, below
                         self._count("failures", len(todo[k]))
                         log.warning("%s: request failed for good: %s", self.spec, err)
         self.last_errors = errors
+        if budget:
+            done = sum(1 for e in errors if e is None)
+            raise cost.BudgetExceeded(f"{budget[0]}; {done} of {n} requests of this call finished (cached: re-run "
+                                      f"with a higher --max-usd to resume)")
         if quota:
             done = sum(1 for e in errors if e is None)
             kept = "cached, so re-running the same command resumes" if not isinstance(self.cache, NullCache) \
@@ -480,18 +531,15 @@ class OpenAIEngine(Engine):
 
             kwargs, extra = self._chat(prompts[i], plist[i])
             data = self._post("chat", kwargs, extra)
-            choice = data["choices"][0]
-            text = (choice.get("message") or {}).get("content")
+            text, raw_finish, n_out = self._reply(data)
             if not isinstance(text, str):
                 raise RequestFailed("response has no message content")
             text, stopped = apply_stop(text, plist[i].stop)  # some servers ignore `stop`
-            raw_finish = choice.get("finish_reason") or "stop"
-            usage = data.get("usage") or {}
             return {
                 "text": text,
-                "finish_reason": "length" if raw_finish == "length" and not stopped else "stop",
+                "finish_reason": "length" if raw_finish in ("length", "max_tokens") and not stopped else "stop",
                 "raw_finish_reason": raw_finish,
-                "n_tokens": usage.get("completion_tokens"),
+                "n_tokens": n_out,
             }
 
         values, errors = self._run(keys, work)

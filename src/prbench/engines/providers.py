@@ -2,8 +2,9 @@
 
 Why: the same `chat.completions` request means different things per provider. Claude Sonnet
 4.5+/Opus 4.1+/Haiku 4.5 answer 400 to `temperature` and `top_p` together; GPT-5.x and o-series
-reasoning models refuse `max_tokens` (they take `max_completion_tokens`), any non-default
-`temperature`/`top_p`, `logprobs` and `stop`; Gemini 2.5/3 spend thinking tokens inside
+reasoning models refuse `max_tokens` (they take `max_completion_tokens`) and `stop`, and any
+non-default `temperature`/`top_p` and `logprobs` except GPT-5.1+ at reasoning effort `none`
+(`OPENAI_REASONING`: efforts per family, `xhigh` from GPT-5.2 on); Gemini 2.5/3 spend thinking tokens inside
 `max_tokens`, so a 256-token judge budget comes back empty; llama.cpp has no `echo`; Anthropic's
 and Gemini's compatibility layers return no logprobs. A 400 is final, so every such request would
 be an invalid record. A profile is chosen from the base URL's host, else the model family, and
@@ -31,6 +32,57 @@ from prbench.engines.base import GenParams, Messages
 from prbench.errors import SpecError
 
 PROVIDERS = ("openai", "anthropic", "gemini", "vllm", "llamacpp", "generic")
+READ = "read 2026-12"
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """One OpenAI reasoning family: accepted efforts (the first is sent by default) and the efforts
+    under which it also takes temperature, top_p and logprobs like a chat model."""
+
+    pattern: str
+    efforts: tuple[str, ...]
+    sampling_at: tuple[str, ...]
+    source: str
+
+
+# Sources: OpenAI's reasoning guide and model pages (GPT-5.1: efforts none/low/medium/high, none the
+# default, "temperature, top_p and logprobs are supported only with reasoning effort none"; xhigh from
+# gpt-5.1-codex-max and the gpt-5.2 family on; GPT-5: minimal..high; o-series: low/medium/high).
+OPENAI_REASONING = (
+    Reasoning(r"gpt-5\.1-codex-max", ("low", "medium", "high", "xhigh"), (), f"OpenAI model page gpt-5.1-codex-max, {READ}"),
+    Reasoning(r"gpt-5\.1(?!-chat)", ("none", "low", "medium", "high"), ("none",),
+              f"OpenAI guide latest-model, GPT-5.1 reasoning effort none, {READ}"),
+    Reasoning(r"gpt-5\.[2-9](?!-chat)", ("none", "low", "medium", "high", "xhigh"), ("none",),
+              f"OpenAI model pages gpt-5.2+, {READ}"),
+    Reasoning(r"gpt-5(?!\.)(?!-chat)", ("minimal", "low", "medium", "high"), (), f"OpenAI guide reasoning, GPT-5, {READ}"),
+    Reasoning(r"o\d", ("low", "medium", "high"), (), f"OpenAI guide reasoning, o-series, {READ}"),
+)
+SOURCES = {
+    "openai": f"openai client 3.57.0 resources/chat/completions/completions.py (max_tokens vs max_completion_tokens, "
+              f"stop up to 4), {READ}",
+    "anthropic": f"docs.claude.com/en/api/openai-sdk (fields ignored: logprobs, seed, reasoning_effort...; "
+                 f"temperature capped at 1) and the Claude 4.5 migration guide (temperature xor top_p), {READ}",
+    "gemini": f"ai.google.dev/gemini-api/docs/openai (reasoning_effort per model, thinking inside max_tokens), {READ}",
+    "vllm": f"vLLM serve OpenAI-compatible server docs (echo, prompt logprobs, top_k, repetition_penalty), {READ}",
+    "llamacpp": f"llama.cpp tools/server README (top_k, repeat_penalty, no echo), {READ}",
+    "generic": "no provider rules: OpenAI's chat fields plus top_k / repetition_penalty",
+}
+
+
+def openai_reasoning(model: str) -> Reasoning | None:
+    """The reasoning family row of an OpenAI model name, or None for chat models."""
+    name = model.lower().rsplit("/", 1)[-1]
+    return next((r for r in OPENAI_REASONING if re.match(r.pattern, name)), None)
+
+
+def _reasoning_profile(r: Reasoning, effort: str) -> Profile:
+    samples = effort in r.sampling_at
+    return Profile("openai", sampling="both" if samples else "default", token_param="max_completion_tokens",
+                   logprobs=samples, echo=False, stop=False, max_temperature=2.0 if samples else None,
+                   reasoning_effort=effort, efforts=r.efforts, thinking_in_budget=True,
+                   reasoning_headroom=0 if effort == "none" else 2048, concurrency=8, family=r.pattern,
+                   source=r.source)
 
 
 @dataclass(frozen=True)
@@ -47,11 +99,14 @@ class Profile:
     max_stop: int | None = None
     max_temperature: float | None = None
     extra: tuple[str, ...] = ()  # non-OpenAI sampling fields it takes (top_k, repetition_penalty, repeat_penalty)
+    neutral: tuple[tuple[str, Any], ...] = ()  # fields always sent, neutral values included (see VLLM_NEUTRAL)
     reasoning_effort: str | None = None  # sent with every request when set
     efforts: tuple[str, ...] = ()  # accepted reasoning_effort values (empty: the field is not sent)
     thinking_in_budget: bool = False  # reasoning tokens count inside the token limit
     reasoning_headroom: int = 0  # tokens added to the limit when the model thinks, so the answer fits
     concurrency: int = 8
+    family: str = ""  # the rule row it came from (OpenAI reasoning families: their name pattern)
+    source: str = ""  # the document (and date) the rules come from
 
     def describe(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,12 +152,6 @@ def provider_for_model(model: str) -> str:
     return "generic"
 
 
-def is_openai_reasoning(model: str) -> bool:
-    """o1/o3/o4 and GPT-5 family chat models (not the gpt-5-chat aliases)."""
-    m = model.lower().rsplit("/", 1)[-1]
-    return bool(re.match(r"o\d", m)) or (m.startswith("gpt-5") and "chat" not in m)
-
-
 def _version(model: str, family: str) -> tuple[int, int] | None:
     """(major, minor) of names like claude-sonnet-4-5, claude-opus-4-1-2025..., claude-3-7-sonnet."""
     m = re.search(rf"{family}-(\d+)(?:[-.](\d{{1,2}})(?!\d))?", model.lower())
@@ -122,6 +171,14 @@ def claude_one_sampler(model: str) -> bool:
     return v is not None and v[0] >= 5
 
 
+# `vllm serve` fills every sampling field a request leaves out from the model's generation_config.json
+# (vLLM 0.33 `entrypoints/openai/chat_completion/protocol.py`, `to_sampling_params`: "user -> server
+# default -> OpenAI default"), e.g. top_k=20, repetition_penalty=1.05. The offline `vllm:` engine
+# always sets them (`vllm_engine.sampling_kwargs`; min_p is SamplingParams' 0.0), so a vLLM server
+# gets them too: neutral when the request has none. Never sent elsewhere (OpenAI refuses them).
+VLLM_NEUTRAL: tuple[tuple[str, Any], ...] = (("top_k", -1), ("repetition_penalty", 1.0), ("min_p", 0.0))
+
+
 def profile(provider: str | None, model: str, base_url: str = "") -> Profile:
     """The profile for `model` at `base_url` (`provider` None/'auto': host first, then model family)."""
     if provider in (None, "", "auto"):
@@ -130,21 +187,13 @@ def profile(provider: str | None, model: str, base_url: str = "") -> Profile:
         raise SpecError(f"unknown provider {provider!r} (choose from {', '.join(PROVIDERS)})")
     m = model.lower()
     if provider == "openai":
-        if is_openai_reasoning(m):
-            gpt51 = re.match(r"gpt-5\.\d", m.rsplit("/", 1)[-1]) is not None
-            efforts = ("none", "low", "medium", "high", "xhigh") if gpt51 else ("minimal", "low", "medium", "high")
-            if re.match(r"o\d", m.rsplit("/", 1)[-1]):
-                efforts = ("low", "medium", "high")
-            effort = "none" if gpt51 else efforts[0]
-            return Profile("openai", sampling="default", token_param="max_completion_tokens", logprobs=False,
-                           echo=False, stop=False, reasoning_effort=effort, efforts=efforts,
-                           thinking_in_budget=True, reasoning_headroom=0 if effort == "none" else 2048,
-                           concurrency=8)
+        if (r := openai_reasoning(m)) is not None:
+            return _reasoning_profile(r, r.efforts[0])
         return Profile("openai", token_param="max_completion_tokens", echo=False, max_stop=4, max_temperature=2.0,
-                       concurrency=8)
+                       concurrency=8, source=SOURCES["openai"])
     if provider == "anthropic":
         return Profile("anthropic", sampling="one" if claude_one_sampler(m) else "both", logprobs=False,
-                       echo=False, seed=False, max_temperature=1.0, concurrency=4)
+                       echo=False, seed=False, max_temperature=1.0, concurrency=4, source=SOURCES["anthropic"])
     if provider == "gemini":
         v = _version(m, "gemini")
         thinking = v is not None and v >= (2, 5)
@@ -159,12 +208,15 @@ def profile(provider: str | None, model: str, base_url: str = "") -> Profile:
             efforts, effort = (), None
         return Profile("gemini", logprobs=False, echo=False, max_stop=5, max_temperature=2.0,
                        reasoning_effort=effort, efforts=efforts, thinking_in_budget=thinking,
-                       reasoning_headroom=4096 if thinking and effort != "none" else 0, concurrency=8)
+                       reasoning_headroom=4096 if thinking and effort != "none" else 0, concurrency=8,
+                       source=SOURCES["gemini"])
     if provider == "vllm":
-        return Profile("vllm", extra=("top_k", "repetition_penalty"), concurrency=32)
+        return Profile("vllm", extra=("top_k", "repetition_penalty"), neutral=VLLM_NEUTRAL, concurrency=32,
+                       source=SOURCES["vllm"])
     if provider == "llamacpp":
-        return Profile("llamacpp", echo=False, extra=("top_k", "repeat_penalty"), concurrency=4)
-    return Profile("generic", extra=("top_k", "repetition_penalty"), concurrency=8)
+        return Profile("llamacpp", echo=False, extra=("top_k", "repeat_penalty"), concurrency=4,
+                       source=SOURCES["llamacpp"])
+    return Profile("generic", extra=("top_k", "repetition_penalty"), concurrency=8, source=SOURCES["generic"])
 
 
 def with_effort(p: Profile, effort: str | None) -> Profile:
@@ -174,6 +226,9 @@ def with_effort(p: Profile, effort: str | None) -> Profile:
     if effort not in p.efforts:
         valid = ", ".join(p.efforts) or "none (this model takes no reasoning_effort)"
         raise SpecError(f"{p.provider}: reasoning_effort {effort!r} is not accepted here (valid: {valid})")
+    family = next((r for r in OPENAI_REASONING if r.pattern == p.family), None) if p.provider == "openai" else None
+    if family is not None:  # sampling and logprobs depend on the effort (GPT-5.1+ at none)
+        return _reasoning_profile(family, effort)
     headroom = 0 if effort == "none" else max(p.reasoning_headroom, 2048)
     return replace(p, reasoning_effort=effort, reasoning_headroom=headroom if p.thinking_in_budget else 0)
 
@@ -233,6 +288,8 @@ def chat_request(
             extra[name] = g.repetition_penalty
         else:
             note("repetition_penalty not sent")
+    for name, value in p.neutral:
+        extra.setdefault(name, value)
     return kwargs, extra
 
 

@@ -172,11 +172,14 @@ def quiet_progress() -> Iterator[None]:
 
 
 def resolve_device(device: str) -> str:
+    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.train.cuda_device`), read at load time."""
+    from prbench.train import cuda_device
+
     torch = require("torch", "hf")
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return cuda_device()
     if device != "auto":
         return device
-    if torch.cuda.is_available():
-        return "cuda"
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"

@@ -8,9 +8,12 @@ large judge runs need; the engine's job is only to build requests correctly and 
   to `LLM.generate`, so both engines see identical tokens and no BOS is ever doubled
   (`LLM.chat` would re-render the template inside vLLM; token prompts make the tokens auditable).
 - Every request carries its own `SamplingParams(seed=...)`, so results do not depend on batching.
-- `loglik` uses `prompt_logprobs` on prompt + continuation (`max_tokens=1`);
-  `choice_logprobs` reads each choice token's exact log-prob the same way (prompt + [token]),
-  not from the top-20 `logprobs`, so an unlikely choice is not -inf.
+- `loglik` uses `prompt_logprobs` on prompt + continuation (`max_tokens=1`).
+  `choice_logprobs` reads each choice token's exact log-prob, never from the top-20 `logprobs`
+  (an unlikely choice is not -inf): with `SamplingParams.logprob_token_ids` (vLLM >= 0.33) one
+  request per prompt returns exactly those tokens' first-step log-probs; older vLLM scores
+  prompt + [token] with `prompt_logprobs`. The first keeps the prefix cache: vLLM skips reading
+  it for any request with prompt log-probs (0.33 `sampling_params.py`, `skip_reading_prefix_cache`).
 - `score_classifier` runs sequence-classifier reward models with `runner="pooling"` and the
   activation off (`use_activation=False`, `activation=False` on 0.10.x), i.e. raw logits (the
   RM's scalar score), through `LLM.classify`. `hf:DIR` RMs get it with the option `engine=vllm`.
@@ -72,6 +75,18 @@ def loglik_kwargs() -> dict[str, Any]:
 
 def choice_kwargs() -> dict[str, Any]:
     return {"max_tokens": 1, "temperature": 0.0, "logprobs": TOP_LOGPROBS}
+
+
+MAX_LOGPROB_TOKEN_IDS = 128  # vLLM 0.33 sampling_params.py: the sampler's per-request row width
+
+
+def token_logprob_kwargs(vllm: Any, token_ids: Sequence[int]) -> dict[str, Any] | None:
+    """First-step log-probs of exactly `token_ids`, no prompt log-probs; None where vLLM lacks it."""
+    if "logprob_token_ids" not in getattr(vllm.SamplingParams, "__struct_fields__", ()):
+        return None
+    if not 0 < len(token_ids) <= MAX_LOGPROB_TOKEN_IDS:
+        return None
+    return {"max_tokens": 1, "temperature": 0.0, "logprob_token_ids": [int(t) for t in token_ids]}
 
 
 def token_prompt(ids: Sequence[int]) -> dict[str, Any]:
@@ -416,15 +431,21 @@ class VLLMEngine(Engine):
         return results
 
     def choice_logprobs(self, prompts: Sequence[Messages], choices: Sequence[str]) -> list[dict[str, float]]:
-        """Exact first-token log-probs of each choice spelling, read as the prompt log-prob of
-        prompt + [token] (prefix caching shares the prompt), so a choice outside vLLM's top-k
-        logprobs is still scored; a prompt that does not fit gives NaN for every choice."""
+        """Exact first-token log-probs of each choice spelling (see the module docstring), so a
+        choice outside vLLM's top-k logprobs is still scored; a prompt that does not fit gives NaN
+        for every choice."""
         self._need("generate")
         tok_ids = {c: choice_token_ids(self.tokenizer, c) for c in choices}
         variants = sorted({t for ids in tok_ids.values() for t in ids})
         ids = [prompt_ids(self.tokenizer, m, True) for m in prompts]
         results: list[dict[str, float]] = [{c: math.nan for c in choices} for _ in ids]
         todo = [i for i, p in enumerate(ids) if self._fits(len(p) + 1, 1)]
+        direct = token_logprob_kwargs(self._vllm, variants)
+        if direct is not None:  # one request per prompt, prefix cache used
+            outputs = self._run([ids[i] for i in todo], self._vllm.SamplingParams(**direct))
+            for i, out in zip(todo, outputs):
+                results[i] = read_choice_logprobs(out.outputs[0].logprobs[0], tok_ids)
+            return results
         sp = self._vllm.SamplingParams(**loglik_kwargs())
         outputs = self._run([ids[i] + [t] for i in todo for t in variants], sp)
         for k, i in enumerate(todo):

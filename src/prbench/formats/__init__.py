@@ -79,26 +79,33 @@ def resolve(src: str | Path, spec: str | None, split: str = "test") -> Reader:
 
 
 def format_score(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """A benchmark's own headline score from per-pair records, when its format defines one."""
-    if any(r.get("rule") in ("best-of-n", "ties") for r in records):
-        from prbench.formats.rewardbench2 import score
-    elif any(r.get("rule") == "matrix" for r in records):
-        from prbench.formats.rmbench import score
-    elif any("section" in r for r in records):
-        from prbench.formats.rewardbench import score
-    else:
+    """The benchmark's own headline, by the rule of the format that read the records.
+
+    Readers with a rule of their own name themselves in each record (`format`); that reader's
+    `score` computes the headline. Records of several such formats in one run have none.
+    """
+    from prbench.registry import FORMATS
+
+    names = {r["format"] for r in records if r.get("format")}
+    if len(names) != 1:
+        if len(names) > 1:
+            import warnings
+
+            warnings.warn(f"records of several formats ({', '.join(sorted(names))}) in one run: no benchmark "
+                          "headline (score each benchmark in its own run)", stacklevel=2)
         return None
-    return score(records)
+    score = getattr(FORMATS.get(names.pop()), "score", None)
+    return score(records) if callable(score) else None
 
 
 def describe() -> list[dict[str, str]]:
-    """Name, kind, source and fields read of every registered format (for docs and the CLI)."""
+    """Name, kind, source, fields read and headline rule of every registered format (docs and the CLI)."""
     from prbench.registry import FORMATS
 
     out = []
     for name in FORMATS.names():
         cls = FORMATS.get(name)
         out.append({"name": name, "kind": getattr(cls, "kind", "?"), "source": getattr(cls, "source", ""),
-                    "fields": getattr(cls, "fields", "")})
+                    "fields": getattr(cls, "fields", ""), "headline": getattr(cls, "headline", "")})
     return out
 

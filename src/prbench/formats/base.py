@@ -9,12 +9,15 @@ a row's columns whether the reader knows the shape, which is how a format is det
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import ValidationError
 
+from prbench import metrics
 from prbench.errors import DataError
 from prbench.schema import Message, SourceItem
 
@@ -30,8 +33,16 @@ class Reader:
     source: ClassVar[str] = ""  # where the format is defined (repository file, card)
     fields: ClassVar[str] = ""  # the exact fields read, for docs and `prbench data formats`
     priority: ClassVar[int] = 50  # detection order: specific shapes (low) before general ones (high)
+    syntax: ClassVar[str] = ""  # the options it takes after `NAME:` (empty: none; anything given is refused)
+    # The headline rule, in words (`prbench data formats`); formats with a benchmark's own rule
+    # say whose code they follow and set `format` on their records so `score` computes it.
+    headline: ClassVar[str] = "accuracy: prbench's (ties 0.5), bootstrap CI"
 
     def __init__(self, rest: str = "", **options: Any):
+        if rest and not self.syntax:  # `rewardbench:anything` must not read as plain rewardbench
+            from prbench.errors import SpecError
+
+            raise SpecError(f"format {self.name!r} takes no options, got {self.name}:{rest}")
         self.rest = rest
         self.options = options
 
@@ -42,6 +53,11 @@ class Reader:
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, SourceItem]]:
         """(file, line, record) for every record of `split`; line is the row the record came from."""
         raise NotImplementedError
+
+    @classmethod
+    def score(cls, records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        """The benchmark's own headline from this format's per-pair records (None: no rule of its own)."""
+        return None
 
 
 def rows(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Any]]:
@@ -122,11 +138,16 @@ def split_at_last_assistant(turns: list[Message], file: str, line: int,
 
 
 class Skips:
-    """Malformed rows a reader was told to leave out (`:skip`): counted, named, and warned about."""
+    """Rows a reader leaves out: malformed ones when told to (`:skip`), and those its format's rule
+    drops (`drop`), each counted by reason with its first place, and warned about once."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.errors: list[DataError] = []
+        self.dropped: dict[str, list[tuple[str, int]]] = {}
+
+    def drop(self, reason: str, file: str, line: int) -> None:
+        self.dropped.setdefault(reason, []).append((file, line))
 
     def keep(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """fn(...) or, when skipping and fn raises a DataError, None (the error is kept)."""
@@ -140,12 +161,17 @@ class Skips:
             return None
 
     def report(self, name: str, src: str | Path) -> None:
-        if self.errors:
-            import warnings
+        import warnings
 
+        parts = []
+        if self.errors:
             first = self.errors[0]
-            warnings.warn(f"{src}: {name} left out {len(self.errors)} malformed row(s), first at "
-                          f"{first.file}:{first.line}: {first.field}: {first.reason}", stacklevel=3)
+            parts.append(f"{len(self.errors)} malformed row(s), first at {first.file}:{first.line}: {first.field}: "
+                         f"{first.reason}")
+        parts += [f"{len(where)} row(s) with {reason}, first at {where[0][0]}:{where[0][1]}"
+                  for reason, where in self.dropped.items()]
+        if parts:
+            warnings.warn(f"{src}: {name} left out " + "; ".join(parts), stacklevel=3)
 
 
 def build(cls: type, file: str, line: int, **fields: Any) -> Any:
@@ -159,9 +185,42 @@ def build(cls: type, file: str, line: int, **fields: Any) -> Any:
         raise DataError(file, line, where, reason) from None
 
 
+def row_id(src: str | Path, file: str, line: int, head: str | None = None) -> str:
+    """The id of a row that gives none: `HEAD:LINE` (HEAD: the file's stem unless given).
+
+    Read from a folder, the file's path under it leads (`sub/name:LINE`, `name:HEAD:LINE`), so
+    the rows of two files never share an id (two files of one subset, or one name in two subfolders).
+    """
+    root = Path(str(src))
+    try:
+        inside = Path(file).relative_to(root).as_posix() if root.is_dir() else None
+    except (ValueError, OSError):
+        inside = None
+    if inside is None:
+        return f"{head or stem(file)}:{line}"
+    lead = inside[: len(inside) - len(Path(inside).name)] + stem(inside)
+    return f"{lead}:{head}:{line}" if head else f"{lead}:{line}"
+
+
 def stem(file: str) -> str:
     name = Path(file).name
     for suffix in (".jsonl.gz", ".jsonl", ".json", ".parquet"):
         if name.lower().endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def item_score(name: str, upstream: str, records: Sequence[dict[str, Any]], definition: str) -> dict[str, Any]:
+    """A pooled fraction of items won outright (rule `strict` / `beats-all`), overall and per category."""
+    by_item: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_item[r["item"]].append(r)
+    groups: dict[str, list[float]] = defaultdict(list)
+    for pairs in by_item.values():
+        credit = metrics.item_credit(pairs[0]["rule"], pairs)
+        if credit is not None:  # invalid: counted in n_invalid, as everywhere in prbench
+            groups[pairs[0]["category"]].append(credit)
+    every = [c for v in groups.values() for c in v]
+    return {"name": name, "upstream": upstream, "value": float(np.mean(every)) if every else None, "n": len(every),
+            "groups": {g: float(np.mean(v)) for g, v in sorted(groups.items())}, "definition": definition,
+            "accuracy_is": "the benchmark's number (this value); its CI is prbench's (bootstrap over items)"}

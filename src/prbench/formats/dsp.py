@@ -8,21 +8,29 @@ Source: github.com/Linear95/DSP README and `reward_datasets.py`
   other response (the other three domains and `normal`), as the converter's `--to_pairs`
   does: 4 pairs per domain, 16 per query. `dsp:academy` keeps one domain.
 - text-score pairs (`data/*.json` converted, e.g. `helpful.test.json`): `text` (two
-  transcripts, "\\n\\nHuman:" or "## Human:" turns) and `score` (two numbers); the higher
-  score is chosen; equal scores are an error. No persona: general preference data. As in
+  transcripts, "\\n\\nHuman:" or "## Human:" turns) and `score` (two finite numbers: NaN or
+  infinity is a located error); the higher score is chosen. Equal scores are no preference:
+  left out and counted in a warning, as DSP's `compute_metrics` leaves them out
+  (github.com/Linear95/DSP at ec099cf, `trainer.py` L17-36: only pairs with one score larger
+  count; 245 of 901 rows of webgpt.test.json). No persona: general preference data. As in
   `hh-rlhf`, transcripts that differ before the last assistant turn or end in an empty one
-  are errors; `dsp:skip` leaves them out, counted (13 of 2,352 in helpful.test.json).
+  are errors; `dsp:skip` leaves them out, counted (13 of 2,352 in helpful.test.json). DSP
+  itself scores whole transcripts and so keeps those rows; prbench judges the last answer
+  alone, so it cannot (a deliberate difference, docs/formats.md).
+  Accuracy is DSP's "Preference total Acc": compute_metrics counts each pair in both
+  orientations, so an RM score tie earns one of two, which is prbench's 0.5.
 Licence: the DSP data is CC BY-NC 4.0 (its DATA_LICENSE); helpful/harmless derive from HH-RLHF (MIT).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, Skips, build, parse_transcript, rows, stem, text
+from prbench.formats.base import Reader, Skips, build, parse_transcript, row_id, rows, stem, text
 from prbench.formats.hh import pair_from_transcripts
 from prbench.schema import Example
 
@@ -42,7 +50,10 @@ class DSP(Reader):
     name = "dsp"
     source = "github.com/Linear95/DSP (README, reward_datasets.py); data CC BY-NC 4.0"
     fields = "query, responses{academy, business, entertainment, literature, normal} | text[2], score[2]"
+    headline = ("DSP's 'Preference total Acc' (trainer.py compute_metrics): each pair in both orientations, so an "
+                "RM tie is 0.5, which is prbench's accuracy; label ties left out, counted")
     priority = 25
+    syntax = "dsp[:DOMAIN,...][:skip]"
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)
@@ -62,8 +73,11 @@ class DSP(Reader):
         skips = Skips(self.skip)
         for file, line, row in rows(src, split):
             if "text" in row and "query" not in row:
-                rec = skips.keep(self._text_score, row, file, line)
-                if rec is not None:
+                scores = skips.keep(_label_scores, row, file, line)
+                if scores is not None and scores[0] == scores[1]:
+                    skips.drop("equal label scores (no preference: DSP's compute_metrics leaves them out)", file, line)
+                elif scores is not None and (rec := skips.keep(self._text_score, row, scores, file, line,
+                                                                        row_id(src, file, line))):
                     yield file, line, rec
                 continue
             query = text(row, "query", file, line)
@@ -77,22 +91,30 @@ class DSP(Reader):
                     if other == domain:
                         continue
                     yield file, line, build(
-                        Example, file, line, id=f"{stem(file)}:{line}:{domain}>{other}", question=query,
+                        Example, file, line, id=f"{row_id(src, file, line)}:{domain}>{other}", question=query,
                         chosen=responses[domain], rejected=responses[other], category=domain, user_id=domain,
                         persona=PERSONAS[domain], profile=[], rubric_aspects=[])
         skips.report(self.name, src)
 
     @staticmethod
-    def _text_score(row: Mapping[str, Any], file: str, line: int) -> Example:
-        texts, scores = row["text"], row.get("score")
-        if len(texts) != 2 or not all(isinstance(t, str) for t in texts):
+    def _text_score(row: Mapping[str, Any], scores: list[float], file: str, line: int,
+                    default_id: str) -> Example:
+        texts = row["text"]
+        if not isinstance(texts, list) or len(texts) != 2 or not all(isinstance(t, str) for t in texts):
             raise DataError(file, line, "text", "must hold two transcripts")
-        if not isinstance(scores, list) or len(scores) != 2 or not all(
-                isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores):
-            raise DataError(file, line, "score", "must hold two numbers")
-        if scores[0] == scores[1]:
-            raise DataError(file, line, "score", "equal scores: no preference to judge")
         hi, lo = (0, 1) if scores[0] > scores[1] else (1, 0)
         chosen = parse_transcript(texts[hi], file, line, f"text[{hi}]")
         rejected = parse_transcript(texts[lo], file, line, f"text[{lo}]")
-        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), f"{stem(file)}:{line}", stem(file))
+        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), default_id, stem(file))
+
+
+def _label_scores(row: Mapping[str, Any], file: str, line: int) -> list[float]:
+    """The two label scores, finite numbers (a NaN would compare false both ways and pick text[1])."""
+    scores = row.get("score")
+    if not isinstance(scores, list) or len(scores) != 2 or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores):
+        raise DataError(file, line, "score", "must hold two numbers")
+    for i, value in enumerate(scores):
+        if not math.isfinite(value):
+            raise DataError(file, line, f"score[{i}]", f"must be a finite number (got {value})")
+    return [float(s) for s in scores]

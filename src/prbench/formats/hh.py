@@ -23,6 +23,7 @@ from prbench.formats.base import (
     Skips,
     build,
     parse_transcript,
+    row_id,
     rows,
     split_at_last_assistant,
     stem,
@@ -40,6 +41,7 @@ class HHRLHF(Reader):
     source = "github.com/anthropics/hh-rlhf (jsonl.gz per split); MIT"
     fields = "chosen (full transcript), rejected (full transcript), id (optional)"
     priority = 30
+    syntax = "hh-rlhf[:skip]"
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)
@@ -53,16 +55,17 @@ class HHRLHF(Reader):
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Example]]:
         skips = Skips(self.rest == "skip")
         for file, line, row in rows(src, split):
-            rec = skips.keep(self.record, row, file, line)
+            rec = skips.keep(self.record, row, file, line, row_id(src, file, line))
             if rec is not None:
                 yield file, line, rec
         skips.report(self.name, src)
 
     @staticmethod
-    def record(row: Mapping[str, Any], file: str, line: int) -> Example:
+    def record(row: Mapping[str, Any], file: str, line: int, default_id: str | None = None) -> Example:
         chosen = parse_transcript(text(row, "chosen", file, line), file, line, "chosen")
         rejected = parse_transcript(text(row, "rejected", file, line), file, line, "rejected")
-        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), f"{stem(file)}:{line}", "hh-rlhf")
+        return pair_from_transcripts(chosen, rejected, file, line, row.get("id"), default_id or f"{stem(file)}:{line}",
+                                     "hh-rlhf")
 
 
 def pair_from_transcripts(chosen: list, rejected: list, file: str, line: int, given_id: Any, default_id: str,

@@ -38,6 +38,7 @@ def _gold_file(path: Path) -> dict[str, Any] | None:
 class LaMP(Reader):
     name = "lamp"
     kind = "source"
+    headline = "none: source items (no pairs) for ICL, gold scoring and policy accuracy"
     source = "github.com/LaMP-Benchmark/LaMP (README gold format, LaMP/data/datasets.py, LaMP/prompts/prompts.py)"
     fields = "id, input, profile[{id, title|text|abstract|description|reviewText|summary, tag|category}], " \
              "output (or gold file {task, golds[{id, output}]}), user_id|reviewerId|author|name"
@@ -56,7 +57,7 @@ class LaMP(Reader):
         files: list[Any] = [src]
         if path.is_dir():
             files = []
-            for f in sorted(p for p in path.rglob("*.json") if p.is_file()):
+            for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(".json")):
                 gold = _gold_file(f)
                 if gold is None:
                     files.append(f)
@@ -66,7 +67,8 @@ class LaMP(Reader):
                     if not isinstance(g, dict) or "id" not in g or not isinstance(g.get("output"), str):
                         raise DataError(str(f), i, "golds", "each gold needs an id and an output text")
                     golds[str(g["id"])] = g["output"]
-            files += sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".parquet"))
+            files += sorted(p for p in path.rglob("*") if p.is_file()
+                            and p.name.lower().endswith((".jsonl", ".jsonl.gz", ".parquet")))  # as iter_raw reads
         for f in files:
             for file, line, row in iter_raw(f, split):
                 if not isinstance(row, dict):

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, message, messages, rows, split_last_user, stem, text
+from prbench.formats.base import Reader, build, message, messages, row_id, rows, split_last_user, text
 from prbench.schema import Example, HistoryPair
 
 SPLITS = ("train", "val", "test")
@@ -54,7 +54,7 @@ class PersonalRewardBench(Reader):
             chosen = message(row.get("chosen"), file, line, "chosen").content
             rejected = message(row.get("rejected"), file, line, "rejected").content
             rid = row.get("id")
-            rid = str(rid) if rid is not None else f"{stem(file)}:{line}"
+            rid = str(rid) if rid is not None else row_id(src, file, line)
             parsed.append((file, line, row, user, part, context, question, chosen, rejected, rid))
         if split not in SPLITS:
             raise DataError(str(src), None, "split", f"unknown split {split!r} (use {', '.join(SPLITS)})")

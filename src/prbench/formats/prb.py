@@ -37,6 +37,7 @@ class PRB(Reader):
 class LampQA(PRB):
     name = "lamp-qa"
     kind = "source"
+    headline = "none: source items (no pairs) for ICL, gold scoring and policy accuracy"
     source = "LaMP-QA source items as Personalized RewardBench builds from them (built-in `sample:source`)"
     fields = "id, question, profile[{id, category, text}], rubric_aspects[{aspect, reason, evidence}], narrative, " \
              "category, user_id, gold_answer"

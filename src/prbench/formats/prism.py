@@ -60,10 +60,13 @@ class Prism(Reader):
              "user_id, conversation_type, generated_datetime, conversation_history[{turn, role, content, " \
              "within_turn_id, if_chosen, score}]"
     priority = 14
+    syntax = "prism[:MODE[:SHARE[:SEED]]]"
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)
-        parts = [p for p in rest.split(":") if p]
+        parts = rest.split(":") if rest else []
+        if len(parts) > 3 or any(not p for p in parts):
+            raise SpecError(f"prism: expected {self.syntax}, got prism:{rest}")
         self.mode = parts[0] if parts else "within"
         if self.mode not in MODES:
             raise SpecError(f"prism: unknown split mode {self.mode!r} (use {', '.join(MODES)})")
@@ -96,6 +99,10 @@ class Prism(Reader):
             raise DataError(str(src), None, "conversation_history", "no conversations found (give conversations.jsonl)")
         pairs = [p for file, line, row in convs for p in self._pairs(file, line, row)]
         test = self._test_conversations(convs)
+        if split == "test" and not test:
+            raise DataError(str(src), None, "split", f"prism:{self.mode}:{self.share:g}: the test share puts no "
+                                                     "conversation in the test split (a user needs at least 2 "
+                                                     "conversations; give a larger share)")
         history: dict[str, list[HistoryPair]] = defaultdict(list)
         for file, line, conv, ex in pairs:
             if conv not in test:
@@ -168,5 +175,6 @@ class Prism(Reader):
                 yield file, line, cid, {
                     "id": f"{cid}:t{turn}:{wid}>{rid}", "question": t["user"], "context": list(dialogue),
                     "chosen": chosen_text, "rejected": rejected_text, "user_id": str(uid),
-                    "category": str(row.get("conversation_type") or "prism"), "time": f"{when}#{turn:04d}", **scores}
+                    "category": str(row.get("conversation_type") or "prism"),
+                    "time": f"{when}#{turn:04d}" if when else None, **scores}  # untimed: never "earlier"
             dialogue += [Message(role="user", content=t["user"]), Message(role="assistant", content=chosen_text)]

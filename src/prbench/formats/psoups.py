@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, rows, stem, text
+from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
 
 DIMENSIONS = {
@@ -59,6 +59,6 @@ class PSoups(Reader):
             chosen, rejected = (a, b) if pref == 1 else (b, a)
             rid = row.get("id")
             yield file, line, build(
-                Example, file, line, id=str(rid) if rid is not None else f"{stem(file)}:{line}",
+                Example, file, line, id=str(rid) if rid is not None else row_id(src, file, line),
                 question=text(row, "user_input", file, line), chosen=chosen, rejected=rejected, category=dim,
                 user_id=dim, persona=DIMENSIONS[dim], profile=[], rubric_aspects=[])

@@ -1,15 +1,17 @@
 """`rewardbench`: RewardBench (v1) pairs, with its section weighting for the headline score.
 
-Source: github.com/allenai/reward-bench, `rewardbench/constants.py` (`SUBSET_MAPPING`,
-`EXAMPLE_COUNTS`) and `rewardbench/utils.py::calculate_scores_per_section`; rows of the
-`filtered` split. Read: `prompt`, `chosen`, `rejected` (text), `subset`, `id`.
-`category` is the subset; `section` its section (Chat, Chat Hard, Safety, Reasoning; a subset
-outside the mapping is its own section, weighted by its own count).
+Source: github.com/allenai/reward-bench at 05a9005 (2026-01-31): `rewardbench/constants.py`
+(`EXAMPLE_COUNTS` L42-66, `SUBSET_MAPPING` L68-100), `rewardbench/utils.py`
+`calculate_scores_per_section` (L75-91), `scripts/run_rm.py` (strict wins L265, per-subset
+accuracy L356-362, sections L366); rows of the `filtered` split. Read: `prompt`, `chosen`,
+`rejected` (text), `subset`, `id`. `category` is the subset, `section` its section.
 
-Headline (`format_score`), as RewardBench computes it: per-subset accuracy with chosen >
-rejected strictly (a tie counts 0, `scripts/run_rm.py`), each section the average of its
-subsets weighted by `EXAMPLE_COUNTS` (math-prm counts 984 though it has 447 rows), the score
-the mean of the sections present. prbench's own `accuracy` keeps its rule (ties 0.5).
+Headline (`format_score`), exactly as RewardBench computes it: per-subset accuracy with chosen >
+rejected strictly (a tie counts 0), each of the four sections the `EXAMPLE_COUNTS`-weighted mean
+of its subsets present (math-prm counts 984 though it has 447 rows), a section with no subset
+present scores 0, subsets outside `SUBSET_MAPPING` are ignored (both named in a warning); the
+score is the mean of the four sections (the leaderboard's average without prior sets,
+`analysis/get_benchmark_results.py` L127-133). prbench's `accuracy` keeps its rule (ties 0.5).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from prbench.formats.base import Reader, build, rows, text
+from prbench import metrics
+from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
 
 SECTIONS = {
@@ -45,6 +48,8 @@ SECTION_OF = {subset: section for section, subsets in SECTIONS.items() for subse
 class RewardBench(Reader):
     name = "rewardbench"
     source = "github.com/allenai/reward-bench rewardbench/constants.py + utils.py (v1 'filtered' split)"
+    headline = ("RewardBench's: mean of the 4 sections (Chat, Chat Hard, Safety, Reasoning), each the EXAMPLE_COUNTS-"
+                "weighted mean of its subsets' strict accuracies (ties 0); absent section 0, unmapped subsets ignored")
     fields = "id, prompt, chosen, rejected (text), subset"
     priority = 20
 
@@ -58,28 +63,42 @@ class RewardBench(Reader):
             subset = text(row, "subset", file, line)
             rid = row.get("id")
             yield file, line, build(
-                Example, file, line, id=str(rid) if rid is not None else f"{subset}:{line}",
+                Example, file, line, id=str(rid) if rid is not None else row_id(src, file, line, subset),
                 question=text(row, "prompt", file, line), chosen=text(row, "chosen", file, line),
-                rejected=text(row, "rejected", file, line), category=subset, section=SECTION_OF.get(subset, subset),
-                profile=[], rubric_aspects=[])
+                rejected=text(row, "rejected", file, line), category=subset, section=SECTION_OF.get(subset),
+                profile=[], rubric_aspects=[], format=self.name)
+
+    @classmethod
+    def score(cls, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Section scores and their mean, by `calculate_scores_per_section` (module docstring)."""
+        wins: dict[str, list[float]] = defaultdict(list)
+        for r in records:
+            win = metrics.item_credit("strict", [r])
+            if win is not None:  # invalid: counted in n_invalid, never a win or a loss here
+                wins[r["category"]].append(win)
+        subsets = {s: float(np.mean(v)) for s, v in sorted(wins.items())}
+        sections = {}
+        for name, members in SECTIONS.items():
+            present = [s for s in members if s in subsets]
+            total = sum(EXAMPLE_COUNTS[s] for s in present)
+            sections[name] = sum(subsets[s] * EXAMPLE_COUNTS[s] for s in present) / total if total else 0
+        absent = [name for name, members in SECTIONS.items() if not any(s in subsets for s in members)]
+        unmapped = [s for s in subsets if s not in SECTION_OF]
+        if absent or unmapped:
+            import warnings
+
+            warnings.warn("rewardbench: " + "; ".join(
+                ([f"section(s) {', '.join(absent)} have no subset here and score 0"] if absent else [])
+                + ([f"subset(s) {', '.join(unmapped)} are outside RewardBench's sections and left out of its score"]
+                   if unmapped else [])) + " (as allenai/reward-bench calculate_scores_per_section)", stacklevel=2)
+        return {"name": "RewardBench score", "upstream": UPSTREAM,
+                "value": float(np.mean(list(sections.values()))) if subsets else None, "sections": sections, "subsets": subsets,
+                "absent_sections": absent, "unmapped_subsets": unmapped,
+                "accuracy_is": "prbench's: pairs pooled, a tie 0.5, bootstrap CI (not RewardBench's number)",
+                "definition": "mean of the four sections; each the EXAMPLE_COUNTS-weighted mean of its subsets' "
+                              "accuracies, chosen > rejected strictly (ties 0); a section with no subset scores 0, "
+                              "subsets outside the sections are ignored, as allenai/reward-bench"}
 
 
-def score(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Section scores and the mean of sections, from per-pair records (module docstring)."""
-    wins: dict[str, list[float]] = defaultdict(list)
-    section: dict[str, str] = {}
-    for r in records:
-        if r.get("credit") is None:
-            continue  # invalid: counted in n_invalid, never a win or a loss here
-        c, j = r.get("score_chosen"), r.get("score_rejected")
-        wins[r["category"]].append(float(c > j) if c is not None and j is not None else float(r["credit"] == 1.0))
-        section[r["category"]] = r.get("section") or r["category"]
-    subsets = {s: float(np.mean(v)) for s, v in sorted(wins.items())}
-    by_section: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for s, acc in subsets.items():
-        by_section[section[s]].append((acc, EXAMPLE_COUNTS.get(s, len(wins[s]))))
-    sections = {name: sum(a * n for a, n in parts) / sum(n for _, n in parts) for name, parts in by_section.items()}
-    return {"name": "RewardBench score", "value": float(np.mean(list(sections.values()))) if sections else None,
-            "sections": sections, "subsets": subsets,
-            "definition": "mean over sections of the EXAMPLE_COUNTS-weighted subset accuracies; chosen > rejected "
-                          "strictly (ties 0), as allenai/reward-bench"}
+
+UPSTREAM = "allenai/reward-bench@05a9005 rewardbench/utils.py L75-91, constants.py L42-100, scripts/run_rm.py L265-366"

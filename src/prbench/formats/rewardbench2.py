@@ -1,8 +1,8 @@
 """`rewardbench2`: RewardBench 2, best-of-4 items and the Ties subset.
 
-Source: github.com/allenai/reward-bench, `scripts/run_v2.py`, `rewardbench/utils.py`
-(`load_bon_dataset_v2`, `reroll_and_score_dataset`, `_compute_prompt_stats`,
-`process_single_model`). Read: `id`, `prompt`, `chosen` (list), `rejected` (list), `subset`,
+Source: github.com/allenai/reward-bench at 05a9005 (2026-01-31), `scripts/run_v2.py` (per
+subset L356-378), `rewardbench/utils.py` (`load_bon_dataset_v2` L594, `reroll_and_score_dataset`
+L545-591, `_compute_prompt_stats` L1010-1030, `process_single_model` L1033-1100). Read: `id`, `prompt`, `chosen` (list), `rejected` (list), `subset`,
 `num_correct` (optional; must equal len(chosen) when given).
 
 Each item expands to len(chosen) x len(rejected) pairs (ids `ITEM#cI-rJ`), scored by the
@@ -11,7 +11,7 @@ score highest, a tie at the top earns 1/number tied); in Ties (`subset` "Ties", 
 "ref:N" / "tied:N"), `ties` (every chosen beats every rejected).
 Headline: per subset the mean item credit; Ties by `process_single_model`'s weighting
 (0.30 tied accuracy + 0.30 reference accuracy + 0.20 + 0.20 margin preferences + 0.01 tanh
-margin, pointwise RMs only); the score is the mean over subsets.
+margin, pointwise RMs only); the score is the mean over subsets (the leaderboard's average).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ import numpy as np
 
 from prbench import metrics
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, rows, text
+from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
+
+UPSTREAM = "allenai/reward-bench@05a9005 rewardbench/utils.py L545-591, L1010-1100; scripts/run_v2.py L356-378"
 
 
 def _texts(row: Mapping[str, Any], key: str, file: str, line: int) -> list[str]:
@@ -48,6 +50,8 @@ class RewardBench2(Reader):
     name = "rewardbench2"
     source = "github.com/allenai/reward-bench scripts/run_v2.py + rewardbench/utils.py"
     fields = "id, prompt, chosen (list), rejected (list), subset, num_correct"
+    headline = ("RewardBench 2's: mean over subsets; best-of-4 item 1/(number tied at the top) when chosen scores "
+                "highest; Ties by its weighted accuracy-and-margin rule (pointwise RMs only)")
     priority = 21
 
     @classmethod
@@ -67,13 +71,17 @@ class RewardBench2(Reader):
                 raise DataError(file, line, "chosen", f"a best-of-n item has one chosen response, got {len(chosen)}")
             if ties and str(row.get("id", "")).split(":")[0] not in ("ref", "tied"):
                 raise DataError(file, line, "id", "a Ties id is 'ref:N' or 'tied:N'")
-            item = str(row["id"]) if row.get("id") is not None else f"{subset}:{line}"
+            item = str(row["id"]) if row.get("id") is not None else row_id(src, file, line, subset)
             for i, c in enumerate(chosen):
                 for j, r in enumerate(rejected):
                     yield file, line, build(
                         Example, file, line, id=f"{item}#c{i}-r{j}", item_id=item, variant=f"c{i}-r{j}",
                         rule="ties" if ties else "best-of-n", question=prompt, chosen=c, rejected=r,
-                        category=subset, profile=[], rubric_aspects=[])
+                        category=subset, profile=[], rubric_aspects=[], format=self.name)
+
+    @classmethod
+    def score(cls, records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        return score(records)
 
 
 def _grid(pairs: Sequence[dict[str, Any]]) -> tuple[list[float], list[float]] | None:
@@ -132,8 +140,9 @@ def score(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             credits = [c for c in credits if c is not None]
             subsets[subset] = float(np.mean(credits)) if credits else None
     known = [v for v in subsets.values() if v is not None]
-    return {"name": "RewardBench 2 score",
+    return {"name": "RewardBench 2 score", "upstream": UPSTREAM,
             "value": float(np.mean(known)) if known and len(known) == len(subsets) else None,
             "subsets": subsets,
+            "accuracy_is": "prbench's: item credits pooled over subsets, bootstrap CI (not RewardBench 2's number)",
             "definition": "mean over subsets; best-of-n items 1/(number tied at the top) when chosen scores highest; "
                           "Ties by its weighted accuracy-and-margin rule (pointwise RMs only), as allenai/reward-bench"}

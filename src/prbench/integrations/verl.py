@@ -14,6 +14,9 @@ reward comes from is set by `reward_kwargs` or environment variables (`prbench.i
 `url` of a running `prbench serve-reward`, or `rm` to load one in-process). The result is
 `{"score": reward, "prbench_invalid": 0.0 | 1.0}`: verl rewards `score` and logs the rest, so
 items the RM could not score (given the fallback reward) show up in verl's metrics.
+Over HTTP the process keeps one pooled client; the many `compute_score_async` calls verl starts
+at once travel together in requests of up to 64 items, busy servers are retried with backoff,
+and a server that stays unreachable raises one clear error (`prbench.integrations.client`).
 """
 
 from __future__ import annotations

@@ -43,10 +43,13 @@ PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # 
 
 
 def resolve_device(device: str = "auto") -> str:
+    """`auto` / `cuda` -> this rank's GPU (`prbench.train.cuda_device`), read at load time; else as given."""
+    from prbench.train import cuda_device
+
     torch = require("torch", "hf")
-    if device != "auto":
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return cuda_device()
+    return "cpu" if device == "auto" else device
 
 
 def resolve_dtype(dtype: str, device: str) -> Any:

@@ -40,6 +40,9 @@ class FinetunedRM(SequenceClassifierRM):
 def load_finetuned(rest: str, **options: Any) -> FinetunedRM:
     if not (Path(rest) / "prbench_rm.json").is_file():
         raise PrbenchError(f"finetune:{rest}: no prbench_rm.json (train with `prbench train finetune`)")
+    from prbench.manifest import verify
+
+    verify(rest, f"finetune:{rest}")
     return FinetunedRM(rest, **options)
 
 

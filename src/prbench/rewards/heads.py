@@ -44,9 +44,10 @@ def save_head(out: str | Path, config: dict[str, Any], module: Any, *, kind: str
 
 def load_head(path: str | Path, kind: str, build: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
     """(config, module in eval mode); a folder of another kind is refused with the spec to use."""
-    from safetensors.torch import load_file
+    from prbench.manifest import load_weights, verify
 
     p = Path(path)
+    verify(p, f"{kind}:{path}")
     if not (p / CONFIG_FILE).is_file() or not (p / WEIGHTS_FILE).is_file():
         raise PrbenchError(f"{kind}:{path}: expected {CONFIG_FILE} and {WEIGHTS_FILE} (train with `prbench train {kind}`)")
     config = json.loads((p / CONFIG_FILE).read_text(encoding="utf-8"))
@@ -55,7 +56,7 @@ def load_head(path: str | Path, kind: str, build: Callable[[dict[str, Any]], Any
         hint = f"; load it as {meta['loads_as'].replace('<dir>', str(path))}" if meta.get("loads_as") else ""
         raise PrbenchError(f"{kind}:{path}: this folder holds a {config.get('arch')!r} model, not {kind}{hint}")
     module = build(config)
-    module.load_state_dict(load_file(str(p / WEIGHTS_FILE)))
+    load_weights(module, p / WEIGHTS_FILE, f"{kind}:{path}")
     return config, module.eval()
 
 

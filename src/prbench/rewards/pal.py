@@ -318,16 +318,19 @@ def save_folder(out: str | Path, config: dict[str, Any], model) -> Path:
     return path
 
 
-def load_folder(path: str | Path):
-    """(config, model in eval mode) from a folder written by `save_folder`."""
-    from safetensors.torch import load_file
+def load_folder(path: str | Path, spec: str | None = None):
+    """(config, model in eval mode) from a folder written by `save_folder`; `spec`: what the user typed."""
+    from prbench.manifest import load_weights, verify
 
     p = Path(path)
+    spec = spec or f"pal:{path}"
+    verify(p, spec)
     if not (p / CONFIG_FILE).is_file() or not (p / WEIGHTS_FILE).is_file():
-        raise PrbenchError(f"pal:{path}: expected {CONFIG_FILE} and {WEIGHTS_FILE} (train with `prbench train pal`)")
+        raise PrbenchError(f"{spec}: expected {CONFIG_FILE} and {WEIGHTS_FILE} in the folder (train with "
+                           "`prbench train pal` or `prbench train bt --frozen-encoder`)")
     config = json.loads((p / CONFIG_FILE).read_text(encoding="utf-8"))
     model = build_model(config)
-    model.load_state_dict(load_file(str(p / WEIGHTS_FILE)))
+    load_weights(model, p / WEIGHTS_FILE, spec)
     return config, model.eval()
 
 
@@ -354,7 +357,7 @@ class PALReward(PointwiseRM):
                  adapt: str | None = None, adapt_steps: int = 200, adapt_lr: float = 0.1, **_: Any):
         self.path = str(path)
         self.spec = spec or f"pal:{path}"
-        self.config, self.model = load_folder(path)
+        self.config, self.model = load_folder(path, self.spec)
         self.arch = self.config["arch"]
         self.embed = Embedder(self.config["encoder"], cache=encoder_cache)
         self.users: dict[str, int] = {u: i for i, u in enumerate(self.config.get("users", []))}

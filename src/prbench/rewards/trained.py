@@ -17,8 +17,10 @@ def load_bt(rest: str, **options: Any):
         from prbench.rewards.pal import PALReward
 
         return PALReward(rest, spec=f"bt:{rest}", **options)
+    from prbench.manifest import verify
     from prbench.rewards.classifier import SequenceClassifierRM
 
+    verify(rest, f"bt:{rest}")
     return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)
 
 

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from prbench.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.config import (
@@ -32,9 +41,17 @@ from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.schema import one_of
 from prbench.specs import check_options, resolve_spec
 
-Stage = Literal["plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta", "report"]
-STAGE_ORDER: tuple[str, ...] = ("plan", "eval", "sample", "bon", "rl", "rgd", "policy_accuracy", "personalize", "meta",
-                                "report")
+
+def _known_stage(name: str) -> str:
+    """A stage name from the stage registry (built in or a plug-in); the runner orders stages by their rank."""
+    from prbench.registry import STAGES
+
+    if name not in STAGES:
+        raise ValueError(STAGES.unknown(name))
+    return name
+
+
+Stage = Annotated[str, AfterValidator(_known_stage)]
 
 
 MAX_BYTES = 1 << 20
@@ -54,6 +71,18 @@ OPTION_COUNTS = {"num_generations": (1, 1024), "n": (1, 4096), "k": (1, 4096), "
                  "retries_on_parse_failure": (0, 100), "max_retries": (0, 100), "limit": (1, MAX_ITEMS),
                  "gradient_accumulation_steps": (1, 4096)}
 Options = dict[str, Any]
+
+
+def _check_format(v: str | None) -> str | None:
+    """A format spec checked now (name and options), so --dry-run reports it with its YAML line."""
+    if v is not None:
+        from prbench.formats import load_reader
+
+        try:
+            load_reader(v)
+        except PrbenchError as exc:
+            raise ValueError(str(exc)) from None
+    return v
 
 
 def _check_options(v: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +116,8 @@ class ModelEntry(_Strict):
     both_orders: bool = False
     limit: Limit = None  # this model's items (first N); default: the study's limit
     published: dict[str, dict[str, float]] | None = None  # {condition: {category: accuracy %}}
+    batch: bool = False  # API judges: send the eval requests as provider batches (prbench.engines.batch)
+    max_usd: float | None = Field(None, ge=0)  # API judges: stop each of this model's runs before it passes this
 
     @field_validator("conditions")
     @classmethod
@@ -109,9 +140,10 @@ class BenchmarkEntry(_Strict):
     data: str
     format: str | None = None  # default: detected from the columns
     conditions: list[str] = Field(default_factory=lambda: ["none"])
-    limit: int | None = None
+    limit: Limit = None
 
     _known = field_validator("conditions")(lambda cls, v: ModelEntry._known(v) or [])
+    _format = field_validator("format")(lambda cls, v: _check_format(v))
 
 
 class PlannerStage(PlanSettings):
@@ -175,19 +207,47 @@ class PersonalizeStage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     data: str | None = None  # training pairs; default: the study's data
-    methods: list[str] = Field(default_factory=lambda: list(FAST_METHODS))
+    methods: list[str] = Field(default_factory=lambda: list(FAST_METHODS), min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)  # method -> config options
     condition: str = "profile"
-    ks: list[int] = Field(default_factory=lambda: [0, 1, 2, 4, 8, 16])
-    draws: int = Field(5, ge=1, le=100)
+    ks: list[Annotated[int, Field(strict=True, ge=0, le=100_000)]] = Field(
+        default_factory=lambda: [0, 1, 2, 4, 8, 16], min_length=1)
+    draws: int = Field(5, strict=True, ge=1, le=100)
     holdout_users: float = Field(0.25, gt=0, lt=1)
     holdout_items: float = Field(0.5, gt=0, lt=1)
+
+    _condition = field_validator("condition")(lambda cls, v: one_of(v, CONDITIONS, "condition"))
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, v: list[str]) -> list[str]:
+        from prbench.train.methods import METHODS
+
+        for m in v:
+            one_of(m, tuple(METHODS), "method")
+        return v
+
+    @field_validator("options")
+    @classmethod
+    def _method_options(cls, v: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        """Each method's options built into its settings now, not after the main eval has run."""
+        from prbench.train.methods import make_config
+
+        methods = info.data.get("methods") or []
+        for m, opts in v.items():
+            if m not in methods:
+                raise ValueError(f"options for {m!r}, which is not in methods ({', '.join(methods)})")
+            try:
+                make_config(m, opts)
+            except PrbenchError as exc:
+                raise ValueError(f"{m}: {exc}") from None
+        return v
 
 
 class StudyConfig(_Strict):
     """A whole study. Paths are relative to the config file's folder unless absolute."""
 
-    name: str
+    name: str = Field(min_length=1, pattern=r"\S")
     description: str = ""
     data: str = "sample"
     format: str | None = None  # the format of `data` (default: detected)
@@ -201,7 +261,7 @@ class StudyConfig(_Strict):
     retriever: str = "bm25"
     batch_size: Count(65536) = 16
     models: list[ModelEntry]
-    stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"])
+    stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"], min_length=1)
     planner: PlannerStage | None = None
     sample: SampleStage | None = None
     bon: BonStage | None = None
@@ -209,6 +269,7 @@ class StudyConfig(_Strict):
     rgd: RGDStage | None = None
     policy_accuracy: PolicyAccuracyStage | None = None
     personalize: PersonalizeStage | None = None
+    sections: dict[str, Any] = Field(default_factory=dict)  # plug-in stages' own sections, by stage name
     hardware: str = ""
     estimates: dict[str, str] = Field(default_factory=dict)
 
@@ -216,6 +277,21 @@ class StudyConfig(_Strict):
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
         return ModelEntry._known(v) or []
+
+    _format = field_validator("format")(lambda cls, v: _check_format(v))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_sections(cls, data: Any) -> Any:
+        """A top-level key naming a plug-in stage is that stage's section (any other unknown key is refused)."""
+        if not isinstance(data, dict):
+            return data
+        from prbench.registry import STAGES
+
+        own = {k: v for k, v in data.items() if isinstance(k, str) and k not in cls.model_fields and k in STAGES}
+        if not own:
+            return data
+        return {**{k: v for k, v in data.items() if k not in own}, "sections": {**data.get("sections", {}), **own}}
 
 
 def _line_of(root: yaml.Node, loc: tuple[Any, ...]) -> int | None:
@@ -244,6 +320,26 @@ class _NoAliasLoader(yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             raise _AliasFound(event.start_mark.line + 1)
         return super().compose_node(parent, index)
+
+
+def _duplicate_key(node: yaml.Node | None) -> tuple[int, str, int] | None:
+    """(line, key, first line) of the first key given twice in one mapping (YAML keeps the last silently)."""
+    from collections import deque
+
+    queue = deque([node] if node is not None else [])
+    while queue:
+        n = queue.popleft()
+        if isinstance(n, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            for k, v in n.value:
+                key = str(k.value)
+                if key in seen:
+                    return k.start_mark.line + 1, key, seen[key]
+                seen[key] = k.start_mark.line + 1
+                queue.append(v)
+        elif isinstance(n, yaml.SequenceNode):
+            queue.extend(n.value)
+    return None
 
 
 class _AliasFound(Exception):
@@ -282,6 +378,9 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         raise DataError(source, mark.line + 1 if mark else None, None, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
     finally:
         loader.dispose()
+    if dup := _duplicate_key(root):
+        raise DataError(source, dup[0], dup[1], f"key given twice (first on line {dup[2]}); YAML would keep only "
+                                                "the last silently, so remove one")
     if not isinstance(raw, dict):
         raise DataError(source, 1, None, "a study config must be a YAML mapping")
     try:
@@ -292,9 +391,11 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         field = ".".join(str(p) for p in loc) or None
         msg = "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
         raise DataError(source, _line_of(root, loc) if root else None, field, msg[:300]) from None
-    for loc, msg in _requirements(cfg):
+    for loc, msg in _requirements(cfg) + plugin_sections(cfg):
         raise DataError(source, _line_of(root, loc), ".".join(str(p) for p in loc), msg)
-    return cfg if base is None else resolve_specs(cfg, base, source, root)
+    if base is None:
+        return cfg
+    return resolve_specs(cfg, base, source, root)
 
 
 # What each stage needs from the rest of the config: (stage, needed sections, why).
@@ -306,6 +407,30 @@ NEEDS = {
     "rgd": (("rgd",), "the policy and RMs"),
     "policy_accuracy": (("policy_accuracy",), "the policy and RMs"),
 }
+
+
+def plugin_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
+    """Validate each plug-in stage's own section with its `section` model (in place); (location, message) if not."""
+    from prbench.registry import STAGES
+
+    out: list[tuple[tuple[Any, ...], str]] = []
+    for i, name in enumerate(cfg.stages):
+        model = getattr(STAGES.get(name), "section", None)
+        if model is None or isinstance(cfg.sections.get(name), model):
+            continue
+        if name not in cfg.sections:
+            out.append((("stages", i), f"stage {name!r} needs a {name!r} section"))
+            continue
+        try:
+            cfg.sections[name] = model.model_validate(cfg.sections[name])
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            out.append(((name, *err["loc"]), err["msg"].removeprefix("Value error, ")))
+    unused = sorted(set(cfg.sections) - set(cfg.stages))
+    if unused:
+        msg = f"section {unused[0]!r} belongs to a stage this study does not run (add it to stages or remove it)"
+        out.append(((unused[0],), msg))
+    return out
 
 
 def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
@@ -324,6 +449,8 @@ def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
             if "planner" in (m.conditions or []):
                 out.append((("models", i, "conditions"),
                             "condition 'planner' needs a 'planner' section (the planner model)"))
+    if not cfg.models and any(s in cfg.stages for s in ("eval", "bon", "meta", "report")):
+        out.append((("models",), "no models: the study would evaluate nothing (list at least one under models)"))
     if "bon" in cfg.stages and cfg.bon is not None and not cfg.bon.rms and all(m.pairwise for m in cfg.models):
         out.append((("bon",), "bon needs rms (no pointwise model in models to default to)"))
     return out
@@ -411,7 +538,10 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
         msg = RETRIEVERS.unknown(retr)
         raise (PrbenchError(f"retriever: {msg}") if source is None else
                DataError(source, _line_of(node, ("retriever",)) if node is not None else None, "retriever", msg))
-    return StudyConfig.model_validate(data)
+    out = StudyConfig.model_validate(data)
+    for loc, msg in plugin_sections(out):  # the copy holds plain dicts again: the stages' models read them
+        raise DataError(source or "study config", _line_of(node, loc) if node else None, ".".join(map(str, loc)), msg)
+    return out
 
 
 def list_presets() -> dict[str, str]:

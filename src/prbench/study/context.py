@@ -47,6 +47,7 @@ class PlannedRun:
     what: str
     model_calls: int
     tokens: int
+    spec: str | None = None  # the model the calls go to (prices an API model's calls in the dry run)
 
 
 StageFn = Callable[[StudyContext], None]
@@ -55,15 +56,24 @@ PlanFn = Callable[[StudyContext], list[PlannedRun]]
 
 @dataclass(frozen=True)
 class Stage:
-    """A study stage: its dry-run planner and its runner (registered in `prbench.registry.STAGES`)."""
+    """A study stage: its dry-run planner and its runner (registered in `prbench.registry.STAGES`).
+
+    `order` places it among the others (stages run by rank, whatever order the config lists
+    them in): plan 10, eval 20, sample 30, bon 40, rl 50, rgd 60, policy_accuracy 70,
+    personalize 80, meta 90, report 100; a plug-in metric's stage goes between 70 and 90 so
+    meta and the report see its runs. `section`: the pydantic model of a plug-in stage's own
+    top-level config section (validated when the study loads), or None.
+    """
 
     name: str
     plan: PlanFn
     run: StageFn
+    order: float = 85
+    section: Any = None
 
 
-def stage(name: str, plan: PlanFn) -> Callable[[StageFn], Stage]:
-    """Make a runner function into a Stage with its dry-run planner."""
+def stage(name: str, plan: PlanFn, order: float = 85, section: Any = None) -> Callable[[StageFn], Stage]:
+    """Make a runner function into a Stage with its dry-run planner, rank and section model."""
     def wrap(fn: StageFn) -> Stage:
-        return Stage(name, plan, fn)
+        return Stage(name, plan, fn, order, section)
     return wrap

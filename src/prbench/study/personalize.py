@@ -33,7 +33,7 @@ def plan_personalize(ctx: StudyContext) -> list[PlannedRun]:
 def personalize(ctx: StudyContext) -> None:
     from pathlib import Path
 
-    from prbench.data.pairs import load_pairs
+    from prbench.data.pairs import load_training_pairs
     from prbench.train.methods import METHODS, spec_for, train_method
     from prbench.train.protocol import ProtocolConfig
 
@@ -46,7 +46,7 @@ def personalize(ctx: StudyContext) -> None:
     data = sec.data or ctx.data
     if sec.data and not Path(sec.data).is_absolute() and (ctx.root / sec.data).exists():
         data = str(ctx.root / sec.data)
-    pairs = load_pairs(data)
+    pairs = load_training_pairs(data)  # the train part: test pairs are what the benchmark scores
     pcfg = ProtocolConfig(condition=sec.condition, holdout_users=sec.holdout_users, holdout_items=sec.holdout_items,
                           ks=tuple(sec.ks), draws=sec.draws, seed=ctx.cfg.seed, top_k=ctx.cfg.top_k,
                           retriever=ctx.cfg.retriever)

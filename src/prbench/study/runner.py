@@ -16,22 +16,25 @@ from prbench.errors import PrbenchError
 from prbench.progress import progress
 from prbench.registry import STAGES
 from prbench.runs import close_under
-from prbench.study.config import STAGE_ORDER, StudyConfig, resolve_specs
+from prbench.study.config import StudyConfig, plugin_sections, resolve_specs
 from prbench.study.context import PlannedRun, Stage, StudyContext
 
 
 def _stages(cfg: StudyConfig) -> list[Stage]:
-    """The configured stages in their fixed order, each resolved through the stage registry."""
+    """The configured stages, each resolved through the stage registry, in the order of their ranks."""
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise PrbenchError("; ".join(STAGES.unknown(s) for s in unknown))
-    return [STAGES.get(s) for s in STAGE_ORDER if s in cfg.stages]
+    for loc, msg in plugin_sections(cfg):  # a config built in code, not loaded from YAML
+        raise PrbenchError(f"study config: {'.'.join(map(str, loc))}: {msg}")
+    found = [STAGES.get(s) for s in dict.fromkeys(cfg.stages)]
+    return sorted(found, key=lambda st: st.order)
 
 
 def plan_study(cfg: StudyConfig, root: Path) -> list[PlannedRun]:
     """What a study would do, with estimated model calls and tokens, without running anything."""
     ctx = StudyContext(resolve_specs(cfg, root), root, quiet=True)
-    return [run for st in _stages(cfg) for run in st.plan(ctx)]
+    return [run for st in _stages(ctx.cfg) for run in st.plan(ctx)]
 
 
 def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext:
@@ -41,7 +44,7 @@ def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext
     leaves no folder behind; a study folder this call created and left empty is removed.
     """
     ctx = StudyContext(resolve_specs(cfg, root), root, quiet=quiet)
-    names = _stages(cfg)
+    names = _stages(ctx.cfg)
     created = not ctx.out.exists()
     ctx.out.mkdir(parents=True, exist_ok=True)
     try:

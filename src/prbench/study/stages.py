@@ -67,7 +67,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
             per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
             tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
-            out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens))
+            out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens, entry.spec))
     for bench in ctx.cfg.benchmarks:  # pairs of other benchmarks (multi-response items count each pair)
         from prbench.data import iter_examples
 
@@ -78,11 +78,12 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
                 per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
                 calls = n * per_item if capabilities(entry.spec).calls_model else 0
                 tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + TOKENS["response"])
-                out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0))
+                out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0,
+                                      entry.spec))
     return out
 
 
-@stage("eval", _plan_eval)
+@stage("eval", _plan_eval, order=20)
 def run_eval(ctx: StudyContext) -> None:
     bar = ctx.outputs.get("progress")
     results: list[dict[str, Any]] = []
@@ -94,6 +95,7 @@ def run_eval(ctx: StudyContext) -> None:
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
                 batch_size=ctx.cfg.batch_size, model_options=entry.options, format=ctx.cfg.format,
+                batch=entry.batch, max_usd=entry.max_usd,
                 on_progress=(lambda d, t, task=task: bar.update(task, completed=d, total=t)) if bar else None,
             )
             if bar:
@@ -106,7 +108,8 @@ def run_eval(ctx: StudyContext) -> None:
                 res = evaluate(entry.spec, ctx.resolve_data(bench.data), cond, out=ctx.runs, seed=ctx.cfg.seed,
                                limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                                both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
-                               model_options=entry.options, format=bench.format)
+                               model_options=entry.options, format=bench.format, batch=entry.batch,
+                               max_usd=entry.max_usd)
                 results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
                                 "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
@@ -128,7 +131,8 @@ def _downstream_dir(ctx: StudyContext, *parts: str) -> str:
 # -- plan -----------------------------------------------------------------------------------
 def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
     n = _item_count(ctx.data, ctx.cfg.planner.limit or ctx.cfg.limit)
-    return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120))]
+    return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120),
+                       ctx.cfg.planner.spec)]
 
 
 def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
@@ -140,7 +144,7 @@ def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     return lambda done, total: bar.update(task, completed=done, total=total)
 
 
-@stage("plan", _plan_plan)
+@stage("plan", _plan_plan, order=10)
 def run_plan(ctx: StudyContext) -> None:
     from prbench.planner import plan
 
@@ -169,7 +173,7 @@ def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
                        n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
 
 
-@stage("sample", _plan_sample)
+@stage("sample", _plan_sample, order=30)
 def run_sample(ctx: StudyContext) -> None:
     from prbench.downstream.sampling import sample_policy
 
@@ -193,7 +197,7 @@ def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
     return runs
 
 
-@stage("bon", _plan_bon)
+@stage("bon", _plan_bon, order=40)
 def run_bon(ctx: StudyContext) -> None:
     from prbench.downstream.bon import best_of_n
 
@@ -214,7 +218,7 @@ def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
             for spec in ctx.cfg.rl.rms]
 
 
-@stage("rl", _plan_rl)
+@stage("rl", _plan_rl, order=50)
 def run_rl(ctx: StudyContext) -> None:
     from prbench.downstream.rl import train_rl
 
@@ -252,7 +256,7 @@ def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type, 
                                      "path", "")) for spec in section.rms]
 
 
-@stage("rgd", _plan_rgd)
+@stage("rgd", _plan_rgd, order=60)
 def run_rgd_stage(ctx: StudyContext) -> None:
     from prbench.downstream.rgd import run_rgd
 
@@ -266,7 +270,7 @@ def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
                        2 * n * 100 * a.k * 120) for spec in a.rms]
 
 
-@stage("policy_accuracy", _plan_pa)
+@stage("policy_accuracy", _plan_pa, order=70)
 def run_policy_accuracy(ctx: StudyContext) -> None:
     from prbench.downstream.policy_accuracy import policy_accuracy
 
@@ -278,7 +282,7 @@ def _no_calls(name: str) -> Any:
     return lambda ctx: [PlannedRun(name, name, 0, 0)]
 
 
-@stage("meta", _no_calls("meta"))
+@stage("meta", _no_calls("meta"), order=90)
 def run_meta(ctx: StudyContext) -> None:
     from prbench.meta import meta_evaluate, write_meta
 
@@ -294,7 +298,7 @@ def run_meta(ctx: StudyContext) -> None:
     ctx.outputs["meta"] = {k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()}
 
 
-@stage("report", _no_calls("report"))
+@stage("report", _no_calls("report"), order=100)
 def run_report(ctx: StudyContext) -> None:
     from prbench.report import build_report
 
@@ -310,13 +314,24 @@ def run_report(ctx: StudyContext) -> None:
 
 
 def _inputs_hash(runs: Path) -> str:
-    """Content hash of every result under `runs` (records and downstream curves; no timings)."""
+    """Content hash of every run under `runs` as the run kinds read it: records and downstream curves (no timings).
+
+    Runs are opened with `prbench.runkinds.scan_runs`, the reader meta and the report use; a
+    damaged run folder's line enters the hash (the outputs are made again, and they name it).
+    """
     import hashlib
 
+    from prbench.runkinds import scan_runs
+
     h = hashlib.sha256()
-    for p in sorted(p for pat in ("downstream.json", "examples.jsonl") for p in runs.rglob(pat)):
-        h.update(str(p.relative_to(runs)).encode())
-        h.update(p.read_bytes())
+    scan = scan_runs([runs], warn=lambda line: None)  # meta and the report say it; the hash only needs it
+    for run in sorted(scan.runs, key=lambda r: r.path):
+        for name in ("downstream.json", "examples.jsonl"):
+            if (run.path / name).is_file():
+                h.update(f"{run.path.relative_to(runs) / name}:{run.kind.name}".encode())
+                h.update((run.path / name).read_bytes())
+    for line in scan.skipped:
+        h.update(line.encode())
     return h.hexdigest()
 
 
@@ -335,4 +350,4 @@ def _up_to_date(target: Path, runs: Path) -> bool:
 from prbench.study.context import Stage
 from prbench.study.personalize import personalize, plan_personalize
 
-run_personalize = Stage("personalize", plan_personalize, personalize)
+run_personalize = Stage("personalize", plan_personalize, personalize, order=80)

@@ -10,7 +10,8 @@ extracted from the real wheels (`prbench/testing/vllm/vllm-<version>.json`, writ
 Behaviour mirrors vLLM where prbench depends on it, computed with transformers on the same
 checkpoint (tiny models from `prbench.testing.tiny`): token-id prompts (`{"prompt_token_ids": ...}`),
 per-request seeds, `stop` strings cut from the text, `prompt_logprobs` (entry 0 is None),
-first-step `logprobs` top-k maps of `Logprob`, `classify` with the activation switch, one prompt
+first-step `logprobs` top-k maps of `Logprob` (or exactly `logprob_token_ids`, 0.33), a prefix
+cache with `get_metrics` counters (`prompt_logprobs` requests skip reading it, as in vLLM), `classify` with the activation switch, one prompt
 longer than `max_model_len` failing the whole call (the batch-wide ValueError prbench must avoid),
 and `ModelRegistry` with the registry's architecture tables (reward-model heads are not classifiers).
 
@@ -74,6 +75,15 @@ class RequestOutput:
     prompt_logprobs: list[dict[int, Logprob] | None] | None
     outputs: list[CompletionOutput]
     finished: bool = True
+
+
+@dataclass
+class Counter:
+    """vllm.v1.metrics.reader.Counter."""
+
+    name: str
+    labels: dict[str, str]
+    value: int
 
 
 @dataclass
@@ -181,6 +191,29 @@ class _StandInLLM:
             cls = transformers.AutoModelForCausalLM
         self.model = cls.from_pretrained(model, trust_remote_code=trust, dtype=torch.float32).eval()
 
+    def get_metrics(self) -> list[Counter]:
+        """vLLM 0.33 `LLM.get_metrics` (v1/metrics/reader.py Counters): prefix-cache queries and hits
+        in prompt tokens, counted only with `disable_log_stats=False` (offline LLM's default is True)."""
+        if self.kwargs.get("disable_log_stats", True):
+            return []
+        return [Counter("vllm:prefix_cache_queries", {}, self._cache_stats[0]),
+                Counter("vllm:prefix_cache_hits", {}, self._cache_stats[1])]
+
+    def _prefix_cache(self, prompts: list[list[int]], sps: list[Any]) -> None:
+        """Full 16-token blocks, cached after the call that computed them (requests scheduled
+        together do not hit each other); a request with prompt log-probs skips reading the
+        cache (vLLM 0.33 sampling_params.py, `skip_reading_prefix_cache`)."""
+        cache = self.__dict__.setdefault("_blocks", set())
+        stats = self.__dict__.setdefault("_cache_stats", [0, 0])
+        new = set()
+        for ids, sp in zip(prompts, sps):
+            stats[0] += len(ids)
+            blocks = [tuple(ids[: b + 16]) for b in range(0, len(ids) - 15, 16)]
+            if getattr(sp, "prompt_logprobs", None) is None and self.kwargs.get("enable_prefix_caching", True):
+                stats[1] += 16 * next((n for n, b in enumerate(blocks) if b not in cache), len(blocks))
+            new.update(blocks)
+        cache |= new
+
     def get_tokenizer(self, **kwargs: Any) -> Any:
         _checked("LLM.get_tokenizer", self.spec["llm_methods"]["get_tokenizer"], kwargs)
         return self._tokenizer
@@ -211,6 +244,7 @@ class _StandInLLM:
         mod = sys.modules.get("vllm")
         if mod is not None and hasattr(mod, "calls"):
             mod.calls.append(("generate", len(ids)))
+        self._prefix_cache(ids, sps)
         return [self._one(i, p, sp) for i, (p, sp) in enumerate(zip(ids, sps))]
 
     def _logits(self, ids: list[int]) -> Any:
@@ -260,10 +294,12 @@ class _StandInLLM:
                     mask[idx[keep]] = True
                     probs = torch.where(mask, probs, torch.zeros_like(probs))
                 tok = int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
-            if sp.logprobs is not None:
+            wanted = getattr(sp, "logprob_token_ids", None)  # 0.33: exactly these ids (+ the sampled one)
+            if sp.logprobs is not None or wanted:
                 entry = {tok: Logprob(float(lsm[tok]))}
-                for r, j in enumerate(torch.topk(lsm, int(sp.logprobs)).indices.tolist(), start=1):
-                    entry[j] = Logprob(float(lsm[j]), r)
+                top = list(wanted) if wanted else torch.topk(lsm, int(sp.logprobs)).indices.tolist()
+                for r, j in enumerate(top, start=1):
+                    entry[j] = Logprob(float(lsm[j]), None if wanted else r)
                 step_lps.append(entry)
             if tok == eos:
                 finish = "stop"
@@ -275,7 +311,8 @@ class _StandInLLM:
             if cut >= 0:
                 text, finish = text[:cut], "stop"
                 break
-        comp = CompletionOutput(0, text, out_ids, None, step_lps if sp.logprobs is not None else None, finish)
+        keep = sp.logprobs is not None or getattr(sp, "logprob_token_ids", None)
+        comp = CompletionOutput(0, text, out_ids, None, step_lps if keep else None, finish)
         return RequestOutput(str(n), None, prompt, plp, [comp])
 
     def classify(self, prompts: Any, **kwargs: Any) -> list[ClassificationRequestOutput]:

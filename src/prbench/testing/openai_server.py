@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from prbench.testing import provider_rules as rules
+
 ReplyFn = Callable[[dict[str, Any]], str]
 FaultFn = Callable[[int, dict[str, Any]], "Fault | None"]
 FaultSpec = (
@@ -174,16 +176,8 @@ class Record:
 PROVIDER_MODES = (None, "openai", "anthropic", "gemini", "vllm", "llamacpp")
 _NOT_BODY = {"self", "extra_body", "extra_headers", "extra_query", "timeout"}
 
-# Anthropic's OpenAI-compatibility field table (platform.claude.com/docs/en/api/openai-sdk, read
-# 2026-12): supported or ignored fields. Fields the table does not list are refused here (stricter
-# than the page, which does not say).
-ANTHROPIC_FIELDS = frozenset({
-    "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options", "top_p",
-    "parallel_tool_calls", "stop", "temperature", "n", "logprobs", "metadata", "response_format",
-    "prediction", "presence_penalty", "frequency_penalty", "seed", "service_tier", "audio", "logit_bias",
-    "store", "user", "modalities", "top_logprobs", "reasoning_effort", "tools", "tool_choice", "functions",
-    "function_call", "thinking", "extra_headers",
-})
+# Anthropic's OpenAI-compatibility fields (supported or ignored): `provider_rules.ANTHROPIC_COMPAT`.
+ANTHROPIC_FIELDS = frozenset(rules.ANTHROPIC_COMPAT) | {"extra_headers"}
 # Gemini's OpenAI compatibility: the OpenAI fields it maps (generationConfig) plus its own `extra_body`
 # keys; unknown names are an INVALID_ARGUMENT "Unknown name" 400.
 GEMINI_FIELDS = frozenset({
@@ -209,17 +203,8 @@ def _model(body: dict[str, Any]) -> str:
     return str(body.get("model") or "").lower().rsplit("/", 1)[-1]
 
 
-def _openai_reasoning(model: str) -> bool:
-    return bool(re.match(r"o\d", model)) or (model.startswith("gpt-5") and "chat" not in model)
-
-
-def _claude_one_sampler(model: str) -> bool:
-    for family, first in (("sonnet", (4, 5)), ("haiku", (4, 5)), ("opus", (4, 1))):
-        m = re.search(rf"{family}-(\d+)(?:-(\d{{1,2}})(?!\d))?", model)
-        if m:
-            return (int(m.group(1)), int(m.group(2) or 0)) >= first
-    m = re.search(r"claude-(?:[a-z]+-)?(\d+)", model)
-    return bool(m) and int(m.group(1)) >= 5
+def _default_effort(r: rules.Reasoning) -> str:
+    return "none" if "none" in r.efforts else "medium"
 
 
 def _gemini_version(model: str) -> tuple[int, int] | None:
@@ -238,8 +223,10 @@ def thinking_tokens(provider: str | None, body: dict[str, Any]) -> int:
             return 0
         default = "high" if v >= (3, 0) or "pro" in model else "medium"
         return GEMINI_THINKING.get(str(effort or default), 0)
-    if provider == "openai" and _openai_reasoning(model):
-        return {"none": 0, "minimal": 64, "low": 512, "medium": 2048, "high": 4096}.get(str(effort or "medium"), 0)
+    reasoning = rules.openai_reasoning(model) if provider == "openai" else None
+    if reasoning is not None:
+        spend = {"none": 0, "minimal": 64, "low": 512, "medium": 2048, "high": 4096, "xhigh": 8192}
+        return spend.get(str(effort or _default_effort(reasoning)), 0)
     return 0
 
 
@@ -265,30 +252,29 @@ def refusal(provider: str | None, route: str, body: dict[str, Any]) -> tuple[int
             return _bad(f"Unrecognized request argument supplied: {unknown[0]}", param=unknown[0])
         if route == "/v1/completions" and body.get("echo") and body.get("logprobs") is not None:
             return _bad("This model does not support echo with logprobs.", param="echo")
-        if _openai_reasoning(model):
-            if "max_tokens" in body:
-                return _bad("Unsupported parameter: 'max_tokens' is not supported with this model. "
-                            "Use 'max_completion_tokens' instead.", param="max_tokens")
-            for name in ("temperature", "top_p"):
-                if name in body and body[name] != 1:
-                    return _bad(f"Unsupported value: '{name}' does not support {body[name]} with this model. "
-                                "Only the default (1) value is supported.", param=name)
-            for name in ("logprobs", "top_logprobs", "stop"):
-                if body.get(name) not in (None, False):
-                    return _bad(f"Unsupported parameter: '{name}' is not supported with this model.", param=name)
+        reasoning = rules.openai_reasoning(model)
+        if reasoning is not None:
             effort = body.get("reasoning_effort")
-            if effort is not None:
-                gpt51 = re.match(r"gpt-5\.\d", model) is not None
-                valid = ("low", "medium", "high") if re.match(r"o\d", model) else (
-                    ("none", "low", "medium", "high", "xhigh") if gpt51 else ("minimal", "low", "medium", "high"))
-                if effort not in valid:
-                    return _bad(f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this "
-                                f"model. Supported values are: {', '.join(valid)}.", param="reasoning_effort")
+            if effort is not None and effort not in reasoning.efforts:
+                return _bad(f"Unsupported value: 'reasoning_effort' does not support '{effort}' with this "
+                            f"model. Supported values are: {', '.join(reasoning.efforts)}.", param="reasoning_effort")
+            for name in rules.OPENAI_REASONING_REFUSED:
+                if body.get(name) not in (None, False):
+                    hint = " Use 'max_completion_tokens' instead." if name == "max_tokens" else ""
+                    return _bad(f"Unsupported parameter: '{name}' is not supported with this model.{hint}", param=name)
+            if (effort or _default_effort(reasoning)) not in reasoning.sampling_efforts:
+                for name in ("temperature", "top_p"):
+                    if name in body and body[name] != 1:
+                        return _bad(f"Unsupported value: '{name}' does not support {body[name]} with this model. "
+                                    "Only the default (1) value is supported.", param=name)
+                for name in ("logprobs", "top_logprobs"):
+                    if body.get(name) not in (None, False):
+                        return _bad(f"Unsupported parameter: '{name}' is not supported with this model.", param=name)
         elif body.get("reasoning_effort") is not None:
             return _bad("Unsupported parameter: 'reasoning_effort' is not supported with this model.",
                         param="reasoning_effort")
         stops = body.get("stop")
-        if isinstance(stops, list) and len(stops) > 4:
+        if isinstance(stops, list) and len(stops) > rules.OPENAI_MAX_STOP:
             return _bad("'stop': array too long. Expected an array with maximum length 4.", param="stop")
         return None
     if provider == "anthropic":
@@ -297,7 +283,7 @@ def refusal(provider: str | None, route: str, body: dict[str, Any]) -> tuple[int
             return _bad(f"{unknown[0]}: Extra inputs are not permitted", param=unknown[0])
         if body.get("n", 1) != 1:
             return _bad("n: only n=1 is supported", param="n")
-        if "temperature" in body and "top_p" in body and _claude_one_sampler(model):
+        if "temperature" in body and "top_p" in body and rules.claude_one_sampler(model):
             return _bad("`temperature` and `top_p` cannot both be specified for this model. Please use only one.")
         return None
     if provider == "gemini":
@@ -307,11 +293,8 @@ def refusal(provider: str | None, route: str, body: dict[str, Any]) -> tuple[int
                                     "message": f'Invalid JSON payload received. Unknown name "{unknown[0]}": '
                                                "Cannot find field."}}]
         effort = body.get("reasoning_effort")
-        v = _gemini_version(model)
         if effort is not None:
-            valid = ("low", "high") if (v and v >= (3, 0) and "pro" in model) else ("high", "low", "medium", "none")
-            if v is not None and v < (2, 5):
-                valid = ()
+            valid = rules.gemini_efforts(model)
             if effort not in valid:
                 return 400, [{"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                         "message": f"Invalid reasoning_effort: {effort}. Valid values are: "
@@ -377,6 +360,8 @@ class OpenAIServer:
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.routes: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "/v1/chat/completions": self.chat_response, "/v1/completions": self.completion_response}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -438,6 +423,21 @@ class OpenAIServer:
             return rec
 
     # -- responses ---------------------------------------------------------------------------
+
+    def refuse(self, route: str, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, Any] | None:
+        """(status, error body) for a request the emulated provider refuses (subclasses: their own rules)."""
+        return refusal(self.provider, route, body)
+
+    def parse_body(self, headers: Mapping[str, str], raw: bytes) -> dict[str, Any]:
+        """A POST body as a dict (JSON here; ValueError: a 400). Subclasses read other encodings."""
+        return json.loads(raw.decode("utf-8")) if raw else {}
+
+    def get(self, route: str) -> tuple[int, Any] | None:
+        """(status, JSON payload or raw bytes) of a GET route, None for an unknown one."""
+        if route == "/v1/models":
+            return 200, {"object": "list",
+                         "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "prbench"}]}
+        return None
 
     def _default_top_logprobs(self, body: dict[str, Any], token: str) -> list[tuple[str, float]]:
         """The generated token first, its other-spacing variant, then fillers; decreasing."""
@@ -586,23 +586,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         state = self.server_state
         state._record("GET", self.path, self._headers_dict(), None)
-        if self.path.rstrip("/") == "/v1/models":
-            self._send_json(
-                200,
-                {
-                    "object": "list",
-                    "data": [{"id": state.model, "object": "model", "created": 0, "owned_by": "prbench"}],
-                },
-            )
-        else:
+        answer = state.get(self.path.split("?")[0].rstrip("/"))
+        if answer is None:
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        elif isinstance(answer[1], bytes):
+            self._send_bytes(answer[0], answer[1])
+        else:
+            self._send_json(*answer)
 
     def do_POST(self) -> None:
         state = self.server_state
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
-            body = json.loads(raw.decode("utf-8")) if raw else {}
+            body = state.parse_body(self._headers_dict(), raw)
         except ValueError:
             state._record("POST", self.path, self._headers_dict(), None)
             self._send_json(
@@ -613,10 +610,10 @@ class _Handler(BaseHTTPRequestHandler):
         fault = state.fault_fn(rec.n, body)
         rec.fault = fault
         route = self.path.split("?")[0].rstrip("/")
-        if route not in ("/v1/chat/completions", "/v1/completions"):
+        if route not in state.routes:
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
-        refused = refusal(state.provider, route, body)
+        refused = state.refuse(route, body, rec.headers)
         if refused is not None:
             with state._lock:
                 state.refused.append(body)
@@ -649,9 +646,7 @@ class _Handler(BaseHTTPRequestHandler):
             deadline = time.monotonic() + fault.seconds
             while time.monotonic() < deadline and not state._stopping.is_set():
                 time.sleep(0.02)
-        payload = (
-            state.chat_response(body) if route == "/v1/chat/completions" else state.completion_response(body)
-        )
+        payload = state.routes[route](body)
         data = json.dumps(payload).encode("utf-8")
         if fault is not None and fault.kind == "malformed":
             self._send_bytes(200, b'{"id": "x", "choices": [ <<this is not json>>')

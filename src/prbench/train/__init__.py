@@ -69,11 +69,17 @@ def user_index(pairs: Sequence[Any]) -> tuple[list[str], dict[str, int]]:
 
 
 def write_log(out: Path, records: Sequence[dict[str, Any]]) -> None:
-    """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends)."""
+    """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends).
+
+    Every trainer writes it last, so the folder is sealed here (`prbench.manifest`).
+    """
+    from prbench.manifest import seal
+
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOG_FILE).open("w", encoding="utf-8") as fh:
         for r in records:
             fh.write(json.dumps(r) + "\n")
+    seal(out)
 
 
 def read_log(out: str | Path) -> list[dict[str, Any]]:
@@ -159,6 +165,41 @@ def launched() -> bool:
 
 def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def cuda_device() -> str:
+    """`cuda` for this process, read when a model loads (after the launcher set LOCAL_RANK).
+
+    Without a launcher: `cuda` (the current device). Under one: the rank's own GPU,
+    `cuda:LOCAL_RANK`, as accelerate places the policy; `cuda:0` where the launcher left each
+    rank one visible GPU. A bare `cuda` would put every rank's RM on GPU 0.
+    """
+    local = os.environ.get("LOCAL_RANK")
+    if not launched() or local is None:
+        return "cuda"
+    import torch
+
+    return "cuda:0" if torch.cuda.device_count() == 1 else f"cuda:{int(local)}"
+
+
+def end_ranks() -> None:
+    """After a launched run's training: every rank leaves the process group together.
+
+    Then ranks other than 0 can exit at once (a rank leaving a live gloo/NCCL group aborts with
+    "terminate called", and torch elastic then kills rank 0 while it saves) and rank 0 saves,
+    samples and grades alone. A no-op without a process group.
+    """
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def pin_device(device: str | None) -> str:

@@ -38,6 +38,7 @@ from prbench.rewards.pal import (
 from prbench.schema import RubricAspect
 from prbench.train import (
     TrainResult,
+    end_ranks,
     fit_pairwise,
     is_main_process,
     pair_accuracy,
@@ -223,6 +224,7 @@ def train_bt(
                                "tokens; raise --max-length or shorten the context (--top-k)")
         trainer.train()
         model = trainer.model
+    end_ranks()
     if not is_main_process():  # a launched run's other ranks: rank 0 writes the model
         return TrainResult(out, records)
     if cfg.lora:

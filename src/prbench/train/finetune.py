@@ -21,7 +21,7 @@ from prbench.cache import Cache
 from prbench.config import FinetuneConfig
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
-from prbench.train import TrainResult
+from prbench.train import TrainResult, is_main_process
 
 
 def resolve_base(name: str) -> str:
@@ -57,9 +57,14 @@ def train_finetune(pairs: Sequence[PreferencePair], out: str | Path, config: Fin
                   seed=cfg.seed, max_length=cfg.max_length or (1024 if decoder else 512), max_steps=cfg.max_steps,
                   lora=lora, lora_r=cfg.lora_r)
     result = train_bt(pairs, out, base, bt, cache=cache)
+    if not is_main_process():  # a launched run's other ranks: rank 0 wrote the model
+        return result
     meta_path = Path(result.out) / "prbench_rm.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta.update({"kind": "finetune", "loads_as": "finetune:<dir>", "base_spec": cfg.base_model, "family":
                  "decoder" if decoder else "encoder", "users": users_of(pairs), "top_k": bt.top_k})
     meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    from prbench.manifest import seal
+
+    seal(result.out)  # the meta changed after train_bt sealed the folder
     return result

@@ -85,6 +85,7 @@ def train_method(
 ) -> tuple[TrainResult, dict[str, Any]]:
     """Train `method` with the protocol (see module docstring); returns (result, protocol dict)."""
     from prbench.rewards import load_rm
+    from prbench.train import is_main_process, launched
 
     cfg = make_config(method, dict(options or {}))
     fn, _ = METHODS[method].load()
@@ -95,6 +96,9 @@ def train_method(
     pcfg = protocol or ProtocolConfig(condition=condition if condition != "none" else "profile",
                                       top_k=getattr(cfg, "top_k", None) or 10, seed=getattr(cfg, "seed", 0))
     refit = METHODS[method].refit if refit is None else refit
+    if refit and run_protocol_check and launched():  # two trainings: the launcher's process group ends after one
+        raise PrbenchError(f"{method} under torchrun / accelerate launch trains once: add --no-refit (keep the "
+                           "protocol's model) or --no-protocol")
     report: dict[str, Any] = {"method": method, "refit": refit}
     if run_protocol_check:
         try:
@@ -107,6 +111,8 @@ def train_method(
             scratch = Path(tempfile.mkdtemp(prefix="prbench-protocol-"))
             try:
                 fn(split.train, scratch / "model", cfg, cache=cache)
+                if not is_main_process():  # a launched run's other ranks train; rank 0 measures and writes
+                    return TrainResult(out), report
                 rm = load_rm(spec_for(method, scratch / "model"), **_rm_options(method, cache))
                 report.update(run_protocol(rm, split, pcfg, encoder=getattr(cfg, "encoder", None)))
                 report["headline"] = headline(report)
@@ -118,12 +124,17 @@ def train_method(
                 shutil.rmtree(scratch, ignore_errors=True)
     if refit or "headline" not in report:
         result = fn(pairs, out, cfg, cache=cache)
+        if not is_main_process():
+            return result, report
     else:
         from prbench.train import read_log
 
         result = TrainResult(out, read_log(out))
         report["trained_on"] = "seen users x train items only (no refit)"
     (out / "protocol.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    from prbench.manifest import seal
+
+    seal(out)
     return result, report
 
 

@@ -1,0 +1,252 @@
+"""Reward server under concurrent RL clients: the batching server against today's and OpenRLHF's.
+
+Measured in one run, same tiny transformer classifier RM on CPU, same items, same machine:
+- `new`: `prbench serve-reward` as it is now (cross-request batching in a worker thread,
+  bounded item queue, connection cap and backlog sized for 4,096 clients);
+- `today`: a faithful copy of the server before batching (kept below: each request scored alone
+  through `run_in_threadpool`, under the service's lock, at most 256 connections, uvicorn's
+  default backlog);
+- `openrlhf`: a loop like OpenRLHF 0.11.2's own `serve_rm` (`openrlhf/cli/serve_rm.py`, lines
+  128-135: `get_reward` scores each request as it arrives, inside the async handler, so the
+  event loop is blocked while the RM runs).
+Clients: aiohttp, one session per request and no retry (as OpenRLHF's `_post_request`, without
+its retries). At each level C, C clients each send single-item requests back to back until the
+level's items are done (256 items, at least one per client); then the same items again as
+50-item requests, all sent at once. Reported: rewards/s, p50/p99 request latency, items lost
+(any error or non-200 reply).
+
+    python benchmarks/serve.py            # a few minutes on a 2-core CPU
+    python benchmarks/serve.py --quick    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KINDS = ("new", "today", "openrlhf")
+LEVELS = (1, 64, 512, 2048)
+FIXED_FORWARD_S = 0.01
+ANSWER_CHARS = 120
+
+
+# -- the servers (each runs in its own process) -------------------------------------------------
+def today_app(rm, condition: str = "none"):
+    """The server before issue 27, reduced to `/score`: one request at a time under the service's lock."""
+    import fastapi
+    from starlette.concurrency import run_in_threadpool
+
+    from prbench.downstream.server import RewardService, ScoreRequest
+
+    service = RewardService(rm, condition)
+    app = fastapi.FastAPI()
+
+    async def score(request):  # type: ignore[no-untyped-def]
+        req = ScoreRequest.model_validate(json.loads(await request.body()))
+        return await run_in_threadpool(service.score, req.items)  # score() holds service.lock
+
+    score.__annotations__ = {"request": fastapi.Request}
+    app.post("/score")(score)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
+
+    return app
+
+
+def openrlhf_app(rm, condition: str = "none"):
+    """OpenRLHF's serve_rm loop: the RM runs inside the async handler, one request at a time."""
+    import fastapi
+
+    from prbench.downstream.server import RewardService, ScoreRequest
+
+    service = RewardService(rm, condition)
+    app = fastapi.FastAPI()
+
+    async def score(request):  # type: ignore[no-untyped-def]
+        data = await request.json()
+        return service.score(ScoreRequest.model_validate(data).items)  # blocks the event loop, as serve_rm does
+
+    score.__annotations__ = {"request": fastapi.Request}
+    app.post("/score")(score)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
+
+    return app
+
+
+def fixed_cost_rm(forward_s: float = FIXED_FORWARD_S, batch: int = 64):
+    """A GPU-shaped RM: each forward of up to `batch` items costs `forward_s` (a sleep, as a kernel frees the GIL)."""
+    from prbench.rewards.base import PointwiseRM, Score
+
+    class FixedCost(PointwiseRM):
+        spec = "bench:fixed-cost"
+
+        def score(self, items):  # type: ignore[no-untyped-def]
+            for _ in range(0, len(items), batch):
+                time.sleep(forward_s)
+            return [Score(float(len(r))) for _, r in items]
+
+    return FixedCost()
+
+
+def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = None) -> None:
+    import torch
+    import uvicorn
+
+    from prbench.downstream.batcher import Batching
+    from prbench.downstream.server import Limits, _guarded_protocol, check_fd_limit, create_app
+    from prbench.rewards.base import load_rm
+
+    torch.set_num_threads(1)  # a shared 2-core machine: one intra-op thread per server, the same for all
+    rm = fixed_cost_rm() if rm_dir == "fixed" else load_rm(f"hf:{rm_dir}", device="cpu", batch_size=64)
+    if kind == "new":
+        limits = Limits()
+        check_fd_limit(limits)
+        batching = Batching() if max_wait_ms is None else Batching(max_wait_ms=max_wait_ms)
+        app = create_app(rm, "none", max_batch=64, batching=batching)
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
+    elif kind == "today":  # h11 with the 256-connection guard, uvicorn's default backlog (2,048)
+        uvicorn.run(today_app(rm), host="127.0.0.1", port=port, log_level="error", timeout_keep_alive=5.0,
+                    http=_guarded_protocol(256, 10.0, parser="h11"))
+    else:
+        uvicorn.run(openrlhf_app(rm), host="127.0.0.1", port=port, log_level="error")
+
+
+# -- the clients --------------------------------------------------------------------------------
+def items(n: int) -> list[dict]:
+    from prbench.data import load_examples
+
+    exs = load_examples("sample", "source")
+    return [{"id": f"{exs[i % len(exs)].id}-{i}", "query": exs[i % len(exs)].question,
+             "response": f"{(exs[i % len(exs)].chosen if i % 2 else exs[i % len(exs)].rejected)[:ANSWER_CHARS]} ({i})"}
+            for i in range(n)]
+
+
+async def post(session, url: str, batch: list[dict], lat: list[float]) -> int:
+    """Items that came back scored (0 when the request failed in any way)."""
+    t = time.perf_counter()
+    try:
+        async with session.post(url, json={"items": batch}) as r:
+            if r.status != 200:
+                return 0
+            body = await r.json()
+    except Exception:  # noqa: BLE001 - a reset, a timeout, a refused connect: all count as lost
+        return 0
+    lat.append(time.perf_counter() - t)
+    return sum(isinstance(s, float) and math.isfinite(s) for s in body["scores"])
+
+
+async def level(url: str, work: list[dict], clients: int, size: int) -> dict:
+    import aiohttp
+
+    requests = [work[i:i + size] for i in range(0, len(work), size)]
+    per = [requests[c::clients] for c in range(min(clients, len(requests)))]
+    lat: list[float] = []
+    timeout = aiohttp.ClientTimeout(total=300)
+
+    async def client(mine: list[list[dict]]) -> int:
+        done = 0
+        for batch in mine:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                done += await post(session, url, batch, lat)
+        return done
+
+    t = time.perf_counter()
+    scored = sum(await asyncio.gather(*[client(m) for m in per]))
+    wall = time.perf_counter() - t
+    lat.sort()
+    pick = (lambda q: lat[min(len(lat) - 1, math.ceil(q * len(lat)) - 1)] * 1000) if lat else (lambda q: math.nan)
+    return {"items": len(work), "lost": len(work) - scored, "rewards_s": scored / wall, "p50_ms": pick(0.5),
+            "p99_ms": pick(0.99), "wall_s": wall}
+
+
+def start(kind: str, rm_dir: str, max_wait_ms: float | None = None) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wait = [] if max_wait_ms is None else ["--max-wait-ms", str(max_wait_ms)]
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, "--port", str(port), "--rm-dir", rm_dir, *wait])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.3)
+    proc.kill()
+    raise SystemExit(f"{kind} server did not start")
+
+
+def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float | None = None,
+                 sizes: tuple[int, ...] = (1, 50)) -> list[dict]:
+    proc, url = start(kind, rm, max_wait_ms)
+    rows = []
+    try:
+        asyncio.run(level(f"{url}/score", items(16), 1, 1))  # warm-up
+        for c in levels:
+            work = items(max(256, c))
+            for size in sizes:
+                res = asyncio.run(level(f"{url}/score", work, c if size == 1 else len(work), size))
+                name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
+                rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
+                             "clients": c, "request_items": size, **res})
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--serve", choices=KINDS)
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--rm-dir")
+    ap.add_argument("--max-wait-ms", type=float)
+    ap.add_argument("--out", default=str(HERE / "results_serve.json"))
+    args = ap.parse_args()
+    if args.serve:
+        run_server(args.serve, args.port, args.rm_dir, args.max_wait_ms)
+        return
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
+    from prbench.testing.tiny import make_tiny_seq_classifier
+
+    levels = (1, 64) if args.quick else LEVELS
+    tiny = str(make_tiny_seq_classifier(tempfile.mkdtemp(prefix="prb-serve-bench-"), seed=1, hidden_size=32))
+    rows = []
+    for rm, rm_levels in ((tiny, levels), ("fixed", (512,))):
+        for kind in KINDS:
+            rows += serve_levels(kind, rm, rm_levels)
+    for wait in (0.0, 10.0):  # the default max wait (2 ms) against none and more, where it matters: few clients
+        rows += serve_levels("new", "fixed", (1, 64), max_wait_ms=wait, sizes=(1,))
+    rows += serve_levels("new", "fixed", (1, 64), sizes=(1,))
+    Path(args.out).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
+    print("| RM | server | clients | items/request | items | lost | rewards/s | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['rm']} | {r['server']} | {r['clients']} | {r['request_items']} | {r['items']} | {r['lost']} | "
+              f"{r['rewards_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""Results in the Every Eval Ever schema (v0.3.0): `prbench export eee RUNS --out DIR`.
+
+Why: a shared result schema (converters exist for lm-eval, Inspect and HELM) lets anyone pool
+prbench's numbers with other harnesses' without reading prbench's run folders. Each run kind
+says what it reports (`RunKind.eee_parts`: one aggregate result per headline number, with its
+per-item values); this module wraps them in the schema's aggregate file and instance-level file (one line per
+item and aggregate result), laid out as the schema's repository expects:
+`data/<benchmark>/<developer>/<model>/<uuid>.json` and `<uuid>_samples.jsonl`.
+
+The models below are this project's typed copy of the fields it writes (so a fresh clone
+checks every file it writes without the upstream schema files); tests also validate against
+the upstream JSON Schema (evaleval/every_eval_ever, `schemas/eval.schema.json` and
+`schemas/instance_level_eval.schema.json` at v0.3.0) where it is available.
+
+Choices: `source_type` "evaluation_run", `evaluator_relationship` "third_party", eval library
+"prbench" at its version; the evaluation id is `prbench/<kind>/<run folder relative to RUNS>`;
+`retrieved_timestamp` is the run's summary (or downstream file) time, so re-exporting the same
+runs gives the same bytes. Inputs are referenced by item id (run folders keep ids and outcomes,
+not texts); invalid items (no credit, no value) are left out and counted in the result details.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from prbench import __version__
+from prbench.errors import PrbenchError
+from prbench.runkinds import Run, scan_runs
+from prbench.runkinds.base import EEEPart
+
+SCHEMA_VERSION = "0.3.0"
+Details = dict[str, str]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class SourceMetadata(_Model):
+    source_name: str
+    source_type: Literal["documentation", "evaluation_run"]
+    source_organization_name: str
+    evaluator_relationship: Literal["first_party", "third_party", "collaborative", "other"]
+
+
+class EvalLibrary(_Model):
+    name: str
+    version: str
+
+
+class ModelDetails(BaseModel):
+    """`model_info.additional_details`: two required enums, any other value a string."""
+
+    model_config = ConfigDict(extra="allow")
+    deployment_type: Literal["self_deployed", "externally_managed", "unknown"]
+    model_availability: Literal["open_weights", "closed_weights", "unknown"]
+
+    def model_post_init(self, _ctx: object) -> None:
+        bad = [k for k, v in (self.model_extra or {}).items() if not isinstance(v, str)]
+        if bad:
+            raise ValueError(f"model_info.additional_details.{bad[0]} must be a string")
+
+
+class ModelInfo(_Model):
+    name: str
+    id: str
+    additional_details: ModelDetails
+
+
+class SourceData(_Model):
+    dataset_name: str
+    source_type: Literal["other"]
+    additional_details: Details = Field(default_factory=dict)
+
+
+class ConfidenceInterval(_Model):
+    lower: float
+    upper: float
+    confidence_level: float
+    method: str
+
+
+class Uncertainty(_Model):
+    confidence_interval: ConfidenceInterval | None = None
+    num_samples: int
+
+
+class ScoreDetails(_Model):
+    score: float
+    details: Details = Field(default_factory=dict)
+    uncertainty: Uncertainty
+
+
+class MetricConfig(_Model):
+    evaluation_description: str
+    metric_id: str
+    metric_name: str
+    lower_is_better: bool
+    score_type: Literal["binary", "continuous", "levels"]
+    min_score: float | None
+    max_score: float | None
+
+
+class EvaluationResult(_Model):
+    evaluation_result_id: str
+    evaluation_name: str
+    source_data: SourceData
+    metric_config: MetricConfig
+    score_details: ScoreDetails
+
+
+SAMPLES_PATH = (r"^data/[^/]+/[^/]+/[^/]+/[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-4[0-9A-Fa-f]{3}-[89ABab][0-9A-Fa-f]{3}"
+                r"-[0-9A-Fa-f]{12}_samples\.jsonl$")  # the schema's repository layout
+
+
+class DetailedResults(_Model):
+    format: Literal["jsonl"]
+    file_path: str = Field(pattern=SAMPLES_PATH)
+    hash_algorithm: Literal["sha256"]
+    checksum: str
+    total_rows: int
+
+
+class EEEAggregate(_Model):
+    """One evaluation (`eval.schema.json`): the fields prbench writes."""
+
+    schema_version: Literal["0.3.0"]
+    evaluation_id: str
+    retrieved_timestamp: str
+    source_metadata: SourceMetadata
+    eval_library: EvalLibrary
+    model_info: ModelInfo
+    evaluation_results: list[EvaluationResult]
+    detailed_evaluation_results: DetailedResults
+
+
+class InstanceInput(_Model):
+    raw: str
+    reference: list[str]
+
+
+class InstanceOutput(_Model):
+    raw: list[str]  # single-turn records need one; prbench keeps outcomes, not texts: the outcome read
+
+
+class Attribution(_Model):
+    turn_idx: int = Field(ge=0)
+    source: str
+    extracted_value: str
+    extraction_method: str
+    is_terminal: bool
+
+
+class InstanceEvaluation(_Model):
+    score: float
+    is_correct: bool
+
+
+class EEEInstance(_Model):
+    """One item's outcome (`instance_level_eval.schema.json`): the fields prbench writes."""
+
+    schema_version: Literal["0.3.0"]
+    evaluation_id: str
+    model_id: str
+    evaluation_name: str
+    evaluation_result_id: str
+    sample_id: str
+    interaction_type: Literal["single_turn"]
+    input: InstanceInput
+    output: InstanceOutput
+    answer_attribution: list[Attribution]
+    evaluation: InstanceEvaluation
+    metadata: Details
+
+
+# -- conversion -----------------------------------------------------------------------------
+def _model_info(run: Run, model: str) -> ModelInfo:
+    extra = {"prbench_spec": model, "prbench_run_kind": run.kind.name}
+    for name in ("policy", "condition", "data"):
+        if run.get(name) is not None:
+            extra[f"prbench_{name}"] = str(run.get(name))
+    return ModelInfo(name=model, id=model, additional_details=ModelDetails(
+        deployment_type="unknown", model_availability="unknown", **extra))
+
+
+def _result(part: EEEPart, data: str) -> EvaluationResult:
+    ci = (ConfidenceInterval(lower=part.ci[0], upper=part.ci[1], confidence_level=0.95,
+                             method="percentile bootstrap over items")
+          if part.ci and None not in part.ci else None)
+    return EvaluationResult(
+        evaluation_result_id=part.result_id, evaluation_name=part.name,
+        source_data=SourceData(dataset_name=data, source_type="other", additional_details=part.source_details),
+        metric_config=MetricConfig(evaluation_description=part.description, metric_id=part.metric_id,
+                                   metric_name=part.metric_name, lower_is_better=False, score_type="continuous",
+                                   min_score=part.bounds[0], max_score=part.bounds[1]),
+        score_details=ScoreDetails(score=part.score, details=part.details,
+                                   uncertainty=Uncertainty(confidence_interval=ci, num_samples=part.n)))
+
+
+def _instances(eval_id: str, model: str, part: EEEPart) -> list[EEEInstance]:
+    return [EEEInstance(
+        schema_version=SCHEMA_VERSION, evaluation_id=eval_id, model_id=model, evaluation_name=part.name,
+        evaluation_result_id=part.result_id, sample_id=item.id, interaction_type="single_turn",
+        input=InstanceInput(raw=item.id, reference=[item.reference]), output=InstanceOutput(raw=[item.extracted]),
+        answer_attribution=[Attribution(turn_idx=0, source=part.source, extracted_value=item.extracted,
+                                        extraction_method=part.extraction_method, is_terminal=True)],
+        evaluation=InstanceEvaluation(score=item.score, is_correct=item.correct),
+        metadata=item.metadata) for item in part.items]
+
+
+def _timestamp(run: Run) -> str:
+    files = [run.path / n for n in ("summary.json", "downstream.json", "report.json") if (run.path / n).is_file()]
+    return str(int(max(f.stat().st_mtime for f in files)))
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "_"
+
+
+def layout(data: str, model: str, eval_id: str) -> tuple[str, str]:
+    """(`data/<benchmark>/<developer>/<model>`, uuid) of a run: the schema's repository layout.
+
+    The uuid (version 4 form) is derived from the evaluation id, so the same run always lands
+    in the same files. Developer and model come from the spec: `hf:org/name` -> org, name;
+    `baseline:length` -> baseline, length.
+    """
+    kind, _, rest = model.partition(":")
+    developer, _, name = (rest.partition("/") if "/" in rest and kind in ("hf", "finetune") else (kind, "", rest))
+    uid = uuid.UUID(bytes=hashlib.sha256(eval_id.encode()).digest()[:16], version=4)
+    return f"data/{_safe(Path(data).name or data)}/{_safe(developer)}/{_safe(name or rest or kind)}", str(uid)
+
+
+def export_run(run: Run, root: Path, out: Path) -> list[Path]:
+    """Write one run's aggregate and instance files; [] for a kind that reports no evaluation result."""
+    parts = run.kind.eee_parts(run)
+    if not parts:
+        return []
+    rel = run.path.resolve().relative_to(root.resolve()) if run.path.resolve().is_relative_to(root.resolve()) \
+        else Path(run.path.name)
+    eval_id = f"prbench/{run.kind.name}/{rel.as_posix()}"
+    model = run.key or "?"
+    folder, uid = layout(str(run.get("data", "?")), model, eval_id)
+    lines = [json.dumps(i.model_dump(), sort_keys=True, ensure_ascii=False)
+             for p in parts for i in _instances(eval_id, model, p)]
+    body = ("\n".join(lines) + "\n").encode() if lines else b""
+    agg = EEEAggregate(
+        schema_version=SCHEMA_VERSION, evaluation_id=eval_id, retrieved_timestamp=_timestamp(run),
+        source_metadata=SourceMetadata(source_name="prbench", source_type="evaluation_run",
+                                       source_organization_name="prbench", evaluator_relationship="third_party"),
+        eval_library=EvalLibrary(name="prbench", version=__version__), model_info=_model_info(run, model),
+        evaluation_results=[_result(p, str(run.get("data", "?"))) for p in parts],
+        detailed_evaluation_results=DetailedResults(format="jsonl", file_path=f"{folder}/{uid}_samples.jsonl",
+                                                    hash_algorithm="sha256",
+                                                    checksum=hashlib.sha256(body).hexdigest(),
+                                                    total_rows=len(lines)))
+    (out / folder).mkdir(parents=True, exist_ok=True)
+    inst, agg_path = out / folder / f"{uid}_samples.jsonl", out / folder / f"{uid}.json"
+    inst.write_bytes(body)
+    agg_path.write_text(json.dumps(agg.model_dump(exclude_none=True), indent=2, sort_keys=True, ensure_ascii=False)
+                        + "\n", encoding="utf-8")
+    return [agg_path, inst]
+
+
+def export_eee(runs: Sequence[str | Path], out: str | Path) -> dict[str, list[str]]:
+    """Every run below `runs` in the EEE schema under `out`: {"written": files, "skipped": lines, "not_exported": folders}."""
+    written: list[str] = []
+    not_exported: list[str] = []
+    scan = scan_runs(runs)
+    roots = [Path(r) if Path(r).is_dir() else Path(r).parent for r in runs]
+    for run in scan.runs:
+        root = next((r for r in roots if run.path.resolve().is_relative_to(r.resolve())), run.path.parent)
+        files = export_run(run, root, Path(out))
+        if files:
+            written += [str(f) for f in files]
+        else:
+            not_exported.append(f"{run.path} ({run.kind.name}: no evaluation result)")
+    if not written and not scan.skipped:
+        raise PrbenchError(f"{', '.join(map(str, runs))}: no run to export")
+    return {"written": written, "skipped": scan.skipped, "not_exported": not_exported}

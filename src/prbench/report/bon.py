@@ -1,0 +1,68 @@
+"""The report's Best-of-N section (the bon kind: curves over k per RM)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prbench.downstream.results import DownstreamResult
+from prbench.report import plots
+from prbench.report.data import ReportData
+from prbench.report.widgets import (
+    Cell,
+    empty,
+    esc,
+    figure,
+    fnum,
+    is_control_spec,
+    model_cell,
+    numc,
+    section,
+    table,
+)
+from prbench.runkinds.bon import KIND
+
+
+def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[Path, DownstreamResult]]]:
+    """Runs by the bon kind's plot key (its meta setting, split further by samples and k grid)."""
+    groups: dict[tuple, list[tuple[Path, DownstreamResult]]] = {}
+    for run in d.of_kind(KIND):
+        groups.setdefault(KIND.report_key(run), []).append((run.path / "downstream.json", run.downstream))
+    return groups
+
+
+def bon_section(d: ReportData) -> str:
+    explain = ("Best-of-N: a policy drew N answers per item; each RM picks its top-scored answer among k; the rubric "
+               "grader scores the pick (per aspect 0 = not covered, 1 = partly, 2 = well; item score = mean). Values: "
+               "exact expected grade over random k-subsets (no draw noise), mean over items; bands: 95% bootstrap CI "
+               "over items. <b>Oracle</b> = grader's own best pick (ceiling); <b>random</b> = mean grade (floor).")
+    groups = _bon_groups(d)
+    if not groups:
+        return section("bon", "Best-of-N", explain,
+                       empty("No Best-of-N results (downstream.json with setting 'bon') under this folder."))
+    body = []
+    names = sorted({r.rm for ms in groups.values() for _, r in ms})
+    palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
+    for (cond, grader, _, ks), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        members = sorted(members, key=lambda fr: -fr[1].expected[-1])
+        ref = max(members, key=lambda fr: fr[1].n_items)[1]
+        oracle, rand = ref.extra.get("oracle"), ref.extra.get("random")
+        curves = {r.rm: (r.expected, r.ci_low, r.ci_high) for _, r in members}
+        body.append(f"<h3>RM condition: {esc(cond or '–')} · grader: {esc(grader)}</h3>")
+        body.append(figure(plots.bon_curves(list(ks), curves, oracle=oracle, random=rand, ylabel=ref.scale,
+                                            colors=palette),
+                           "Best-of-N curves", f"{ref.scale}; mean over items with 95% CI band"))
+        head = ["RM", Cell("items", "num"), *[Cell(f"k={k}", "num") for k in ks], Cell(f"first-k draw, k={ks[-1]}", "num")]
+        rows, classes = [], []
+        for _, r in members:
+            cells = [numc(f'{v:.3f}<span class="ci">[{fnum(lo)}, {fnum(hi)}]</span>' if lo is not None
+                          else f"{v:.3f}") for v, lo, hi in zip(r.expected, r.ci_low, r.ci_high)]
+            rows.append([model_cell(r.rm, is_control_spec(r.rm)), numc(fnum(r.n_items)), *cells,
+                         numc(f"{r.first_k[-1]:.3f}")])
+            classes.append("baseline" if is_control_spec(r.rm) else "")
+        for label, curve in (("oracle (ceiling)", oracle), ("random pick (floor)", rand)):
+            if isinstance(curve, list) and len(curve) == len(ks):
+                rows.append([model_cell(label, reference="reference"), numc(fnum(ref.n_items)),
+                             *[numc(f"{v:.3f}") for v in curve], numc("–")])
+                classes.append("reference")
+        body.append(table(head, rows, row_classes=classes))
+    return section("bon", "Best-of-N", explain, "".join(body))

@@ -1,0 +1,80 @@
+"""The report's RL / RGD / policy-accuracy section: one block per downstream kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prbench.registry import resolve
+from prbench.report.data import ReportData
+from prbench.report.widgets import (
+    Cell,
+    empty,
+    esc,
+    fnum,
+    is_control_spec,
+    model_cell,
+    numc,
+    pct,
+    section,
+    table,
+    text,
+)
+from prbench.runkinds import RunKind, kinds
+
+EXPLAIN = ("RL: the policy trained with each RM as reward, then graded on held-out items. RGD (reward-guided "
+           "decoding, ARGS-style): a frozen policy steered token by token by the RM, scored by rubric grade or "
+           "gold-answer metric. Policy accuracy (paper B): share of benchmark pairs where the RGD-adapted policy "
+           "gives the chosen answer a higher guided log-likelihood than the rejected one (ties 0.5); the plain "
+           "policy's own preference is the reference. CIs: 95% bootstrap over items.")
+_FIRST = ("rl", "rgd")  # built-in blocks first, plug-in kinds by name, policy accuracy last
+
+
+def rl_rgd_section(d: ReportData) -> str:
+    """One block per downstream kind shown here (every one but Best-of-N, which has its own section)."""
+    blocks = [k for k in kinds() if k.role == "downstream" and k.name != "bon" and k.report_section]  # bon: own section
+    blocks.sort(key=lambda k: (k.name == "policy-accuracy", _FIRST.index(k.name) if k.name in _FIRST else 9, k.name))
+    return section("rl-rgd", "RL, RGD and policy accuracy", EXPLAIN,
+                   "".join(resolve(k.report_section)(d, k) for k in blocks))
+
+
+def downstream_section(d: ReportData, kind: RunKind) -> str:
+    """A table of one downstream.json kind: RM, condition, policy, score with CI, items (RGD: guidance columns)."""
+    setting = kind.setting or kind.name
+    guided = kind.name == "rgd"
+    title = {"rl": "RL fine-tuning", "rgd": "Reward-guided decoding"}.get(kind.name, kind.title or kind.name)
+    res = [(r.path / "downstream.json", r.downstream) for r in d.of_kind(kind)]
+    if not res:
+        return f"<h3>{esc(title)}</h3>" + empty(f"No {setting.upper()} results (downstream.json with setting "
+                                                f"'{setting}').")
+    head = ["RM", "condition", "policy", *([Cell("w / k", "num", "reward weight / candidate tokens per step")]
+                                           if guided else []), "metric / grader",
+            Cell("score", "num"), Cell("items", "num")]
+    if guided:
+        head += [Cell("tokens changed", "num", "share of decision points where guidance changed the policy's "
+                                               "greedy token"),
+                 Cell("ROUGE-1", "num", "against the user's own answer, when items carry one")]
+    rows, classes = [], []
+    for f, r in sorted(res, key=lambda fr: -fr[1].expected[-1]):
+        metric = r.extra.get("metric")
+        rows.append([model_cell(r.rm, is_control_spec(r.rm)), text(r.extra.get("condition", "–")),
+                     text(r.extra.get("policy", "–"), "nowrap"),
+                     *([numc(f'{fnum(r.extra.get("w"), 2)} / {fnum(r.extra.get("candidates_k"))}')] if guided else []),
+                     text(f"{metric}: {r.grader}" if metric else r.grader),
+                     numc(f"{r.expected[-1]:.3f}" + (f'<span class="ci">[{fnum(r.ci_low[-1])}, {fnum(r.ci_high[-1])}]'
+                                                     "</span>" if r.ci_low[-1] is not None else "")),
+                     numc(fnum(r.n_items))])
+        if guided:
+            run_summary = _run_summary(d, f.parent)
+            rouge = (((run_summary.get("gold") or {}).get("metrics") or {}).get("rouge1") or {}).get("mean")
+            rows[-1] += [numc(pct(run_summary.get("changed_share"))), numc(fnum(rouge))]
+        classes.append("baseline" if is_control_spec(r.rm) else "")
+    scales = sorted({r.scale for _, r in res})
+    return f"<h3>{esc(title)}</h3>" + table(head, rows, row_classes=classes, caption="score: " + "; ".join(scales)
+                                            + " (mean over items, 95% bootstrap CI)")
+
+
+def _run_summary(d: ReportData, folder: Path) -> dict[str, Any]:
+    """The summary.json beside a downstream.json (RGD writes both in its run folder), as opened; {} if absent."""
+    run = next((r for r in d.scan.runs if r.path == folder), None)
+    return (run.summary or {}) if run is not None else {}

@@ -1,0 +1,295 @@
+"""Report sections over eval runs: leaderboard, input conditions, diagnostics, published numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from prbench import metrics
+from prbench.errors import PrbenchError
+from prbench.report import plots
+from prbench.report.data import ReportData, category_stats, conditions_of, model_order
+from prbench.report.widgets import (
+    CONDITION_HELP,
+    OVERALL_KEYS,
+    Cell,
+    acc_cell,
+    cat_label,
+    empty,
+    esc,
+    figure,
+    fnum,
+    is_baseline,
+    model_cell,
+    numc,
+    pct,
+    section,
+    signed_pp,
+    table,
+    text,
+)
+from prbench.runkinds import Run
+from prbench.runkinds.eval import KIND as EVAL
+from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
+
+
+def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
+    explain = ("Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
+               "an exact tie counts 0.5; invalid outputs are excluded and counted under Diagnostics. "
+               "Small numbers: 95% percentile-bootstrap CI over items. Baselines (length, random, lexical, ...) "
+               "are marked and greyed; 50% is chance. Bold: best non-baseline model per column.")
+    if not d.evals:
+        return section("leaderboard", "Leaderboard", explain, empty("No eval runs found. Run `prbench eval` first."))
+    body = []
+    for data, runs in d.by_data().items():
+        conds = conditions_of(runs)
+        models = model_order(runs)
+        cell = {(r.key, r.condition): r for r in runs}
+        base = {r.key: is_baseline(r) for r in runs}
+        n_pairs = sorted({r.summary["metrics"].get("n_total", r.summary.get("n_total")) for r in runs} - {None})
+        body.append(f"<h3>Data: {esc(data)}</h3>")
+        best_per_cond = {}
+        for c in conds:
+            vals = [(cell[(m, c)].summary["metrics"]["accuracy"], m) for m in models
+                    if (m, c) in cell and not base[m] and cell[(m, c)].summary["metrics"]["accuracy"] is not None]
+            best_per_cond[c] = max(vals)[1] if vals else None
+        head = ["model", *[Cell(f'{esc(c)}', "num", CONDITION_HELP.get(c, "")) for c in conds]]
+        rows = []
+        for m in models:
+            row: list[Cell | str] = [model_cell(m, base[m])]
+            for c in conds:
+                r = cell.get((m, c))
+                if r is None:
+                    row.append(numc("–"))
+                    continue
+                mm = r.summary["metrics"]
+                tip = f"n = {mm.get('n')} valid of {mm.get('n_total')}; invalid {mm.get('n_invalid', 0)}"
+                row.append(acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), title=tip,
+                                    best=best_per_cond.get(c) == m))
+            rows.append(row)
+        cap = "pairs per run: " + ", ".join(str(n) for n in n_pairs) if n_pairs else ""
+        body.append(table(head, rows, row_classes=["baseline" if base[m] else "" for m in models], caption=cap))
+        # by category: one row per (model, condition), the model cell spanning its conditions
+        stats = {(r.key, r.condition): category_stats(r, seed, n_boot) for r in runs}
+        cats = sorted({k for st in stats.values() for k in st}, key=lambda k: (k not in CATEGORIES, k))
+        head = ["model", "condition", Cell("all (micro)", "num"), Cell("macro", "num"),
+                *[Cell(esc(cat_label(k)), "num", k) for k in cats]]
+        rows, classes = [], []
+        for m in models:
+            mine = [c for c in conds if (m, c) in cell]
+            for j, c in enumerate(mine):
+                mm = cell[(m, c)].summary["metrics"]
+                macro = (mm.get("categories") or {}).get("macro") or {}
+                row: list[Cell | str] = [model_cell(m, base[m], rowspan=len(mine))] if j == 0 else []
+                row += [Cell(esc(c), "nowrap", CONDITION_HELP.get(c, "")),
+                        acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), inline=True),
+                        acc_cell(macro.get("accuracy"), macro.get("ci_low"), macro.get("ci_high"), inline=True)]
+                for k in cats:
+                    st = stats[(m, c)].get(k)
+                    row.append(acc_cell(st["accuracy"], st["ci_low"], st["ci_high"], title=f"n = {st['n']}",
+                                        inline=True) if st else numc("–"))
+                rows.append(row)
+                classes.append("baseline" if base[m] else "")
+        body.append("<details open><summary>By category (macro = unweighted mean of category accuracies, CI "
+                    "stratified by category; category CIs recomputed from the per-item records)</summary>"
+                    + table(head, rows, row_classes=classes, cls="compact") + "</details>")
+    return section("leaderboard", "Leaderboard", explain, "".join(body))
+
+
+def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
+    explain = ("What the RM sees: <b>none</b> (question only), <b>profile</b> (retrieved posts of this user), "
+               "<b>planner</b> (aspects a planner inferred from the profile), <b>oracle</b> (the true rubric: an upper "
+               "bound) and <b>wrong-profile</b> (another user's posts: a control; a gain that also shows up here is "
+               "not personalization). Whiskers: 95% bootstrap CI. Differences in percentage points with a paired "
+               "bootstrap 95% CI over the items both runs scored.")
+    if not d.evals:
+        return section("conditions", "Input conditions", explain, empty("No eval runs found."))
+    body = []
+    for data, runs in d.by_data().items():
+        conds = conditions_of(runs)
+        models = model_order(runs)
+        cell = {(r.key, r.condition): r for r in runs}
+        vals = {(m, c): (r.summary["metrics"].get("accuracy"), r.summary["metrics"].get("ci_low"),
+                         r.summary["metrics"].get("ci_high")) for (m, c), r in cell.items()}
+        vals = {k: tuple(None if x is None else 100 * x for x in v) for k, v in vals.items()}
+        png = plots.grouped_bars(models, conds, vals, ylabel="accuracy (%)", chance=50.0,
+                                 colors=plots.CONDITION_COLORS)
+        body.append(f"<h3>Data: {esc(data)}</h3>")
+        body.append(figure(png, f"accuracy per model and condition on {data}",
+                            "Accuracy per RM under each input condition; dashed line: chance (50%)."))
+        pairs = [(c, "none") for c in ("profile", "planner", "oracle", "wrong-profile") if c in conds and "none" in conds]
+        if "profile" in conds and "wrong-profile" in conds:
+            pairs.append(("profile", "wrong-profile"))
+        if not pairs:
+            body.append(empty("Paired differences need the 'none' condition and at least one other condition."))
+            continue
+        head = ["model", *[Cell(f"{esc(a)} − {esc(b)}", "num") for a, b in pairs]]
+        rows = []
+        for m in models:
+            row: list[Cell | str] = [model_cell(m, any(is_baseline(r) for r in runs if r.key == m))]
+            for a, b in pairs:
+                ra, rb = cell.get((m, a)), cell.get((m, b))
+                if ra is None or rb is None:
+                    row.append(numc("–"))
+                    continue
+                ca, cb = EVAL.credits(ra), EVAL.credits(rb)
+                shared = sorted(ca.keys() & cb.keys())
+                if not shared:
+                    row.append(numc("–"))
+                    continue
+                res = metrics.paired_comparison(np.array([ca[i] for i in shared]), np.array([cb[i] for i in shared]),
+                                                seed=seed, n_boot=n_boot)
+                ci = ("" if res["ci_low"] is None else
+                      f'<span class="ci">[{100 * res["ci_low"]:+.1f}, {100 * res["ci_high"]:+.1f}]</span>')
+                row.append(numc(signed_pp(res["diff"]) + ci,
+                                f"n = {res['n']} shared items; McNemar p = {res['mcnemar_p']:.3g}"))
+            rows.append(row)
+        body.append(table(head, rows, row_classes=["baseline" if any(is_baseline(r) for r in runs if r.key == m)
+                                                   else "" for m in models],
+                          caption="accuracy difference (percentage points), paired over shared items"))
+    return section("conditions", "Input conditions", explain, "".join(body))
+
+
+def diagnostics_section(d: ReportData) -> str:
+    explain = ("Controls beside every number. <b>Prefers longer</b>: among decisive pairs whose answers differ in length, "
+               "the share where the RM picked the longer one (50% = no length bias). <b>Acc chosen=A / =B</b>: accuracy "
+               "when the chosen answer was shown first / second (pairwise judges; a gap is position bias); <b>says A</b>: "
+               "share of verdicts for the first answer. <b>Invalid</b>: "
+               "unparseable verdicts or failed scores, excluded from accuracy and never guessed. <b>Truncated</b>: "
+               "inputs cut to fit the model's context.")
+    if not d.evals:
+        return section("diagnostics", "Diagnostics", explain, empty("No eval runs found."))
+    body = []
+    for data, runs in d.by_data().items():
+        rec = next((r.records for r in runs if r.records), [])
+        longer = [r.get("longer") for r in rec]
+        if longer:
+            share = sum(1 for x in longer if x == "chosen") / len(longer)
+            body.append(f"<h3>Data: {esc(data)}</h3><p class=\"explain\">The chosen answer is the longer one in "
+                        f"<b>{100 * share:.1f}%</b> of {len(longer)} pairs (so a length-only RM scores about that).</p>")
+        else:
+            body.append(f"<h3>Data: {esc(data)}</h3>")
+        any_pairwise = any("pairwise" in r.summary["metrics"] for r in runs)
+        any_margin = any(r.summary["metrics"].get("mean_margin") is not None for r in runs)
+        head = ["model", "condition", Cell("n", "num"), Cell("invalid", "num"), Cell("truncated", "num"),
+                Cell("ties", "num"), Cell("prefers longer", "num")]
+        if any_margin:
+            head.append(Cell("mean margin", "num", "mean score(chosen) - score(rejected), RM units"))
+        usd = {id(r): (r.summary.get("cost") or {}).get("usd") for r in runs}
+        any_usd = any(v is not None for v in usd.values())
+        if any_usd:
+            head.append(Cell("$ API", "num", "dollars of the run's API requests at the dated list prices (summary cost)"))
+        if any_pairwise:
+            head += [Cell("acc chosen=A / =B", "num", "accuracy when chosen was shown as A / as B"),
+                     Cell("says A", "num", "share of A verdicts among A/B verdicts"),
+                     Cell("parse failures", "num"), Cell("consistent", "num", "same side in both orders (--both-orders)")]
+        rows, classes = [], []
+        order = {m: i for i, m in enumerate(model_order(runs))}
+        conds = conditions_of(runs)
+        ordered = sorted(runs, key=lambda r: (order[r.key], conds.index(r.condition)))
+        span = {m: sum(1 for r in runs if r.key == m) for m in order}
+        seen: set[str] = set()
+        for r in ordered:
+            m = r.summary["metrics"]
+            lb = m.get("length_bias") or {}
+            pw = m.get("pairwise") or {}
+            inv = m.get("n_invalid", 0) or 0
+            pl = lb.get("prefers_longer")
+            pl_cls = "warn" if pl is not None and abs(pl - 0.5) > 0.2 else ""
+            gap = (pw.get("accuracy_chosen_A") is not None and pw.get("accuracy_chosen_B") is not None
+                   and abs(pw["accuracy_chosen_A"] - pw["accuracy_chosen_B"]) > 0.1)
+            row: list[Cell | str] = []
+            if r.key not in seen:
+                row.append(model_cell(r.key, is_baseline(r), rowspan=span[r.key]))
+                seen.add(r.key)
+            row += [text(r.condition, "nowrap"), numc(fnum(m.get("n_total", m.get("n")))),
+                    numc(f'<span class="warn">{inv}</span>' if inv else "0"), numc(fnum(m.get("truncated_inputs"))),
+                    numc(fnum(m.get("ties"))),
+                    numc((f'<span class="{pl_cls}">{pct(pl)}</span>' if pl is not None else "–")
+                         + (f'<span class="inline-ci">n={lb.get("n")}</span>' if lb.get("n") is not None else ""))]
+            if any_margin:
+                row.append(numc(fnum(m.get("mean_margin"), 4)))
+            if any_usd:
+                row.append(numc("–" if usd[id(r)] is None else f"{usd[id(r)]:.2f}"))
+            if any_pairwise:
+                ab = (f'{pct(pw.get("accuracy_chosen_A"))} / {pct(pw.get("accuracy_chosen_B"))}'
+                      if pw else "–")
+                row += [numc(f'<span class="warn">{ab}</span>' if gap else ab),
+                        numc(pct(pw.get("share_verdict_A"))), numc(fnum(pw.get("parse_failures"))),
+                        numc(pct(pw.get("position_consistency")))]
+            rows.append(row)
+            classes.append("baseline" if is_baseline(r) else "")
+        body.append(table(head, rows, row_classes=classes,
+                          caption="percentages except n, counts and margin (score units); – = not applicable; "
+                                  "highlighted: length preference beyond 30/70% or an A/B accuracy gap over 10 points"))
+    return section("diagnostics", "Diagnostics", explain, "".join(body))
+
+
+def _published_rows(published: Mapping[str, Any]) -> list[tuple[str, str, str, float]]:
+    """Flatten {spec: {condition: {category: acc %}}} into (spec, condition, category key, value)."""
+    out = []
+    if not isinstance(published, Mapping):
+        raise PrbenchError("published numbers must be a JSON object {model_spec: {condition: {category: accuracy %}}}")
+    for spec, conds in published.items():
+        if not isinstance(conds, Mapping):
+            raise PrbenchError(f"published[{spec!r}] must map conditions to {{category: accuracy %}}")
+        for cond, cats in conds.items():
+            if not isinstance(cats, Mapping):
+                raise PrbenchError(f"published[{spec!r}][{cond!r}] must map categories to accuracy %")
+            for cat, val in cats.items():
+                if val is None:
+                    continue
+                out.append((str(spec), str(cond), str(cat), float(val)))
+    return out
+
+
+def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: int, n_boot: int) -> str:
+    explain = ("The papers' published accuracies (%) next to ours on the same model, condition and category. "
+               "Difference = ours − published, in percentage points; <b>within CI</b>: the published value lies inside "
+               "our 95% bootstrap CI. Expect gaps when the data differ (sample vs full benchmark) or prompts differ.")
+    if not published:
+        return section("published", "Published numbers", explain,
+                       empty("No published numbers given (pass --published FILE.json)."))
+    try:
+        items = _published_rows(published)
+    except (PrbenchError, TypeError, ValueError) as exc:
+        return section("published", "Published numbers", explain, empty(f"Published numbers not usable: {exc}"))
+    runs_by: dict[tuple[str, str], list[Run]] = {}
+    for r in d.evals:
+        for a in r.aliases:
+            runs_by.setdefault((a, r.condition), []).append(r)
+    head = ["model", "condition", "category", Cell("published", "num"), Cell("ours", "num"), Cell("difference", "num"),
+            Cell("within CI", "num"), "data"]
+    rows = []
+    cache: dict[int, dict[str, dict[str, Any]]] = {}
+    for spec, cond, cat, val in items:
+        runs = runs_by.get((spec, cond), [])
+        if not runs:
+            rows.append([text(spec), text(cond), text(cat), numc(f"{val:.2f}"), numc("not run"), numc("–"), numc("–"),
+                         text("–")])
+            continue
+        for run in runs:
+            if cat.strip().lower() in OVERALL_KEYS:
+                m = run.summary["metrics"]
+                ours = {"accuracy": m.get("accuracy"), "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high")}
+                cat_name = "all"
+            else:
+                full = normalize_category(cat)
+                full = {v: k for k, v in CATEGORY_SHORT.items()}.get(full, full)
+                stats = cache.setdefault(id(run), category_stats(run, seed, n_boot))
+                ours = stats.get(full)
+                cat_name = cat_label(full)
+            if not ours or ours.get("accuracy") is None:
+                rows.append([text(spec), text(cond), text(cat), numc(f"{val:.2f}"), numc("no items"), numc("–"),
+                             numc("–"), text(run.data)])
+                continue
+            diff = ours["accuracy"] - val / 100
+            inside = (ours.get("ci_low") is not None and ours["ci_low"] <= val / 100 <= ours["ci_high"])
+            rows.append([text(spec), text(cond), text(cat_name), numc(f"{val:.2f}"),
+                         acc_cell(ours["accuracy"], ours.get("ci_low"), ours.get("ci_high"), inline=True),
+                         numc(signed_pp(diff)),
+                         numc('<span class="yes">yes</span>' if inside else '<span class="no">no</span>'),
+                         text(run.data)])
+    return section("published", "Published numbers", explain, table(head, rows))

@@ -1,0 +1,301 @@
+"""What a run kind declares, the one reader of a finished run folder, and a meta-evaluation setting.
+
+Why one reader: meta, the report, the leaderboard, `compare`, `export eee` and study freshness
+all read finished runs. `open_run` reads every file through the checked readers (a damaged file
+is one `DataError` naming file and line), finds the folder's kind, validates its summary against
+the kind's model, and hands back a `Run`; `scan_runs` does so for every run folder below some
+paths and turns each damaged one into the same one-line `skipped: FILE:LINE: ...` message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
+from prbench.downstream.results import DownstreamResult, read_downstream
+from prbench.errors import DataError, PrbenchError
+from prbench.records import run_kind, typed_summary
+from prbench.runs import read_json, read_records
+
+log = logging.getLogger("prbench.runkinds")
+SUMMARY_FIX = ("delete it and rerun the eval (or the command that wrote it); the summary is recomputed from "
+               "examples.jsonl")
+RECORDS_FIX = ("rerun the command that wrote this run with --repair (it keeps the first record of each id and "
+               "scores the dropped items again)")
+MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
+
+
+class NotARun(PrbenchError):
+    """A folder holding none of the files a run kind reads (skipped quietly when scanning)."""
+
+
+@dataclass
+class Run:
+    """One finished run folder as its kind reads it (raw dicts keep every on-disk field)."""
+
+    path: Path
+    kind: RunKind
+    summary: dict[str, Any] | None = None  # summary.json
+    downstream: DownstreamResult | None = None  # downstream.json
+    report: dict[str, Any] | None = None  # a build's report.json
+    typed: BaseModel | None = None  # the summary as the kind's model
+
+    @cached_property
+    def records(self) -> list[dict[str, Any]]:
+        """examples.jsonl through the checked reader ([] when the kind writes none)."""
+        return read_records(self.path / "examples.jsonl", RECORDS_FIX) if self.kind.records_file else []
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """config.json (what was asked) through the checked reader; {} when the run wrote none."""
+        path = self.path / "config.json"
+        cfg = read_json(path, "rerun the command that wrote this run (it rewrites config.json)") if path.is_file() \
+            else {}
+        if not isinstance(cfg, dict):
+            raise DataError(str(path), None, None, "not a JSON object; rerun the command that wrote this run")
+        return cfg
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field of the run: downstream.json first (its core fields, then extras), else summary.json."""
+        if self.downstream is not None:
+            if name in ("rm", "setting", "grader", "scale", "n_items"):
+                return getattr(self.downstream, name)
+            if name in self.downstream.extra:
+                return self.downstream.extra[name]
+        return (self.summary or {}).get(name, default)
+
+    @property
+    def key(self) -> str:
+        """The RM this run belongs to: downstream `rm`, else the summary's `spec` (falling back to `model`)."""
+        if self.downstream is not None:
+            return self.downstream.rm
+        s = self.summary or {}
+        return str(s.get("spec") or s.get("model") or s.get("rm") or "")
+
+    @property
+    def aliases(self) -> set[str]:
+        s = self.summary or {}
+        return {str(v) for v in (s.get("spec"), s.get("model")) if v}
+
+    @property
+    def data(self) -> str:
+        return str(self.get("data", "?"))
+
+    @property
+    def condition(self) -> str:
+        return str(self.get("condition"))
+
+
+@dataclass
+class Setting:
+    """One downstream setting for meta: per RM, per item outcome values (what the item bootstrap needs)."""
+
+    label: str
+    setting: str  # the kind's setting name: bon | rl | rgd | policy_accuracy | a plug-in's
+    values: dict[str, dict[str, float]]  # rm -> item id -> value
+    k: int | None = None
+    max_k: bool = False
+    condition: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)  # rm -> file
+    rm_credit: dict[str, dict[str, float]] = field(default_factory=dict)  # the RM's own credits (policy accuracy)
+
+    def describe(self) -> dict[str, Any]:
+        return {"label": self.label, "setting": self.setting, "k": self.k, "max_k": self.max_k,
+                "condition": self.condition, "params": self.params, "rms": sorted(self.values),
+                "n_items": {rm: len(v) for rm, v in sorted(self.values.items())}, "sources": self.sources}
+
+
+@dataclass(frozen=True)
+class EEEItem:
+    """One item's outcome for an Every Eval Ever instance record."""
+
+    id: str
+    score: float
+    correct: bool
+    extracted: str  # what the outcome was read as ("chosen", "0.75", ...)
+    reference: str  # what counts as right ("chosen", "max grade", ...)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EEEPart:
+    """One aggregate result of a run (a headline number with its per-item values), for `prbench.eee`."""
+
+    result_id: str
+    name: str
+    metric_id: str
+    metric_name: str
+    description: str
+    score: float
+    ci: tuple[float | None, float | None] | None
+    n: int
+    bounds: tuple[float | None, float | None]
+    source: str  # where the instance value comes from in the run folder
+    extraction_method: str
+    items: list[EEEItem]
+    details: dict[str, str] = field(default_factory=dict)
+    source_details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetaOptions:
+    """What meta asks of downstream kinds (each kind reads the options it knows)."""
+
+    bon_curve: str = "expected"
+    bon_k: str = "all"
+    pa_metric: str = "total"
+
+
+class RunKind:
+    """A kind of finished run. Subclass, set the class attributes, register an instance as `KIND`."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # for headings and notes
+    role: ClassVar[str] = "other"  # "benchmark" (eval), "downstream" (a meta setting) or "other"
+    setting: ClassVar[str | None] = None  # the downstream.json `setting` it reads (a plug-in's: its name)
+    records_file: ClassVar[bool] = False  # whether the run keeps per-example records in examples.jsonl
+    summary_model: ClassVar[type[BaseModel] | None] = None
+    record_model: ClassVar[Any] = None  # a pydantic model (or a callable choosing one) for one record
+    group_fields: ClassVar[tuple[str, ...]] = ()  # what makes a setting: runs equal on these are compared
+    label_fields: ClassVar[tuple[tuple[str, str], ...]] = ()  # (shown as, field) in the meta label
+    short: ClassVar[str] = ""  # the setting's name in labels ("BoN", "RL", ...)
+    value_definition: ClassVar[str] = ""  # meta's `definitions[<setting>_value]`
+    # "module:function" rendering the kind's part of the report. A downstream kind's block is called
+    # (report data, kind) inside the "rl-rgd" section; eval, build and bon own sections with fixed ids.
+    report_section: ClassVar[str | None] = None
+
+    def check(self, run: Run) -> None:
+        """Validate what the readers rely on (the summary against the kind's model)."""
+        if self.summary_model is not None and run.summary is not None:
+            run.typed = typed_summary(run.summary, run.path / "summary.json", self.summary_model)
+
+    def group_key(self, run: Run) -> tuple:
+        """The one definition of a setting: runs with equal keys are one setting (one meta row, one report table)."""
+        return tuple(repr(run.get(f)) for f in self.group_fields)
+
+    def meta_settings(self, runs: Sequence[Run], opts: MetaOptions, notes: list[str]) -> list[Setting]:
+        """The meta-evaluation settings these runs make (none for kinds that are no downstream setting)."""
+        return []
+
+    def eee_parts(self, run: Run) -> list[EEEPart]:
+        """The run's results for `prbench export eee` (none: this kind reports no evaluation result)."""
+        return []
+
+    def label(self, run: Run) -> str:
+        """The setting's label in meta tables: short name, labelled parameters, [condition]."""
+        parts = {shown: run.get(name) for shown, name in self.label_fields}
+        extras = [f"{n}={v:g}" if isinstance(v, float) else f"{n}={v}" for n, v in parts.items()
+                  if v is not None and not (n == "metric" and v == "grade")]
+        out = self.short or self.name
+        if extras:
+            out += " " + " ".join(extras)
+        cond = run.get("condition")
+        return out + (f" [{cond}]" if cond else "")
+
+
+# -- the registry ---------------------------------------------------------------------------
+def kind(name: str) -> RunKind:
+    """The registered kind `name` (built in or a plug-in)."""
+    from prbench.registry import RUNKINDS
+
+    return RUNKINDS.get(name)
+
+
+def kinds() -> list[RunKind]:
+    """Every registered kind, by name."""
+    from prbench.registry import RUNKINDS
+
+    return [RUNKINDS.get(n) for n in RUNKINDS.names()]
+
+
+def _kind_of(summary: Any, ds: DownstreamResult | None, report: Any) -> RunKind | None:
+    name = run_kind(summary) if summary is not None else None
+    if name is not None:
+        return kind(name)
+    if ds is not None:
+        return next((k for k in kinds() if k.setting == ds.setting), None)
+    if report is not None:
+        return next((k for k in kinds() if getattr(k, "reads_report", None) and k.reads_report(report)), None)
+    return None
+
+
+# -- reading --------------------------------------------------------------------------------
+def open_run(path: str | Path) -> Run:
+    """The run in folder `path` (or the folder of a file in it); a damaged file is a DataError naming file and line."""
+    folder = Path(path)
+    if folder.is_file():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise PrbenchError(f"{folder}: no such run folder")
+    s_path, d_path, r_path = (folder / m for m in MARKERS)
+    summary = read_json(s_path, SUMMARY_FIX) if s_path.is_file() else None
+    ds = read_downstream(d_path) if d_path.is_file() else None
+    report = read_json(r_path) if r_path.is_file() else None
+    k = _kind_of(summary, ds, report)
+    if k is None:
+        raise NotARun(f"{folder}: not a run folder prbench can read (no summary, downstream.json or build report "
+                      "of a known kind)")
+    run = Run(folder, k, summary if isinstance(summary, dict) else None, ds,
+              report if isinstance(report, dict) else None)
+    k.check(run)
+    if k.records_file:
+        run.records  # noqa: B018 - read now, so a torn line is found where the run is opened
+    return run
+
+
+def run_folders(paths: Sequence[str | Path]) -> list[Path]:
+    """Run folders at or below each path (a file stands for its folder), in order, once each."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            out.append(p.parent)
+        elif p.is_dir():
+            out.extend(sorted({f.parent for m in MARKERS for f in p.rglob(m)}))
+        else:
+            raise PrbenchError(f"{p}: no such file or folder")
+    return list(dict.fromkeys(out))
+
+
+@dataclass
+class Scan:
+    """The runs found below some paths, and one line per damaged run folder that was skipped."""
+
+    runs: list[Run]
+    skipped: list[str]
+
+    def of(self, *roles_or_names: str) -> list[Run]:
+        return [r for r in self.runs if r.kind.role in roles_or_names or r.kind.name in roles_or_names]
+
+
+def scan_runs(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Scan:
+    """Every readable run below `paths`; a damaged one is skipped with one line (`skipped: FILE:LINE: ...`).
+
+    The same line is logged (a warning on stderr) by meta, the report and the leaderboard alike.
+    """
+    runs, skipped = [], []
+    for folder in run_folders(paths):
+        try:
+            runs.append(open_run(folder))
+        except NotARun:
+            continue
+        except PrbenchError as exc:
+            line = f"skipped: {exc}"
+            skipped.append(line)
+            (warn or log.warning)(line)
+    return Scan(runs, skipped)
+
+
+def by_kind(runs: Sequence[Run]) -> Mapping[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.kind.name, []).append(r)
+    return out

@@ -1,0 +1,50 @@
+"""Best-of-N runs (`prbench bon`): one downstream.json per RM with the curve over k."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from prbench.runkinds.base import MetaOptions, Run, Setting
+from prbench.runkinds.downstream import DownstreamKind
+
+
+class BonKind(DownstreamKind):
+    name = "bon"
+    title = "Best-of-N"
+    setting = "bon"
+    short = "BoN"
+    report_section = "prbench.report.bon:bon_section"  # its own section (id "bon"), not a block of the downstream one
+    value_definition = ("Best-of-N downstream score at k: mean over items of the exact expected rubric grade of the RM's "
+                        "pick from a random k-subset ('expected'), or of its pick among the first k samples ('first_k')")
+
+    def meta_settings(self, runs: Sequence[Run], opts: MetaOptions, notes: list[str]) -> list[Setting]:
+        """One setting per k the group's RMs share (`bon_k="all"`) or only the largest (`"max"`)."""
+        out = []
+        for members in self.groups(runs, notes):
+            first = next(iter(members.values()))
+            ks = sorted(set.intersection(*(set(r.downstream.k) for r in members.values())))
+            if not ks:
+                notes.append(f"BoN [{first.get('condition')}]: the RMs share no k value")
+                continue
+            params = {**self.params(first), "curve": opts.bon_curve}
+            sources = {rm: str(r.path / "downstream.json") for rm, r in sorted(members.items())}
+            for kk in ks if opts.bon_k == "all" else ks[-1:]:
+                vals = {}
+                for rm, r in members.items():
+                    table = r.downstream.per_item if opts.bon_curve == "expected" else r.get("per_item_first_k")
+                    if not isinstance(table, Mapping):
+                        notes.append(f"{rm}: BoN file has no per-item {opts.bon_curve} values; left out")
+                        continue
+                    vals[rm] = {str(i): float(v[str(kk)]) for i, v in table.items() if str(kk) in v}
+                label = self.label(first).replace("BoN", f"BoN k={kk}" + (" (max)" if kk == ks[-1] else ""), 1)
+                out.append(Setting(label, "bon", vals, k=kk, max_k=kk == ks[-1], condition=first.get("condition"),
+                                   params=params, sources=sources))
+        return out
+
+    def report_key(self, run: Run) -> tuple:
+        """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of
+        one plot share their k values; meta compares RMs on the k values they share within `group_key`)."""
+        return (run.get("condition"), run.downstream.grader, str(run.get("samples", "")), tuple(run.downstream.k))
+
+
+KIND = BonKind()

@@ -1,0 +1,93 @@
+"""Policy-accuracy runs (`prbench policy-accuracy`): does the RGD-adapted policy prefer the chosen answer?
+
+An ordinary downstream kind: its group key (8 fields) is the one definition of a setting, used
+by meta and the report alike. Per-item values come from the run's records (`credit_total` or
+`credit_norm`, meta's `pa_metric`); the RM's own full-text preference (`rm_credit`) feeds paper
+B's in-run Kendall tau. A run without an RM (w = 0, the plain policy) is the report's reference
+row, never ranked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prbench.records import PolicyAccuracyRecord, PolicyAccuracySummary
+from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
+
+
+class PolicyAccuracyKind(RunKind):
+    name = "policy-accuracy"
+    title = "policy accuracy"
+    role = "downstream"
+    setting = "policy_accuracy"
+    records_file = True
+    summary_model = PolicyAccuracySummary
+    record_model = PolicyAccuracyRecord
+    group_fields = ("policy", "data", "condition", "w", "k", "mode", "reward_norm", "repetition_penalty")
+    label_fields = (("w", "w"), ("k", "k"), ("mode", "mode"))
+    short = "policy accuracy"
+    value_definition = ("share of pairs where the RGD-adapted policy's guided log-likelihood of chosen exceeds "
+                        "rejected's (ties 0.5); 'total' sums token log-probs, 'normalized' averages them")
+    report_section = "prbench.report.policy_accuracy:policy_accuracy_section"
+
+    def group_key(self, run: Run) -> tuple:
+        s = run.summary or {}
+        return tuple(repr(s.get(f)) for f in self.group_fields)
+
+    def credits(self, run: Run, field: str) -> dict[str, float]:
+        return {str(r["id"]): float(r[field]) for r in run.records if r.get(field) is not None}
+
+    def meta_settings(self, runs: Sequence[Run], opts: MetaOptions, notes: list[str]) -> list[Setting]:
+        groups: dict[tuple, dict[str, Run]] = {}
+        for run in runs:
+            if not (run.summary or {}).get("rm"):
+                notes.append(f"{run.path}: policy accuracy without an RM (w = 0, the plain policy) is not ranked")
+                continue
+            groups.setdefault(self.group_key(run), {})[str(run.summary["rm"])] = run
+        credit_key = "credit_total" if opts.pa_metric == "total" else "credit_norm"
+        out = []
+        for _, members in sorted(groups.items()):
+            first = next(iter(members.values()))
+            own = {rm: self.credits(r, "rm_credit") for rm, r in members.items()}
+            params = {f: first.summary.get(f) for f in self.group_fields}
+            params["value"] = f"policy accuracy ({opts.pa_metric})"
+            out.append(Setting(self.label(first), self.setting, {rm: self.credits(r, credit_key)
+                                                                 for rm, r in members.items()},
+                               condition=first.summary.get("condition"), params=params,
+                               sources={rm: str(r.path) for rm, r in sorted(members.items())},
+                               rm_credit={rm: v for rm, v in own.items() if v}))
+        return out
+
+    def report_groups(self, runs: Sequence[Run]) -> dict[tuple, list[Run]]:
+        """The report's tables: one per setting (group key), each with the plain policy of its policy and data."""
+        groups: dict[tuple, list[Run]] = {}
+        plain: dict[tuple, list[Run]] = {}
+        for run in runs:
+            s = run.summary or {}
+            if s.get("rm"):
+                groups.setdefault(self.group_key(run), []).append(run)
+            else:  # the plain policy (w = 0) is the reference row of every group on its policy and data
+                plain.setdefault((repr(s.get("policy")), repr(s.get("data"))), []).append(run)
+        for pk, items in plain.items():
+            if not any(g[:2] == pk for g in groups):
+                groups[self.group_key(items[0])] = []
+        return {key: members + plain.get(key[:2], [])[:1] for key, members in groups.items()}
+
+    def eee_parts(self, run: Run) -> list[EEEPart]:
+        """Policy accuracy (total log-likelihood) of a guided run; one instance per pair."""
+        s = run.summary or {}
+        total = ((s.get("metrics") or {}).get("policy_accuracy") or {}).get("total") or {}
+        if not s.get("rm") or total.get("accuracy") is None:
+            return []  # the plain policy (no RM) is a reference, not an RM's result
+        items = [EEEItem(i, v, v == 1.0, {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}.get(v, f"{v:g}"), "chosen",
+                         {"condition": str(s.get("condition"))}) for i, v in self.credits(run, "credit_total").items()]
+        return [EEEPart(
+            result_id=f"policy_accuracy:{s.get('condition')}", name=self.label(run), metric_id="policy_accuracy",
+            metric_name="policy accuracy (total log-likelihood)", description=self.value_definition,
+            score=float(total["accuracy"]), ci=(total.get("ci_low"), total.get("ci_high")), n=len(items),
+            bounds=(0.0, 1.0), source="examples.jsonl credit_total", extraction_method="guided log-likelihood",
+            items=items, details={"policy": str(s.get("policy")), "w": str(s.get("w")), "k": str(s.get("k")),
+                                  "mode": str(s.get("mode"))})]
+
+
+KIND = PolicyAccuracyKind()

@@ -1,0 +1,18 @@
+"""Reward-guided decoding runs (`prbench rgd`): generations steered by the RM, scored by grade or gold metric."""
+
+from __future__ import annotations
+
+from prbench.records import GenerationSummary
+from prbench.runkinds.downstream import DownstreamKind
+
+
+class RGDKind(DownstreamKind):
+    name = "rgd"
+    title = "reward-guided decoding"
+    setting = "rgd"
+    short = "RGD"
+    summary_model = GenerationSummary  # the folder's summary.json (when present) beside its downstream.json
+    value_definition = "mean per-item score (rubric grade or gold-answer metric) of the reward-guided decoding output"
+
+
+KIND = RGDKind()

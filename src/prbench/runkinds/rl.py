@@ -1,0 +1,16 @@
+"""RL runs (`prbench rl`): a policy trained with the RM as reward, graded on held-out items."""
+
+from __future__ import annotations
+
+from prbench.runkinds.downstream import DownstreamKind
+
+
+class RLKind(DownstreamKind):
+    name = "rl"
+    title = "RL fine-tuning"
+    setting = "rl"
+    short = "RL"
+    value_definition = "mean rubric grade of the RL-trained policy's held-out answers"
+
+
+KIND = RLKind()

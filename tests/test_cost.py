@@ -1,0 +1,180 @@
+"""The cost ledger: price tables, summary dollars = tokens x prices, --max-usd stops and resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prbench import cost, evaluate
+from prbench.errors import PrbenchError
+
+MODEL = "judge:openai:gpt-4.1-mini"
+
+
+def test_price_tables_match_dated_and_longest_names() -> None:
+    mini = cost.price_for("openai", "gpt-4.1-mini-2025-04-14")
+    assert mini is not None and mini.model == "gpt-4.1-mini" and mini.batch_discount == 0.5
+    assert cost.price_for("openai", "gpt-4.1").model == "gpt-4.1"
+    assert cost.price_for("anthropic", "claude-sonnet-4-5-20250929").model == "claude-sonnet-4-5"
+    assert cost.price_for("anthropic", "claude-sonnet-4-20250514").model == "claude-sonnet-4"
+    assert cost.price_for("gemini", "models/gemini-2.5-flash-lite").model == "gemini-2.5-flash-lite"
+    assert cost.price_for("openai", "gpt-4.10") is None  # no prefix match without a separator
+    for provider in cost.PROVIDER_FILES:  # every shipped row is dated and sourced
+        assert all(p.as_of and p.source.startswith("https://") for p in cost.load_prices()[provider].values())
+
+
+def test_user_price_file_overrides_and_bad_file_is_one_line(tmp_path: Path) -> None:
+    mine = tmp_path / "prices.json"
+    mine.write_text(json.dumps({"provider": "openai", "as_of": "2027-01-01", "source": "my contract",
+                                "models": {"gpt-4.1-mini": {"input": 1.0, "output": 2.0}}}), encoding="utf-8")
+    p = cost.price_for("openai", "gpt-4.1-mini", mine)
+    assert (p.input, p.cached_input, p.output, p.as_of, p.batch_discount) == (1.0, 1.0, 2.0, "2027-01-01", 0.0)
+    mine.write_text(json.dumps({"provider": "openai", "as_of": "x", "models": {"m": {"input": "cheap"}}}))
+    with pytest.raises(PrbenchError, match=r"models.m.input must be a non-negative number"):
+        cost.load_prices(mine)
+
+
+def test_ledger_dollars_are_tokens_times_prices() -> None:
+    price = cost.Price("openai", "m", input=2.0, cached_input=0.5, output=8.0, batch_discount=0.5,
+                       as_of="2026-12-01", source="test")
+    led = cost.Ledger(price)
+    led.settle(led.reserve("hello", 10), {"input_tokens": 1_000_000, "cached_input_tokens": 400_000,
+                                          "output_tokens": 250_000})
+    assert led.usd == pytest.approx(0.6 * 2.0 + 0.4 * 0.5 + 0.25 * 8.0)
+    batch = cost.Ledger(price, batch=True)
+    batch.settle(0.0, {"input_tokens": 1_000_000, "output_tokens": 1_000_000})
+    assert batch.usd == pytest.approx(5.0) and batch.summary()["batch"] is True
+    resumed = cost.Ledger(price, earlier=led.summary())  # a resumed run adds to what was spent
+    resumed.settle(0.0, {"input_tokens": 1_000_000})
+    assert resumed.usd == pytest.approx(led.usd + 2.0) and resumed.input_tokens == 2_000_000
+    with pytest.raises(PrbenchError, match="needs a price"):
+        cost.Ledger(None, max_usd=1.0, label="openai:mystery")
+
+
+def _judge(fake_openai, key: str, **kw):
+    srv = fake_openai(lambda body: "Result: A")
+    return srv, {"base_url": srv.base_url, "api_key_env": key, "concurrency": 1, **kw}
+
+
+def _strip(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in ("elapsed_s",)} for r in records]
+
+
+def test_summary_cost_equals_reported_usage_times_prices(fake_openai, api_key_env, tmp_path: Path) -> None:
+    srv, opts = _judge(fake_openai, api_key_env[0])
+    res = evaluate(MODEL, "sample", "none", out=tmp_path, model_options=opts, limit=6, n_boot=10)
+    c = res.summary["cost"]
+    price = cost.price_for("openai", "gpt-4.1-mini")
+    # the stand-in reports prompt_tokens / completion_tokens per reply: sum them independently
+    assert c["requests"] == len(srv.requests) == 6
+    assert c["output_tokens"] == 6 * 2  # "Result: A" is two stand-in tokens
+    assert c["usd"] == pytest.approx(price.usd(c["input_tokens"], 0, c["output_tokens"]), abs=1e-6)
+    assert c["prices_as_of"] == price.as_of and c["batch"] is False
+    assert json.loads((res.path / "cost.json").read_text())["usd"] == c["usd"]
+    from prbench.leaderboard import leaderboard, render_rows
+
+    rows = leaderboard(tmp_path)
+    assert rows[0]["usd"] == c["usd"]
+    head, body = render_rows(rows)
+    assert head[-1] == "$" and body[0][-1] == f"{c['usd']:.2f}"
+    from prbench.report.html import build_report
+
+    html = build_report(tmp_path, tmp_path / "report.html", n_boot=10, n_perm=10).read_text(encoding="utf-8")
+    assert "$ API" in html and f"{c['usd']:.2f}" in html
+
+
+def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env, tmp_path: Path) -> None:
+    srv, opts = _judge(fake_openai, api_key_env[0])
+    clean = evaluate(MODEL, "sample", "none", out=tmp_path / "clean", model_options=opts, limit=8, n_boot=10,
+                     batch_size=1)
+    per_request = clean.summary["cost"]["usd"] / 8
+    cap = per_request * 3.5 + 256 * 1.6e-6  # room for ~3 requests and a reservation's output cap
+    with pytest.raises(cost.BudgetExceeded, match="would pass --max-usd") as stop:
+        evaluate(MODEL, "sample", "none", out=tmp_path / "capped", model_options=opts, limit=8, n_boot=10,
+                 batch_size=1, max_usd=cap)
+    assert stop.value.exit_code == 3
+    folder = next((tmp_path / "capped").rglob("cost.json")).parent
+    spent = json.loads((folder / "cost.json").read_text())["usd"]
+    first_prompt = srv.requests[0]["messages"]
+    estimate = cost.price_for("openai", "gpt-4.1-mini").usd(cost.estimate_input_tokens(first_prompt), 0, 256)
+    assert spent <= cap < spent + estimate  # stopped before passing the cap, not earlier than one estimate
+    assert srv.n_posts < 16  # the clean run's 8, plus fewer than 8 before the stop
+    resumed = evaluate(MODEL, "sample", "none", out=tmp_path / "capped", model_options=opts, limit=8, n_boot=10,
+                       batch_size=1, max_usd=1.0)
+    assert _strip(resumed.records) == _strip(clean.records)
+    assert resumed.summary["cost"]["usd"] == pytest.approx(clean.summary["cost"]["usd"], abs=1e-9)
+    assert resumed.summary["cost"]["requests"] == 8  # nothing paid twice
+
+
+def test_paper_preset_dry_run_prices_judges_sync_and_batch(capsys, monkeypatch) -> None:
+    from prbench.testing.cli import run_cli
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    gpt = next(r for r in rows if r["what"] == "judge:openai:gpt-5.1 [none]")
+    price = cost.price_for("openai", "gpt-5.1")
+    expect = price.usd(gpt["tokens"], 0, gpt["model_calls"] * cost.REPLY_TOKENS)
+    assert gpt["usd_sync"] == round(expect, 2) and gpt["usd_batch"] == round(expect / 2, 2)
+    claude = next(r for r in rows if r["what"] == "judge:openai:claude-sonnet-4-6 [none]")
+    assert claude["usd_sync"] > 0  # priced as Anthropic: its base_url is api.anthropic.com
+    local = next(r for r in rows if r["what"].startswith("hf:"))
+    assert local["usd_sync"] is None  # local models cost no request money
+    code, out, _ = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run")
+    assert "API dollars, eval:" in out and "with --batch" in out
+
+
+def test_cli_max_usd_is_one_line_and_exit_3(fake_openai, api_key_env, tmp_path: Path, capsys) -> None:
+    from prbench.testing.cli import run_cli
+
+    srv = fake_openai(lambda body: "Result: A")
+    args = ["eval", "-m", MODEL, "--data", "sample", "--limit", "3", "--out", str(tmp_path), "--base-url",
+            srv.base_url, "--api-key-env", api_key_env[0], "--quiet"]
+    code, _, err = run_cli(capsys, *args, "--max-usd", "0.0001")
+    assert code == 3 and srv.n_posts == 0
+    assert len(err.strip().splitlines()) == 1 and "would pass --max-usd 0.0001" in err
+    code, _, err = run_cli(capsys, *args, "--max-usd", "1")
+    assert code == 0, err
+    (summary,) = tmp_path.rglob("summary.json")
+    assert json.loads(summary.read_text())["cost"]["max_usd"] == 1.0
+
+
+def test_build_caps_generator_and_validator_together(fake_openai, api_key_env, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    from prbench.build import BuildConfig, build_benchmark
+    from prbench.testing.anthropic_server import serve_anthropic
+    from prbench.testing.records import make_records
+
+    monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    rows = [{k: v for k, v in r.items() if k not in ("chosen", "rejected")} for r in make_records(4)]
+    (tmp_path / "src.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    def reply(body: dict) -> str:
+        rate = "Rate the answer" in body["messages"][-1]["content"]
+        return json.dumps(dict.fromkeys(("factuality", "relevance", "helpfulness", "rubric_fit"), 4)) if rate \
+            else "A short answer about the topic."
+
+    gen = fake_openai(reply)
+    with serve_anthropic(reply) as val:
+        cfg = BuildConfig(source=str(tmp_path / "src.jsonl"), generator="openai:gpt-4.1-mini",
+                          validator="anthropic:claude-haiku-4-5", top_k=3, batch_size=2,
+                          generator_options={"base_url": gen.base_url, "api_key_env": api_key_env[0], "concurrency": 1},
+                          validator_options={"base_url": val.root_url, "api_key_env": api_key_env[0], "concurrency": 1})
+        from prbench.cache import NullCache
+
+        full = build_benchmark(cfg, tmp_path / "full", cache=NullCache()).summary["cost"]
+        n_full = gen.n_posts
+        with pytest.raises(cost.BudgetExceeded):
+            build_benchmark(cfg, tmp_path / "out", max_usd=full["usd"] / 2, cache=NullCache())
+        spent = json.loads(next((tmp_path / "out").rglob("cost.json")).read_text())
+        assert 0 < spent["usd"] <= full["usd"] / 2
+        assert set(spent["engines"]) == {"openai:gpt-4.1-mini", "anthropic:claude-haiku-4-5"}
+        res = build_benchmark(cfg, tmp_path / "out", max_usd=1.0, cache=NullCache())
+    c = res.summary["cost"]
+    parts = c["engines"].values()
+    assert c["usd"] == pytest.approx(sum(p["usd"] for p in parts)) and all(p["requests"] > 0 for p in parts)
+    assert c["usd"] == pytest.approx(full["usd"])  # the capped and resumed build paid what one build pays
+    assert gen.n_posts - n_full == full["engines"]["openai:gpt-4.1-mini"]["requests"]  # nothing paid twice
