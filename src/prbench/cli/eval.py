@@ -102,34 +102,37 @@ def eval_cmd(
                     pending.append(f"{getattr(rm, 'name', spec)} [{cond}]")
                     continue
                 summaries.append({**res.summary, "path": str(res.path)})
-                failure = invalid_failure(res.summary, max_invalid, res.records)
-                if failure:
+                if failure := invalid_failure(res.summary, max_invalid, res.records):
                     failures.append(failure)
-                n_bad = res.summary["metrics"]["n_invalid"]
-                if res.reused and n_bad and not quiet:
+                if res.reused and (n_bad := res.summary["metrics"]["n_invalid"]) and not quiet:
                     typer.echo(f"note: {res.path} finished earlier with {n_bad} invalid of "
                                f"{res.summary['n_total']} items, returned as stored; add --retry-failed "
                                "to score those items again", err=True)
     if json_out:
         emit_json(summaries)
     elif not quiet:
-        rows = []
-        for s in summaries:
-            m = s["metrics"]
-            ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
-            acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
-            rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
-        table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
-        for s in summaries:  # a benchmark's own headline (RewardBench sections, RewardBench 2, RM-Bench grid)
-            fs = s["metrics"].get("format_score")
-            if fs and fs.get("value") is not None:
-                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
-                           f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
+        _print_runs(summaries)
     if pending:
         raise BatchPending(f"batches submitted and recorded for {len(pending)} run(s) ({', '.join(pending)}); "
                            "run the same command again to collect them")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
+
+
+def _print_runs(summaries: list[dict]) -> None:
+    """The accuracy table of the runs, then each benchmark's own headline (RewardBench sections, RM-Bench grid)."""
+    rows = []
+    for s in summaries:
+        m = s["metrics"]
+        ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
+        acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
+        rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
+    table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+    for s in summaries:
+        fs = s["metrics"].get("format_score")
+        if fs and fs.get("value") is not None:
+            typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
+                       f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
 
 
 @app.command("leaderboard")

@@ -110,17 +110,12 @@ def best_of_n(
     t0 = time.time()
     s = BonSettings.build(settings, **given)
     ss = samples if isinstance(samples, SampleSet) else read_samples(samples)
-    if not ss.items:
-        raise PrbenchError(f"{ss.path}: no complete items to evaluate")
-    ks = sorted(set(s.ks)) if s.ks else k_values(ss.n)
-    if any(k < 1 or k > ss.n for k in ks):
-        raise PrbenchError(f"k values must lie in [1, {ss.n}], got {ks}")
+    ks = _ks(s, ss)
     persist = out is not None
     score_cache = score_cache if score_cache is not None else (Cache(namespace="scores") if persist else NullCache())
     grade_cache = grade_cache if grade_cache is not None else (Cache(namespace="grades") if persist else NullCache())
     grader_obj = grader if isinstance(grader, Grader) else load_grader(grader, cache=grade_cache, **(grader_options or {}))
     ids = [it.id for it in ss.items]
-
     # 1. grades: every distinct sample once (the grader dedupes identical texts within an item)
     if on_progress:
         on_progress("grading")
@@ -169,6 +164,17 @@ def best_of_n(
         _write_grades(out_path / "grades.jsonl", grade_rows)
         _write_all_curves(out_path / "curves.csv", results, ks, oracle, rand)
     return BonResult(summary, results, out_path)
+
+
+def _ks(s: BonSettings, ss: SampleSet) -> list[int]:
+    """The k values of the curves (each in [1, N]); a samples folder with no complete item is an error."""
+    if not ss.items:
+        raise PrbenchError(f"{ss.path}: no complete items to evaluate")
+    n = ss.n
+    ks = sorted(set(s.ks)) if s.ks else k_values(n)
+    if any(k < 1 or k > n for k in ks):
+        raise PrbenchError(f"k values must lie in [1, {n}], got {ks}")
+    return ks
 
 
 def _references(grade_of: dict[str, np.ndarray], gradable: list[str], ks: list[int]) -> tuple[dict, dict]:
