@@ -172,8 +172,8 @@ def quiet_progress() -> Iterator[None]:
 
 
 def resolve_device(device: str) -> str:
-    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.train.cuda_device`), read at load time."""
-    from prbench.train import cuda_device
+    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.ranks.cuda_device`), read at load time."""
+    from prbench.ranks import cuda_device
 
     torch = require("torch", "hf")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):

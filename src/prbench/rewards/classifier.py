@@ -43,8 +43,8 @@ PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # 
 
 
 def resolve_device(device: str = "auto") -> str:
-    """`auto` / `cuda` -> this rank's GPU (`prbench.train.cuda_device`), read at load time; else as given."""
-    from prbench.train import cuda_device
+    """`auto` / `cuda` -> this rank's GPU (`prbench.ranks.cuda_device`), read at load time; else as given."""
+    from prbench.ranks import cuda_device
 
     torch = require("torch", "hf")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
