@@ -27,33 +27,19 @@ from typing import Any
 from prbench.cache import Cache
 from prbench.engines import providers
 from prbench.engines.base import GenParams, Messages
-from prbench.engines.openai_engine import OpenAIEngine
+from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine
 from prbench.errors import SpecError
 from prbench.extras import require
-from prbench.specs import KindOptions
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 SAMPLING_VERSIONS = ("2023-06-01",)  # API versions that still take temperature / top_p
 
 
-class AnthropicOptions(KindOptions):
+class AnthropicOptions(HTTPOptions):
     """Options of Anthropic's native Messages API (`anthropic:` engines)."""
 
-    base_url: str | None = None
-    api_key_env: str | None = None
     api_version: str | None = None
     prompt_cache: bool = False
-    concurrency: int | None = None
-    timeout: float = 60.0
-    max_retries: int = 5
-    cache: Any = None  # a prbench.cache.Cache
-    backoff_base: float = 0.5
-    backoff_max: float = 60.0
-    default_params: Any = None  # a GenParams
-    rpm: float | None = None
-    tpm: float | None = None
-    rate_limit_retries: int | None = None
-    no_api_key: bool = False
 
 
 class AnthropicEngine(OpenAIEngine):

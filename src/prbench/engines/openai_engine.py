@@ -115,8 +115,8 @@ def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) 
     return {c: logsumexp([lp for tok, lp in top if tok == c or tok == " " + c]) for c in choices}
 
 
-class OpenAIOptions(KindOptions):
-    """Options of an OpenAI-compatible endpoint (`openai:` engines)."""
+class HTTPOptions(KindOptions):
+    """Options of every HTTP API engine: where it is, its key, and how requests are paced and retried."""
 
     base_url: str | None = None
     api_key_env: str | None = None
@@ -126,17 +126,22 @@ class OpenAIOptions(KindOptions):
     cache: Any = None  # a prbench.cache.Cache
     backoff_base: float = 0.5
     backoff_max: float = 60.0
-    tokenizer: str | None = None
-    max_tokens_param: str | None = None
-    omit_params: Sequence[str] = ()
-    extra_body: dict[str, Any] | None = None
     default_params: Any = None  # a GenParams
-    provider: str | None = None
-    reasoning_effort: str | None = None
     rpm: float | None = None
     tpm: float | None = None
     rate_limit_retries: int | None = None
     no_api_key: bool = False
+
+
+class OpenAIOptions(HTTPOptions):
+    """Options of an OpenAI-compatible endpoint (`openai:` engines)."""
+
+    tokenizer: str | None = None
+    max_tokens_param: str | None = None
+    omit_params: Sequence[str] = ()
+    extra_body: dict[str, Any] | None = None
+    provider: str | None = None
+    reasoning_effort: str | None = None
 
 
 class OpenAIEngine(Engine):
