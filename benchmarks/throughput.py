@@ -144,7 +144,7 @@ def bench_scoring(model: str, data: str, condition: str, limit: int, repeats: in
 
 
 def bench_rerun(tmp: Path) -> dict:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
 
     env_cache = tmp / "cache"
     os.environ["PRBENCH_CACHE_DIR"] = str(env_cache)
@@ -165,7 +165,7 @@ def bench_rerun(tmp: Path) -> dict:
 # Linux and would report the parent's peak (the benchmark process holds SmolLM2 by then).
 MEMORY_CHILD = """
 import sys
-from prbench.evaluate import evaluate
+from prbench import evaluate
 evaluate("baseline:length", sys.argv[1], "profile", out=sys.argv[2], top_k=10)
 print(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 """

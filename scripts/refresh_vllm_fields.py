@@ -1,4 +1,4 @@
-"""Refresh tests/data/vllm/vllm-<version>.json from the real vLLM wheels (read, never installed).
+"""Refresh src/prbench/testing/vllm/vllm-<version>.json from the real vLLM wheels (read, never installed).
 
 Why: the vLLM engine and its stand-in (`prbench.testing.fake_vllm`) must accept exactly the
 keywords real vLLM accepts. This script reads the wheel's source with `ast` (nothing of vLLM
@@ -25,7 +25,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "vllm"
+OUT = Path(__file__).resolve().parent.parent / "src" / "prbench" / "testing" / "vllm"
 FILES = {
     "engine_args": ("vllm/engine/arg_utils.py", "EngineArgs"),
     "sampling_params": ("vllm/sampling_params.py", "SamplingParams"),

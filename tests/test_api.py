@@ -18,7 +18,7 @@ def test_every_public_name_resolves_and_says_what_it_does() -> None:
         if name != "__version__":
             assert (getattr(obj, "__doc__", None) or "").strip(), f"prbench.{name} has no docstring"
     assert set(prbench.__all__) <= set(dir(prbench))
-    assert set(prbench.__all__) == {"__version__", "evaluate", *prbench._EXPORTS}  # one list, no stale name
+    assert set(prbench.__all__) == {"__version__", *prbench._EXPORTS}  # one list, no stale name
 
 
 def test_import_prbench_loads_no_heavy_dependency() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.engines.batch import BatchPending
-from prbench.evaluate import evaluate
 from prbench.testing.batch_server import serve_batches
 
 SPECS = {"openai": "judge:openai:gpt-4.1-mini", "anthropic": "judge:anthropic:claude-sonnet-4-6"}

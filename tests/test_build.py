@@ -228,9 +228,9 @@ def test_export_loads_everywhere(source: Path, tmp_path: Path) -> None:
     import datasets
     from typer.testing import CliRunner
 
+    from prbench import evaluate
     from prbench.cli.data import app as data_app
     from prbench.data import load_examples
-    from prbench.evaluate import evaluate
 
     out = tmp_path / "out"
     res = build_benchmark(config(source), out, generator=ScriptedEngine(), validator=ScriptedEngine())
@@ -339,9 +339,9 @@ def _kinds(requests: list[dict]) -> list[tuple[int, str]]:
 def test_http_build_via_cli(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
+    from prbench import evaluate
     from prbench.cli.build import app
     from prbench.cli.data import app as data_app
-    from prbench.evaluate import evaluate
     from prbench.testing.openai_server import Fault, serve
 
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.conditions import (
     ALL_CONDITIONS,
     HISTORY_CONDITIONS,
@@ -22,7 +23,6 @@ from prbench.conditions import (
 )
 from prbench.data import load_examples
 from prbench.errors import PrbenchError
-from prbench.evaluate import evaluate
 from prbench.retrieval import BM25Retriever
 from prbench.rewards import PointwiseRM, Score
 from prbench.schema import Example, HistoryPair

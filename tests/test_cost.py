@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from prbench import cost
+from prbench import cost, evaluate
 from prbench.errors import PrbenchError
-from prbench.evaluate import evaluate
 
 MODEL = "judge:openai:gpt-4.1-mini"
 

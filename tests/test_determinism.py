@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from prbench import evaluate
 from prbench.cache import NullCache
-from prbench.evaluate import evaluate
 from prbench.testing.records import make_records
 
 RECORDS = make_records(12)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from prbench import cost
+from prbench import cost, evaluate
 from prbench.engines.anthropic_engine import AnthropicEngine
 from prbench.engines.base import GenParams, load_engine
 from prbench.errors import SpecError
-from prbench.evaluate import evaluate
 from prbench.testing.anthropic_server import serve_anthropic
 
 MSG = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "which is better?"}]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.cache import NullCache
 from prbench.conditions import CONDITIONS, View
-from prbench.evaluate import evaluate
 from prbench.rewards import PairwiseRM, PointwiseRM, Score, Verdict, load_rm
 from prbench.rewards.classifier import SequenceClassifierRM
 from prbench.testing.records import make_record, make_records

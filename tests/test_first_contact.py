@@ -39,13 +39,14 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 # -- 22.1: the README's Python example -----------------------------------------------------------
 def test_evaluate_works_after_importing_a_submodule_that_imports_the_driver(tmp_path: Path) -> None:
-    code = ("import prbench\n"
+    code = ("import prbench, types\n"
             "from prbench.downstream.bon import best_of_n\n"
             "from prbench.meta import meta_evaluate\n"
-            "import prbench.evaluate\n"
+            "from prbench.study import stages\n"  # imports the driver's private module first
             "res = prbench.evaluate('baseline:length', 'sample', 'oracle', out='runs', seed=0, limit=5)\n"
-            "from prbench.evaluate import evaluate, EvalConfig\n"
-            "assert callable(evaluate) and EvalConfig\n"
+            "from prbench import evaluate, EvalResult\n"
+            "assert isinstance(evaluate, types.FunctionType) and evaluate is prbench.evaluate\n"
+            "assert isinstance(res, EvalResult)\n"
             "print(res.summary['accuracy'], res.path)\n")
     r = subprocess.run(check=False, args=[sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env(),
                        timeout=120)

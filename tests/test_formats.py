@@ -456,7 +456,7 @@ def test_training_pairs_and_stats_from_other_formats(capsys: pytest.CaptureFixtu
 
 
 def test_limit_counts_items_and_never_cuts_one(tmp_path: Path) -> None:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
 
     path = FIX / "rewardbench2.jsonl"
     assert [e.item_id for e in load_examples(path, None, limit=2)] == ["0"] * 3 + ["1"] * 3

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.cache import Cache, CacheError, NullCache
 from prbench.errors import PrbenchError
-from prbench.evaluate import evaluate
 from prbench.fingerprint import _MEMO, file_digest, local_digest, spec_digest
 from prbench.testing.records import make_records
 from prbench.testing.tiny import make_tiny_seq_classifier

@@ -132,7 +132,7 @@ def test_4_a_folder_of_mixed_formats_is_refused_naming_the_files(tmp_path: Path,
 
 # -- 5: wrong-* donors do not depend on filters ---------------------------------------------------------------
 def test_5_donors_are_the_same_with_and_without_limit_and_categories() -> None:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
 
     whole = {r["id"]: r["donor"] for r in evaluate("baseline:lexical", "sample", "wrong-profile", n_boot=10).records}
     limited = evaluate("baseline:lexical", "sample", "wrong-profile", limit=10, n_boot=10).records
@@ -345,8 +345,7 @@ def test_16_messages(tmp_path: Path, capsys) -> None:
 def test_17_interrupt_count_is_read_from_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The signal lands right after the fsynced append, before the driver's own count moves: the
     window that printed "16 of 63" with 32 on disk. Deterministic: no timing involved."""
-    from prbench import interrupt
-    from prbench.evaluate import evaluate
+    from prbench import evaluate, interrupt
     from prbench.runs import RunDir
 
     real, calls = RunDir.append, []

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.errors import DataError, PrbenchError
-from prbench.evaluate import evaluate
 from prbench.runs import RunDir, redact_url
 from prbench.testing.records import make_records
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from prbench import evaluate
 from prbench.conditions import View
 from prbench.data import load_examples
 from prbench.data.loaders import sample_path
-from prbench.evaluate import evaluate
 from prbench.rewards import PairQuery, load_rm
 from prbench.rewards.judges import (
     LikelihoodJudge,

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from prbench import run_path, summarize
 from prbench.downstream.results import DownstreamResult, write_downstream
-from prbench.evaluate import run_path, summarize
 from prbench.meta import meta_evaluate, write_meta
 from prbench.runs import RunDir, write_json_atomic
 from prbench.schema import CATEGORIES

@@ -273,7 +273,7 @@ def test_study_stage_compares_methods(planted, cache, tmp_path):
 def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(cache, tmp_path):
     """Under `history` a view's earlier pairs are the user's k shots (fitted per view), so unseen
     users are read from their own choices and a wrong user's choices fall to chance."""
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
     from prbench.rewards import load_rm
     from prbench.rewards.baselines import context_units
 

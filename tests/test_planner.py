@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from prbench import evaluate
 from prbench.cache import Cache
 from prbench.conditions import build_view, read_planner_file
-from prbench.evaluate import evaluate
 from prbench.planner import Planner, parse_aspects, plan, planner_sft_rows, render_aspects
 from prbench.retrieval import load_retriever
 from prbench.schema import RubricAspect, SourceItem

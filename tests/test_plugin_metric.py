@@ -33,7 +33,7 @@ class AgreeSettings(BaseModel):
 
 
 def run_agree(rm, data, out, settings):
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
 
     res = evaluate(rm, data, settings.condition)
     vals = {str(r["id"]): float(r["credit"]) for r in res.records if r.get("credit") is not None}

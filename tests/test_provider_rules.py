@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from prbench import evaluate
 from prbench.engines import providers
 from prbench.engines.base import GenParams
 from prbench.errors import SpecError
-from prbench.evaluate import evaluate
 from prbench.testing import provider_rules as rules
 from prbench.testing.openai_server import refusal
 

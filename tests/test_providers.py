@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+from prbench import evaluate
 from prbench.engines.base import GenParams
 from prbench.engines.openai_engine import OpenAIEngine
 from prbench.engines.providers import PROVIDERS, chat_request, claude_one_sampler, profile, validate_base_url
 from prbench.errors import PrbenchError, SpecError
-from prbench.evaluate import evaluate
 from prbench.rewards import load_rm
 from prbench.testing.cli import run_cli
 from prbench.testing.openai_server import refusal, thinking_tokens

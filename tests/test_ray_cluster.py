@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from prbench import evaluate
 from prbench.cache import NullCache
 from prbench.distributed import connect, default_gpus, shutdown
 from prbench.errors import PrbenchError
-from prbench.evaluate import evaluate
 from prbench.testing.records import make_records
 
 PLUGIN = Path(__file__).parent / "data" / "ray" / "dying_rm.py"

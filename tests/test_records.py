@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from prbench import evaluate
 from prbench.errors import DataError
-from prbench.evaluate import evaluate
 from prbench.records import FORMAT, legacy_kind, run_kind, stamp, typed_record, typed_summary
 
 

@@ -151,7 +151,7 @@ def test_fifty_mb_line(fifty_mb: dict[str, Path], tmp_path: Path, capsys: pytest
 
 def test_line_length_guard(fifty_mb: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Over MAX_LINE_BYTES a line is refused before it is held in memory (guard scaled down here)."""
-    from prbench.data import raw as loaders  # the raw-record layer holds the guard
+    from prbench import raw as loaders  # the raw-record layer holds the guard
 
     monkeypatch.setattr(loaders, "MAX_LINE_BYTES", 1024 * 1024)
     with pytest.raises(DataError) as err:
@@ -227,7 +227,7 @@ def test_gzip_and_parquet_round_trip_still_work(tmp_path: Path) -> None:
 
 
 def test_profile_of_only_stopwords_and_punctuation_is_ranked_not_fatal(tmp_path: Path) -> None:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
 
     rec = make_record(0, profile=[{"id": "p0", "text": "..."}, {"id": "p1", "text": "!!! \U0001f602"}])
     path = write_jsonl(tmp_path / "odd_user.jsonl", [rec, make_record(1)])
@@ -365,9 +365,9 @@ def test_grader_parser_survives_hostile_replies() -> None:
 
 
 def test_model_options_that_cannot_name_a_run_are_refused_in_one_line(tmp_path) -> None:
+    from prbench import evaluate
     from prbench.cache import Cache
     from prbench.errors import PrbenchError
-    from prbench.evaluate import evaluate
 
     with pytest.raises(PrbenchError, match=r"model_options must be plain values.*pass it instead of its spec"):
         evaluate("baseline:lexical", "sample", "profile", model_options={"encoder_cache": Cache(tmp_path / "c.sqlite")})

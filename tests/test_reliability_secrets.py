@@ -153,7 +153,7 @@ def test_judge_eval_and_build_never_write_the_key(fake_openai, env: dict[str, st
 
 def test_in_process_objects_logs_and_summaries_hold_no_key(fake_openai, monkeypatch: pytest.MonkeyPatch,
                                                            tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
     from prbench.rewards import load_rm
 
     monkeypatch.setenv(SECRET_ENV, SECRET)
@@ -214,8 +214,8 @@ def test_no_cli_option_takes_a_secret_value() -> None:
 
 
 def test_missing_key_fails_fast_naming_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from prbench import evaluate
     from prbench.errors import PrbenchError
-    from prbench.evaluate import evaluate
 
     monkeypatch.delenv("PRBENCH_UNSET_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
@@ -231,7 +231,7 @@ def test_missing_key_fails_fast_naming_the_variable(monkeypatch: pytest.MonkeyPa
 def test_a_server_echoing_the_key_does_not_leak_it(fake_openai, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     import prbench.testing.openai_server as server_mod
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
 
     monkeypatch.setenv(SECRET_ENV, SECRET)
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -257,8 +257,8 @@ def test_a_server_echoing_the_key_does_not_leak_it(fake_openai, monkeypatch: pyt
 
 
 def test_a_key_passed_as_an_option_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prbench import evaluate
     from prbench.errors import PrbenchError
-    from prbench.evaluate import evaluate
 
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "bench.jsonl"

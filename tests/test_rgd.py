@@ -186,7 +186,7 @@ def test_prefix_rewards_dedupe_memo_and_disk_cache(tmp_path):
     assert fresh([(v, "eee"), (v, "e")]) == [3.0, 1.0]
     assert rm.calls == 2 and fresh.stats.cache_hits == 2
     # the same key as `prbench eval`: a full answer scored here is an eval cache hit
-    from prbench.evaluate import score_cached
+    from prbench.scoring import score_cached
 
     assert score_cached(rm, [(v, "ee")], cache)[0].value == 2.0 and rm.calls == 2
 

@@ -51,7 +51,7 @@ def test_every_settings_field_is_an_option_with_the_models_default(target, model
 
 
 DRIVERS = [
-    ("prbench.evaluate:evaluate", ("baseline:length", "sample"), "evaluate", "batch_sise", "batch_size"),
+    ("prbench:evaluate", ("baseline:length", "sample"), "evaluate", "batch_sise", "batch_size"),
     ("prbench.downstream.bon:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
      "kss", "ks"),
     ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),

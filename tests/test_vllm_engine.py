@@ -110,7 +110,7 @@ def test_missing_vllm_names_the_extra() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Contract with the real vLLM field lists (tests/data/vllm/*.json, from the 0.10.1.1 and 0.33.0
+# Contract with the real vLLM field lists (prbench/testing/vllm/*.json, from the 0.10.1.1 and 0.33.0
 # wheels by scripts/refresh_vllm_fields.py) and runs against the stand-in module built from them.
 # ---------------------------------------------------------------------------------------------
 
@@ -126,7 +126,7 @@ from prbench.engines.vllm_engine import (
 )
 from prbench.testing import fake_vllm
 
-DATA = Path(__file__).parent / "data" / "vllm"
+DATA = fake_vllm.DATA  # the field lists ship inside the package (prbench/testing/vllm)
 VERSIONS = fake_vllm.VERSIONS
 ALL_GEN = GenParams(max_new_tokens=9, temperature=0.5, top_p=0.8, top_k=3, repetition_penalty=1.1,
                     stop=("x",), seed=7)
@@ -243,7 +243,7 @@ def test_over_long_prompts_fail_only_their_own_request(vllm_mod, tiny_lm) -> Non
 
 
 def test_judge_pmi_lik_on_vllm(vllm_mod, tiny_lm, tmp_path) -> None:
-    from prbench.evaluate import evaluate
+    from prbench import evaluate
     from prbench.rewards import load_rm
     from prbench.testing.records import make_records
 

@@ -1,9 +1,11 @@
 """prbench: does a reward model know *this* user, and does that predict what it does downstream?
 
-Every command is a function here (the CLI is a thin layer over them). Imports are lazy, so
-`import prbench` stays light (no torch, no datasets) until a function is used:
+Every command is a function here (the CLI is a thin layer over them), re-exported lazily from
+the modules that hold them, so `import prbench` stays light (no torch, no datasets) until a name
+is used; `prbench.evaluate(...)` is always the function.
 
-- evaluate: `evaluate` (one RM, one or several conditions -> `EvalResult`), `EvalSettings`
+- evaluate: `evaluate` (one RM, one or several conditions -> `EvalResult`), `EvalSettings`,
+  `invalid_failure`, `InvalidRunError`, `run_path`, `summarize`
 - data: `load_examples`, `write_examples` (what `prbench data convert` does), `iter_examples`
 - downstream: `sample_policy`, `read_samples`, `best_of_n`, `run_rgd`, `policy_accuracy`, `run_icl`, `train_rl`
 - analysis: `meta_evaluate`, `leaderboard`, `compare_runs`, `build_report`
@@ -11,11 +13,16 @@ Every command is a function here (the CLI is a thin layer over them). Imports ar
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from prbench.version import __version__
 
 # name -> "module:attribute", imported on first use
 _EXPORTS = {
-    "EvalResult": "prbench.evaluate:EvalResult",
+    "evaluate": "prbench._evaluate:evaluate",
+    "EvalResult": "prbench._evaluate:EvalResult",
+    "InvalidRunError": "prbench._evaluate:InvalidRunError",
+    "invalid_failure": "prbench._evaluate:invalid_failure",
+    "run_path": "prbench._evaluate:run_path",
+    "summarize": "prbench._evaluate:summarize",
     "EvalSettings": "prbench.config:EvalSettings",
     "load_examples": "prbench.data:load_examples",
     "write_examples": "prbench.data:write_examples",
@@ -34,20 +41,14 @@ _EXPORTS = {
 }
 
 __all__ = [  # noqa: RUF022 (grouped as the module doc lists them)
-    "__version__", "evaluate", "EvalResult", "EvalSettings",
-    "load_examples", "write_examples", "iter_examples",
+    "__version__", "evaluate", "EvalResult", "EvalSettings", "InvalidRunError", "invalid_failure", "run_path",
+    "summarize", "load_examples", "write_examples", "iter_examples",
     "sample_policy", "read_samples", "best_of_n", "run_rgd", "policy_accuracy", "run_icl", "train_rl",
     "meta_evaluate", "leaderboard", "compare_runs", "build_report",
 ]
 
 
 def __getattr__(name: str):
-    if name == "evaluate":
-        # The driver module itself is callable (it calls its `evaluate` function), because any
-        # `import prbench.evaluate` rebinds this package attribute to the module anyway.
-        import prbench.evaluate
-
-        return prbench.evaluate
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(name)

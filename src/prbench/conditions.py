@@ -26,10 +26,11 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prbench.cache import Cache, content_key
 from prbench.errors import DataError, PrbenchError
-from prbench.retrieval import Retriever
+from prbench.retrieval import Retriever, load_retriever
 from prbench.schema import HistoryPair, Message, ProfilePost, RubricAspect, SourceItem
 
 CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")  # the paper's
@@ -279,3 +280,27 @@ def build_views(examples: Sequence[SourceItem], condition: str, **kwargs) -> lis
     """Views for every example; the examples themselves are the wrong-profile donor pool."""
     kwargs.setdefault("pool", examples)
     return [build_view(ex, condition, **kwargs) for ex in examples]
+
+
+TRAINABLE_CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")
+
+
+def pair_views(
+    pairs: Sequence[Any],
+    condition: str,
+    *,
+    retriever: str | Retriever = "bm25",
+    top_k: int = 10,
+    planner: Mapping[str, Sequence[RubricAspect]] | None = None,
+    seed: int = 0,
+    max_context_chars: int | None = None,
+    cache: Cache | None = None,
+) -> list[View]:
+    """The view of each preference pair (`prbench.data.pairs.PreferencePair`) under `condition`, as training
+    and scoring trained RMs build it; the pairs themselves are the wrong-profile pool."""
+    if condition not in TRAINABLE_CONDITIONS:
+        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(TRAINABLE_CONDITIONS)})")
+    ret = load_retriever(retriever) if isinstance(retriever, str) else retriever
+    sources = [p.to_source() for p in pairs]
+    return [build_view(s, condition, retriever=ret, top_k=top_k, planner=planner, pool=sources, seed=seed,
+                       max_context_chars=max_context_chars, cache=cache) for s in sources]

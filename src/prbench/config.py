@@ -310,6 +310,28 @@ class ContextBTConfig(MethodView):
     encoder: str = ENCODER_FIELD
 
 
+class BTConfig(MethodView):
+    """TRL RewardTrainer fine-tuning of a sequence classifier (`prbench train bt --base-model`, `train_bt`);
+    everything not here keeps TRL's defaults."""
+
+    max_context_chars: int | None = ContextSpec.model_fields["max_context_chars"]
+    epochs: float = opt(1.0, "Training epochs.", gt=0)
+    lr: float = opt(5e-5, "Learning rate.", gt=0)
+    batch_size: int = count(8, "Pairs per optimisation step.", 1 << 20)
+    grad_accum: int = count(1, "Gradient accumulation steps.", 4096)
+    max_length: int | None = count(2048, "Token limit per input; longer pairs are an error.", 1 << 20)
+    max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
+    lora: bool = opt(False, "Train LoRA adapters (merged into the saved model).")
+    lora_r: int = count(8, "LoRA rank.", 4096)
+    lora_alpha: int = count(16, "LoRA alpha.", 1 << 16)
+    lora_dropout: float = opt(0.0, "LoRA dropout.", ge=0, lt=1)
+    lora_target: str = opt("all-linear", "Modules LoRA adapts (PEFT's target_modules).", metavar="NAMES")
+    gradient_checkpointing: bool = opt(False, "Trade compute for memory.")
+    bf16: bool | None = opt(None, "bfloat16 training (default: only on a bf16-capable GPU).")
+    device: str = opt("auto", "auto, cpu or cuda:N (the only GPU this process then sees; many GPUs: accelerate "
+                              "launch).", metavar="DEVICE")
+
+
 class FinetuneConfig(MethodView):
     """A user-conditioned sequence classifier fine-tuned with TRL on context + response."""
 

@@ -284,26 +284,11 @@ def save(ledger: Ledger | RunCost | None, folder: str | Path | None) -> None:
 REPLY_TOKENS = 120  # a judge's or planner's typical reply (short rationale + verdict): the dry run's output estimate
 
 
-def engine_provider(spec: str, options: dict[str, Any] | None = None) -> tuple[str, str] | None:
-    """(provider, model) of the API engine behind an RM/engine spec (`judge:openai:gpt-5.1`), or None."""
-    from prbench.engines import providers
-
-    opts = options or {}
-    parts = spec.split(":")
-    while parts and parts[0] not in ("openai", "anthropic"):
-        parts = parts[1:]  # judge:, judge[pointwise]:, pmi:, lik: ...
-    if len(parts) < 2:
-        return None
-    model = ":".join(parts[1:])
-    if parts[0] == "anthropic":
-        return "anthropic", model
-    return providers.profile(opts.get("provider"), model, opts.get("base_url") or "").provider, model
-
-
-def planned_dollars(spec: str | None, options: dict[str, Any] | None, calls: int, input_tokens: int,
+def planned_dollars(found: tuple[str, str] | None, calls: int, input_tokens: int,
                     prices: str | Path | None = None) -> tuple[float, float] | None:
-    """(synchronous, batch) dollars of a planned run: its input tokens plus REPLY_TOKENS per call."""
-    found = engine_provider(spec, options) if spec and calls else None
+    """(synchronous, batch) dollars of a planned run on the API model `found` (provider, model; see
+    `prbench.engines.providers.engine_provider`): its input tokens plus REPLY_TOKENS per call."""
+    found = found if calls else None
     price = price_for(*found, prices) if found else None
     if price is None:
         return None

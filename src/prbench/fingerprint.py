@@ -111,7 +111,7 @@ def data_digest(data: str | os.PathLike) -> str | None:
     Why: a finished run is reused by its config; with only the data's name in it, the same name
     in another folder (or a file edited in place) would return the earlier numbers.
     """
-    from prbench.data.raw import SAMPLE_FILES, sample_path
+    from prbench.raw import SAMPLE_FILES, sample_path
 
     text = str(data)
     p = sample_path(text) if text in SAMPLE_FILES else Path(text).expanduser()

@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -393,6 +394,30 @@ def _resolve_model(base_model: str) -> str:
     return base_model.removeprefix("hf:")
 
 
+def _lora_config(r: int, alpha: int, dropout: float) -> Any:
+    """LoRA adapters on every linear layer (merged into the weights before saving)."""
+    from prbench.extras import require
+
+    peft = require("peft", "train")
+    return peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear",
+                           task_type="CAUSAL_LM")
+
+
+def _load_base(transformers: Any, torch: Any, source: str) -> tuple[Any, Any]:
+    """The base model's tokenizer (padding with EOS when it has no pad token) and float32 weights."""
+    tok = transformers.AutoTokenizer.from_pretrained(source)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok, transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+
+
+def _save_planner(model: Any, tok: Any, out_dir: Path) -> None:
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+
+
 def train_planner(
     base_model: str,
     data: str | Sequence[SourceItem],
@@ -438,11 +463,7 @@ def train_planner(
         raise PrbenchError("no training items with rubric aspects in the planner training data")
     datasets = require("datasets", "train")
     train_ds = datasets.Dataset.from_list(rows)
-    source = _resolve_model(base_model)
-    tok = transformers.AutoTokenizer.from_pretrained(source)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = transformers.AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    tok, model = _load_base(transformers, torch, _resolve_model(base_model))
     use_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     out_dir = Path(out)
     work = out_dir.parent / f".{out_dir.name}.trainer"
@@ -455,11 +476,7 @@ def train_planner(
         warmup_steps=0,
     )
     single_process_args(args)
-    peft_config = None
-    if lora:
-        peft = require("peft", "train")
-        peft_config = peft.LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-                                      target_modules="all-linear", task_type="CAUSAL_LM")
+    peft_config = _lora_config(lora_r, lora_alpha, lora_dropout) if lora else None
     started = time.perf_counter()
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=train_ds, processing_class=tok,
                              peft_config=peft_config)
@@ -468,13 +485,7 @@ def train_planner(
     end_ranks()
     if not is_main_process():  # a launched run's other ranks: rank 0 writes the planner
         return {"rank": rank()}
-    trained = trainer.model
-    if lora:
-        trained = trained.merge_and_unload()
-    trained.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    trained.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
+    _save_planner(trainer.model.merge_and_unload() if lora else trainer.model, tok, out_dir)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     facts = {
         "base_model": base_model, "steps": int(steps), "lora": lora, "learning_rate": lr,
@@ -485,7 +496,5 @@ def train_planner(
         "seconds": round(time.perf_counter() - started, 2),
     }
     (out_dir / "prbench_planner.json").write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
-    import shutil
-
     shutil.rmtree(work, ignore_errors=True)
     return facts

@@ -2,7 +2,7 @@
 
 `evaluate`, the Ray workers (`distributed`) and the downstream stages import this module, so
 none of them reaches into another driver's internals. Tie rule and invalid handling are those
-documented in `prbench.evaluate`.
+documented in `prbench._evaluate`.
 """
 
 from __future__ import annotations

@@ -142,6 +142,15 @@ def _command_line() -> str:
     return shlex.join(["prbench", *sys.argv[1:]])
 
 
+def _closest(typed: str, candidates: list[str]) -> list[str]:
+    """The candidates nearly as close to what was typed as the closest one (at most 3), closest first."""
+    import difflib
+
+    ratio = {c: difflib.SequenceMatcher(None, typed, c).ratio() for c in candidates}
+    best = max(ratio.values())
+    return sorted((c for c in candidates if ratio[c] >= best - 0.1), key=lambda c: (-ratio[c], c))[:3]
+
+
 def _usage_error(exc: Exception) -> str:
     """The command's usage line, then the error in one line with a suggestion and where to read more."""
     ctx = getattr(exc, "ctx", None)
@@ -149,7 +158,7 @@ def _usage_error(exc: Exception) -> str:
     text = getattr(exc, "message", "") if close else ""
     message = _one_line(text or (exc.format_message() if hasattr(exc, "format_message") else str(exc)))
     if close and "did you mean" not in message.lower():
-        message += f"; did you mean {' or '.join(sorted(close)[:3])}?"
+        message += f"; did you mean {' or '.join(_closest(getattr(exc, 'option_name', None) or '', close))}?"
     if ctx is not None:
         usage, path = ctx.get_usage(), ctx.command_path
     else:  # raised by the parser before a context existed: name the command from argv

@@ -15,6 +15,7 @@ from prbench.cli.options import (
     Json,
     MaxLength,
     MaxUsd,
+    ModelOptions,
     NoApiKey,
     NoCache,
     Overwrite,
@@ -25,7 +26,7 @@ from prbench.cli.options import (
     Rpm,
     Seed,
     Tpm,
-    set_options,
+    model_options,
     settings_command,
     split_csv,
 )
@@ -56,6 +57,7 @@ def eval_cmd(
     retry_failed: Annotated[bool, typer.Option(help="Re-run only the items recorded as invalid.")] = False,
     repair: Repair = False,
     no_cache: NoCache = False,
+    model_option: ModelOptions = None,
     max_invalid: Annotated[float, typer.Option(
         help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
              "record invalid always fails.")] = 1.0,
@@ -70,22 +72,24 @@ def eval_cmd(
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
+    from prbench import InvalidRunError, evaluate, invalid_failure
     from prbench.cache import NullCache
     from prbench.engines.batch import BatchPending
-    from prbench.evaluate import InvalidRunError, evaluate, invalid_failure
     from prbench.rewards import load_rm
 
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
     conds = split_csv(condition) or ["none"]
-    opts = set_options(mode=mode, max_length=max_length, trust_remote_code=trust_remote_code,
-                       prompt_file=prompt_file, debias_position=debias_position, provider=provider, rpm=rpm,
-                       tpm=tpm, no_api_key=no_api_key, **access.model_dump())
+    per_model = model_options(model, model_option, mode=mode, max_length=max_length,
+                              trust_remote_code=trust_remote_code, prompt_file=prompt_file,
+                              debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
+                              no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
+            opts = per_model[spec]
             distributed = settings.workers > 1 or settings.ray_address is not None
-            rm = spec if distributed else load_rm(spec, batch_size=settings.batch_size, seed=settings.seed, **opts)
+            rm = spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed, **opts})
             for cond in conds:
                 task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
                 try:
@@ -98,36 +102,44 @@ def eval_cmd(
                     pending.append(f"{getattr(rm, 'name', spec)} [{cond}]")
                     continue
                 summaries.append({**res.summary, "path": str(res.path)})
-                failure = invalid_failure(res.summary, max_invalid, res.records)
-                if failure:
+                if failure := invalid_failure(res.summary, max_invalid, res.records):
                     failures.append(failure)
-                n_bad = res.summary["metrics"]["n_invalid"]
-                if res.reused and not quiet:  # one line: nothing was scored now, and how to score again
-                    n_all = res.summary["n_total"]
-                    typer.echo(f"reused: {res.path} finished earlier with "
-                               + (f"{n_bad} invalid of {n_all} items, returned as stored; add --retry-failed to "
-                                  "score those items again" if n_bad else
-                                  f"{n_all} items, returned as stored; --overwrite scores it again"), err=True)
+                if res.reused and not quiet:
+                    _say_reused(res)
     if json_out:
         emit_json(summaries)
     elif not quiet:
-        rows = []
-        for s in summaries:
-            m = s["metrics"]
-            ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
-            acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
-            rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
-        table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
-        for s in summaries:  # a benchmark's own headline (RewardBench sections, RewardBench 2, RM-Bench grid)
-            fs = s["metrics"].get("format_score")
-            if fs and fs.get("value") is not None:
-                typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
-                           f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
+        _print_runs(summaries)
     if pending:
         raise BatchPending(f"batches submitted and recorded for {len(pending)} run(s) ({', '.join(pending)}); "
                            "run the same command again to collect them")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
+
+
+def _print_runs(summaries: list[dict]) -> None:
+    """The accuracy table of the runs, then each benchmark's own headline (RewardBench sections, RM-Bench grid)."""
+    rows = []
+    for s in summaries:
+        m = s["metrics"]
+        ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
+        acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
+        rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
+    table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+    for s in summaries:
+        fs = s["metrics"].get("format_score")
+        if fs and fs.get("value") is not None:
+            typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
+                       f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
+
+
+def _say_reused(res) -> None:
+    """One line for a run returned as stored: nothing was scored now, and how to score it again."""
+    n_bad, n_all = res.summary["metrics"]["n_invalid"], res.summary["n_total"]
+    typer.echo(f"reused: {res.path} finished earlier with "
+               + (f"{n_bad} invalid of {n_all} items, returned as stored; add --retry-failed to score those "
+                  "items again" if n_bad else f"{n_all} items, returned as stored; --overwrite scores it again"),
+               err=True)
 
 
 @app.command("leaderboard")

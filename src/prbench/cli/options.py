@@ -91,20 +91,59 @@ Prices = Annotated[Path | None, typer.Option(
     help="Price table (JSON, layout of prbench/prices/openai.json) over the shipped one.")]
 
 
-def engine_options(spec: str, *, device: str | None = None, dtype: str | None = None, base_url: str | None = None,
-                   api_key_env: str | None = None, batch_size: int | None = None,
-                   max_length: int | None = None, provider: str | None = None, rpm: float | None = None,
-                   tpm: float | None = None, no_api_key: bool = False) -> dict[str, object]:
-    """Only the options the named engine backend takes, and only those the user set."""
-    prefix = spec.partition(":")[0]
-    if prefix in ("hf", "builtin", "vllm"):
-        given = {"device": device, "dtype": dtype, "batch_size": batch_size, "max_length": max_length}
-    elif prefix == "openai":
-        given = {"base_url": base_url, "api_key_env": api_key_env, "provider": provider, "rpm": rpm, "tpm": tpm,
-                 "no_api_key": no_api_key}
-    else:
-        given = {}
-    return set_options(**given)
+ModelOptions = Annotated[list[str] | None, typer.Option(
+    "--model-option", "-M", metavar="KEY=VALUE",
+    help="An option of the model's kind (repeatable), e.g. -M mode=pointwise, -M max_length=4096; values read as "
+         "JSON when they parse (8, true, [1, 10]). Each model gets the keys its kind takes; a key no model takes "
+         "is an error.")]
+
+
+def engine_options(spec: str, **flags: object) -> dict[str, object]:
+    """The command's engine flags the user set that the engine kind of `spec` declares (its options model).
+
+    A grader spec that names no engine (`embedding:...`) gets none.
+    """
+    from prbench.registry import ENGINES
+
+    if spec.partition(":")[0] not in ENGINES:
+        return {}
+    return _for_kind(ENGINES, spec, set_options(**flags))
+
+
+def _for_kind(registry: Any, spec: str, given: dict[str, object]) -> dict[str, object]:
+    """The `given` options the kind of `spec` declares by name (a kind without an options model: none)."""
+    from prbench.specs import options_model
+
+    model = options_model(registry, spec)
+    return {k: v for k, v in given.items() if model is not None and k in model.model_fields}
+
+
+def model_options(specs: list[str], pairs: list[str] | None, **flags: object) -> dict[str, dict[str, object]]:
+    """Each model's options: the command's flags its kind declares, then `-M KEY=VALUE`, checked by the kind.
+
+    A `-M` key that none of the models' kinds takes is refused, naming the closest known option.
+    """
+    from prbench.errors import SpecError
+    from prbench.registry import REWARDS
+    from prbench.specs import check_options, declared, options_model, parse_value, unknown_option
+
+    given: dict[str, object] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SpecError(f"--model-option {pair!r}: expected KEY=VALUE")
+        given[key.strip().replace("-", "_")] = parse_value(value)
+    names = {spec: declared(options_model(REWARDS, spec)) for spec in specs}
+    known = set().union(*(n for n in names.values() if n is not None))
+    if all(n is not None for n in names.values()):
+        for key in given:
+            if key not in known:
+                raise SpecError(unknown_option(", ".join(specs), key, known))
+    out = {}
+    for spec in specs:
+        own = {k: v for k, v in given.items() if names[spec] is None or k in names[spec]}
+        out[spec] = check_options(REWARDS, spec, {**_for_kind(REWARDS, spec, set_options(**flags)), **own})
+    return out
 
 
 def grader_engine_options(spec: str, access: Any, grader_access: Any) -> dict[str, object]:

@@ -15,11 +15,12 @@ from prbench.cli.options import (
     Data,
     Json,
     MaxLength,
+    ModelOptions,
     Overwrite,
     Quiet,
     engine_options,
     grader_engine_options,
-    set_options,
+    model_options,
     settings_command,
     split_csv,
 )
@@ -43,18 +44,24 @@ def _floats(value: str) -> list[float]:
     return vals
 
 
-def _sweep(specs: list[str], ws: list[float], seed: int, rm_options: dict[str, Any], quiet: bool,
-           run_one: Callable[[Any, float, Callable[[int, int], None]], Any]) -> list[dict[str, Any]]:
-    """Run `run_one(rm, w, on_progress)` for every RM x weight (each RM loaded once); summaries with paths."""
+def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineAccess, quiet: bool,
+           run_one: Callable[[Any, Any, float, Callable[[int, int], None]], Any], **rm_flags: Any) -> list[dict[str, Any]]:
+    """Run `run_one(policy engine, rm, w, on_progress)` for every RM x weight (the policy and each RM loaded once);
+    summaries with paths. `rm_flags`: the command's RM flags and `-M` pairs (`model_option`)."""
+    from prbench.downstream.rgd import load_policy
     from prbench.rewards.base import load_rm
 
+    ws = _floats(w)
+    engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
+    rm_options = model_options(specs, rm_flags.pop("model_option"), batch_size=settings.rm_batch_size,
+                               **rm_flags, **access.model_dump())
     summaries = []
     with progress(quiet) as bar:
         for spec in specs:
-            rm_obj = load_rm(spec, seed=seed, **rm_options)
+            rm_obj = load_rm(spec, **{"seed": settings.seed, **rm_options[spec]})
             for wv in ws:
                 task = bar.add_task(f"{spec} w={wv:g}", total=None)
-                res = run_one(rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
+                res = run_one(engine, rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 summaries.append({**res.summary, "path": str(res.path)})
     return summaries
 
@@ -96,18 +103,18 @@ def rgd(
     grader: Grader = None,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
+    model_option: ModelOptions = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Reward-guided decoding (ARGS-style). Generate, score against gold answers / rubric, write downstream.json."""
-    from prbench.downstream.rgd import load_policy, run_rgd
+    from prbench.downstream.rgd import run_rgd
 
-    engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
     g = _grader(grader, access, grader_access)
-    ropts = set_options(mode=mode, max_length=max_length, batch_size=settings.rm_batch_size, **access.model_dump())
-    summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_rgd(
-        engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress))
+    summaries = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_rgd(
+        engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress),
+        mode=mode, max_length=max_length, model_option=model_option)
     if json_out:
         emit_json(summaries)
         return
@@ -133,20 +140,19 @@ def policy_accuracy(
     data: Data = "sample",
     w: Ws = "1.0",
     max_length: MaxLength = None,
-    judge_mode: Annotated[str | None, typer.Option("--judge-mode", help="Judges: must be pointwise.")] = None,
+    judge_mode: Annotated[str | None, typer.Option(
+        "--judge-mode", help="Judges: must be pointwise (the same as -M mode=pointwise; --mode is the policy's).")] = None,
+    model_option: ModelOptions = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Policy accuracy of a reward-guided policy. Does it give chosen a higher likelihood than rejected?"""
     from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
-    from prbench.downstream.rgd import load_policy
 
-    engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
-    ropts = set_options(mode=judge_mode, max_length=max_length, batch_size=settings.rm_batch_size,
-                        **access.model_dump())
-    summaries = _sweep(rm, _floats(w), settings.seed, ropts, quiet or json_out, lambda rm_obj, wv, on_progress: run_pa(
-        engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress))
+    summaries = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_pa(
+        engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress),
+        mode=judge_mode, max_length=max_length, model_option=model_option)
     if json_out:
         emit_json(summaries)
         return

@@ -14,11 +14,13 @@ from prbench.cli.output import emit_json, table
 
 def _print_plan(cfg, root: Path, json_out: bool) -> None:
     from prbench.cost import REPLY_TOKENS, planned_dollars
+    from prbench.engines.providers import engine_provider
     from prbench.study.runner import plan_study
 
     runs = plan_study(cfg, root)
     options = {m.spec: m.options for m in cfg.models} | ({cfg.planner.spec: cfg.planner.options} if cfg.planner else {})
-    usd = [planned_dollars(r.spec, options.get(r.spec or ""), r.model_calls, r.tokens) for r in runs]
+    usd = [planned_dollars(engine_provider(r.spec, options.get(r.spec)) if r.spec else None, r.model_calls, r.tokens)
+           for r in runs]
     if json_out:
         emit_json([{**r.__dict__, "usd_sync": u and round(u[0], 2), "usd_batch": u and round(u[1], 2)}
                    for r, u in zip(runs, usd)])
@@ -70,7 +72,7 @@ def study_cmd(
     if out is not None:
         cfg = cfg.model_copy(update={"out": str(out.resolve())})
     if batch:
-        from prbench.cost import engine_provider
+        from prbench.engines.providers import engine_provider
 
         cfg = cfg.model_copy(update={"models": [m.model_copy(update={"batch": True}) if engine_provider(m.spec) else m
                                                 for m in cfg.models]})

@@ -17,6 +17,7 @@ from prbench.cli.options import (
     Json,
     Out,
     Seed,
+    set_options,
     settings_command,
     split_csv,
 )
@@ -24,6 +25,7 @@ from prbench.cli.output import emit_json, table
 from prbench.config import (
     ENCODER,
     ENCODER_FIELD,
+    BTConfig,
     FinetuneConfig,
     LoReConfig,
     MethodView,
@@ -188,11 +190,11 @@ def default(
 
 
 @app.command()
-@settings_command(view=MethodView, check=Check)
+@settings_command(settings=BTConfig, check=Check, exclude=("epochs", "lr", "batch_size"))
 def bt(
     data: Data,
     out: Out,
-    view: MethodView,
+    settings: BTConfig,
     check: Check,
     format_: Format = None,
     split: TrainSplit = "train",
@@ -203,13 +205,8 @@ def bt(
     epochs: Epochs = None,
     lr: Lr = None,
     batch_size: BatchSize = None,
-    lora: Annotated[bool, typer.Option(help="Train LoRA adapters (merged into the saved model).")] = False,
-    lora_r: Annotated[int, typer.Option(help="LoRA rank.")] = 8,
-    max_length: Annotated[int, typer.Option(help="Token limit per input; longer pairs are an error.")] = 2048,
-    max_steps: Annotated[int, typer.Option(help="Stop after this many steps (-1: run all epochs).")] = -1,
     planner_file: PlannerFile = None,
     encoder: Annotated[str, typer.Option(help=ENCODER_FIELD.description)] = ENCODER,
-    device: Annotated[str, typer.Option(help="--base-model: auto, cpu or cuda:N (many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,
 ) -> None:
     """Train a Bradley-Terry RM on user views. Evaluate the folder as bt:OUT (a --base-model folder also loads as hf:OUT).
@@ -221,7 +218,8 @@ def bt(
     if frozen_encoder == (base_model is not None):
         raise PrbenchError("give exactly one of --base-model (TRL fine-tuning) or --frozen-encoder")
     if frozen_encoder:
-        options = {**view.model_dump(), "epochs": int(epochs) if epochs else None, "lr": lr, "batch_size": batch_size,
+        view = {k: getattr(settings, k) for k in MethodView.model_fields}
+        options = {**view, "epochs": int(epochs) if epochs else None, "lr": lr, "batch_size": batch_size,
                    "encoder": encoder}
         if planner is not None:  # the planner condition needs its file: plain training, no protocol
             from prbench.train.bt import train_context_bt
@@ -233,12 +231,9 @@ def bt(
             return
         _run("context-bt", data, out, options, check, json_out, format_=format_, split=split)
         return
-    from prbench.train.bt import BTConfig, train_bt
+    from prbench.train.bt import train_bt
 
-    d = BTConfig
-    cfg = BTConfig(**view.model_dump(), epochs=epochs or d.epochs, lr=lr or d.lr, batch_size=batch_size or d.batch_size,
-                   lora=lora, lora_r=lora_r,
-                   max_length=max_length, max_steps=max_steps, device=device)
+    cfg = BTConfig.build(settings, **set_options(epochs=epochs, lr=lr, batch_size=batch_size))  # None: BTConfig's
     result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
     from prbench.train import is_main_process
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from prbench.data.raw import (  # noqa: F401  (the loader's public names, as before the split)
+from prbench.errors import DataError, PrbenchError
+from prbench.raw import (  # noqa: F401  (the loader's public names, as before the split)
     SAMPLE_FILES,
     SUFFIXES,
     Kind,
@@ -25,7 +26,6 @@ from prbench.data.raw import (  # noqa: F401  (the loader's public names, as bef
     sample_path,
     short_text,
 )
-from prbench.errors import DataError, PrbenchError
 from prbench.schema import CATEGORIES, SourceItem, normalize_category
 
 

@@ -20,8 +20,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from prbench.cache import content_key
-from prbench.data.raw import iter_raw, parse_record
 from prbench.errors import DataError, PrbenchError
+from prbench.raw import iter_raw, parse_record
 from prbench.schema import Example, ProfilePost, RubricAspect, SourceItem, _id_text, _nonblank, _Record
 
 

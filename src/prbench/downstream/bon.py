@@ -110,131 +110,176 @@ def best_of_n(
     t0 = time.time()
     s = BonSettings.build(settings, **given)
     ss = samples if isinstance(samples, SampleSet) else read_samples(samples)
-    if not ss.items:
-        raise PrbenchError(f"{ss.path}: no complete items to evaluate")
-    n = ss.n
-    ks = sorted(set(s.ks)) if s.ks else k_values(n)
-    if any(k < 1 or k > n for k in ks):
-        raise PrbenchError(f"k values must lie in [1, {n}], got {ks}")
+    ks = _ks(s, ss)
     persist = out is not None
     score_cache = score_cache if score_cache is not None else (Cache(namespace="scores") if persist else NullCache())
     grade_cache = grade_cache if grade_cache is not None else (Cache(namespace="grades") if persist else NullCache())
-    if isinstance(grader, Grader):
-        grader_obj = grader
-    else:
-        grader_obj = load_grader(grader, cache=grade_cache, **(grader_options or {}))
-    items = ss.items
-    ids = [it.id for it in items]
-
+    grader_obj = grader if isinstance(grader, Grader) else load_grader(grader, cache=grade_cache, **(grader_options or {}))
+    ids = [it.id for it in ss.items]
     # 1. grades: every distinct sample once (the grader dedupes identical texts within an item)
     if on_progress:
         on_progress("grading")
-    pairs = [(it, t) for it in items for t in ss.samples[it.id]]
-    if out is not None:
-        Path(out).mkdir(parents=True, exist_ok=True)
-    from prbench.engines.batch import optional, reading_only
-
-    def collect() -> None:
-        with reading_only(grader_obj):
-            grader_obj.grade(pairs)
-
-    with cost.tracking(grader_obj, out, max_usd=max_usd, prices=prices, batch=batch) as spend, \
-            optional(batch, grader_obj, out, collect):
-        grades = grader_obj.grade(pairs)
-    grade_of: dict[str, np.ndarray] = {}
-    grade_rows = []
-    for j, it in enumerate(items):
-        gs = grades[j * n : (j + 1) * n]
-        grade_of[it.id] = np.array([g.score for g in gs], dtype=float)
-        grade_rows.append({"id": it.id, "grades": [None if not g.valid else g.score for g in gs],
-                           "aspects": [g.aspects for g in gs], "errors": [g.error for g in gs]})
+    pairs, grade_of, grade_rows, spend = _grades(grader_obj, ss, out, max_usd=max_usd, prices=prices, batch=batch)
     gradable = [i for i in ids if np.all(np.isfinite(grade_of[i]))]
     excluded_grade = len(ids) - len(gradable)
 
     # 2. oracle and random curves (grader only)
-    oracle_items = {i: {k: metrics.oracle_best_of_k(grade_of[i], k) for k in ks} for i in gradable}
-    random_items = {i: {k: metrics.random_of_k(grade_of[i]) for k in ks} for i in gradable}
-    oracle = _curve(oracle_items, ks, s.seed, s.n_boot)
-    rand = _curve(random_items, ks, s.seed, s.n_boot)
+    oracle_items, random_items = _references(grade_of, gradable, ks)
+    oracle, rand = _curve(oracle_items, ks, s.seed, s.n_boot), _curve(random_items, ks, s.seed, s.n_boot)
 
     # 3. RM scores under the condition, views built once through conditions
-    planner = read_planner_file(s.planner_file) if s.planner_file else None
-    views = build_views(items, s.condition, retriever=load_retriever(s.retriever), top_k=s.top_k, planner=planner,
-                        seed=s.seed, max_context_chars=s.max_context_chars,
-                        cache=Cache(namespace="retrieval") if persist else None)
+    views = _views(ss.items, s, persist)
     options = {"batch_size": s.batch_size, "seed": s.seed, **(rm_options or {})}
     results: dict[str, DownstreamResult] = {}
     rm_summaries: list[dict[str, Any]] = []
     out_path = Path(out) if out is not None else None
-    grader_spec = grader_obj.spec
     for spec in rms:
         rm = _load_rm(spec, options)
         name = getattr(rm, "name", rm.spec)
         if on_progress:
             on_progress(f"scoring {name}")
-        flat = [(v, t) for it, v in zip(items, views) for t in ss.samples[it.id]]
-        scores = []
-        chunk = max(1, s.batch_size) * 4
-        for start in range(0, len(flat), chunk):
-            scores.extend(score_cached(rm, flat[start : start + chunk], score_cache))
-        score_of = {i: np.array([s.value if s.valid else np.nan for s in scores[j * n : (j + 1) * n]], dtype=float)
-                    for j, i in enumerate(ids)}
-        truncated = sum(s.truncated for s in scores)
+        score_of, truncated = _scores(rm, ss, views, s.batch_size, score_cache)
         usable = [i for i in gradable if np.all(np.isfinite(score_of[i]))]
         if not usable:
             rm_summaries.append({"rm": name, "n_items": 0, "n_invalid_score_items": len(gradable),
                                  "error": f"no usable item: {excluded_grade} of {len(ids)} items have an invalid "
                                           f"grade, {len(gradable)} more an invalid RM score"})
             continue
-        per_item = {i: {k: metrics.expected_best_of_k(score_of[i], grade_of[i], k) for k in ks} for i in usable}
-        per_item_first = {i: {k: metrics.first_k_best(score_of[i], grade_of[i], k) for k in ks} for i in usable}
-        exp_curve = _curve(per_item, ks, s.seed, s.n_boot)
-        first_curve = _curve(per_item_first, ks, s.seed, s.n_boot)
-        oracle_rm = _curve({i: oracle_items[i] for i in usable}, ks, s.seed, s.n_boot)
-        random_rm = _curve({i: random_items[i] for i in usable}, ks, s.seed, s.n_boot)
-        res = DownstreamResult(
-            rm=name, setting="bon", k=list(ks), first_k=first_curve["mean"], expected=exp_curve["mean"],
-            ci_low=exp_curve["ci_low"], ci_high=exp_curve["ci_high"],
-            per_item={i: {str(k): v for k, v in d.items()} for i, d in per_item.items()},
-            grader=grader_spec, n_items=len(usable),
-            extra={
-                "condition": s.condition, "n_samples": n, "samples": str(ss.path),
-                "first_k_ci_low": first_curve["ci_low"], "first_k_ci_high": first_curve["ci_high"],
-                "per_item_first_k": {i: {str(k): v for k, v in d.items()} for i, d in per_item_first.items()},
-                "oracle": oracle_rm["mean"], "random": random_rm["mean"],
-                "n_excluded": {"invalid_grade": excluded_grade, "invalid_score": len(gradable) - len(usable)},
-                "truncated_inputs": int(truncated), "rm_fingerprint": rm.fingerprint(), "seed": s.seed,
-                "ci": "percentile bootstrap over items, 95%", "n_boot": s.n_boot,
-            },
-        )
+        res = _rm_result(rm, name, usable, score_of, grade_of, ks, s, ss, grader_obj.spec,
+                         oracle={i: oracle_items[i] for i in usable}, random={i: random_items[i] for i in usable},
+                         excluded={"invalid_grade": excluded_grade, "invalid_score": len(gradable) - len(usable)},
+                         truncated=truncated)
         results[name] = res
         rm_summaries.append({"rm": name, "n_items": len(usable), "k": list(ks), "first_k": res.first_k,
                              "expected": res.expected, "ci_low": res.ci_low, "ci_high": res.ci_high,
-                             "n_invalid_score_items": len(gradable) - len(usable), "truncated_inputs": int(truncated)})
+                             "n_invalid_score_items": len(gradable) - len(usable), "truncated_inputs": truncated})
         if out_path is not None:
-            rm_dir = out_path / slug(name)
-            write_downstream(rm_dir, res)
-            _write_scores(rm_dir / "scores.jsonl", ids, score_of)
-            _write_curve_csv(rm_dir / "curve.csv", name, ks, res)
+            _write_rm(out_path / slug(name), res, ids, score_of, ks)
 
-    naive = len(rms) * len(ks) * len(ids)
-    summary = {
-        "samples": str(ss.path), "condition": s.condition, "n_items": len(ids), "n_samples": n, "k": list(ks),
-        "grader": grader_obj.run_info(), "rms": rm_summaries,
-        "oracle": oracle, "random": rand, "n_gradable_items": len(gradable),
-        "distinct_samples": len({grader_obj.key(it, t) for it, t in pairs}),
-        "grader_calls": {"made": grader_obj.stats.calls, "naive": naive,
-                         "naive_rule": "RMs x k values x items (one grading per pick)",
-                         "saved_vs_naive": naive - grader_obj.stats.calls},
-        "seed": s.seed, "wall_time_s": round(time.time() - t0, 3),
-        "cost": spend.summary() if spend is not None else None,
-    }
+    summary = _bon_summary(ss, s, ks, grader_obj, pairs, rm_summaries, oracle, rand, n_gradable=len(gradable),
+                           n_rms=len(rms), started=t0, spend=spend)
     if out_path is not None:
         out_path.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out_path / "bon.json", summary)
         _write_grades(out_path / "grades.jsonl", grade_rows)
         _write_all_curves(out_path / "curves.csv", results, ks, oracle, rand)
     return BonResult(summary, results, out_path)
+
+
+def _ks(s: BonSettings, ss: SampleSet) -> list[int]:
+    """The k values of the curves (each in [1, N]); a samples folder with no complete item is an error."""
+    if not ss.items:
+        raise PrbenchError(f"{ss.path}: no complete items to evaluate")
+    n = ss.n
+    ks = sorted(set(s.ks)) if s.ks else k_values(n)
+    if any(k < 1 or k > n for k in ks):
+        raise PrbenchError(f"k values must lie in [1, {n}], got {ks}")
+    return ks
+
+
+def _references(grade_of: dict[str, np.ndarray], gradable: list[str], ks: list[int]) -> tuple[dict, dict]:
+    """Per item and k: the grader's own best of k (oracle) and the mean grade (a random pick)."""
+    return ({i: {k: metrics.oracle_best_of_k(grade_of[i], k) for k in ks} for i in gradable},
+            {i: {k: metrics.random_of_k(grade_of[i]) for k in ks} for i in gradable})
+
+
+def _bon_summary(ss: SampleSet, s: BonSettings, ks: list[int], grader: Grader, pairs: list, rm_summaries: list,
+                 oracle: dict, rand: dict, *, n_gradable: int, n_rms: int, started: float, spend: Any
+                 ) -> dict[str, Any]:
+    """bon.json: every RM's curve beside the oracle and random ones, and the grader calls saved."""
+    naive = n_rms * len(ks) * len(ss.items)
+    return {
+        "samples": str(ss.path), "condition": s.condition, "n_items": len(ss.items), "n_samples": ss.n, "k": list(ks),
+        "grader": grader.run_info(), "rms": rm_summaries,
+        "oracle": oracle, "random": rand, "n_gradable_items": n_gradable,
+        "distinct_samples": len({grader.key(it, t) for it, t in pairs}),
+        "grader_calls": {"made": grader.stats.calls, "naive": naive,
+                         "naive_rule": "RMs x k values x items (one grading per pick)",
+                         "saved_vs_naive": naive - grader.stats.calls},
+        "seed": s.seed, "wall_time_s": round(time.time() - started, 3),
+        "cost": spend.summary() if spend is not None else None,
+    }
+
+
+def _grades(grader: Grader, ss: SampleSet, out: str | Path | None, *, max_usd: float | None,
+            prices: str | Path | None, batch: bool) -> tuple[list, dict[str, np.ndarray], list[dict[str, Any]], Any]:
+    """(item, sample) pairs, each item's grades (NaN: invalid), the grades.jsonl rows, and the grader's spend
+    (priced and capped by `prbench.cost`; through provider batches with `batch`)."""
+    from prbench.engines.batch import optional, reading_only
+
+    n = ss.n
+    pairs = [(it, t) for it in ss.items for t in ss.samples[it.id]]
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+
+    def collect() -> None:
+        with reading_only(grader):
+            grader.grade(pairs)
+
+    with cost.tracking(grader, out, max_usd=max_usd, prices=prices, batch=batch) as spend, \
+            optional(batch, grader, out, collect):
+        grades = grader.grade(pairs)
+    grade_of: dict[str, np.ndarray] = {}
+    rows = []
+    for j, it in enumerate(ss.items):
+        gs = grades[j * n : (j + 1) * n]
+        grade_of[it.id] = np.array([g.score for g in gs], dtype=float)
+        rows.append({"id": it.id, "grades": [None if not g.valid else g.score for g in gs],
+                     "aspects": [g.aspects for g in gs], "errors": [g.error for g in gs]})
+    return pairs, grade_of, rows, spend
+
+
+def _scores(rm: PointwiseRM, ss: SampleSet, views: Sequence[Any], batch_size: int, cache: Cache
+            ) -> tuple[dict[str, np.ndarray], int]:
+    """Each item's RM scores (NaN: invalid), in calls of a few batches, and how many inputs were truncated."""
+    n = ss.n
+    flat = [(v, t) for it, v in zip(ss.items, views) for t in ss.samples[it.id]]
+    scores = []
+    chunk = max(1, batch_size) * 4
+    for start in range(0, len(flat), chunk):
+        scores.extend(score_cached(rm, flat[start : start + chunk], cache))
+    score_of = {it.id: np.array([x.value if x.valid else np.nan for x in scores[j * n : (j + 1) * n]], dtype=float)
+                for j, it in enumerate(ss.items)}
+    return score_of, int(sum(x.truncated for x in scores))
+
+
+def _rm_result(rm: PointwiseRM, name: str, usable: list[str], score_of: dict[str, np.ndarray],
+               grade_of: dict[str, np.ndarray], ks: list[int], s: BonSettings, ss: SampleSet, grader_spec: str, *,
+               oracle: dict, random: dict, excluded: dict[str, int], truncated: int) -> DownstreamResult:
+    """One RM's curves on the items it and the grader both scored (expected and first-k best-of-k, with CIs)."""
+    per_item = {i: {k: metrics.expected_best_of_k(score_of[i], grade_of[i], k) for k in ks} for i in usable}
+    per_item_first = {i: {k: metrics.first_k_best(score_of[i], grade_of[i], k) for k in ks} for i in usable}
+    exp_curve = _curve(per_item, ks, s.seed, s.n_boot)
+    first_curve = _curve(per_item_first, ks, s.seed, s.n_boot)
+    return DownstreamResult(
+        rm=name, setting="bon", k=list(ks), first_k=first_curve["mean"], expected=exp_curve["mean"],
+        ci_low=exp_curve["ci_low"], ci_high=exp_curve["ci_high"],
+        per_item={i: {str(k): v for k, v in d.items()} for i, d in per_item.items()},
+        grader=grader_spec, n_items=len(usable),
+        extra={
+            "condition": s.condition, "n_samples": ss.n, "samples": str(ss.path),
+            "first_k_ci_low": first_curve["ci_low"], "first_k_ci_high": first_curve["ci_high"],
+            "per_item_first_k": {i: {str(k): v for k, v in d.items()} for i, d in per_item_first.items()},
+            "oracle": _curve(oracle, ks, s.seed, s.n_boot)["mean"], "random": _curve(random, ks, s.seed, s.n_boot)["mean"],
+            "n_excluded": excluded, "truncated_inputs": truncated, "rm_fingerprint": rm.fingerprint(), "seed": s.seed,
+            "ci": "percentile bootstrap over items, 95%", "n_boot": s.n_boot,
+        },
+    )
+
+
+def _views(items: Sequence[Any], s: BonSettings, persist: bool) -> list[Any]:
+    """What the RMs see of each item under the condition, built once through conditions."""
+    planner = read_planner_file(s.planner_file) if s.planner_file else None
+    return build_views(items, s.condition, retriever=load_retriever(s.retriever), top_k=s.top_k, planner=planner,
+                       seed=s.seed, max_context_chars=s.max_context_chars,
+                       cache=Cache(namespace="retrieval") if persist else None)
+
+
+def _write_rm(rm_dir: Path, res: DownstreamResult, ids: Sequence[str], score_of: dict[str, np.ndarray],
+              ks: list[int]) -> None:
+    write_downstream(rm_dir, res)
+    _write_scores(rm_dir / "scores.jsonl", ids, score_of)
+    _write_curve_csv(rm_dir / "curve.csv", res.rm, ks, res)
 
 
 def _write_scores(path: Path, ids: Sequence[str], score_of: dict[str, np.ndarray]) -> None:

@@ -145,6 +145,19 @@ def generation_record(item: SourceItem, prompt_text: str, text: str, finish: str
     return rec
 
 
+def open_generation_run(path: Path | None, cfg: dict[str, Any], overwrite: bool, items: Sequence[SourceItem]) -> Any:
+    """The resumable folder of one generation run (None without `out`), holding the items it answers."""
+    if path is None:
+        return None
+    from prbench.data import write_examples
+    from prbench.downstream.sampling import ITEMS_FILE, SamplesDir
+
+    run = SamplesDir(path, cfg, overwrite)
+    if not (run.path / ITEMS_FILE).exists():
+        write_examples(items, run.path / ITEMS_FILE)
+    return run
+
+
 def context_sources(retriever: str, planner_file: str | None, persist: bool) -> tuple[Any, Cache | None, Any]:
     """(retriever, its cache when results persist, planner outputs) for building policy and RM views."""
     return (load_retriever(retriever), Cache(namespace="retrieval") if persist else None,

@@ -38,6 +38,7 @@ from prbench.downstream.generation_runs import (
     context_sources,
     finish_generation_run,
     generation_record,
+    open_generation_run,
     policy_view,
 )
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
@@ -116,8 +117,7 @@ def run_icl(
     The example pool (same-user items) is the whole loaded data before `s.limit`, so limiting
     the run does not remove a user's past answers.
     """
-    from prbench.data import write_examples
-    from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items
+    from prbench.downstream.sampling import load_items
 
     s = ICLSettings.build(settings, **options)
     t0 = time.time()
@@ -133,62 +133,54 @@ def run_icl(
     cfg = run_identity(s, exclude={"prompt_file", "encoder", "n_boot"}, policy=getattr(engine, "spec", str(policy)),
                        data=data if isinstance(data, str) else "<in-memory>", repetition_penalty=repetition_penalty,
                        n=1, prompt_hash=prompt.hash, policy_fingerprint=engine.fingerprint())
-    run = None
-    if out is not None:
-        path = Path(out) if exact_out else Path(out) / "icl" / slug(cfg["policy"]) / f"{s.examples}-m{s.max_examples}"
-        run = SamplesDir(path, cfg, overwrite)
-        if not (run.path / ITEMS_FILE).exists():
-            write_examples(items, run.path / ITEMS_FILE)
+    path = None if out is None else (
+        Path(out) if exact_out else Path(out) / "icl" / slug(cfg["policy"]) / f"{s.examples}-m{s.max_examples}")
+    run = open_generation_run(path, cfg, overwrite, items)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
     ret, rcache, _ = context_sources(s.retriever, None, run is not None)
     writer = GenerationWriter(run, items, len(done), on_progress)
-    gen_s = 0.0
-    failed = 0
+    gen_s, failed = 0.0, 0
     for start in range(0, len(todo), max(1, s.batch_size)):
         part = todo[start : start + s.batch_size]
-        msgs_list, params, info = [], [], []
-        for it in part:
-            pairs, source, ids = ([], "none", []) if s.examples == "posts" else qa_pairs(it, pool, ret, s.max_examples,
-                                                                                     rcache)
-            if s.examples == "qa" or (s.examples == "auto" and pairs):
-                view = (policy_view(it, "profile", retriever=ret, top_k=s.top_k, pool=pool, seed=s.seed, cache=rcache)
-                        if s.with_posts else build_view(it, "none", retriever=ret))
-                msgs = icl_messages(it, pairs, view.prompt(), prompt, s.max_words)
-                kind = "qa"
-            else:
-                view = policy_view(it, "profile", retriever=ret, top_k=s.top_k, pool=pool, seed=s.seed, cache=rcache)
-                msgs = icl_messages(it, [], view.prompt(), prompt, s.max_words)
-                kind, source, ids = "posts", "profile posts", [p.id for p in view.posts]
-            msgs_list.append(msgs)
-            params.append(GenParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                                    repetition_penalty=repetition_penalty, seed=example_seed(s.seed, it.id, "icl")))
-            info.append({"kind": kind, "source": source, "example_ids": ids})
+        asks = [_ask(it, pool, s, prompt, ret, rcache) for it in part]
+        params = [GenParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                            repetition_penalty=repetition_penalty, seed=example_seed(s.seed, it.id, "icl"))
+                  for it in part]
         t1 = time.time()
-        gens = engine.generate(msgs_list, params)
-        dt = time.time() - t1
-        gen_s += dt
-        recs = []
-        for it, m, p, g, inf in zip(part, msgs_list, params, gens, info):
-            if g.error:
-                failed += 1
-                continue
-            prompt_text = "\n".join(x["content"] for x in m)
-            recs.append(generation_record(it, prompt_text, g.text, g.finish_reason, g.n_tokens or 0, p.seed,
-                                          {"icl": {**inf, "seconds": round(dt / len(part), 3)}}))
+        gens = engine.generate([m for m, _ in asks], params)
+        gen_s += (dt := time.time() - t1)
+        recs = [generation_record(it, "\n".join(x["content"] for x in m), g.text, g.finish_reason, g.n_tokens or 0,
+                                  p.seed, {"icl": {**inf, "seconds": round(dt / len(part), 3)}})
+                for it, (m, inf), p, g in zip(part, asks, params, gens) if not g.error]
+        failed += len(part) - len(recs)
         writer.add(recs, len(part))
     records, texts = writer.finish()
     kinds: dict[str, int] = {}
     for r in records:
         kinds[r["icl"]["kind"]] = kinds.get(r["icl"]["kind"], 0) + 1
-    summary = finish_generation_run(run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed,
-                      n_boot=s.n_boot,
-                      downstream_metric="none", rm_name=None, setting="icl",
-                      extra_summary={"policy": cfg["policy"], "method": "icl", "examples": s.examples,
-                                     "max_examples": s.max_examples, "with_posts": s.with_posts,
-                                     "example_kinds": kinds, "failed_items": failed,
-                                     "temperature": s.temperature, "repetition_penalty": repetition_penalty,
-                                     "resumed_from": len(done), "generate_seconds": round(gen_s, 3),
-                                     "seconds_per_item": round(gen_s / len(todo), 3) if todo else None},
-                      downstream_extra={}, t0=t0)
+    summary = finish_generation_run(
+        run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed, n_boot=s.n_boot,
+        downstream_metric="none", rm_name=None, setting="icl",
+        extra_summary={"policy": cfg["policy"], "method": "icl", "examples": s.examples,
+                       "max_examples": s.max_examples, "with_posts": s.with_posts,
+                       "example_kinds": kinds, "failed_items": failed,
+                       "temperature": s.temperature, "repetition_penalty": repetition_penalty,
+                       "resumed_from": len(done), "generate_seconds": round(gen_s, 3),
+                       "seconds_per_item": round(gen_s / len(todo), 3) if todo else None},
+        downstream_extra={}, t0=t0)
     return GenerationRun(summary, texts, run.path if run else None, records)
+
+
+def _ask(it: SourceItem, pool: Sequence[SourceItem], s: ICLSettings, prompt: Any, ret: Any, rcache: Any
+         ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """The messages for one item (its user's past Q/A pairs, or profile posts) and what they were built from."""
+    pairs, source, ids = ([], "none", []) if s.examples == "posts" else qa_pairs(it, pool, ret, s.max_examples, rcache)
+    if s.examples == "qa" or (s.examples == "auto" and pairs):
+        view = (policy_view(it, "profile", retriever=ret, top_k=s.top_k, pool=pool, seed=s.seed, cache=rcache)
+                if s.with_posts else build_view(it, "none", retriever=ret))
+        return icl_messages(it, pairs, view.prompt(), prompt, s.max_words), {"kind": "qa", "source": source,
+                                                                             "example_ids": ids}
+    view = policy_view(it, "profile", retriever=ret, top_k=s.top_k, pool=pool, seed=s.seed, cache=rcache)
+    return (icl_messages(it, [], view.prompt(), prompt, s.max_words),
+            {"kind": "posts", "source": "profile posts", "example_ids": [p.id for p in view.posts]})

@@ -59,6 +59,7 @@ from prbench.downstream.generation_runs import (
     encode_prompt,
     finish_generation_run,
     generation_record,
+    open_generation_run,
     policy_view,
 )
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text
@@ -101,8 +102,7 @@ def run_rgd(
     With `out`, results go to `rgd_path(out, ...)` (or `out` itself with `exact_out`); a re-run
     skips finished items. `grader` is a spec string or a `Grader`.
     """
-    from prbench.data import write_examples
-    from prbench.downstream.sampling import ITEMS_FILE, SamplesDir, load_items, policy_messages
+    from prbench.downstream.sampling import load_items
 
     s = RGDSettings.build(settings, **options)
     t0 = time.time()
@@ -121,68 +121,76 @@ def run_rgd(
                        data=data if isinstance(data, str) else "<in-memory>",
                        repetition_penalty=params.repetition_penalty or 1.0, n=1, prompt_hash=prompt.hash,
                        policy_fingerprint=engine.fingerprint(), rm_fingerprint=rm_obj.fingerprint())
-    run = None
-    if persist:
-        path = Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)
-        run = SamplesDir(path, cfg, overwrite)
-        if not (run.path / ITEMS_FILE).exists():
-            write_examples(items, run.path / ITEMS_FILE)
+    path = (Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)) if persist else None
+    run = open_generation_run(path, cfg, overwrite, items)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
     ret, rcache, planner = context_sources(s.retriever, s.planner_file, persist)
     rewards = PrefixRewards(rm_obj, cache, s.rm_batch_size)
     writer = GenerationWriter(run, items, len(done), on_progress)
-    decode_s = 0.0
-    truncated = 0
+    decode_s, truncated = 0.0, 0
     for start in range(0, len(todo), max(1, s.batch_size)):
         part = todo[start : start + s.batch_size]
-        jobs, prompts = [], []
-        for it in part:
-            pv = policy_view(it, s.policy_condition, retriever=ret, top_k=s.top_k, pool=items, seed=s.seed, cache=rcache)
-            msgs = policy_messages(pv, prompt, s.max_words)
-            ids, cut = encode_prompt(engine, msgs, s.max_new_tokens)
-            truncated += cut
-            rv = build_view(it, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=items, seed=s.seed,
-                            max_context_chars=s.max_context_chars, cache=rcache)
-            jobs.append(RGDJob(ids, rv, example_seed(s.seed, it.id, "rgd")))
-            prompts.append(msgs[0]["content"])
+        jobs, prompts, cut = _jobs(part, items, s, engine, prompt, (ret, rcache, planner))
+        truncated += cut
         t1 = time.time()
         outs = rgd_decode(engine, jobs, params, rewards, batch_size=s.batch_size)
-        dt = time.time() - t1
-        decode_s += dt
-        recs = []
-        for it, job, p, o in zip(part, jobs, prompts, outs):
-            final = None
-            if params.w != 0 and o.text.strip():
-                r = rewards([(job.view, rm_text(o.text))])[0]  # usually memoised: the last candidate scored
-                final = r if math.isfinite(r) else None
-            recs.append(generation_record(it, p, o.text, o.finish_reason, len(o.token_ids), job.seed, {
-                "rgd": {"decision_points": o.decision_points, "changed": o.changed,
-                        "invalid_rewards": o.invalid_rewards, "final_reward": final,
-                        "seconds": round(dt / len(part), 3)}}))
-        writer.add(recs, len(part))
+        decode_s += (dt := time.time() - t1)
+        writer.add(_records(part, jobs, prompts, outs, params.w, rewards, dt), len(part))
     records, texts = writer.finish()
     summary = finish_generation_run(
-                      run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed, n_boot=s.n_boot,
-                      downstream_metric=s.downstream_metric if s.w != 0 else "none", rm_name=rm_name, setting="rgd",
-                      extra_summary={
-                          "policy": cfg["policy"], "rm": rm_name, "condition": s.condition, "w": s.w, "k": s.k,
-                          "chunk": s.chunk,
-                          "temperature": s.temperature, "repetition_penalty": cfg["repetition_penalty"],
-                          "reward_norm": s.reward_norm, "rewards": rewards.stats.as_dict(),
-                          "truncated_prompts": truncated, "resumed_from": len(done),
-                          "decode_seconds": round(decode_s, 3),
-                          "seconds_per_item": round(decode_s / len(todo), 3) if todo else None,
-                          "changed_share": _changed_share(records),
-                          "downstream_note": None if s.w != 0 else
-                          "w = 0 is the plain policy: no downstream.json (it would not describe the RM)",
-                      },
-                      downstream_extra={"policy": cfg["policy"], "condition": s.condition, "w": s.w,
-                                        "candidates_k": s.k, "chunk": s.chunk,
-                                        "temperature": s.temperature, "reward_norm": s.reward_norm, "seed": s.seed,
-                                        "rm_fingerprint": cfg["rm_fingerprint"]},
-                      t0=t0)
+        run, records, items, texts, grader=grader, encoder=s.encoder, seed=s.seed, n_boot=s.n_boot,
+        downstream_metric=s.downstream_metric if s.w != 0 else "none", rm_name=rm_name, setting="rgd",
+        extra_summary={
+            "policy": cfg["policy"], "rm": rm_name, "condition": s.condition, "w": s.w, "k": s.k, "chunk": s.chunk,
+            "temperature": s.temperature, "repetition_penalty": cfg["repetition_penalty"],
+            "reward_norm": s.reward_norm, "rewards": rewards.stats.as_dict(),
+            "truncated_prompts": truncated, "resumed_from": len(done), "decode_seconds": round(decode_s, 3),
+            "seconds_per_item": round(decode_s / len(todo), 3) if todo else None,
+            "changed_share": _changed_share(records),
+            "downstream_note": None if s.w != 0 else
+            "w = 0 is the plain policy: no downstream.json (it would not describe the RM)",
+        },
+        downstream_extra={"policy": cfg["policy"], "condition": s.condition, "w": s.w, "candidates_k": s.k,
+                          "chunk": s.chunk, "temperature": s.temperature, "reward_norm": s.reward_norm,
+                          "seed": s.seed, "rm_fingerprint": cfg["rm_fingerprint"]},
+        t0=t0)
     return GenerationRun(summary, texts, run.path if run else None, records)
+
+
+def _jobs(part: Sequence[SourceItem], items: Sequence[SourceItem], s: RGDSettings, engine: Engine, prompt: Any,
+          sources: tuple[Any, Any, Any]) -> tuple[list[RGDJob], list[str], int]:
+    """Each item's decoding job (prompt ids, the RM's view, its seed), prompt text, and how many prompts were cut."""
+    from prbench.downstream.sampling import policy_messages
+
+    ret, rcache, planner = sources
+    jobs, prompts, truncated = [], [], 0
+    for it in part:
+        pv = policy_view(it, s.policy_condition, retriever=ret, top_k=s.top_k, pool=items, seed=s.seed, cache=rcache)
+        msgs = policy_messages(pv, prompt, s.max_words)
+        ids, cut = encode_prompt(engine, msgs, s.max_new_tokens)
+        truncated += cut
+        rv = build_view(it, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=items, seed=s.seed,
+                        max_context_chars=s.max_context_chars, cache=rcache)
+        jobs.append(RGDJob(ids, rv, example_seed(s.seed, it.id, "rgd")))
+        prompts.append(msgs[0]["content"])
+    return jobs, prompts, truncated
+
+
+def _records(part: Sequence[SourceItem], jobs: list[RGDJob], prompts: list[str], outs: Sequence[Any], w: float,
+             rewards: PrefixRewards, seconds: float) -> list[dict[str, Any]]:
+    """The generation records of one decoded batch, with the reward of each final answer."""
+    recs = []
+    for it, job, p, o in zip(part, jobs, prompts, outs):
+        final = None
+        if w != 0 and o.text.strip():
+            r = rewards([(job.view, rm_text(o.text))])[0]  # usually memoised: the last candidate scored
+            final = r if math.isfinite(r) else None
+        recs.append(generation_record(it, p, o.text, o.finish_reason, len(o.token_ids), job.seed, {
+            "rgd": {"decision_points": o.decision_points, "changed": o.changed,
+                    "invalid_rewards": o.invalid_rewards, "final_reward": final,
+                    "seconds": round(seconds / len(part), 3)}}))
+    return recs
 
 
 def _changed_share(records: Sequence[dict[str, Any]]) -> float | None:

@@ -16,8 +16,8 @@ Endpoints
   OpenRLHF 0.11.2 sends it (`openrlhf/utils/agent.py`, `_fetch_rewards_via_http`):
   `{"query": [str], "prompts": [str], "labels": [str]}`, no Authorization header. `query` is
   prompt + response decoded with special tokens; the response is cut out of it by the policy's
-  chat template (`--policy-template`, see `prbench.integrations.chat`); each label is a JSON
-  object naming the user context (`prbench.integrations.items`: an `id` looked up in
+  chat template (`--policy-template`, see `prbench.downstream.chat`); each label is a JSON
+  object naming the user context (`prbench.downstream.items`: an `id` looked up in
   `--items`, or `question` + `profile`). The reply is `{"rewards": [float], "scores": [float],
   "extra_logs": {"prbench_invalid": [0.0 | 1.0]}}`: always finite floats. An item that cannot be
   rewarded (unreadable label, unknown id, no assistant turn, an RM failure) gets the
@@ -69,10 +69,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from prbench.cache import NullCache, content_key
 from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.downstream.batcher import Batcher, Batching, Overloaded
+from prbench.downstream.chat import ChatSplitter
+from prbench.downstream.items import item_from_context, parse_label
 from prbench.errors import PrbenchError
 from prbench.extras import require
-from prbench.integrations.chat import ChatSplitter
-from prbench.integrations.items import item_from_context, parse_label
 from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.runs import redact_url
@@ -539,7 +539,7 @@ def create_app(
     if not isinstance(model, PointwiseRM):
         raise PrbenchError(f"{model.spec}: the reward server needs a pointwise RM (a judge in --mode pointwise)")
     if isinstance(policy_template, str):
-        from prbench.integrations.chat import load_splitter
+        from prbench.downstream.chat import load_splitter
 
         policy_template = load_splitter(policy_template)
     service = RewardService(model, condition, retriever=load_retriever(retriever), top_k=top_k,

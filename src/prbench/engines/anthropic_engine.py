@@ -27,7 +27,7 @@ from typing import Any
 from prbench.cache import Cache
 from prbench.engines import providers
 from prbench.engines.base import GenParams, Messages
-from prbench.engines.openai_engine import OpenAIEngine
+from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine
 from prbench.errors import SpecError
 from prbench.extras import require
 
@@ -35,9 +35,17 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 SAMPLING_VERSIONS = ("2023-06-01",)  # API versions that still take temperature / top_p
 
 
+class AnthropicOptions(HTTPOptions):
+    """Options of Anthropic's native Messages API (`anthropic:` engines)."""
+
+    api_version: str | None = None
+    prompt_cache: bool = False
+
+
 class AnthropicEngine(OpenAIEngine):
     """Claude models over the native Messages API (see module docstring)."""
 
+    options_model = AnthropicOptions
     _body_key = "content"
 
     def __init__(

@@ -88,13 +88,13 @@ def logsumexp(values: Sequence[float]) -> float:
 
 
 def load_engine(spec: str, **options: Any) -> Engine:
-    """Build the engine a spec string names (see `prbench.registry.ENGINES`); options are backend-specific."""
+    """Build the engine a spec string names (see `prbench.registry.ENGINES`); options are its kind's
+    (`options_model`), an unknown one refused with the closest known name."""
     from prbench.registry import ENGINES
+    from prbench.specs import check_options
 
-    prefix, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise SpecError(f"engine spec {spec!r} needs a prefix and a model, e.g. hf:DIR "
-                        f"(known prefixes: {', '.join(ENGINES.names())})")
+    options = check_options(ENGINES, spec, options)
+    prefix, _, rest = spec.partition(":")
     engine = ENGINES.get(prefix)(rest, **options)
     if not isinstance(engine, Engine):
         raise SpecError(f"{prefix}: its factory returned {type(engine).__name__}, not a prbench Engine")
@@ -102,22 +102,8 @@ def load_engine(spec: str, **options: Any) -> Engine:
 
 
 def engine_keywords(spec: str) -> set[str] | None:
-    """The keyword options the engine kind of `spec` takes (None: any), without building it.
+    """The options the engine kind of `spec` declares (None: any), without building it."""
+    from prbench.registry import ENGINES
+    from prbench.specs import declared, options_model
 
-    A factory that forwards its options to a class names that class in `options_of`
-    (e.g. the built-ins forward to `TransformersEngine`); otherwise its own signature counts.
-    """
-    import inspect
-
-    from prbench.registry import ENGINES, resolve
-
-    factory = ENGINES.get(spec.partition(":")[0])
-    target = getattr(factory, "options_of", factory)
-    target = resolve(target) if isinstance(target, str) else target
-    try:
-        params = list(inspect.signature(target).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return None
-    return {p.name for p in params[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return declared(options_model(ENGINES, spec))

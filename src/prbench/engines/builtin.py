@@ -32,7 +32,7 @@ from typing import Any
 
 from prbench.cache import default_cache_dir
 from prbench.engines.base import GenParams
-from prbench.engines.transformers_engine import quiet_progress
+from prbench.engines.transformers_engine import TransformersOptions, quiet_progress
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 from prbench.progress import beat
@@ -225,7 +225,15 @@ def builtin_engine(name: str, **opts: Any) -> Any:
     return engine
 
 
-builtin_engine.options_of = "prbench.engines.transformers_engine:TransformersEngine"  # type: ignore[attr-defined]
+def check_builtin(name: str) -> str:
+    """`resolve_spec` of the builtin engine: the name must be a builtin model."""
+    if name not in BUILTIN_NAMES:
+        raise SpecError(f"unknown builtin model {name!r} (known: {', '.join(BUILTIN_NAMES)})")
+    return name
+
+
+builtin_engine.options_model = TransformersOptions  # type: ignore[attr-defined]
+builtin_engine.resolve_spec = lambda rest, root: check_builtin(rest)  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

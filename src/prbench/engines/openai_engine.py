@@ -75,6 +75,7 @@ from prbench.engines.ratelimit import (
 )
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
+from prbench.specs import KindOptions
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,35 @@ def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) 
     return {c: logsumexp([lp for tok, lp in top if tok == c or tok == " " + c]) for c in choices}
 
 
+class HTTPOptions(KindOptions):
+    """Options of every HTTP API engine: where it is, its key, and how requests are paced and retried."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    concurrency: int | None = None
+    timeout: float = 60.0
+    max_retries: int = 5
+    cache: Any = None  # a prbench.cache.Cache
+    backoff_base: float = 0.5
+    backoff_max: float = 60.0
+    default_params: Any = None  # a GenParams
+    rpm: float | None = None
+    tpm: float | None = None
+    rate_limit_retries: int | None = None
+    no_api_key: bool = False
+
+
+class OpenAIOptions(HTTPOptions):
+    """Options of an OpenAI-compatible endpoint (`openai:` engines)."""
+
+    tokenizer: str | None = None
+    max_tokens_param: str | None = None
+    omit_params: Sequence[str] = ()
+    extra_body: dict[str, Any] | None = None
+    provider: str | None = None
+    reasoning_effort: str | None = None
+
+
 class OpenAIEngine(Engine):
     """Chat models behind an OpenAI-compatible API (see module docstring for guarantees).
 
@@ -126,6 +156,7 @@ class OpenAIEngine(Engine):
     error (None when it succeeded). `ledger` (a `prbench.cost.Ledger`, set per run) prices and caps requests.
     """
 
+    options_model = OpenAIOptions
     ledger: cost.Ledger | None = None
     batch: batch.Store | None = None  # batch mode (`prbench.engines.batch`): replies come from the run's batches
 

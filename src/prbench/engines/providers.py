@@ -324,3 +324,17 @@ def validate_base_url(url: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*\.?", raw_host):
         raise SpecError(f"base URL {url!r}: {raw_host!r} is not a valid host name")
     return url
+
+
+def engine_provider(spec: str, options: dict[str, Any] | None = None) -> tuple[str, str] | None:
+    """(provider, model) of the API engine behind an RM/engine spec (`judge:openai:gpt-5.1`), or None."""
+    opts = options or {}
+    parts = spec.split(":")
+    while parts and parts[0] not in ("openai", "anthropic"):
+        parts = parts[1:]  # judge:, judge[pointwise]:, pmi:, lik: ...
+    if len(parts) < 2:
+        return None
+    model = ":".join(parts[1:])
+    if parts[0] == "anthropic":
+        return "anthropic", model
+    return profile(opts.get("provider"), model, opts.get("base_url") or "").provider, model

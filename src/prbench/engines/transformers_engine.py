@@ -46,6 +46,7 @@ from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.progress import beat
+from prbench.specs import KindOptions, model_or_builtin
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +173,8 @@ def quiet_progress() -> Iterator[None]:
 
 
 def resolve_device(device: str) -> str:
-    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.train.cuda_device`), read at load time."""
-    from prbench.train import cuda_device
+    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.ranks.cuda_device`), read at load time."""
+    from prbench.ranks import cuda_device
 
     torch = require("torch", "hf")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
@@ -215,6 +216,21 @@ def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: Any) -> tuple[A
     return ids.to(device), mask.to(device), pos.to(device)
 
 
+class TransformersOptions(KindOptions):
+    """Options of the local transformers engine (`hf:` and `builtin:` engines)."""
+
+    device: str = "auto"
+    dtype: Any = "auto"
+    trust_remote_code: bool = False
+    batch_size: int = 8
+    max_length: int | None = None
+    gguf_file: str | None = None
+    revision: str | None = None
+    default_params: Any = None  # a GenParams
+    identity: dict[str, Any] | None = None
+    share_prefix: bool = True
+
+
 class TransformersEngine(Engine):
     """A Hugging Face causal LM run locally. `model` and `tokenizer` are public for direct use.
 
@@ -225,6 +241,9 @@ class TransformersEngine(Engine):
     replaces path-based fields in `fingerprint()` (builtins use a stable name + source hash).
     Calls are serialised by a lock; `stats` counts truncations and prefix mismatches.
     """
+
+    options_model = TransformersOptions
+    resolve_spec = staticmethod(model_or_builtin)
 
     def __init__(
         self,

@@ -42,6 +42,7 @@ from prbench.engines.base import Engine, Generation, GenParams, Messages, logsum
 from prbench.engines.transformers_engine import apply_stop, chat_ids, choice_token_ids, split_continuation
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
+from prbench.specs import OpenOptions, model_or_builtin
 
 TOP_LOGPROBS = 20
 
@@ -291,6 +292,17 @@ def resolve_model(model: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+class VLLMOptions(OpenOptions):
+    """prbench's options of the vLLM engine; any other is checked against the installed `vllm.EngineArgs`."""
+
+    device: str | None = None
+    dtype: str | None = None
+    max_length: int | None = None
+    batch_size: int | None = None
+    trust_remote_code: bool | None = None
+    default_params: Any = None  # a GenParams
+
+
 class VLLMEngine(Engine):
     """A model served in-process by vLLM. `tokenizer` and `llm` are public.
 
@@ -300,6 +312,9 @@ class VLLMEngine(Engine):
     max_model_len fails that request only (counted in `counts["too_long"]`); a request whose
     max_new_tokens would run past max_model_len is shortened (`counts["clamped"]`).
     """
+
+    options_model = VLLMOptions
+    resolve_spec = staticmethod(model_or_builtin)
 
     def __init__(self, model: str, default_params: GenParams | None = None, **options: Any):
         vllm = require("vllm", "vllm")

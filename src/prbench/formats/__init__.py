@@ -27,7 +27,7 @@ def load_reader(spec: str, **options: Any) -> Reader:
 
 
 def _first_row(src: str | Path, split: str) -> tuple[str, int, Any]:
-    from prbench.data.raw import iter_raw
+    from prbench.raw import iter_raw
 
     for file, line, raw in iter_raw(src, split):
         return file, line, raw
@@ -54,7 +54,7 @@ def detect(src: str | Path, split: str = "test") -> str:
     In a folder, files are tried in name order until one's first row is claimed (a LaMP
     folder's gold-output file is not an array of rows, its questions file is).
     """
-    from prbench.data.raw import SUFFIXES
+    from prbench.raw import SUFFIXES
 
     path = Path(str(src))
     try:

@@ -62,7 +62,7 @@ class Reader:
 
 def rows(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Any]]:
     """(file, line, raw row) of every record in `src`, rows that are not objects refused."""
-    from prbench.data.raw import iter_raw
+    from prbench.raw import iter_raw
 
     for file, line, raw in iter_raw(src, split):
         if not isinstance(raw, dict):
@@ -176,7 +176,7 @@ class Skips:
 
 def build(cls: type, file: str, line: int, **fields: Any) -> Any:
     """Validate a record, mapping the first pydantic error to a located DataError."""
-    from prbench.data.raw import _first_error
+    from prbench.raw import _first_error
 
     try:
         return cls.model_validate(fields)

@@ -49,7 +49,7 @@ class LaMP(Reader):
         return "input" in row and isinstance(row.get("profile"), list) and "question" not in row
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[tuple[str, int, SourceItem]]:
-        from prbench.data.raw import iter_raw
+        from prbench.raw import iter_raw
 
         path = Path(str(src))
         golds: dict[str, str] = {}

@@ -28,7 +28,7 @@ class PRB(Reader):
         return "question" in row and "chosen" in row and "rejected" in row
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[Any]:
-        from prbench.data.raw import _record_class, iter_raw, parse_record
+        from prbench.raw import _record_class, iter_raw, parse_record
 
         for file, line, raw in iter_raw(src, split):
             yield file, line, parse_record(raw, _record_class(self.kind), file, line)

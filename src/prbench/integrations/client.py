@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prbench.downstream.items import item_from_context
 from prbench.errors import PrbenchError
-from prbench.integrations.items import item_from_context
 from prbench.schema import SourceItem
 
 ENV = {"url": "PRBENCH_REWARD_URL", "rm": "PRBENCH_RM", "condition": "PRBENCH_CONDITION",

@@ -34,9 +34,9 @@ def service_from_env(**given: Any) -> Any:
             if not cfg["rm"] or not cfg["policy_template"]:
                 raise PrbenchError("reward_func needs PRBENCH_RM (the RM spec) and PRBENCH_POLICY_TEMPLATE "
                                    "(the policy whose chat template the queries use)")
+            from prbench.downstream.chat import load_splitter
             from prbench.downstream.sampling import load_items
             from prbench.downstream.server import RewardService
-            from prbench.integrations.chat import load_splitter
             from prbench.retrieval import load_retriever
             from prbench.rewards.base import PointwiseRM, load_rm
 

@@ -104,14 +104,15 @@ class PairwiseRM(RewardModel):
 def load_rm(spec: str, **options: Any) -> RewardModel:
     """Build the reward model a spec string names (see `prbench.registry.REWARDS`).
 
-    Options go to the kind's factory as keywords. A plug-in that returns no RewardModel is refused.
+    Options are checked by the kind's options model (`prbench.specs`): an unknown one is an error
+    naming the closest known one, except a command's flags for all its models (`COMMAND_WIDE`),
+    which a kind without that option does not get. A plug-in that returns no RewardModel is refused.
     """
     from prbench.registry import REWARDS
+    from prbench.specs import COMMAND_WIDE, check_options
 
-    prefix, sep, rest = spec.partition(":")
-    if not sep or not rest:
-        raise SpecError(f"model spec {spec!r} needs a prefix and a target, e.g. hf:DIR or baseline:length "
-                        f"(known prefixes: {', '.join(REWARDS.names())})")
+    options = check_options(REWARDS, spec, options, command_wide=COMMAND_WIDE)
+    prefix, _, rest = spec.partition(":")
     rm = REWARDS.get(prefix)(rest, **options)
     if not isinstance(rm, (PointwiseRM, PairwiseRM)):
         raise SpecError(f"{prefix}: its factory returned {type(rm).__name__}, not a PointwiseRM or PairwiseRM")
@@ -122,34 +123,36 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a reward-model kind needs and costs, known without loading any weights."""
+    """What a reward-model kind needs and costs, and whether it scores or compares, known without loading."""
 
     calls_model: bool = True
     is_control: bool = False
     uses_context: bool = True
+    kind: Literal["pointwise", "pairwise"] = "pointwise"
+
+    @property
+    def pairwise(self) -> bool:
+        return self.kind == "pairwise"
 
     def as_dict(self) -> dict[str, bool]:
+        """What a run summary records (`kind` is the summary's own field)."""
         return {"calls_model": self.calls_model, "is_control": self.is_control, "uses_context": self.uses_context}
 
 
-def capabilities(spec: str | RewardModel) -> Capabilities:
-    """Capabilities of a built RM, or of the class a spec would build (no weights loaded).
+def capabilities(spec: str | RewardModel, options: dict[str, Any] | None = None) -> Capabilities:
+    """Capabilities of a built RM, or of the class a spec would build with `options` (no weights loaded).
 
-    A factory tells its class by being the class itself or through a `model_class(rest)`
+    A factory tells its class by being the class itself or through a `model_class(rest, **options)`
     attribute; a factory that says neither gets the cautious defaults (a model call, not a control).
     """
     if isinstance(spec, RewardModel):
         cls: Any = spec
     else:
         from prbench.registry import REWARDS
+        from prbench.specs import model_class
 
-        prefix, _, rest = spec.partition(":")
-        factory = REWARDS.get(prefix)
-        if isinstance(factory, type):
-            cls = factory
-        elif callable(getattr(factory, "model_class", None)):
-            cls = factory.model_class(rest)
-        else:
+        cls = model_class(REWARDS, spec, options)
+        if cls is None:
             return Capabilities()
     return Capabilities(bool(getattr(cls, "calls_model", True)), bool(getattr(cls, "is_control", False)),
-                        bool(getattr(cls, "uses_context", True)))
+                        bool(getattr(cls, "uses_context", True)), getattr(cls, "kind", "pointwise"))

@@ -21,6 +21,7 @@ import numpy as np
 from prbench.conditions import View
 from prbench.errors import SpecError
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.specs import RMOptions
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -134,4 +135,10 @@ def baseline_class(name: str) -> type[PointwiseRM]:
     return BASELINES[kind]
 
 
+class BaselineOptions(RMOptions):
+    encoder: str | None = None  # baseline:embedding's sentence encoder (default builtin:minilm-l6)
+
+
 load_baseline.model_class = baseline_class  # type: ignore[attr-defined]
+load_baseline.options_model = BaselineOptions  # type: ignore[attr-defined]
+load_baseline.resolve_spec = lambda rest, root: baseline_class(rest) and rest  # type: ignore[attr-defined]

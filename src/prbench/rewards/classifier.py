@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from prbench.cache import text_hash
 from prbench.conditions import View
@@ -37,14 +37,15 @@ from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.progress import beat
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.specs import RMOptions, model_or_builtin
 
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
 PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # earlier turns, same plain form
 
 
 def resolve_device(device: str = "auto") -> str:
-    """`auto` / `cuda` -> this rank's GPU (`prbench.train.cuda_device`), read at load time; else as given."""
-    from prbench.train import cuda_device
+    """`auto` / `cuda` -> this rank's GPU (`prbench.ranks.cuda_device`), read at load time; else as given."""
+    from prbench.ranks import cuda_device
 
     torch = require("torch", "hf")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
@@ -327,3 +328,23 @@ def load_classifier(rest: str, engine: str = "transformers", **options: Any) -> 
 
         raise SpecError(f"hf: reward model engine must be 'transformers' or 'vllm', not {engine!r}")
     return SequenceClassifierRM(rest, spec=f"hf:{rest}", **options)
+
+
+class ClassifierOptions(RMOptions):
+    """Options of a sequence-classifier RM (`hf:`, a full `bt:` folder, `finetune:`)."""
+
+    engine: Literal["transformers", "hf", "vllm"] = "transformers"
+    device: str | None = "auto"
+    dtype: str = "auto"
+    max_length: int | None = None
+    token_budget: int | None = None
+    trust_remote_code: bool = False
+    label_index: int | None = None
+    share_prefix: bool = True
+    vllm_options: dict[str, Any] | None = None
+
+
+load_classifier.options_model = ClassifierOptions  # type: ignore[attr-defined]
+load_classifier.resolve_spec = model_or_builtin  # type: ignore[attr-defined]
+load_classifier.model_class = (  # type: ignore[attr-defined]
+    lambda rest, engine="transformers": VLLMClassifierRM if engine == "vllm" else SequenceClassifierRM)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import PrbenchError
-from prbench.rewards.classifier import SequenceClassifierRM
+from prbench.rewards.classifier import ClassifierOptions, SequenceClassifierRM
 from prbench.rewards.heads import read_meta, read_protocol
+from prbench.specs import local_path
 
 
 class FinetunedRM(SequenceClassifierRM):
@@ -46,4 +47,6 @@ def load_finetuned(rest: str, **options: Any) -> FinetunedRM:
 
 
 load_finetuned.model_class = lambda rest: FinetunedRM  # type: ignore[attr-defined]
+load_finetuned.options_model = ClassifierOptions  # type: ignore[attr-defined]
+load_finetuned.resolve_spec = lambda rest, root: local_path(rest, root, False)  # type: ignore[attr-defined]
 

@@ -23,6 +23,7 @@ from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.rewards.base import PointwiseRM
 from prbench.rewards.pal import Embedder, context_items, shots_key, shown_pairs, view_user
+from prbench.specs import RMOptions, local_path
 
 CONFIG_FILE, WEIGHTS_FILE, META_FILE, PROTOCOL_FILE = "config.json", "model.safetensors", "prbench_rm.json", "protocol.json"
 
@@ -71,11 +72,20 @@ def read_protocol(path: str | Path) -> dict[str, Any] | None:
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
 
 
+class HeadOptions(RMOptions):
+    """Options of a trained head: an embedding cache, and a pairs file whose unseen users are fitted at load."""
+
+    encoder_cache: Any = None  # a prbench.cache.Cache
+    adapt: str | None = None
+
+
 class HeadReward(PointwiseRM):
     """Base of LoRe / VPL rewards: loading, user identity, evidence, adaptation bookkeeping."""
 
     kind_name = ""
     adaptable = True  # has per-user state that k labelled pairs can set (the k-shot protocol uses it)
+    options_model = HeadOptions
+    resolve_spec = staticmethod(lambda rest, root: local_path(rest, root, False))
 
     def __init__(self, path: str, spec: str | None = None, encoder_cache: Cache | None = None,
                  adapt: str | None = None, **_: Any):

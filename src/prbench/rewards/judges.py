@@ -32,8 +32,9 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
 
 from prbench.cache import content_key
 from prbench.conditions import View
@@ -41,6 +42,7 @@ from prbench.engines.base import Engine, Generation, GenParams, engine_keywords,
 from prbench.errors import SpecError
 from prbench.prompts import load_prompt
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
+from prbench.specs import KindOptions, OpenOptions, RMOptions, combine, options_model, resolve_spec
 
 MODES = ("pairwise", "pointwise", "likelihood")
 RAW_CHARS = 400  # raw model output kept per verdict (head ... tail)
@@ -551,3 +553,40 @@ def load_judge(
     if mode == "likelihood":
         return LikelihoodJudge(engine_spec, debias_position=debias_position, **common)
     return PairwiseJudge(engine_spec, **common)
+
+
+class JudgeOptions(RMOptions):
+    """A judge's own options; its engine's options (`base_url`, `device`, ...) are given beside them."""
+
+    mode: Literal["pairwise", "pointwise", "likelihood"] = "pairwise"
+    prompt_file: str | None = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    retries_on_parse_failure: int = 1
+    scale: Sequence[float] | str = (1, 10)
+    retry_temperature: float = 0.7
+    engine_options: dict[str, Any] | None = None
+    debias_position: bool = False
+
+
+def over_engine(own: type[KindOptions]) -> Callable[[str], type[KindOptions]]:
+    """`options_model` of a kind whose rest is an engine spec: its own options plus the engine's."""
+    def model(rest: str) -> type[KindOptions]:
+        from prbench.registry import ENGINES
+
+        engine = options_model(ENGINES, rest)
+        return combine(own, engine if engine is not None else OpenOptions)
+    return model
+
+
+def engine_spec(rest: str, root: Path) -> str:
+    """`resolve_spec` of a kind whose rest is an engine spec: the engine's kind resolves it."""
+    from prbench.registry import ENGINES
+
+    return resolve_spec(ENGINES, rest, root)
+
+
+load_judge.options_model = over_engine(JudgeOptions)  # type: ignore[attr-defined]
+load_judge.resolve_spec = engine_spec  # type: ignore[attr-defined]
+load_judge.model_class = (  # type: ignore[attr-defined]  the mode decides pointwise or pairwise
+    lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(mode, PairwiseJudge))

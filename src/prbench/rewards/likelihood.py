@@ -37,7 +37,8 @@ from prbench.conditions import View
 from prbench.engines.base import Engine, Messages
 from prbench.errors import SpecError
 from prbench.rewards.base import PointwiseRM, Score
-from prbench.rewards.judges import engine_facts, open_engine, was_truncated
+from prbench.rewards.judges import engine_facts, engine_spec, open_engine, over_engine, was_truncated
+from prbench.specs import RMOptions
 
 Normalize = Literal["mean", "sum"]
 
@@ -56,10 +57,18 @@ def _user_turn(text: str, system: str | None, view: View | None = None) -> Messa
     return [*msgs, *earlier, {"role": "user", "content": text}]
 
 
+class LoglikOptions(RMOptions):
+    normalize: Normalize = "mean"
+    system: str | None = None
+    engine_options: dict[str, Any] | None = None
+
+
 class _LoglikRM(PointwiseRM):
     """Shared plumbing: one engine call per batch, identical requests computed once."""
 
     prefix = "lik"
+    options_model = staticmethod(over_engine(LoglikOptions))
+    resolve_spec = staticmethod(engine_spec)
 
     def __init__(self, engine_spec: str | Engine, normalize: Normalize = "mean", system: str | None = None,
                  engine_options: dict[str, Any] | None = None, **options: Any):

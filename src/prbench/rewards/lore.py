@@ -30,7 +30,7 @@ from prbench.conditions import View
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.rewards.base import Score
-from prbench.rewards.heads import HeadReward
+from prbench.rewards.heads import HeadOptions, HeadReward
 from prbench.rewards.pal import torch_threads
 
 PRIORS = ("profile", "none")
@@ -117,6 +117,13 @@ def post_means(embed, post_lists: Sequence[Sequence[str]], dim: int):
     return out, has
 
 
+class LoReOptions(HeadOptions):
+    adapt_steps: int = 200
+    adapt_lr: float = 0.1
+    adapt_l2: float | None = None
+    history_l2: float = 0.01
+
+
 class LoReReward(HeadReward):
     """Scores (view, response) with a folder written by `prbench train lore`.
 
@@ -128,6 +135,7 @@ class LoReReward(HeadReward):
     """
 
     kind_name = "lore"
+    options_model = LoReOptions
     build = staticmethod(build_lore)
 
     def __init__(self, path: str, spec: str | None = None, adapt_steps: int = 200, adapt_lr: float = 0.1,
@@ -203,7 +211,7 @@ class LoReReward(HeadReward):
         if not pairs:
             return
         torch = require("torch", "hf")
-        from prbench.train.bt import pair_views
+        from prbench.conditions import pair_views
 
         views = pair_views(pairs, self.config.get("condition", "profile") if self.model.prior == "profile" else "none",
                            retriever=self.config.get("retriever", "bm25"), top_k=self.config.get("top_k", 10))

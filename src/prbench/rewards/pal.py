@@ -48,6 +48,7 @@ from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.specs import RMOptions
 
 ARCHS = ("pal-a", "pal-b", "context-bt")
 DEFAULT_ENCODER = ENCODER
@@ -175,6 +176,38 @@ def view_user(view: View) -> str | None:
 # --------------------------------------------------------------------------- models (torch)
 
 
+def _context_bt(torch: Any, emb: int, hidden: int, dim: int):
+    """The context-BT head (its class is defined here because torch is imported lazily)."""
+    nn = torch.nn
+
+    class ContextBT(nn.Module):
+        """s = base([q, r, q*r]) + scale * sum_j att_j <W c_j, W r>, att = softmax_j(<W c_j, W r> / t).
+
+        The personal term is a learned similarity between the response and the user's most
+        related context items; W starts as a coordinate projection, i.e. as plain cosine
+        similarity, a prior that generalises to unseen users from few training users.
+        No context items (condition `none`) -> only the user-blind base term remains.
+        """
+
+        def __init__(self, emb: int, hidden: int, dim: int):
+            super().__init__()
+            self.base = nn.Sequential(nn.Linear(3 * emb, hidden), nn.GELU(), nn.Linear(hidden, 1))
+            self.metric = nn.Linear(emb, dim, bias=False)
+            with torch.no_grad():
+                self.metric.weight.copy_(torch.eye(max(emb, dim))[:dim, :emb])
+            self.log_temp = nn.Parameter(torch.tensor(math.log(0.1)))
+            self.scale = nn.Parameter(torch.tensor(10.0))
+
+        def forward(self, q: torch.Tensor, r: torch.Tensor, ctx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            base = self.base(torch.cat([q, r, q * r], dim=-1)).squeeze(-1)
+            sims = torch.einsum("bcd,bd->bc", self.metric(ctx), self.metric(r))
+            has = mask.any(dim=1).to(r.dtype)
+            att = torch.softmax((sims / self.log_temp.exp()).masked_fill(~mask, -1e9), dim=-1)
+            return base + self.scale * has * (att * sims).sum(-1)
+
+    return ContextBT(emb, hidden, dim)
+
+
 def build_model(config: dict[str, Any]):
     """The torch module a config describes (torch is imported lazily: the core stays light)."""
     torch = require("torch", "hf")
@@ -225,34 +258,9 @@ def build_model(config: dict[str, Any]):
             uy = (w.unsqueeze(-1) * gy).sum(1)
             return (ux * uy).sum(-1)
 
-    class ContextBT(nn.Module):
-        """s = base([q, r, q*r]) + scale * sum_j att_j <W c_j, W r>, att = softmax_j(<W c_j, W r> / t).
-
-        The personal term is a learned similarity between the response and the user's most
-        related context items; W starts as a coordinate projection, i.e. as plain cosine
-        similarity, a prior that generalises to unseen users from few training users.
-        No context items (condition `none`) -> only the user-blind base term remains.
-        """
-
-        def __init__(self, emb: int, hidden: int, dim: int):
-            super().__init__()
-            self.base = nn.Sequential(nn.Linear(3 * emb, hidden), nn.GELU(), nn.Linear(hidden, 1))
-            self.metric = nn.Linear(emb, dim, bias=False)
-            with torch.no_grad():
-                self.metric.weight.copy_(torch.eye(max(emb, dim))[:dim, :emb])
-            self.log_temp = nn.Parameter(torch.tensor(math.log(0.1)))
-            self.scale = nn.Parameter(torch.tensor(10.0))
-
-        def forward(self, q: torch.Tensor, r: torch.Tensor, ctx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            base = self.base(torch.cat([q, r, q * r], dim=-1)).squeeze(-1)
-            sims = torch.einsum("bcd,bd->bc", self.metric(ctx), self.metric(r))
-            has = mask.any(dim=1).to(r.dtype)
-            att = torch.softmax((sims / self.log_temp.exp()).masked_fill(~mask, -1e9), dim=-1)
-            return base + self.scale * has * (att * sims).sum(-1)
-
     arch = config["arch"]
     if arch == "context-bt":
-        return ContextBT(config["embed_dim"], config["hidden"], config["dim"])
+        return _context_bt(torch, config["embed_dim"], config["hidden"], config["dim"])
     if arch in ("pal-a", "pal-b"):
         return PALModel(arch, config["embed_dim"], config["hidden"], config["dim"], config["k_prototypes"],
                         len(config["users"]), config.get("prompt_shift", False))
@@ -327,6 +335,15 @@ def load_folder(path: str | Path, spec: str | None = None):
 
 
 # --------------------------------------------------------------------------- the reward model
+
+
+class PALOptions(RMOptions):
+    """Options of a PAL or context-BT head folder."""
+
+    encoder_cache: Any = None  # a prbench.cache.Cache
+    adapt: str | None = None
+    adapt_steps: int = 200
+    adapt_lr: float = 0.1
 
 
 class PALReward(PointwiseRM):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import SpecError
+from prbench.specs import OpenOptions, local_path
 
 
 def load_plugin(target: str, base_dir: str | Path | None = None, **options: Any):
@@ -33,3 +34,20 @@ def load_plugin(target: str, base_dir: str | Path | None = None, **options: Any)
         raise SpecError(f"py: {cls_name} must subclass prbench.rewards.PointwiseRM or PairwiseRM")
     rm.spec = f"py:{target}"
     return rm
+
+
+class PluginOptions(OpenOptions):
+    """`base_dir` is prbench's; every other option goes to the user's class, which checks it."""
+
+    base_dir: Path | str | None = None
+
+
+def _resolve(rest: str, root: Path) -> str:
+    file, sep, cls = rest.rpartition(":")
+    if not sep or not file.endswith(".py") or not cls:
+        raise SpecError(f"py: spec must be py:<file.py>:<ClassName>, got py:{rest}")
+    return f"{local_path(file, root, True)}:{cls}"
+
+
+load_plugin.options_model = PluginOptions  # type: ignore[attr-defined]
+load_plugin.resolve_spec = _resolve  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prbench.rewards.folders import HEAD_KINDS, trained_kind, wrong_prefix
+from prbench.specs import folder
 
 
 def load_bt(rest: str, **options: Any):
@@ -42,4 +43,24 @@ def _pal_class(rest: str):
     return PALReward
 
 
+def _bt_options(rest: str):
+    """A head folder takes a head's options, a full model a classifier's."""
+    if trained_kind(rest) in HEAD_KINDS:
+        from prbench.rewards.pal import PALOptions
+
+        return PALOptions
+    from prbench.rewards.classifier import ClassifierOptions
+
+    return ClassifierOptions
+
+
+def _pal_options(rest: str):
+    from prbench.rewards.pal import PALOptions
+
+    return PALOptions
+
+
 load_pal.model_class = _pal_class  # type: ignore[attr-defined]  (capabilities without loading weights)
+load_pal.options_model = _pal_options  # type: ignore[attr-defined]
+load_bt.options_model = _bt_options  # type: ignore[attr-defined]
+load_pal.resolve_spec = load_bt.resolve_spec = folder  # type: ignore[attr-defined]  (always a local folder)

@@ -39,6 +39,7 @@ from prbench.config import (
 )
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.schema import one_of
+from prbench.specs import check_options, resolve_spec
 
 
 def _known_stage(name: str) -> str:
@@ -124,6 +125,13 @@ class ModelEntry(_Strict):
         for c in v or []:
             one_of(c, ALL_CONDITIONS, "condition")
         return v
+
+    @property
+    def pairwise(self) -> bool:
+        """Its kind compares two responses (with these options), so it cannot score one alone."""
+        from prbench.rewards.base import capabilities
+
+        return capabilities(self.spec, self.options).pairwise
 
 
 class BenchmarkEntry(_Strict):
@@ -443,87 +451,47 @@ def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
                             "condition 'planner' needs a 'planner' section (the planner model)"))
     if not cfg.models and any(s in cfg.stages for s in ("eval", "bon", "meta", "report")):
         out.append((("models",), "no models: the study would evaluate nothing (list at least one under models)"))
-    if "bon" in cfg.stages and cfg.bon is not None and not cfg.bon.rms and not any(
-            not m.spec.startswith("judge:") for m in cfg.models):
+    if "bon" in cfg.stages and cfg.bon is not None and not cfg.bon.rms and all(m.pairwise for m in cfg.models):
         out.append((("bon",), "bon needs rms (no pointwise model in models to default to)"))
     return out
 
 
-# -- model specs: resolved through the registries before anything runs --------------------
-_OVER_ENGINE = ("judge", "pmi", "lik")  # reward kinds whose rest is an engine spec
-_FOLDERS = ("bt", "pal")  # reward kinds whose rest is always a local folder
-
-
-def _path(p: str, root: Path, must_exist: bool) -> str:
-    """A local path made absolute against the config's folder; a missing local-looking one is an error."""
-    cand = Path(p).expanduser()
-    here = cand if cand.is_absolute() else root / cand
-    if here.exists():
-        return str(here.resolve())
-    if must_exist or p.startswith(("/", ".", "~")):
-        raise SpecError(f"{p}: no such file or folder (relative paths are read from the config's folder, {root})")
-    return p  # a hub id (checked when loaded: a dry run of a paper preset must work offline)
-
-
-def _builtin(name: str) -> None:
-    from prbench.engines.builtin import BUILTIN_NAMES
-
-    if name not in BUILTIN_NAMES:
-        raise SpecError(f"unknown builtin model {name!r} (known: {', '.join(BUILTIN_NAMES)})")
-
-
+# -- model specs: resolved by their kinds (prbench.specs) before anything runs ----------------
 def resolve_engine(spec: str, root: Path) -> str:
     from prbench.registry import ENGINES
 
-    prefix, _, rest = spec.partition(":")
-    if prefix not in ENGINES:
-        raise SpecError(ENGINES.unknown(prefix))
-    if prefix == "builtin":
-        _builtin(rest)
-    elif prefix in ("hf", "vllm"):
-        return f"{prefix}:{_path(rest, root, False)}"
-    return spec
+    return resolve_spec(ENGINES, spec, root)
 
 
 def resolve_rm(spec: str, root: Path) -> str:
-    """The RM spec with local paths made absolute, after checking every part of it names something."""
+    """The RM spec with local paths made absolute, after its kind checked every part of it names something."""
     from prbench.registry import REWARDS
 
-    prefix, _, rest = spec.partition(":")
-    if prefix not in REWARDS:
-        raise SpecError(REWARDS.unknown(prefix))
-    if prefix in _OVER_ENGINE:
-        return f"{prefix}:{resolve_engine(rest, root)}"
-    if prefix == "hf":
-        if rest.startswith("builtin:"):
-            _builtin(rest.split(":", 1)[1])
-            return spec
-        return f"hf:{_path(rest, root, False)}"
-    if prefix in _FOLDERS:
-        return f"{prefix}:{_path(rest, root, True)}"
-    if prefix == "py":
-        file, sep, cls = rest.rpartition(":")
-        if not sep or not file.endswith(".py") or not cls:
-            raise SpecError(f"py: spec must be py:<file.py>:<ClassName>, got {spec}")
-        return f"py:{_path(file, root, True)}:{cls}"
-    if prefix == "baseline":
-        REWARDS.get("baseline").model_class(rest)
-    return spec
+    return resolve_spec(REWARDS, spec, root)
 
 
 def resolve_grader(spec: str, root: Path) -> str:
+    """A grader kind's spec (`embedding:...`), or an engine spec graded by an LLM rubric."""
     from prbench.registry import ENGINES, GRADERS
 
-    prefix, _, rest = spec.partition(":")
+    prefix = spec.partition(":")[0]
     if prefix in GRADERS:
-        if prefix == "embedding" and rest.startswith("builtin:"):
-            _builtin(rest.split(":", 1)[1])
-        elif prefix == "embedding":
-            return f"embedding:{_path(rest, root, False)}"
-        return spec
+        return resolve_spec(GRADERS, spec, root)
     if prefix in ENGINES:
         return resolve_engine(spec, root)
     raise SpecError(GRADERS.unknown(prefix, extra=ENGINES.names()))
+
+
+def _check_model_options(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
+    """(YAML location, message) of a model entry whose options its kind does not take."""
+    from prbench.registry import REWARDS
+
+    for i, m in enumerate(cfg.models):
+        try:
+            check_options(REWARDS, m.spec, m.options)
+        except PrbenchError as exc:
+            return [(("models", i, "options"), str(exc))]
+    return []
 
 
 def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node: yaml.Node | None = None
@@ -559,6 +527,10 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
             if source is None:
                 raise PrbenchError(f"{field}: {exc}") from None
             raise DataError(source, _line_of(node, loc) if node is not None else None, field, str(exc)) from None
+    for loc, msg in _check_model_options(cfg):
+        if source is None:
+            raise PrbenchError(f"{'.'.join(map(str, loc))}: {msg}")
+        raise DataError(source, _line_of(node, loc) if node is not None else None, ".".join(map(str, loc)), msg)
     retr = cfg.retriever.partition(":")[0]
     from prbench.registry import RETRIEVERS
 

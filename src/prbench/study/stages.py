@@ -10,8 +10,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from prbench import config
-from prbench.evaluate import evaluate
+from prbench import config, evaluate
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
 from prbench.study.config import ModelEntry
@@ -52,10 +51,6 @@ def planner_file(ctx: StudyContext) -> str | None:
     return str(ctx.path("planner", f"{slug(ctx.cfg.planner.spec)}.jsonl"))
 
 
-def is_pairwise(entry: ModelEntry) -> bool:
-    return entry.spec.startswith("judge:") and entry.options.get("mode", "pairwise") in ("pairwise", "likelihood")
-
-
 # -- eval -----------------------------------------------------------------------------------
 def eval_limit(ctx: StudyContext, entry: ModelEntry, condition: str) -> int | None:
     """The model's limit; under `planner`, never more items than the planner planned."""
@@ -69,8 +64,8 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
     for entry in ctx.cfg.models:
         for cond in model_conditions(ctx, entry):
             n = _item_count(ctx.data, eval_limit(ctx, entry, cond), ctx.cfg.format)
-            per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
-            tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if is_pairwise(entry) else 0))
+            per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
+            tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
             out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens, entry.spec))
     for bench in ctx.cfg.benchmarks:  # pairs of other benchmarks (multi-response items count each pair)
@@ -80,7 +75,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
         n = min(n, bench.limit) if bench.limit else n
         for entry in ctx.cfg.models:
             for cond in bench.conditions:
-                per_item = (2 if entry.both_orders else 1) if is_pairwise(entry) else 2
+                per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
                 calls = n * per_item if capabilities(entry.spec).calls_model else 0
                 tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + TOKENS["response"])
                 out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0,
@@ -122,7 +117,7 @@ def run_eval(ctx: StudyContext) -> None:
 
 def _eval_specs(ctx: StudyContext) -> list[str]:
     """Pointwise models of the study: the default RMs for downstream stages."""
-    return [e.spec for e in ctx.cfg.models if not is_pairwise(e)]
+    return [e.spec for e in ctx.cfg.models if not e.pairwise]
 
 
 def _options_of(ctx: StudyContext, spec: str) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Why: the vLLM engine must never pass a keyword real vLLM refuses (`LLM(batch_size=...)` is a
 TypeError in every vLLM version), and CI has no GPU. This module accepts exactly the field lists
-extracted from the real wheels (`tests/data/vllm/vllm-<version>.json`, written by
+extracted from the real wheels (`prbench/testing/vllm/vllm-<version>.json`, written by
 `scripts/refresh_vllm_fields.py`): `LLM(**kw)` takes `LLM.__init__`'s named parameters and
 `EngineArgs` fields, `SamplingParams` / `PoolingParams` their struct fields, `LLM.generate` /
 `LLM.classify` their parameters. Anything else raises TypeError as vLLM does.
@@ -31,10 +31,11 @@ import sys
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-DATA = Path(__file__).resolve().parents[3] / "tests" / "data" / "vllm"
+DATA = Path(str(resources.files("prbench.testing").joinpath("vllm")))  # package data: works from a wheel
 VERSIONS = ("0.10.1.1", "0.33.0")
 
 
@@ -153,190 +154,202 @@ def build_module(version: str = VERSIONS[-1], data_dir: Path | None = None) -> t
     return mod
 
 
+class _StandInLLM:
+    """`vllm.LLM` run by transformers; `_make_llm` gives each version's subclass its field lists."""
+
+    spec: ClassVar[dict[str, Any]] = {}
+    engine_args: Any = None
+    llm_only: ClassVar[set[str]] = set()
+
+    def __init__(self, model: str, **kwargs: Any):
+        named = {k: v for k, v in kwargs.items() if k in self.llm_only}
+        rest = {k: v for k, v in kwargs.items() if k not in self.llm_only}
+        self.engine_args(model=model, **rest)  # TypeError on any keyword EngineArgs lacks, as vLLM
+        import torch
+        import transformers
+
+        self.kwargs = {"model": model, **named, **rest}
+        self.runner = kwargs.get("runner", "auto")
+        trust = bool(kwargs.get("trust_remote_code", False))
+        config = transformers.AutoConfig.from_pretrained(model, trust_remote_code=trust)
+        archs = list(getattr(config, "architectures", None) or [])
+        limit = int(getattr(config, "max_position_embeddings", 0) or 2048)
+        max_len = kwargs.get("max_model_len")
+        if max_len is not None and int(max_len) > limit:
+            raise ValueError(f"User-specified max_model_len ({max_len}) is greater than the derived "
+                             f"max_model_len (max_position_embeddings={limit} in model's config.json).")
+        self.llm_engine = types.SimpleNamespace(
+            model_config=types.SimpleNamespace(max_model_len=int(max_len or limit), architectures=archs))
+        self._tokenizer = transformers.AutoTokenizer.from_pretrained(model, trust_remote_code=trust)
+        self._torch = torch
+        if self.runner == "pooling":
+            reward = [a for a in archs if "RewardModel" in a]
+            if reward:
+                raise ValueError(f"{reward[0]} is a reward model (token rewards), not a classifier")
+            cls = transformers.AutoModelForSequenceClassification
+        else:
+            cls = transformers.AutoModelForCausalLM
+        self.model = cls.from_pretrained(model, trust_remote_code=trust, dtype=torch.float32).eval()
+
+    def get_metrics(self) -> list[Counter]:
+        """vLLM 0.33 `LLM.get_metrics` (v1/metrics/reader.py Counters): prefix-cache queries and hits
+        in prompt tokens, counted only with `disable_log_stats=False` (offline LLM's default is True)."""
+        if self.kwargs.get("disable_log_stats", True):
+            return []
+        return [Counter("vllm:prefix_cache_queries", {}, self._cache_stats[0]),
+                Counter("vllm:prefix_cache_hits", {}, self._cache_stats[1])]
+
+    def _prefix_cache(self, prompts: list[list[int]], sps: list[Any]) -> None:
+        """Full 16-token blocks, cached after the call that computed them (requests scheduled
+        together do not hit each other); a request with prompt log-probs skips reading the
+        cache (vLLM 0.33 sampling_params.py, `skip_reading_prefix_cache`)."""
+        cache = self.__dict__.setdefault("_blocks", set())
+        stats = self.__dict__.setdefault("_cache_stats", [0, 0])
+        new = set()
+        for ids, sp in zip(prompts, sps):
+            stats[0] += len(ids)
+            blocks = [tuple(ids[: b + 16]) for b in range(0, len(ids) - 15, 16)]
+            if getattr(sp, "prompt_logprobs", None) is None and self.kwargs.get("enable_prefix_caching", True):
+                stats[1] += 16 * next((n for n, b in enumerate(blocks) if b not in cache), len(blocks))
+            new.update(blocks)
+        cache |= new
+
+    def get_tokenizer(self, **kwargs: Any) -> Any:
+        _checked("LLM.get_tokenizer", self.spec["llm_methods"]["get_tokenizer"], kwargs)
+        return self._tokenizer
+
+    def _ids(self, prompts: Any) -> list[list[int]]:
+        items = prompts if isinstance(prompts, list) else [prompts]
+        out = []
+        for p in items:
+            if not isinstance(p, dict) or "prompt_token_ids" not in p:
+                raise TypeError(f"the stand-in takes TokensPrompt dicts only, got {type(p).__name__}")
+            ids = [int(i) for i in p["prompt_token_ids"]]
+            max_len = self.llm_engine.model_config.max_model_len
+            if len(ids) > max_len:  # vLLM validates every prompt first: one bad prompt fails the call
+                raise ValueError(f"The decoder prompt (length {len(ids)}) is longer than the maximum "
+                                 f"model length of {max_len}. Make sure that `max_model_len` is no "
+                                 f"smaller than the number of text tokens.")
+            out.append(ids)
+        return out
+
+    def generate(self, prompts: Any, sampling_params: Any = None, **kwargs: Any) -> list[RequestOutput]:
+        _checked("LLM.generate", self.spec["llm_methods"]["generate"], kwargs)
+        if self.runner == "pooling":
+            raise ValueError("LLM.generate() is only supported for generative models")
+        ids = self._ids(prompts)
+        sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(ids)
+        if len(sps) != len(ids):
+            raise ValueError("The lengths of prompts and sampling_params must be the same.")
+        mod = sys.modules.get("vllm")
+        if mod is not None and hasattr(mod, "calls"):
+            mod.calls.append(("generate", len(ids)))
+        self._prefix_cache(ids, sps)
+        return [self._one(i, p, sp) for i, (p, sp) in enumerate(zip(ids, sps))]
+
+    def _logits(self, ids: list[int]) -> Any:
+        torch = self._torch
+        with torch.no_grad():
+            return self.model(input_ids=torch.tensor([ids])).logits[0].float()
+
+    def _one(self, n: int, prompt: list[int], sp: Any) -> RequestOutput:
+        torch = self._torch
+        max_len = self.llm_engine.model_config.max_model_len
+        plp = None
+        if sp.prompt_logprobs is not None:
+            lsm = torch.log_softmax(self._logits(prompt), -1)
+            plp = [None]
+            for pos in range(1, len(prompt)):
+                row = lsm[pos - 1]
+                tok = prompt[pos]
+                entry = {tok: Logprob(float(row[tok]), int((row > row[tok]).sum()) + 1)}
+                for j in torch.topk(row, max(1, int(sp.prompt_logprobs))).indices.tolist():
+                    entry.setdefault(j, Logprob(float(row[j]), int((row > row[j]).sum()) + 1))
+                plp.append(entry)
+        gen = torch.Generator().manual_seed(int(sp.seed) if sp.seed is not None else 0)
+        seq = list(prompt)
+        out_ids: list[int] = []
+        step_lps: list[dict[int, Logprob]] = []
+        finish = "length"
+        text = ""
+        eos = self._tokenizer.eos_token_id
+        limit = min(int(sp.max_tokens), max_len - len(prompt))
+        while len(out_ids) < limit:
+            logits = self._logits(seq)[-1]
+            if sp.repetition_penalty != 1.0:
+                for t in set(seq):
+                    logits[t] = logits[t] / sp.repetition_penalty if logits[t] > 0 else logits[t] * sp.repetition_penalty
+            lsm = torch.log_softmax(logits, -1)
+            if sp.temperature == 0:
+                tok = int(torch.argmax(logits))
+            else:
+                probs = torch.softmax(logits / sp.temperature, -1)
+                if sp.top_k and sp.top_k > 0:
+                    kth = torch.topk(probs, min(int(sp.top_k), probs.numel())).values[-1]
+                    probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+                if sp.top_p < 1.0:
+                    srt, idx = torch.sort(probs, descending=True)
+                    keep = torch.cumsum(srt, 0) - srt < sp.top_p * srt.sum()
+                    mask = torch.zeros_like(probs, dtype=torch.bool)
+                    mask[idx[keep]] = True
+                    probs = torch.where(mask, probs, torch.zeros_like(probs))
+                tok = int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
+            wanted = getattr(sp, "logprob_token_ids", None)  # 0.33: exactly these ids (+ the sampled one)
+            if sp.logprobs is not None or wanted:
+                entry = {tok: Logprob(float(lsm[tok]))}
+                top = list(wanted) if wanted else torch.topk(lsm, int(sp.logprobs)).indices.tolist()
+                for r, j in enumerate(top, start=1):
+                    entry[j] = Logprob(float(lsm[j]), None if wanted else r)
+                step_lps.append(entry)
+            if tok == eos:
+                finish = "stop"
+                break
+            out_ids.append(tok)
+            seq.append(tok)
+            text = self._tokenizer.decode(out_ids, skip_special_tokens=sp.skip_special_tokens)
+            cut = min((i for i in (text.find(s) for s in (sp.stop or []) if s) if i >= 0), default=-1)
+            if cut >= 0:
+                text, finish = text[:cut], "stop"
+                break
+        keep = sp.logprobs is not None or getattr(sp, "logprob_token_ids", None)
+        comp = CompletionOutput(0, text, out_ids, None, step_lps if keep else None, finish)
+        return RequestOutput(str(n), None, prompt, plp, [comp])
+
+    def classify(self, prompts: Any, **kwargs: Any) -> list[ClassificationRequestOutput]:
+        _checked("LLM.classify", self.spec["llm_methods"]["classify"], kwargs)
+        if self.runner != "pooling":
+            raise ValueError("LLM.classify() is only supported for pooling models (runner='pooling')")
+        params = kwargs.get("pooling_params")
+        raw = params is not None and params.raw()
+        mod = sys.modules.get("vllm")
+        ids = self._ids(prompts)
+        if mod is not None and hasattr(mod, "calls"):
+            mod.calls.append(("classify", len(ids)))
+        torch = self._torch
+        out = []
+        for n, seq in enumerate(ids):
+            with torch.no_grad():
+                logits = self.model(input_ids=torch.tensor([seq])).logits[0].float()
+            vals = logits if raw else (torch.sigmoid(logits) if logits.numel() == 1 else torch.softmax(logits, -1))
+            out.append(ClassificationRequestOutput(str(n), ClassificationOutput([float(v) for v in vals]), seq))
+        return out
+
+
+
 def _make_llm(spec: dict[str, Any], engine_args: type) -> type:
+    """The stand-in `LLM` class of one vLLM version: its signature names exactly that version's keywords."""
     llm_only = set(spec["llm_init"]) - set(spec["engine_args"])
 
-    class LLM:
-        def __init__(self, model: str, **kwargs: Any):
-            named = {k: v for k, v in kwargs.items() if k in llm_only}
-            rest = {k: v for k, v in kwargs.items() if k not in llm_only}
-            engine_args(model=model, **rest)  # TypeError on any keyword EngineArgs lacks, as vLLM
-            import torch
-            import transformers
+    def __init__(self: Any, model: str, **kwargs: Any) -> None:
+        _StandInLLM.__init__(self, model, **kwargs)
 
-            self.kwargs = {"model": model, **named, **rest}
-            self.runner = kwargs.get("runner", "auto")
-            trust = bool(kwargs.get("trust_remote_code", False))
-            config = transformers.AutoConfig.from_pretrained(model, trust_remote_code=trust)
-            archs = list(getattr(config, "architectures", None) or [])
-            limit = int(getattr(config, "max_position_embeddings", 0) or 2048)
-            max_len = kwargs.get("max_model_len")
-            if max_len is not None and int(max_len) > limit:
-                raise ValueError(f"User-specified max_model_len ({max_len}) is greater than the derived "
-                                 f"max_model_len (max_position_embeddings={limit} in model's config.json).")
-            self.llm_engine = types.SimpleNamespace(
-                model_config=types.SimpleNamespace(max_model_len=int(max_len or limit), architectures=archs))
-            self._tokenizer = transformers.AutoTokenizer.from_pretrained(model, trust_remote_code=trust)
-            self._torch = torch
-            if self.runner == "pooling":
-                reward = [a for a in archs if "RewardModel" in a]
-                if reward:
-                    raise ValueError(f"{reward[0]} is a reward model (token rewards), not a classifier")
-                cls = transformers.AutoModelForSequenceClassification
-            else:
-                cls = transformers.AutoModelForCausalLM
-            self.model = cls.from_pretrained(model, trust_remote_code=trust, dtype=torch.float32).eval()
-
-        __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-             inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-            + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in sorted(llm_only)]
-            + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
-
-        def get_metrics(self) -> list[Counter]:
-            """vLLM 0.33 `LLM.get_metrics` (v1/metrics/reader.py Counters): prefix-cache queries and hits
-            in prompt tokens, counted only with `disable_log_stats=False` (offline LLM's default is True)."""
-            if self.kwargs.get("disable_log_stats", True):
-                return []
-            return [Counter("vllm:prefix_cache_queries", {}, self._cache_stats[0]),
-                    Counter("vllm:prefix_cache_hits", {}, self._cache_stats[1])]
-
-        def _prefix_cache(self, prompts: list[list[int]], sps: list[Any]) -> None:
-            """Full 16-token blocks, cached after the call that computed them (requests scheduled
-            together do not hit each other); a request with prompt log-probs skips reading the
-            cache (vLLM 0.33 sampling_params.py, `skip_reading_prefix_cache`)."""
-            cache = self.__dict__.setdefault("_blocks", set())
-            stats = self.__dict__.setdefault("_cache_stats", [0, 0])
-            new = set()
-            for ids, sp in zip(prompts, sps):
-                stats[0] += len(ids)
-                blocks = [tuple(ids[: b + 16]) for b in range(0, len(ids) - 15, 16)]
-                if getattr(sp, "prompt_logprobs", None) is None and self.kwargs.get("enable_prefix_caching", True):
-                    stats[1] += 16 * next((n for n, b in enumerate(blocks) if b not in cache), len(blocks))
-                new.update(blocks)
-            cache |= new
-
-        def get_tokenizer(self, **kwargs: Any) -> Any:
-            _checked("LLM.get_tokenizer", spec["llm_methods"]["get_tokenizer"], kwargs)
-            return self._tokenizer
-
-        def _ids(self, prompts: Any) -> list[list[int]]:
-            items = prompts if isinstance(prompts, list) else [prompts]
-            out = []
-            for p in items:
-                if not isinstance(p, dict) or "prompt_token_ids" not in p:
-                    raise TypeError(f"the stand-in takes TokensPrompt dicts only, got {type(p).__name__}")
-                ids = [int(i) for i in p["prompt_token_ids"]]
-                max_len = self.llm_engine.model_config.max_model_len
-                if len(ids) > max_len:  # vLLM validates every prompt first: one bad prompt fails the call
-                    raise ValueError(f"The decoder prompt (length {len(ids)}) is longer than the maximum "
-                                     f"model length of {max_len}. Make sure that `max_model_len` is no "
-                                     f"smaller than the number of text tokens.")
-                out.append(ids)
-            return out
-
-        def generate(self, prompts: Any, sampling_params: Any = None, **kwargs: Any) -> list[RequestOutput]:
-            _checked("LLM.generate", spec["llm_methods"]["generate"], kwargs)
-            if self.runner == "pooling":
-                raise ValueError("LLM.generate() is only supported for generative models")
-            ids = self._ids(prompts)
-            sps = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(ids)
-            if len(sps) != len(ids):
-                raise ValueError("The lengths of prompts and sampling_params must be the same.")
-            mod = sys.modules.get("vllm")
-            if mod is not None and hasattr(mod, "calls"):
-                mod.calls.append(("generate", len(ids)))
-            self._prefix_cache(ids, sps)
-            return [self._one(i, p, sp) for i, (p, sp) in enumerate(zip(ids, sps))]
-
-        def _logits(self, ids: list[int]) -> Any:
-            torch = self._torch
-            with torch.no_grad():
-                return self.model(input_ids=torch.tensor([ids])).logits[0].float()
-
-        def _one(self, n: int, prompt: list[int], sp: Any) -> RequestOutput:
-            torch = self._torch
-            max_len = self.llm_engine.model_config.max_model_len
-            plp = None
-            if sp.prompt_logprobs is not None:
-                lsm = torch.log_softmax(self._logits(prompt), -1)
-                plp = [None]
-                for pos in range(1, len(prompt)):
-                    row = lsm[pos - 1]
-                    tok = prompt[pos]
-                    entry = {tok: Logprob(float(row[tok]), int((row > row[tok]).sum()) + 1)}
-                    for j in torch.topk(row, max(1, int(sp.prompt_logprobs))).indices.tolist():
-                        entry.setdefault(j, Logprob(float(row[j]), int((row > row[j]).sum()) + 1))
-                    plp.append(entry)
-            gen = torch.Generator().manual_seed(int(sp.seed) if sp.seed is not None else 0)
-            seq = list(prompt)
-            out_ids: list[int] = []
-            step_lps: list[dict[int, Logprob]] = []
-            finish = "length"
-            text = ""
-            eos = self._tokenizer.eos_token_id
-            limit = min(int(sp.max_tokens), max_len - len(prompt))
-            while len(out_ids) < limit:
-                logits = self._logits(seq)[-1]
-                if sp.repetition_penalty != 1.0:
-                    for t in set(seq):
-                        logits[t] = logits[t] / sp.repetition_penalty if logits[t] > 0 else logits[t] * sp.repetition_penalty
-                lsm = torch.log_softmax(logits, -1)
-                if sp.temperature == 0:
-                    tok = int(torch.argmax(logits))
-                else:
-                    probs = torch.softmax(logits / sp.temperature, -1)
-                    if sp.top_k and sp.top_k > 0:
-                        kth = torch.topk(probs, min(int(sp.top_k), probs.numel())).values[-1]
-                        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
-                    if sp.top_p < 1.0:
-                        srt, idx = torch.sort(probs, descending=True)
-                        keep = torch.cumsum(srt, 0) - srt < sp.top_p * srt.sum()
-                        mask = torch.zeros_like(probs, dtype=torch.bool)
-                        mask[idx[keep]] = True
-                        probs = torch.where(mask, probs, torch.zeros_like(probs))
-                    tok = int(torch.multinomial(probs / probs.sum(), 1, generator=gen))
-                wanted = getattr(sp, "logprob_token_ids", None)  # 0.33: exactly these ids (+ the sampled one)
-                if sp.logprobs is not None or wanted:
-                    entry = {tok: Logprob(float(lsm[tok]))}
-                    top = list(wanted) if wanted else torch.topk(lsm, int(sp.logprobs)).indices.tolist()
-                    for r, j in enumerate(top, start=1):
-                        entry[j] = Logprob(float(lsm[j]), None if wanted else r)
-                    step_lps.append(entry)
-                if tok == eos:
-                    finish = "stop"
-                    break
-                out_ids.append(tok)
-                seq.append(tok)
-                text = self._tokenizer.decode(out_ids, skip_special_tokens=sp.skip_special_tokens)
-                cut = min((i for i in (text.find(s) for s in (sp.stop or []) if s) if i >= 0), default=-1)
-                if cut >= 0:
-                    text, finish = text[:cut], "stop"
-                    break
-            keep = sp.logprobs is not None or getattr(sp, "logprob_token_ids", None)
-            comp = CompletionOutput(0, text, out_ids, None, step_lps if keep else None, finish)
-            return RequestOutput(str(n), None, prompt, plp, [comp])
-
-        def classify(self, prompts: Any, **kwargs: Any) -> list[ClassificationRequestOutput]:
-            _checked("LLM.classify", spec["llm_methods"]["classify"], kwargs)
-            if self.runner != "pooling":
-                raise ValueError("LLM.classify() is only supported for pooling models (runner='pooling')")
-            params = kwargs.get("pooling_params")
-            raw = params is not None and params.raw()
-            mod = sys.modules.get("vllm")
-            ids = self._ids(prompts)
-            if mod is not None and hasattr(mod, "calls"):
-                mod.calls.append(("classify", len(ids)))
-            torch = self._torch
-            out = []
-            for n, seq in enumerate(ids):
-                with torch.no_grad():
-                    logits = self.model(input_ids=torch.tensor([seq])).logits[0].float()
-                vals = logits if raw else (torch.sigmoid(logits) if logits.numel() == 1 else torch.softmax(logits, -1))
-                out.append(ClassificationRequestOutput(str(n), ClassificationOutput([float(v) for v in vals]), seq))
-            return out
-
-    return LLM
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in sorted(llm_only)]
+        + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+    return type("LLM", (_StandInLLM,), {"spec": spec, "engine_args": engine_args, "llm_only": llm_only,
+                                        "__init__": __init__})
 
 
 @contextlib.contextmanager

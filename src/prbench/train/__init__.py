@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prbench.ranks import cuda_device, is_main_process, launched, rank  # noqa: F401  (their home before ranks.py)
+
 LOG_FILE = "train_log.jsonl"
 log = logging.getLogger(__name__)
 
@@ -156,34 +158,6 @@ def _fit(margin_fn, param_groups, n_pairs, *, epochs, batch_size, seed, weight_d
 # exactly one GPU: the one `--device cuda:N` names, made the only visible one while CUDA is not yet
 # initialised, and `n_gpu` pinned to 1 either way. Many GPUs: `accelerate launch` / `torchrun`, one
 # process per GPU (docs/rl.md); then every rank trains and only rank 0 writes the results.
-
-
-def launched() -> bool:
-    """True inside `accelerate launch` / `torchrun` (one process per device)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or "LOCAL_RANK" in os.environ
-
-
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def cuda_device() -> str:
-    """`cuda` for this process, read when a model loads (after the launcher set LOCAL_RANK).
-
-    Without a launcher: `cuda` (the current device). Under one: the rank's own GPU,
-    `cuda:LOCAL_RANK`, as accelerate places the policy; `cuda:0` where the launcher left each
-    rank one visible GPU. A bare `cuda` would put every rank's RM on GPU 0.
-    """
-    local = os.environ.get("LOCAL_RANK")
-    if not launched() or local is None:
-        return "cuda"
-    import torch
-
-    return "cuda:0" if torch.cuda.device_count() == 1 else f"cuda:{int(local)}"
 
 
 def end_ranks() -> None:

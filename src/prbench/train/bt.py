@@ -19,18 +19,15 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from prbench import __version__
 from prbench.cache import Cache
-from prbench.conditions import View, build_view
-from prbench.config import ContextBTConfig
+from prbench.conditions import TRAINABLE_CONDITIONS, View, pair_views  # noqa: F401  (pair_views: its old home)
+from prbench.config import BTConfig, ContextBTConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.extras import require
-from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.pal import (
     Embedder,
     build_model,
@@ -50,32 +47,12 @@ from prbench.train import (
     start_training,
     write_log,
 )
+from prbench.version import __version__
 
-TRAINABLE_CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")
 # Used only when the base tokenizer has none; saved with the tokenizer so scoring uses it too.
 PLAIN_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n{% endfor %}"
 )
-
-
-def pair_views(
-    pairs: Sequence[PreferencePair],
-    condition: str,
-    *,
-    retriever: str | Retriever = "bm25",
-    top_k: int = 10,
-    planner: Mapping[str, Sequence[RubricAspect]] | None = None,
-    seed: int = 0,
-    max_context_chars: int | None = None,
-    cache: Cache | None = None,
-) -> list[View]:
-    """The view of each pair under `condition`; the pairs themselves are the wrong-profile pool."""
-    if condition not in TRAINABLE_CONDITIONS:
-        raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(TRAINABLE_CONDITIONS)})")
-    ret = load_retriever(retriever) if isinstance(retriever, str) else retriever
-    sources = [p.to_source() for p in pairs]
-    return [build_view(s, condition, retriever=ret, top_k=top_k, planner=planner, pool=sources, seed=seed,
-                       max_context_chars=max_context_chars, cache=cache) for s in sources]
 
 
 def _view_options(cfg: Any, planner: Any, cache: Cache | None) -> dict[str, Any]:
@@ -153,31 +130,6 @@ def train_context_bt(
 
 
 # --------------------------------------------------------------------------- TRL RewardTrainer
-
-
-@dataclass
-class BTConfig:
-    """TRL RewardTrainer settings that matter here; everything else keeps TRL's defaults."""
-
-    condition: str = "profile"
-    retriever: str = "bm25"
-    top_k: int = 10
-    max_context_chars: int | None = None
-    epochs: float = 1.0
-    lr: float = 5e-5
-    batch_size: int = 8
-    grad_accum: int = 1
-    seed: int = 0
-    max_length: int | None = 2048
-    max_steps: int = -1
-    lora: bool = False
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    lora_target: str = "all-linear"
-    gradient_checkpointing: bool = False
-    bf16: bool | None = None  # None: only on a bf16-capable GPU
-    device: str = "auto"  # cpu, cuda:N (the only GPU this process then sees), auto; launchers decide themselves
 
 
 def conversational_rows(pairs: Sequence[PreferencePair], views: Sequence[View]) -> dict[str, list]:
@@ -282,7 +234,7 @@ def train_bt(
     tokenizer.save_pretrained(out)
     meta = {
         "kind": "bt", "loads_as": "hf:<dir> or bt:<dir>", "condition": cfg.condition, "base_model": base_model,
-        "chat_template_added": added_template, "train": {**asdict(cfg), "pairs": len(pairs)},
+        "chat_template_added": added_template, "train": {**cfg.model_dump(), "pairs": len(pairs)},
         "versions": {"prbench": __version__, "trl": trl.__version__, "transformers": transformers.__version__},
     }
     (out / "prbench_rm.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")

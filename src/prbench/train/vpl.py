@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench import __version__
 from prbench.cache import Cache
 from prbench.config import VPLConfig
 from prbench.data.pairs import PreferencePair
@@ -21,6 +20,7 @@ from prbench.rewards.heads import save_head
 from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.vpl import build_vpl
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
+from prbench.version import __version__
 
 
 def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfig | None = None, *,

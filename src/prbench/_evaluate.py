@@ -8,24 +8,21 @@ turned into a tie or a side. `accuracy_invalid_as_wrong` counts them as 0 for a 
 
 from __future__ import annotations
 
-import inspect
 import json
 import platform
-import sys
 import time
-import types
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from itertools import chain, islice, repeat, takewhile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from prbench import __version__, cost, interrupt, metrics
+from prbench import cost, interrupt, metrics
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_view, no_context_failure, read_planner_file
-from prbench.config import EvalSettings
+from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.engines.batch import ReadOnly
@@ -40,28 +37,8 @@ from prbench.rewards.base import (
 )
 from prbench.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.schema import Example
-from prbench.scoring import SIDE_CREDIT, chosen_first, chunk_records, example_seed, score_cached  # noqa: F401
-
-
-@dataclass
-class EvalConfig:
-    """Everything that determines a run's results (batch_size does not, by design)."""
-
-    model: str
-    data: str
-    condition: str = "none"
-    seed: int = 0
-    limit: int | None = None
-    categories: list[str] | None = None
-    split: str = "test"
-    top_k: int = 10
-    retriever: str = "bm25"
-    max_context_chars: int | None = None
-    planner_file: str | None = None
-    both_orders: bool = False
-    model_options: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 16
-    n_boot: int = 1000
+from prbench.scoring import SIDE_CREDIT, chunk_records
+from prbench.version import __version__
 
 
 @dataclass
@@ -185,6 +162,16 @@ def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Example]
     return list(iter_examples(data, split=s.split, format=s.format) if isinstance(data, str) else data)
 
 
+def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
+             collect: Callable[[], Any]) -> Any:
+    """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
+    from prbench.engines.batch import optional
+
+    if on and (rm is None or run is None):
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    return optional(on, rm, run.path if run else None, collect, wait=wait, retry_failed=retry_failed)
+
+
 def run_path(out: str | Path, spec: str, data: str, condition: str, options: dict[str, Any] | None = None) -> Path:
     """Folder of one (model, options, data, condition) run: readable names plus short hashes."""
     ident = spec + (json.dumps(options, sort_keys=True, default=str) if options else "")
@@ -195,7 +182,7 @@ def run_path(out: str | Path, spec: str, data: str, condition: str, options: dic
 def evaluate(
     model: str | RewardModel,
     data: str | Sequence[Example] = "sample",
-    condition: str | Sequence[str] | None = None,
+    condition: str | None = None,
     *,
     settings: EvalSettings | None = None,
     out: str | Path | None = None,
@@ -210,8 +197,8 @@ def evaluate(
     batch: bool = False,
     wait: bool = True,
     **given: Any,
-) -> EvalResult | list[EvalResult]:
-    """Evaluate one RM under one condition, or each of a list. With `out`, results go to a resumable run folder.
+) -> EvalResult:
+    """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
     `model` is a spec string (loaded only if some example still needs scoring, so a finished
     run costs no model load) or a ready RewardModel (reused across conditions). `settings`
@@ -227,28 +214,71 @@ def evaluate(
                          max_usd=max_usd, prices=prices, batch=batch, wait=wait, **given) for c in condition]
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
+    options = _plain_options(model_options)
+    spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
+    items = _Items(data, s)  # pass 1: ids only (validates everything)
+    cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
+    run = _open_run(out, model, spec, data, s, options, overwrite, repair) if out else None
+    narrow = run is not None and run.config.get("limit") != s.limit  # fewer items than the folder holds: read them
+    if run and retry_failed:
+        run.rewrite([r for r in run.records() if r.get("credit") is not None])
+    done = run.done_ids() if run else set()
+    n_todo = sum(1 for i in items.order if i not in done)
+    previous = run.previous_summary() if run else None  # a damaged summary is recomputed
+    if previous and not n_todo and previous.get("n_total") == len(items.order):
+        return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
+    if previous and not n_todo and narrow:
+        return _first_items(previous, run, items.order, s)
+    if on_progress:
+        on_progress(len(items.order) - n_todo, len(items.order))  # data read and valid: the count is known before the model loads
+    rm, make_chunks, batches = _score_batches(model, s, options, items, done, n_todo, cache,
+                                              keep_retrieval=out is not None)
+    with cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch) as ledger, \
+            _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
+                     lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
+                              for exs, vs in make_chunks()]):
+        fresh = _append_all(batches, run, s.condition, len(done), items.order, on_progress, ledger)
+    records = _in_order(run, fresh, items.order, keep_others=narrow)
+    summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done), ledger=ledger)
+    if run and not narrow:  # the folder's summary describes all its items
+        run.write_summary(summary)
+    return EvalResult(summary, records, run.path if run else None)
+
+
+class _Items:
+    """The benchmark's examples, read lazily in order (memory flat in the number of items); `order`: id -> place."""
+
+    def __init__(self, data: str | Sequence[Example], s: EvalSettings):
+        self.data, self.s = data, s
+        self.name = data if isinstance(data, str) else "<in-memory>"
+        self.order = {ex.id: i for i, ex in enumerate(self.stream())}
+
+    def stream(self) -> Iterator[Example]:
+        s = self.s
+        src = (iter_examples(self.data, categories=s.categories, split=s.split, format=s.format)
+               if isinstance(self.data, str) else iter(self.data))
+        return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+
+
+def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:
+    """The model's options: they name the run (its folder, summary and cache identity), so plain values only."""
     options = dict(model_options or {})
     refuse_secrets(options)
-    try:  # options name the run (its folder, summary and cache identity): plain values only
+    try:
         json.dumps(options)
     except TypeError as exc:
         raise PrbenchError(f"model_options must be plain values (text, numbers, lists, mappings) because they name "
                            f"the run ({exc}); load the model yourself and pass it instead of its spec") from None
-    spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
-    data_name = data if isinstance(data, str) else "<in-memory>"
-    def stream() -> Iterator[Example]:
-        """Examples in order, read lazily: memory stays flat in the number of items."""
-        src = (iter_examples(data, categories=s.categories, split=s.split, format=s.format)
-               if isinstance(data, str) else iter(data))
-        return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+    return options
 
-    order = {ex.id: i for i, ex in enumerate(stream())}  # pass 1: ids only (validates everything)
-    cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
-    config = asdict(EvalConfig(model=spec, data=data_name, condition=s.condition, seed=s.seed, limit=s.limit,
-                               categories=list(s.categories) if s.categories else None, split=s.split, top_k=s.top_k,
-                               retriever=s.retriever, max_context_chars=s.max_context_chars,
-                               planner_file=s.planner_file, both_orders=s.both_orders,
-                               model_options=options, batch_size=s.batch_size, n_boot=s.n_boot))
+
+def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | Sequence[Example], s: EvalSettings,
+              options: dict[str, Any], overwrite: bool, repair: bool) -> RunDir:
+    """The run folder, its config.json being what decides the results (batch size, workers and Ray do not)."""
+    data_name = data if isinstance(data, str) else "<in-memory>"
+    config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker"},
+                          model=spec, data=data_name, model_options=options)
+    config["categories"] = config["categories"] or None
     if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
@@ -256,98 +286,10 @@ def evaluate(
     if isinstance(data, str) and (digest := data_digest(data)):
         config["data_digest"] = digest  # other or edited data under the same name: a named change, never old numbers
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
-    path = run_path(out, spec, data_name, s.condition, identity) if out else None
-    if path is not None and not overwrite:
+    path = run_path(out, spec, data_name, s.condition, identity)
+    if not overwrite:
         config["limit"] = _wider_limit(path, s.limit)  # a larger --limit extends the run, a smaller one reads it
-    run = RunDir(path, config, overwrite, repair, scope=("limit",)) if path is not None else None
-    narrow = run is not None and config["limit"] != s.limit  # fewer items than the folder holds: read, never cut
-    if run and retry_failed:
-        run.rewrite([r for r in run.records() if r.get("credit") is not None])
-    done = run.done_ids() if run else set()
-    n_todo = sum(1 for i in order if i not in done)
-    previous = run.previous_summary() if run else None  # a damaged summary is recomputed
-    if previous and not n_todo and previous.get("n_total") == len(order):
-        return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
-    if previous and not n_todo and narrow:
-        return _first_items(previous, run, order, s)
-    if on_progress:
-        on_progress(len(order) - n_todo, len(order))  # data read and valid: the count is known before the model loads
-    distributed = s.workers > 1 or s.ray_address is not None
-    if distributed and not isinstance(model, str):
-        raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
-    rm_options = {"batch_size": s.batch_size, "seed": s.seed, **options}
-    rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
-    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
-                 "planner": read_planner_file(s.planner_file) if s.planner_file else None,
-                 "max_context_chars": s.max_context_chars, "cache": Cache(namespace="retrieval") if out and not isinstance(cache, NullCache) else None,
-                 # wrong-* draw donors from every item of the split, never only the filtered ones, so
-                 # --limit and --categories change no record's donor
-                 "pool": _donor_pool(data, s) if s.condition.startswith("wrong-") and n_todo else ()}
-    # appended as scored: the first chunk is one RM batch (an interrupt after the first call keeps it), then
-    # four batches per append
-    sizes = chain([max(s.batch_size, 1)], repeat(max(s.batch_size, 1) * 4))
-    read = stream  # `stream` is rebound to the scored chunks below
-
-    def make_chunks() -> Iterator[tuple[list[Example], list[Any]]]:
-        todo = (ex for ex in read() if ex.id not in done)
-        parts = takewhile(bool, (list(islice(todo, n)) for n in sizes))
-        return ((part, [build_view(ex, s.condition, **view_args) for ex in part]) for part in parts)
-
-    chunks = make_chunks()
-    if distributed:
-        from prbench.distributed import ray_chunks
-
-        stream = ray_chunks(str(model), rm_options, chunks, workers=max(s.workers, 1), seed=s.seed,
-                            both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
-                            use_cache=not isinstance(cache, NullCache))
-    else:
-        stream = (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in chunks)
-    fresh: list[dict] = []
-    ledger_cm = cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch)
-    try:
-        with ledger_cm as ledger, _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
-                                           lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
-                                                    for exs, vs in make_chunks()]):
-            for recs in stream:
-                for r in recs:
-                    r["condition"] = s.condition
-                if run:
-                    run.append(recs)  # fsynced
-                    cost.save(ledger, run.path)
-                fresh.extend(recs)
-                if on_progress:
-                    on_progress(len(done) + len(fresh), len(order))
-    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
-        where = f" in {run.path}" if run else " (no --out: nothing kept)"
-        # counted from the folder: a signal between the fsynced append and `fresh` must not under-count
-        saved = sum(r["id"] in order for r in scan_records(run.examples_path)[0]) if run else 0
-        interrupt.note(exc, f"{saved} of {len(order)} items saved{where}")
-        raise
-    rm_name = rm.name if rm is not None else spec
-    records = run.records() if run else fresh
-    in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
-    if run and in_order != records and not narrow:
-        run.rewrite(in_order)  # retried items go back to their place: same bytes as one clean run
-    records = in_order
-    m = summarize(records, seed=s.seed, n_boot=s.n_boot)
-    if why := no_context_failure(s.condition, m.get("n_no_context", 0), len(records)):
-        raise PrbenchError(why)
-    summary = stamp("eval", {
-        "model": rm_name, "spec": spec, "data": data_name, "condition": s.condition, "seed": s.seed,
-        "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
-        "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
-        "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
-        "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
-                       else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
-        "versions": _versions(), "wall_time_s": round(time.time() - t0, 3), "resumed_from": len(done),
-        "cost": ledger.summary() if ledger is not None else None,
-    })
-    from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
-
-    summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
-    if run and not narrow:  # the folder's summary describes all its items
-        run.write_summary(summary)
-    return EvalResult(summary, records, run.path if run else None)
+    return RunDir(path, config, overwrite, repair, scope=("limit",))
 
 
 def _wider_limit(path: Path, limit: int | None) -> int | None:
@@ -375,25 +317,92 @@ def _first_items(previous: dict[str, Any], run: RunDir, order: dict[str, int], s
     return EvalResult(summary, records, run.path, reused=True)
 
 
+def _score_batches(model: str | RewardModel, s: EvalSettings, options: dict[str, Any], items: _Items, done: set[str],
+                   n_todo: int, cache: Cache, keep_retrieval: bool
+                   ) -> tuple[RewardModel | None, Callable[[], Iterator[Any]], Iterator[list[dict]]]:
+    """(the RM, or None when Ray actors load it; a maker of the (examples, views) chunks still to do; their
+    scored records, one list per RM call)."""
+    distributed = s.workers > 1 or s.ray_address is not None
+    if distributed and not isinstance(model, str):
+        raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
+    rm_options = {"batch_size": s.batch_size, "seed": s.seed, **options}
+    rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
+    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
+                 "planner": read_planner_file(s.planner_file) if s.planner_file else None,
+                 "max_context_chars": s.max_context_chars,
+                 "cache": Cache(namespace="retrieval") if keep_retrieval and not isinstance(cache, NullCache) else None,
+                 # wrong-* draw donors from every item of the split, never only the filtered ones, so
+                 # --limit and --categories change no record's donor
+                 "pool": _donor_pool(items.data, s) if s.condition.startswith("wrong-") and n_todo else ()}
 
-def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
-             collect: Callable[[], Any]) -> Any:
-    """Batch mode's collecting passes (`prbench.engines.batch`), or nothing."""
-    from prbench.engines.batch import optional
+    def make_chunks() -> Iterator[tuple[list[Example], list[Any]]]:
+        # appended as scored: the first chunk is one RM batch (an interrupt after the first call keeps it),
+        # then four batches per append
+        todo = (ex for ex in items.stream() if ex.id not in done)
+        sizes = chain([max(s.batch_size, 1)], repeat(max(s.batch_size, 1) * 4))
+        parts = takewhile(bool, (list(islice(todo, n)) for n in sizes))
+        return ((part, [build_view(ex, s.condition, **view_args) for ex in part]) for part in parts)
 
-    if on and (rm is None or run is None):
-        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
-    return optional(on, rm, run.path if run else None, collect, wait=wait, retry_failed=retry_failed)
+    if not distributed:
+        return rm, make_chunks, (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in make_chunks())
+    from prbench.distributed import ray_chunks
 
-
-class _CallableModule(types.ModuleType):
-    """`import prbench.evaluate` binds this module as the package attribute `prbench.evaluate`,
-    replacing the lazily exported function of the same name; calling the module calls the
-    function, so `prbench.evaluate(...)` works whichever was imported first."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> EvalResult:
-        return evaluate(*args, **kwargs)
+    return None, make_chunks, ray_chunks(str(model), rm_options, make_chunks(), workers=max(s.workers, 1), seed=s.seed,
+                            both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
+                            use_cache=not isinstance(cache, NullCache))
 
 
-__signature__ = inspect.signature(evaluate)
-sys.modules[__name__].__class__ = _CallableModule
+def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: str, n_done: int,
+                order: dict[str, int], on_progress: Callable[[int, int], None] | None, ledger: Any) -> list[dict]:
+    """Each batch stamped with its condition and appended (fsynced, with the spend so far) as it comes; an
+    interrupt keeps what is on disk."""
+    fresh: list[dict] = []
+    try:
+        for recs in batches:
+            for r in recs:
+                r["condition"] = condition
+            if run:
+                run.append(recs)
+                cost.save(ledger, run.path)
+            fresh.extend(recs)
+            if on_progress:
+                on_progress(n_done + len(fresh), len(order))
+    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM: the batch in flight is discarded, the rest is on disk
+        where = f" in {run.path}" if run else " (no --out: nothing kept)"
+        # counted from the folder: a signal between the fsynced append and `fresh` must not under-count
+        saved = sum(r["id"] in order for r in scan_records(run.examples_path)[0]) if run else 0
+        interrupt.note(exc, f"{saved} of {len(order)} items saved{where}")
+        raise
+    return fresh
+
+
+def _in_order(run: RunDir | None, fresh: list[dict], order: dict[str, int], keep_others: bool = False) -> list[dict]:
+    """The run's records in benchmark order; retried items go back to their place: same bytes as one clean run.
+    `keep_others`: the folder holds more items than asked for (a smaller --limit): it is left as it is."""
+    records = run.records() if run else fresh
+    in_order = sorted((r for r in records if r["id"] in order), key=lambda r: order[r["id"]])
+    if run and in_order != records and not keep_others:
+        run.rewrite(in_order)
+    return in_order
+
+
+def _summary(records: list[dict], rm: RewardModel | None, spec: str, data_name: str, s: EvalSettings, *,
+             started: float, resumed_from: int, ledger: Any) -> dict[str, Any]:
+    """The run's summary.json: metrics, what was run, on what, with which versions."""
+    from prbench.train.protocol import user_breakdown  # per-user distribution; seen vs unseen users
+
+    m = summarize(records, seed=s.seed, n_boot=s.n_boot)
+    if why := no_context_failure(s.condition, m.get("n_no_context", 0), len(records)):
+        raise PrbenchError(why)
+    summary = stamp("eval", {
+        "model": rm.name if rm is not None else spec, "spec": spec, "data": data_name, "condition": s.condition,
+        "seed": s.seed, "kind": "pairwise" if any("verdicts" in r for r in records) else "pointwise",
+        "capabilities": capabilities(rm if rm is not None else spec).as_dict(),
+        "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records), "metrics": m,
+        "model_info": ({"fingerprint": rm.fingerprint(), **rm.run_info()} if rm is not None
+                       else {"fingerprint": {"spec": spec}, "workers": s.workers, "ray_address": s.ray_address}),
+        "versions": _versions(), "wall_time_s": round(time.time() - started, 3), "resumed_from": resumed_from,
+        "cost": ledger.summary() if ledger is not None else None,
+    })
+    summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
+    return summary
