@@ -324,3 +324,14 @@ def test_site_pages_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     slowest(timings)
     assert counts["run"] >= 25 and counts["python"] >= 3, counts
     assert Path("first-study", "report.html").exists() and Path("report.html").exists()
+
+
+def test_readme_is_a_front_page_whose_links_land() -> None:
+    """At most 12 KB (the rest lives on the site), the report picture shown, every link to a file there."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.encode("utf-8")) <= 12 * 1024, len(text.encode("utf-8"))
+    assert "](docs/report.png)" in text
+    links = re.findall(r"\]\(((?:docs|src|tests|benchmarks)/[^)#\s]+)(?:#[^)]*)?\)", text)
+    assert len(links) >= 10
+    for link in links:
+        assert (ROOT / link).exists(), link
