@@ -77,10 +77,16 @@ def reply(body: dict) -> str:
     m = re.search(r"expects \((\d+) aspects\)", prompt)
     if m:
         return json.dumps({"grades": [{"aspect": j + 1, "score": 1} for j in range(int(m.group(1)))]})
+    if "what this person will most likely expect" in prompt:  # the planner prompt (prompts/planner.txt)
+        return "1. Concrete steps: they ask how to do it\n2. Their situation: the posts describe it"
     return "Result: A"
 
 
 def substitute(line: str, stand_ins: dict[str, str]) -> list[str]:
+    # a random tiny LM writes no parseable aspects, and a planner run with none is refused (no context):
+    # the loopback endpoint plans instead
+    line = line.replace("--planner builtin:smollm2-135m-instruct",
+                        f"--planner openai:gpt-4o-mini --base-url {stand_ins['url']}")
     line = line.replace("builtin:smollm2-135m-instruct", f"hf:{stand_ins['lm']}")
     line = line.replace("hf:DIR", f"hf:{stand_ins['rm']}").replace("--base-model DIR", f"--base-model {stand_ins['lm']}")
     line = line.replace("https://...", stand_ins["url"]).replace("LAMPQA_TRAIN", "sample:source")
