@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,19 +34,43 @@ from prbench.runkinds import Run
 from prbench.runkinds.eval import KIND as EVAL
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
 
+LEADERBOARD_EXPLAIN = (
+    "Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
+    "an exact tie counts 0.5; invalid outputs are excluded and counted under Diagnostics. "
+    "Small numbers: 95% percentile-bootstrap CI over items. Baselines (length, random, lexical, ...) "
+    "are marked and greyed; 50% is chance. Bold: best non-baseline model per column."
+)
+
+CONDITIONS_EXPLAIN = (
+    "What the RM sees: <b>none</b> (question only), <b>profile</b> (retrieved posts of this user), "
+    "<b>planner</b> (aspects a planner inferred from the profile), <b>oracle</b> (the true rubric: an upper "
+    "bound) and <b>wrong-profile</b> (another user's posts: a control; a gain that also shows up here is "
+    "not personalization). Whiskers: 95% bootstrap CI. Differences in percentage points with a paired "
+    "bootstrap 95% CI over the items both runs scored."
+)
+
+
+class _Grid(NamedTuple):
+    """One data set's eval runs laid out as the model x condition grid the tables and plots show."""
+
+    data: str
+    runs: list[Run]
+    conds: list[str]
+    models: list[str]
+    cell: dict[tuple[str, str], Run]
+
+
+def _grids(d: ReportData) -> list[_Grid]:
+    return [_Grid(data, runs, conditions_of(runs), model_order(runs), {(r.key, r.condition): r for r in runs})
+            for data, runs in d.by_data().items()]
+
 
 def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
-    explain = ("Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
-               "an exact tie counts 0.5; invalid outputs are excluded and counted under Diagnostics. "
-               "Small numbers: 95% percentile-bootstrap CI over items. Baselines (length, random, lexical, ...) "
-               "are marked and greyed; 50% is chance. Bold: best non-baseline model per column.")
+    explain = LEADERBOARD_EXPLAIN
     if not d.evals:
         return section("leaderboard", "Leaderboard", explain, empty("No eval runs found. Run `prbench eval` first."))
     body = []
-    for data, runs in d.by_data().items():
-        conds = conditions_of(runs)
-        models = model_order(runs)
-        cell = {(r.key, r.condition): r for r in runs}
+    for data, runs, conds, models, cell in _grids(d):
         base = {r.key: is_baseline(r) for r in runs}
         n_pairs = sorted({r.summary["metrics"].get("n_total", r.summary.get("n_total")) for r in runs} - {None})
         body.append(f"<h3>Data: {esc(data)}</h3>")
@@ -99,18 +123,11 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
 
 
 def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
-    explain = ("What the RM sees: <b>none</b> (question only), <b>profile</b> (retrieved posts of this user), "
-               "<b>planner</b> (aspects a planner inferred from the profile), <b>oracle</b> (the true rubric: an upper "
-               "bound) and <b>wrong-profile</b> (another user's posts: a control; a gain that also shows up here is "
-               "not personalization). Whiskers: 95% bootstrap CI. Differences in percentage points with a paired "
-               "bootstrap 95% CI over the items both runs scored.")
+    explain = CONDITIONS_EXPLAIN
     if not d.evals:
         return section("conditions", "Input conditions", explain, empty("No eval runs found."))
     body = []
-    for data, runs in d.by_data().items():
-        conds = conditions_of(runs)
-        models = model_order(runs)
-        cell = {(r.key, r.condition): r for r in runs}
+    for data, runs, conds, models, cell in _grids(d):
         vals = {(m, c): (r.summary["metrics"].get("accuracy"), r.summary["metrics"].get("ci_low"),
                          r.summary["metrics"].get("ci_high")) for (m, c), r in cell.items()}
         vals = {k: tuple(None if x is None else 100 * x for x in v) for k, v in vals.items()}
