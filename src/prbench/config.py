@@ -263,6 +263,18 @@ class LoReConfig(MethodView):
     encoder: str = ENCODER_FIELD
 
 
+class StyleConfig(MethodView):
+    """The persona space over lexical + stylometric features (`prbench.rewards.style`); defaults chosen on the
+    real-text DSP persona split (docs/methods.md)."""
+
+    rank: int = count(8, "Dimension B of the persona space.", 4096)
+    vocab_size: int = count(6000, "Word/bigram/char-4-gram features kept (most frequent in the training texts).", 10**7)
+    steps: int = count(200, "Full-batch optimisation steps.", 10**6)
+    lr: float = opt(1e-2, "Learning rate.", gt=0)
+    l2: float = opt(1.0, "L2 penalty on the persona map A (strong: few training users).", ge=0)
+    offset_l2: float = opt(1.0, "Pull of a user's k-shot offset toward the profile prior.", ge=0)
+
+
 class VPLConfig(MethodView):
     """VPL: an encoder over the user's pairs (and shown posts) gives a latent z the reward reads."""
 

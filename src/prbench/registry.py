@@ -126,6 +126,7 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "pal": "prbench.rewards.trained:load_pal",
     "lore": "prbench.rewards.lore:LoReReward",
     "vpl": "prbench.rewards.vpl:VPLReward",
+    "style": "prbench.rewards.style:StyleReward",
     "finetune": "prbench.rewards.finetuned:load_finetuned",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",

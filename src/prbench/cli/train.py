@@ -29,6 +29,7 @@ from prbench.config import (
     MethodView,
     PALConfig,
     Settings,
+    StyleConfig,
     VPLConfig,
     opt,
 )
@@ -170,7 +171,8 @@ def default(
     if not json_out:
         typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
                    "see docs on personalized methods)")
-    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, Check(), json_out, format_=format_)
+    options = {"seed": seed, **({"encoder": encoder} if encoder != ENCODER else {})}  # the default may read no encoder
+    _run(DEFAULT_METHOD, data, out, options, Check(), json_out, format_=format_)
 
 
 @app.command()
@@ -252,6 +254,14 @@ def vpl(data: Data, out: Out, settings: VPLConfig, check: Check, format_: Format
         json_out: Json = False) -> None:
     """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
     _run("vpl", data, out, settings.model_dump(), check, json_out, format_=format_)
+
+
+@app.command()
+@settings_command(settings=StyleConfig, check=Check)
+def style(data: Data, out: Out, settings: StyleConfig, check: Check, format_: Format = None,
+          json_out: Json = False) -> None:
+    """Train the persona space. Lexical + stylometric features of profile and response, a learned map; style:OUT."""
+    _run("style", data, out, settings.model_dump(), check, json_out, format_=format_)
 
 
 @app.command()

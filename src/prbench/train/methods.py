@@ -30,7 +30,7 @@ from prbench.errors import PrbenchError
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
-DEFAULT_METHOD = "lore"
+DEFAULT_METHOD = "style"
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Method:
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore"),
+    Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style"),
     Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl"),
     Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal"),
     Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal"),
