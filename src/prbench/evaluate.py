@@ -292,6 +292,10 @@ def evaluate(
 
     summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
     if run:
+        from prbench.validity import attach
+
+        # the validity card, once a condition run and its control run sit side by side
+        attach(run.path, summary, records, seed=s.seed, n_boot=s.n_boot)
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
 

@@ -102,6 +102,11 @@ def _protocol_table(protocol: dict) -> None:
         rows.append((f"unseen users, k={c['k']} shots", _pct(c["mean"]) + ci, _pct(c["worst_decile"]), c["n_users"]))
     for name, c in (protocol.get("controls") or {}).items():
         rows.append((f"control: {name} (unseen)", _pct(c["mean"]), _pct(c.get("worst_decile")), c["n_users"]))
+    swap = protocol.get("swap") or {}
+    if swap.get("drop") is not None:
+        rows.append((f"swap test: own - another user's state (k={swap['k']})",
+                     f"{_pct(swap['drop'])} [{_pct(swap['ci_low'])}, {_pct(swap['ci_high'])}] p={swap['p_value']:.2g}",
+                     "", swap["n_users"]))
     table("protocol: accuracy % per user, mean [95% CI over users]", ["measure", "mean", "worst decile", "users"], rows)
 
 
