@@ -275,6 +275,34 @@ class StyleConfig(MethodView):
     offset_l2: float = opt(1.0, "Pull of a user's k-shot offset toward the profile prior.", ge=0)
 
 
+class PReFConfig(MethodView):
+    """PReF: J base rewards over frozen features, a free weight vector per user, few-response MAP adaptation."""
+
+    rank: int = count(16, "Number of base reward functions J.", 4096)
+    epochs: int = count(60, "Training epochs.", 100_000)
+    lr: float = opt(5e-3, "Learning rate of the base rewards.", gt=0)
+    user_lr: float = opt(5e-2, "Learning rate of the user weights.", gt=0)
+    user_l2: float = opt(1e-3, "L2 pull of each user's weights toward 0 in training.", ge=0)
+    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
+    weight_decay: float = opt(1e-4, "Weight decay of the base rewards.", ge=0)
+    adapt_prior: float = opt(1.0, "Weight of the population prior in a new user's MAP fit.", ge=0)
+    encoder: str = ENCODER_FIELD
+
+
+class GPOConfig(MethodView):
+    """GPO: a small transformer reads a user's labelled pairs (and shown posts) in context; meta-trained over users."""
+
+    dim: int = count(64, "Token width.", 1 << 16)
+    heads: int = count(4, "Attention heads.", 256)
+    layers: int = count(2, "Transformer layers.", 64)
+    max_shots: int = count(8, "Most labelled pairs in a context.", 4096)
+    post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
+    steps: int = count(150, "Optimisation steps (one episode per training user each).", 10**6)
+    lr: float = opt(1e-3, "Learning rate.", gt=0)
+    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
+    encoder: str = ENCODER_FIELD
+
+
 class VPLConfig(MethodView):
     """VPL: an encoder over the user's pairs (and shown posts) gives a latent z the reward reads."""
 

@@ -127,6 +127,8 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "lore": "prbench.rewards.lore:LoReReward",
     "vpl": "prbench.rewards.vpl:VPLReward",
     "style": "prbench.rewards.style:StyleReward",
+    "pref": "prbench.rewards.pref:PReFReward",
+    "gpo": "prbench.rewards.gpo:GPOReward",
     "finetune": "prbench.rewards.finetuned:load_finetuned",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",

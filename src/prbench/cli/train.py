@@ -25,9 +25,11 @@ from prbench.config import (
     ENCODER,
     ENCODER_FIELD,
     FinetuneConfig,
+    GPOConfig,
     LoReConfig,
     MethodView,
     PALConfig,
+    PReFConfig,
     Settings,
     StyleConfig,
     VPLConfig,
@@ -267,6 +269,22 @@ def style(data: Data, out: Out, settings: StyleConfig, check: Check, format_: Fo
           json_out: Json = False) -> None:
     """Train the persona space. Lexical + stylometric features of profile and response, a learned map; style:OUT."""
     _run("style", data, out, settings.model_dump(), check, json_out, format_=format_)
+
+
+@app.command()
+@settings_command(settings=PReFConfig, check=Check)
+def pref(data: Data, out: Out, settings: PReFConfig, check: Check, format_: Format = None,
+         json_out: Json = False) -> None:
+    """Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT."""
+    _run("pref", data, out, settings.model_dump(), check, json_out, format_=format_)
+
+
+@app.command()
+@settings_command(settings=GPOConfig, check=Check)
+def gpo(data: Data, out: Out, settings: GPOConfig, check: Check, format_: Format = None,
+        json_out: Json = False) -> None:
+    """Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT."""
+    _run("gpo", data, out, settings.model_dump(), check, json_out, format_=format_)
 
 
 @app.command()

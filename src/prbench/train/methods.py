@@ -50,6 +50,8 @@ class Method:
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore"),
     Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style"),
+    Method("pref", "prbench.train.pref:train_pref", "prbench.config:PReFConfig", "pref"),
+    Method("gpo", "prbench.train.gpo:train_gpo", "prbench.config:GPOConfig", "gpo"),
     Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl"),
     Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal"),
     Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal"),
