@@ -440,6 +440,21 @@ class EngineAccess(Settings):
     api_key_env: str | None = opt(None, "Name of the env var that holds the API key.", metavar="VAR")
 
 
+class SynthesizeMeConfig(MethodView):
+    """SynthesizeMe: an LLM induces each user's persona from their pairs, verified on held-out pairs; a judge reads it."""
+
+    engine: str = opt("builtin:smollm2-135m-instruct", "Engine that induces personas and judges (any judge: engine).",
+                      metavar="SPEC")
+    candidates: int = count(3, "Persona candidates drawn per user (the best on held-out pairs is kept).", 64)
+    verify_share: float = opt(0.5, "Share of a user's pairs held out to verify the candidates.", ge=0, lt=1)
+    max_shots: int = count(8, "Most pairs shown to the engine when inducing.", 4096)
+    max_chars: int = count(600, "Characters kept of each question and answer in the induction prompt.", 10**6)
+    max_new_tokens: int = count(160, "Token limit of a persona.", 1 << 16)
+    judge_tokens: int = count(128, "Token limit of a judge's reply.", 1 << 16)
+    base_url: str | None = EngineAccess.model_fields["base_url"]
+    api_key_env: str | None = EngineAccess.model_fields["api_key_env"]
+
+
 class GraderAccess(Settings):
     """The grader's own endpoint, when it differs from the models'."""
 

@@ -129,6 +129,7 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "style": "prbench.rewards.style:StyleReward",
     "pref": "prbench.rewards.pref:PReFReward",
     "gpo": "prbench.rewards.gpo:GPOReward",
+    "synthesizeme": "prbench.rewards.synthesizeme:SynthesizeMeReward",
     "finetune": "prbench.rewards.finetuned:load_finetuned",
     "baseline": "prbench.rewards.baselines:load_baseline",
     "judge": "prbench.rewards.judges:load_judge",

@@ -32,6 +32,7 @@ from prbench.config import (
     PReFConfig,
     Settings,
     StyleConfig,
+    SynthesizeMeConfig,
     VPLConfig,
     opt,
 )
@@ -285,6 +286,14 @@ def gpo(data: Data, out: Out, settings: GPOConfig, check: Check, format_: Format
         json_out: Json = False) -> None:
     """Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT."""
     _run("gpo", data, out, settings.model_dump(), check, json_out, format_=format_)
+
+
+@app.command()
+@settings_command(settings=SynthesizeMeConfig, check=Check)
+def synthesizeme(data: Data, out: Out, settings: SynthesizeMeConfig, check: Check, format_: Format = None,
+                 json_out: Json = False) -> None:
+    """Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; synthesizeme:OUT."""
+    _run("synthesizeme", data, out, settings.model_dump(), check, json_out, format_=format_)
 
 
 @app.command()

@@ -52,6 +52,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style"),
     Method("pref", "prbench.train.pref:train_pref", "prbench.config:PReFConfig", "pref"),
     Method("gpo", "prbench.train.gpo:train_gpo", "prbench.config:GPOConfig", "gpo"),
+    Method("synthesizeme", "prbench.train.synthesizeme:train_synthesizeme", "prbench.config:SynthesizeMeConfig",
+           "synthesizeme"),
     Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl"),
     Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal"),
     Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal"),
@@ -133,4 +135,6 @@ def train_method(
 def _rm_options(method: str, cache: Cache | None) -> dict[str, Any]:
     if METHODS[method].spec == "finetune":
         return {"device": "cpu"}
+    if METHODS[method].spec == "synthesizeme":
+        return {}
     return {"encoder_cache": cache} if cache is not None else {}
