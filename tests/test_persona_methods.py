@@ -300,3 +300,10 @@ def test_validity_card_gain_is_zero_without_personalization_and_positive_with_it
     assert personal["gain"]["diff"] > 0.3 and personal["gain"]["p_value"] < 0.01 and personal["gain"]["ci_low"] > 0
     assert blind["length"]["prefers_longer"] == 1.0 and blind["length"]["p_value"] < 0.01
     assert personal["context_share"] == 1.0 and personal["position"]["applicable"] is False
+    from prbench.leaderboard import leaderboard, render_rows
+    from prbench.report.html import build_report
+
+    head, body = render_rows(leaderboard(tmp_path / "True"))
+    assert head[-1] == "personalization gain" and body[0][-1].startswith("profile +")
+    page = build_report(tmp_path / "True", tmp_path / "report.html", n_boot=50, n_perm=50).read_text()
+    assert "Validity, " in page and "gain over <code>wrong-profile</code>" in page

@@ -101,6 +101,8 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
         row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,
                                     "cells": {}})
         row["cells"][cond] = cell
+        if isinstance(s.get("validity"), dict):  # the personalization validity card (prbench.validity)
+            row.setdefault("validity", {})[cond] = s["validity"]
         for cat, g in groups.items():
             row["cells"][f"{cond}/{CATEGORY_SHORT.get(cat, cat)}"] = {"accuracy": g["accuracy"], "n": g["n"]}
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -153,7 +155,21 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     cols = [c for c in columns(rows) if with_categories or "/" not in c]
     body = [[r.get("label", r["model"]), *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
                                  r["cells"].get(c, {}).get("ci_high")) for c in cols]] for r in rows]
+    if any(r.get("validity") for r in rows):  # personalization gain: condition minus its wrong-user control
+        for r, line in zip(rows, body):
+            line.append(_gain_cell(r.get("validity") or {}))
+        return ["model", *cols, "personalization gain"], body
     return ["model", *cols], body
+
+
+def _gain_cell(cards: dict[str, Any]) -> str:
+    parts = []
+    for cond, card in sorted(cards.items()):
+        g = card.get("gain")
+        if g:
+            parts.append(f"{cond} {100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}] "
+                         f"p={g['p_value']:.2g}")
+    return "; ".join(parts) or "-"
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
