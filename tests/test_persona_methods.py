@@ -307,3 +307,18 @@ def test_validity_card_gain_is_zero_without_personalization_and_positive_with_it
     assert head[-1] == "personalization gain" and body[0][-1].startswith("profile +")
     page = build_report(tmp_path / "True", tmp_path / "report.html", n_boot=50, n_perm=50).read_text()
     assert "Validity, " in page and "gain over <code>wrong-profile</code>" in page
+
+
+def test_synthesizeme_runs_offline_on_smollm2(tmp_path):
+    """The real default engine end to end: SmolLM2-135M writes each persona, the judge reads it (tiny budget)."""
+    from prbench.conditions import View
+    from prbench.rewards import load_rm
+
+    pairs = [p for p in _planted_pairs(2, 2)]
+    fn, _ = METHODS["synthesizeme"].load()
+    fn(pairs, tmp_path / "m", make_config("synthesizeme", {"candidates": 1, "max_new_tokens": 24, "judge_tokens": 24}))
+    personas = json.loads((tmp_path / "m" / "personas.json").read_text())
+    assert set(personas) == {"u0", "u1"} and all(v["persona"].strip() for v in personas.values())
+    rm = load_rm(spec_for("synthesizeme", tmp_path / "m"))
+    scores = rm.score([(View(example_id="x", question=pairs[0].prompt, condition="profile", user_id="u0"), pairs[0].chosen)])
+    assert len(scores) == 1 and rm.counts["with_persona"] == 1
