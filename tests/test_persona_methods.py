@@ -314,11 +314,12 @@ def test_synthesizeme_runs_offline_on_smollm2(tmp_path):
     from prbench.conditions import View
     from prbench.rewards import load_rm
 
-    pairs = [p for p in _planted_pairs(2, 2)]
+    pairs = _planted_pairs(1, 2)  # one user, no verification split: one generation, then one judge call
     fn, _ = METHODS["synthesizeme"].load()
-    fn(pairs, tmp_path / "m", make_config("synthesizeme", {"candidates": 1, "max_new_tokens": 24, "judge_tokens": 24}))
+    fn(pairs, tmp_path / "m", make_config("synthesizeme", {"candidates": 1, "verify_share": 0.0, "max_new_tokens": 24,
+                                                           "judge_tokens": 24}))
     personas = json.loads((tmp_path / "m" / "personas.json").read_text())
-    assert set(personas) == {"u0", "u1"} and all(v["persona"].strip() for v in personas.values())
+    assert set(personas) == {"u0"} and personas["u0"]["persona"].strip() and personas["u0"]["verified_on"] == 0
     rm = load_rm(spec_for("synthesizeme", tmp_path / "m"))
     scores = rm.score([(View(example_id="x", question=pairs[0].prompt, condition="profile", user_id="u0"), pairs[0].chosen)])
     assert len(scores) == 1 and rm.counts["with_persona"] == 1
