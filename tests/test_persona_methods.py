@@ -23,7 +23,14 @@ from prbench.data.dsp_personas import PERSONAS, build_splits, load_questions
 from prbench.errors import DataError, PrbenchError
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.train.methods import METHODS, make_config, spec_for
-from prbench.train.protocol import ProtocolConfig, pair_credits, per_user, run_protocol, split_protocol, swap_test
+from prbench.train.protocol import (
+    ProtocolConfig,
+    pair_credits,
+    per_user,
+    run_protocol,
+    split_protocol,
+    swap_test,
+)
 
 VOICE = {
     "academy": ("furthermore the evidence suggests", "consequently", "; moreover"),

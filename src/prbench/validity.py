@@ -19,7 +19,6 @@ Runs finish in either order: whichever of the two finishes second writes the car
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -80,12 +79,13 @@ def card(records: Sequence[dict[str, Any]], control: Sequence[dict[str, Any]], *
 
 
 def _read(folder: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    summary = folder / "summary.json"
-    examples = folder / "examples.jsonl"
+    """A sibling run's summary and records; (None, []) while it does not exist (yet)."""
+    from prbench.runs import read_json, read_records
+
+    summary, examples = folder / "summary.json", folder / "examples.jsonl"
     if not summary.is_file() or not examples.is_file():
         return None, []
-    recs = [json.loads(line) for line in examples.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return json.loads(summary.read_text(encoding="utf-8")), recs
+    return read_json(summary, "rerun that eval to rewrite it"), read_records(examples)
 
 
 def attach(run_dir: str | Path, summary: dict[str, Any], records: Sequence[dict[str, Any]], *,

@@ -34,7 +34,7 @@ def train_style(pairs: Sequence[PreferencePair], out: str | Path, config: StyleC
     if not pairs:
         raise PrbenchError("train_style: no training pairs")
     seed_everything(cfg.seed)
-    views = pair_views(pairs, cfg.condition, retriever=cfg.retriever, top_k=cfg.top_k, seed=cfg.seed, cache=cache)
+    views = pair_views(pairs, cfg.condition, retriever=cfg.retriever, top_k=cfg.top_k, seed=cfg.seed)
     posts = [context_items(v) for v in views]
     if not any(posts):
         raise PrbenchError(f"train_style: no pair shows any profile post under condition {cfg.condition!r}")
