@@ -9,8 +9,9 @@ fits its training users far better than unseen ones. Too little data for the pro
 than 4 users) is said in `protocol.json`, never silently skipped.
 
 DEFAULT_METHOD is what `prbench train --data D --out DIR` trains: the method with the best
-unseen-user accuracy on our own held-out check (benchmarks/train_methods.py, numbers in
-benchmarks/RESULTS_methods.md and docs/readme/methods.md).
+unseen-user accuracy on real persona text (the DSP persona split of `prbench.data.dsp_personas`,
+benchmarks/real_text.py; numbers in benchmarks/RESULTS_methods.md and docs/methods.md), where
+it also holds on the synthetic persona check (benchmarks/train_methods.py --check).
 """
 
 from __future__ import annotations
