@@ -241,7 +241,22 @@ def diagnostics_section(d: ReportData) -> str:
         body.append(table(head, rows, row_classes=classes,
                           caption="percentages except n, counts and margin (score units); – = not applicable; "
                                   "highlighted: length preference beyond 30/70% or an A/B accuracy gap over 10 points"))
+        body.extend(_validity_panel(r) for r in ordered if r.summary.get("validity"))
     return section("diagnostics", "Diagnostics", explain, "".join(body))
+
+
+def _validity_panel(r: Run) -> str:
+    """One run's personalization validity card (prbench.validity): gain over its wrong-user control, controls."""
+    v = r.summary["validity"]
+    g, ln, pos = v.get("gain") or {}, v.get("length") or {}, v.get("position") or {}
+    gain = (f"gain over <code>{esc(v['control'])}</code>: <b>{100 * g['diff']:+.1f}</b> points "
+            f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}], p = {g['p_value']:.2g} (n = {v['n_shared']})"
+            if g else "no item shared with the control")
+    length = f"prefers longer {pct(ln.get('prefers_longer'))} (p = {fnum(ln.get('p_value'), 3)})"
+    position = (f"says A {pct(pos.get('share_A'))} (p = {fnum(pos.get('p_value'), 3)})" if pos.get("applicable")
+                else "position: n/a (pointwise)")
+    return (f"<p class=\"explain\">Validity, {esc(r.key)} [{esc(v['condition'])}]: {gain}; {length}; {position}; "
+            f"scored with context {pct(v.get('context_share'))}.</p>")
 
 
 def _published_rows(published: Mapping[str, Any]) -> list[tuple[str, str, str, float]]:
