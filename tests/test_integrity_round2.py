@@ -34,7 +34,7 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _sample_rows(n: int) -> list[dict]:
-    from prbench.data.raw import sample_path
+    from prbench.raw import sample_path
 
     return [json.loads(line) for line in sample_path().read_text(encoding="utf-8").splitlines()[:n]]
 

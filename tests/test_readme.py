@@ -4,10 +4,8 @@ Every `prbench ...` line of the README's bash blocks must match one rule below, 
 - `run`: executed in this process through `prbench.cli.main` (in a fresh folder, one walk
   through the README top to bottom), with local stand-ins for what this machine lacks: the
   built-in SmolLM2 becomes a tiny random model of the same kind (the real SmolLM2 paths are
-  tested in test_builtin / test_judges / test_rgd and by the demo), except as the planner, where
-  the loopback server answers in the planner prompt's form (a random model writes no aspect);
-  `https://...` and OPENAI_BASE_URL a loopback OpenAI-compatible server, `DIR` a tiny sequence
-  classifier;
+  tested in test_builtin / test_judges / test_rgd and by the demo), `https://...` and
+  OPENAI_BASE_URL a loopback OpenAI-compatible server, `DIR` a tiny sequence classifier;
 - `error`: a line that needs the hub, checked to fail at once with exit 2 and one line;
 - `parse`: a line that needs a GPU, API keys with real replies, a human or long training: its
   options and values are parsed by the real command (names, types, required options), not run.
@@ -129,18 +127,20 @@ def reply(body: dict) -> str:
     m = re.search(r"expects \((\d+) aspects\)", prompt)
     if m:
         return json.dumps({"grades": [{"aspect": j + 1, "score": 1} for j in range(int(m.group(1)))]})
-    if "what this person will most likely expect" in prompt:  # prompts/planner.txt: aspects in its form
-        return "1. Their own situation: the posts show it\n2. Practical steps: they ask how, not why"
+    if "what this person will most likely expect" in prompt:  # the planner prompt (prompts/planner.txt)
+        return "1. Concrete steps: they ask how to do it\n2. Their situation: the posts describe it"
     return "Result: A"
 
 
 def substitute(line: str, stand_ins: dict[str, str]) -> list[str]:
+    # a random tiny LM writes no parseable aspects, and a planner run with none is refused (no context):
+    # the loopback endpoint plans instead
+    line = line.replace("--planner builtin:smollm2-135m-instruct",
+                        f"--planner openai:gpt-4o-mini --base-url {stand_ins['url']}")
     line = line.replace("builtin:smollm2-135m-instruct", f"hf:{stand_ins['lm']}")
     line = line.replace("hf:DIR", f"hf:{stand_ins['rm']}").replace("--base-model DIR", f"--base-model {stand_ins['lm']}")
     line = line.replace("https://...", stand_ins["url"]).replace("LAMPQA_TRAIN", "sample:source")
     args = shlex.split(line)[1:]
-    if args[0] == "plan" and "--planner" in args:  # a random tiny model writes no aspect: the loopback planner
-        args[args.index("--planner") + 1] = "openai:planner-stand-in"
     if args[:1] == ["compare"]:
         args = ["compare", *stand_ins["two_runs"]]
     cap = CAPS.get(args[0])

@@ -28,6 +28,10 @@ COMMANDS = [
     ("prbench.cli.train:vpl", config.VPLConfig, set()),
     ("prbench.cli.train:pal", config.PALConfig, set()),
     ("prbench.cli.train:finetune", config.FinetuneConfig, set()),
+    ("prbench.cli.train:style", config.StyleConfig, set()),
+    ("prbench.cli.train:pref", config.PReFConfig, set()),
+    ("prbench.cli.train:gpo", config.GPOConfig, set()),
+    ("prbench.cli.train:synthesizeme", config.SynthesizeMeConfig, set()),
 ]
 
 

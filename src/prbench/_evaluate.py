@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from prbench import cost, interrupt, metrics
+from prbench import cost, interrupt, metrics, validity
 from prbench.cache import Cache, NullCache
 from prbench.conditions import build_view, no_context_failure, read_planner_file
 from prbench.config import EvalSettings, run_identity
@@ -241,6 +241,7 @@ def evaluate(
     records = _in_order(run, fresh, items.order, keep_others=narrow)
     summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done), ledger=ledger)
     if run and not narrow:  # the folder's summary describes all its items
+        validity.attach(run.path, summary, records, seed=s.seed, n_boot=s.n_boot)  # once a control sits beside it
         run.write_summary(summary)
     return EvalResult(summary, records, run.path if run else None)
 

@@ -263,6 +263,46 @@ class LoReConfig(MethodView):
     encoder: str = ENCODER_FIELD
 
 
+class StyleConfig(MethodView):
+    """The persona space over lexical + stylometric features (`prbench.rewards.style`); defaults chosen on the
+    real-text DSP persona split (docs/methods.md)."""
+
+    rank: int = count(8, "Dimension B of the persona space.", 4096)
+    vocab_size: int = count(6000, "Word/bigram/char-4-gram features kept (most frequent in the training texts).", 10**7)
+    steps: int = count(200, "Full-batch optimisation steps.", 10**6)
+    lr: float = opt(1e-2, "Learning rate.", gt=0)
+    l2: float = opt(1.0, "L2 penalty on the persona map A (strong: few training users).", ge=0)
+    offset_l2: float = opt(1.0, "Pull of a user's k-shot offset toward the profile prior.", ge=0)
+
+
+class PReFConfig(MethodView):
+    """PReF: J base rewards over frozen features, a free weight vector per user, few-response MAP adaptation."""
+
+    rank: int = count(16, "Number of base reward functions J.", 4096)
+    epochs: int = count(60, "Training epochs.", 100_000)
+    lr: float = opt(5e-3, "Learning rate of the base rewards.", gt=0)
+    user_lr: float = opt(5e-2, "Learning rate of the user weights.", gt=0)
+    user_l2: float = opt(1e-3, "L2 pull of each user's weights toward 0 in training.", ge=0)
+    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
+    weight_decay: float = opt(1e-4, "Weight decay of the base rewards.", ge=0)
+    adapt_prior: float = opt(1.0, "Weight of the population prior in a new user's MAP fit.", ge=0)
+    encoder: str = ENCODER_FIELD
+
+
+class GPOConfig(MethodView):
+    """GPO: a small transformer reads a user's labelled pairs (and shown posts) in context; meta-trained over users."""
+
+    dim: int = count(64, "Token width.", 1 << 16)
+    heads: int = count(4, "Attention heads.", 256)
+    layers: int = count(2, "Transformer layers.", 64)
+    max_shots: int = count(8, "Most labelled pairs in a context.", 4096)
+    post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
+    steps: int = count(150, "Optimisation steps (one episode per training user each).", 10**6)
+    lr: float = opt(1e-3, "Learning rate.", gt=0)
+    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
+    encoder: str = ENCODER_FIELD
+
+
 class VPLConfig(MethodView):
     """VPL: an encoder over the user's pairs (and shown posts) gives a latent z the reward reads."""
 
@@ -420,6 +460,21 @@ class EngineAccess(Settings):
     dtype: str | None = opt(None, "auto, float32, bfloat16, float16.", metavar="DTYPE")
     base_url: str | None = opt(None, "OpenAI-compatible endpoint (else OPENAI_BASE_URL).", metavar="URL")
     api_key_env: str | None = opt(None, "Name of the env var that holds the API key.", metavar="VAR")
+
+
+class SynthesizeMeConfig(MethodView):
+    """SynthesizeMe: an LLM induces each user's persona from their pairs, verified on held-out pairs; a judge reads it."""
+
+    engine: str = opt("builtin:smollm2-135m-instruct", "Engine that induces personas and judges (any judge: engine).",
+                      metavar="SPEC")
+    candidates: int = count(3, "Persona candidates drawn per user (the best on held-out pairs is kept).", 64)
+    verify_share: float = opt(0.5, "Share of a user's pairs held out to verify the candidates.", ge=0, lt=1)
+    max_shots: int = count(8, "Most pairs shown to the engine when inducing.", 4096)
+    max_chars: int = count(600, "Characters kept of each question and answer in the induction prompt.", 10**6)
+    max_new_tokens: int = count(160, "Token limit of a persona.", 1 << 16)
+    judge_tokens: int = count(128, "Token limit of a judge's reply.", 1 << 16)
+    base_url: str | None = EngineAccess.model_fields["base_url"]
+    api_key_env: str | None = EngineAccess.model_fields["api_key_env"]
 
 
 class GraderAccess(Settings):

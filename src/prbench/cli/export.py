@@ -11,8 +11,8 @@ import typer
 from prbench.cli.options import Data, Json, Limit, Retriever, RMCondition, Seed, Split, TopK
 from prbench.cli.output import emit_json
 
-app = typer.Typer(help="Write prompt datasets for OpenRLHF and verl (docs/rl.md), or runs in the Every Eval Ever "
-                       "schema.", no_args_is_help=True)
+app = typer.Typer(help="Write RL prompt sets or finished runs. OpenRLHF and verl prompt "
+                       "datasets (docs/rl.md); runs in the Every Eval Ever schema.", no_args_is_help=True)
 
 OutFile = Annotated[Path, typer.Option("--out", "-o", help="Output file.")]
 PolicyCondition = Annotated[str, typer.Option(help="What the policy's prompt shows: profile or none.")]

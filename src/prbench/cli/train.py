@@ -27,10 +27,14 @@ from prbench.config import (
     ENCODER_FIELD,
     BTConfig,
     FinetuneConfig,
+    GPOConfig,
     LoReConfig,
     MethodView,
     PALConfig,
+    PReFConfig,
     Settings,
+    StyleConfig,
+    SynthesizeMeConfig,
     VPLConfig,
     opt,
 )
@@ -112,6 +116,11 @@ def _protocol_table(protocol: dict) -> None:
         rows.append((f"unseen users, k={c['k']} shots", _pct(c["mean"]) + ci, _pct(c["worst_decile"]), c["n_users"]))
     for name, c in (protocol.get("controls") or {}).items():
         rows.append((f"control: {name} (unseen)", _pct(c["mean"]), _pct(c.get("worst_decile")), c["n_users"]))
+    swap = protocol.get("swap") or {}
+    if swap.get("drop") is not None:
+        rows.append((f"swap test: own - another user's state (k={swap['k']})",
+                     f"{_pct(swap['drop'])} [{_pct(swap['ci_low'])}, {_pct(swap['ci_high'])}] p={swap['p_value']:.2g}",
+                     "", swap["n_users"]))
     table("protocol: accuracy % per user, mean [95% CI over users]", ["measure", "mean", "worst decile", "users"], rows)
 
 
@@ -185,8 +194,8 @@ def default(
     if not json_out:
         typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
                    "see docs on personalized methods)")
-    _run(DEFAULT_METHOD, data, out, {"seed": seed, "encoder": encoder}, Check(), json_out, format_=format_,
-         split=split)
+    options = {"seed": seed, **({"encoder": encoder} if encoder != ENCODER else {})}  # the default may read no encoder
+    _run(DEFAULT_METHOD, data, out, options, Check(), json_out, format_=format_, split=split)
 
 
 @app.command()
@@ -266,6 +275,38 @@ def vpl(data: Data, out: Out, settings: VPLConfig, check: Check, format_: Format
         json_out: Json = False) -> None:
     """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
     _run("vpl", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+
+
+@app.command()
+@settings_command(settings=StyleConfig, check=Check)
+def style(data: Data, out: Out, settings: StyleConfig, check: Check, format_: Format = None,
+          split: TrainSplit = "train", json_out: Json = False) -> None:
+    """Train the persona space. Lexical + stylometric features of profile and response, a learned map; style:OUT."""
+    _run("style", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+
+
+@app.command()
+@settings_command(settings=PReFConfig, check=Check)
+def pref(data: Data, out: Out, settings: PReFConfig, check: Check, format_: Format = None,
+         split: TrainSplit = "train", json_out: Json = False) -> None:
+    """Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT."""
+    _run("pref", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+
+
+@app.command()
+@settings_command(settings=GPOConfig, check=Check)
+def gpo(data: Data, out: Out, settings: GPOConfig, check: Check, format_: Format = None,
+        split: TrainSplit = "train", json_out: Json = False) -> None:
+    """Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT."""
+    _run("gpo", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+
+
+@app.command()
+@settings_command(settings=SynthesizeMeConfig, check=Check)
+def synthesizeme(data: Data, out: Out, settings: SynthesizeMeConfig, check: Check, format_: Format = None,
+                 split: TrainSplit = "train", json_out: Json = False) -> None:
+    """Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; synthesizeme:OUT."""
+    _run("synthesizeme", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
 
 
 @app.command()

@@ -24,7 +24,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from prbench.cache import Cache
 from prbench.engines import providers
 from prbench.engines.base import GenParams, Messages
 from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine
@@ -48,32 +47,19 @@ class AnthropicEngine(OpenAIEngine):
     options_model = AnthropicOptions
     _body_key = "content"
 
-    def __init__(
-        self,
-        model: str,
-        base_url: str | None = None,
-        api_key_env: str | None = None,
-        api_version: str | None = None,
-        prompt_cache: bool = False,
-        concurrency: int | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 5,
-        cache: Cache | None = None,
-        backoff_base: float = 0.5,
-        backoff_max: float = 60.0,
-        default_params: GenParams | None = None,
-        rpm: float | None = None,
-        tpm: float | None = None,
-        rate_limit_retries: int | None = None,
-        no_api_key: bool = False,
-    ):
+    # The OpenAI engine's transport keywords that the native API shares; the rest (tokenizer, reasoning
+    # effort, extra body ...) mean nothing to the Messages API and are refused.
+    TRANSPORT = frozenset({"concurrency", "timeout", "max_retries", "cache", "backoff_base", "backoff_max",
+                           "default_params", "rpm", "tpm", "rate_limit_retries", "no_api_key"})
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = None,
+                 api_version: str | None = None, prompt_cache: bool = False, **transport: Any):
         if not model:
             raise SpecError("anthropic engine needs a model name, e.g. anthropic:claude-sonnet-4-5")
+        if unknown := sorted(set(transport) - self.TRANSPORT):
+            raise TypeError(f"AnthropicEngine() got unexpected keyword arguments {unknown}")
         super().__init__(model, base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
-                         api_key_env=api_key_env or "ANTHROPIC_API_KEY", concurrency=concurrency, timeout=timeout,
-                         max_retries=max_retries, cache=cache, backoff_base=backoff_base, backoff_max=backoff_max,
-                         default_params=default_params, provider="anthropic", rpm=rpm, tpm=tpm,
-                         rate_limit_retries=rate_limit_retries, no_api_key=no_api_key)
+                         api_key_env=api_key_env or "ANTHROPIC_API_KEY", provider="anthropic", **transport)
         self.spec = f"anthropic:{model}"
         self._key_named = api_key_env is not None
         self.api_version = api_version

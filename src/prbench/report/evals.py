@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,38 @@ from prbench.report.widgets import (
 from prbench.runkinds import Run
 from prbench.runkinds.eval import KIND as EVAL
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
+
+LEADERBOARD_EXPLAIN = (
+    "Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
+    "an exact tie counts 0.5; invalid outputs are excluded and counted under Diagnostics. "
+    "Small numbers: 95% percentile-bootstrap CI over items. Baselines (length, random, lexical, ...) "
+    "are marked and greyed; 50% is chance. <b>Pairs</b>: items each model's runs scored (LLM rows often run on "
+    "fewer, with wider CIs). Bold: the best non-baseline model of a column, only when it is above every baseline "
+    "there and its CI is above chance."
+)
+
+CONDITIONS_EXPLAIN = (
+    "What the RM sees: <b>none</b> (question only), <b>profile</b> (retrieved posts of this user), "
+    "<b>planner</b> (aspects a planner inferred from the profile), <b>oracle</b> (the true rubric: an upper "
+    "bound) and <b>wrong-profile</b> (another user's posts: a control; a gain that also shows up here is "
+    "not personalization). Whiskers: 95% bootstrap CI. Differences in percentage points with a paired "
+    "bootstrap 95% CI over the items both runs scored."
+)
+
+
+class _Grid(NamedTuple):
+    """One data set's eval runs laid out as the model x condition grid the tables and plots show."""
+
+    data: str
+    runs: list[Run]
+    conds: list[str]
+    models: list[str]
+    cell: dict[tuple[str, str], Run]
+
+
+def _grids(d: ReportData) -> list[_Grid]:
+    return [_Grid(data, runs, conditions_of(runs), model_order(runs), {(r.key, r.condition): r for r in runs})
+            for data, runs in d.by_data().items()]
 
 
 def display_name(runs: list[Run], key: str) -> str:
@@ -91,19 +123,11 @@ def headline(d: ReportData) -> str:
 
 
 def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
-    explain = ("Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
-               "an exact tie counts 0.5; invalid outputs are excluded and counted under Diagnostics. "
-               "Small numbers: 95% percentile-bootstrap CI over items. Baselines (length, random, lexical, ...) "
-               "are marked and greyed; 50% is chance. <b>Pairs</b>: items each model's runs scored (LLM rows often "
-               "run on fewer, with wider CIs). Bold: the best non-baseline model of a column, only when it is above "
-               "every baseline there and its CI is above chance.")
+    explain = LEADERBOARD_EXPLAIN
     if not d.evals:
         return section("leaderboard", "Leaderboard", explain, empty("No eval runs found. Run `prbench eval` first."))
     body = []
-    for data, runs in d.by_data().items():
-        conds = conditions_of(runs)
-        models = model_order(runs)
-        cell = {(r.key, r.condition): r for r in runs}
+    for data, runs, conds, models, cell in _grids(d):
         base = {r.key: is_baseline(r) for r in runs}
         body.append(f"<h3>Data: {esc(data)}</h3>")
         best_per_cond = _best_per_condition(cell, models, base, conds)
@@ -156,18 +180,11 @@ def _by_category(runs: list[Run], models: list[str], conds: list[str], cell: dic
 
 
 def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
-    explain = ("What the RM sees: <b>none</b> (question only), <b>profile</b> (retrieved posts of this user), "
-               "<b>planner</b> (aspects a planner inferred from the profile), <b>oracle</b> (the true rubric: an upper "
-               "bound) and <b>wrong-profile</b> (another user's posts: a control; a gain that also shows up here is "
-               "not personalization). Whiskers: 95% bootstrap CI. Differences in percentage points with a paired "
-               "bootstrap 95% CI over the items both runs scored.")
+    explain = CONDITIONS_EXPLAIN
     if not d.evals:
         return section("conditions", "Input conditions", explain, empty("No eval runs found."))
     body = []
-    for data, runs in d.by_data().items():
-        conds = conditions_of(runs)
-        models = model_order(runs)
-        cell = {(r.key, r.condition): r for r in runs}
+    for data, runs, conds, models, cell in _grids(d):
         vals = {(m, c): (r.summary["metrics"].get("accuracy"), r.summary["metrics"].get("ci_low"),
                          r.summary["metrics"].get("ci_high")) for (m, c), r in cell.items()}
         vals = {k: tuple(None if x is None else 100 * x for x in v) for k, v in vals.items()}
@@ -285,7 +302,22 @@ def diagnostics_section(d: ReportData) -> str:
         body.append(table(head, rows, row_classes=classes,
                           caption="percentages except n, counts and margin (score units); – = not applicable; "
                                   "highlighted: length preference beyond 30/70% or an A/B accuracy gap over 10 points"))
+        body.extend(_validity_panel(r) for r in ordered if r.summary.get("validity"))
     return section("diagnostics", "Diagnostics", explain, "".join(body))
+
+
+def _validity_panel(r: Run) -> str:
+    """One run's personalization validity card (prbench.validity): gain over its wrong-user control, controls."""
+    v = r.summary["validity"]
+    g, ln, pos = v.get("gain") or {}, v.get("length") or {}, v.get("position") or {}
+    gain = (f"gain over <code>{esc(v['control'])}</code>: <b>{100 * g['diff']:+.1f}</b> points "
+            f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}], p = {g['p_value']:.2g} (n = {v['n_shared']})"
+            if g else "no item shared with the control")
+    length = f"prefers longer {pct(ln.get('prefers_longer'))} (p = {fnum(ln.get('p_value'), 3)})"
+    position = (f"says A {pct(pos.get('share_A'))} (p = {fnum(pos.get('p_value'), 3)})" if pos.get("applicable")
+                else "position: n/a (pointwise)")
+    return (f"<p class=\"explain\">Validity, {esc(r.key)} [{esc(v['condition'])}]: {gain}; {length}; {position}; "
+            f"scored with context {pct(v.get('context_share'))}.</p>")
 
 
 def _published_rows(published: Mapping[str, Any]) -> list[tuple[str, str, str, float]]:

@@ -9,8 +9,9 @@ fits its training users far better than unseen ones. Too little data for the pro
 than 4 users) is said in `protocol.json`, never silently skipped.
 
 DEFAULT_METHOD is what `prbench train --data D --out DIR` trains: the method with the best
-unseen-user accuracy on our own held-out check (benchmarks/train_methods.py, numbers in
-benchmarks/RESULTS_methods.md and docs/readme/methods.md).
+unseen-user accuracy on real persona text (the DSP persona split of `prbench.data.dsp_personas`,
+benchmarks/real_text.py; numbers in benchmarks/RESULTS_methods.md and docs/methods.md), where
+it also holds on the synthetic persona check (benchmarks/train_methods.py --check).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from prbench.errors import PrbenchError
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
-DEFAULT_METHOD = "lore"
+DEFAULT_METHOD = "style"
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class Method:
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore"),
+    Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style"),
+    Method("pref", "prbench.train.pref:train_pref", "prbench.config:PReFConfig", "pref"),
+    Method("gpo", "prbench.train.gpo:train_gpo", "prbench.config:GPOConfig", "gpo"),
+    Method("synthesizeme", "prbench.train.synthesizeme:train_synthesizeme", "prbench.config:SynthesizeMeConfig",
+           "synthesizeme"),
     Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl"),
     Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal"),
     Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal"),
@@ -141,4 +147,6 @@ def train_method(
 def _rm_options(method: str, cache: Cache | None) -> dict[str, Any]:
     if METHODS[method].spec == "finetune":
         return {"device": "cpu"}
+    if METHODS[method].spec == "synthesizeme":
+        return {}
     return {"encoder_cache": cache} if cache is not None else {}

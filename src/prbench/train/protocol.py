@@ -16,6 +16,8 @@ Numbers (`run_protocol`), every one per user first, then over users:
 - controls beside the k = 0 number: the same RM under `none` (no context) and under
   `wrong-profile` (another user's posts), k shots of *another* unseen user (wrong-user shots,
   at the largest k), and `baseline:lexical` / `baseline:embedding` under the protocol's condition;
+- the swap test (`swap_test`): each unseen user scored with another unseen user's fitted state
+  (shots and profile); the drop from their own is the method's personalization, with a CI;
 - the gaps: seen users' new questions minus unseen users at k = 0 (warned above
   `gap_warning`: fits its training users far better than new ones) and training pairs minus
   unseen users (warned above twice that: memorises its training pairs).
@@ -193,6 +195,60 @@ def kshot_curve(rm, split: ProtocolSplit, cfg: ProtocolConfig, *, wrong_user: bo
     return {"curve": curve, "adaptable": _is_adaptable(rm)}
 
 
+def _swapped(pairs: Sequence[PreferencePair], donor: str, profile: Sequence[Any]) -> list[PreferencePair]:
+    """`pairs` as if asked by `donor`: the donor's identity (so their fitted state) and profile, new ids."""
+    return [p.model_copy(update={"user_id": donor, "profile": list(profile), "id": f"{p.key}~as~{donor}"})
+            for p in pairs]
+
+
+def swap_test(rm, split: ProtocolSplit, cfg: ProtocolConfig, memo: dict | None = None) -> dict[str, Any]:
+    """Each unseen user's test pairs scored with their own fitted state, then with another unseen user's.
+
+    The state is everything the method fits per user: the k shots' parameters (k = the largest
+    k every user's pool supplies, 0 for RMs without per-user state) and the profile. The donor
+    of each user is the next one in a seeded shuffle. `drop` = own minus swapped accuracy, per
+    user, mean with a bootstrap CI over users and a Wilcoxon signed-rank p-value: the method's
+    personalization (about 0 for an RM that ignores the user).
+    """
+    from scipy import stats
+
+    test_by: dict[str, list[PreferencePair]] = defaultdict(list)
+    pool_by: dict[str, list[PreferencePair]] = defaultdict(list)
+    for p in split.unseen_test:
+        test_by[p.user_id].append(p)
+    for p in split.unseen_pool:
+        pool_by[p.user_id].append(p)
+    users = sorted(test_by)
+    if len(users) < 2:
+        return {"skipped": "the swap test needs at least 2 unseen users"}
+    random.Random(f"{cfg.seed}:swap").shuffle(users)
+    donor = {u: users[(i + 1) % len(users)] for i, u in enumerate(users)}
+    fits = [k for k in cfg.ks if k > 0 and all(len(pool_by[u]) >= k for u in users)]
+    k = max(fits) if fits and _is_adaptable(rm) else 0
+    if k:
+        for u in users:
+            rm.adapt(u, _draw(pool_by[u], k, cfg.seed, u, 0))
+    try:
+        own = per_user(*pair_credits(rm, split.unseen_test, cfg.condition, cfg, pool=split.unseen_test, memo=memo))
+        swapped_pairs = [q for u in users for q in _swapped(test_by[u], donor[u], test_by[donor[u]][0].profile)]
+        credits, _ = pair_credits(rm, swapped_pairs, cfg.condition, cfg, pool=swapped_pairs, memo=memo)
+    finally:
+        for u in users:
+            if k:
+                rm.adapt(u, [])
+    owner = [u for u in users for _ in test_by[u]]
+    swapped = per_user(credits, owner)
+    both = [u for u in users if u in own and u in swapped]
+    drop = np.array([own[u] - swapped[u] for u in both])
+    if drop.size == 0:
+        return {"skipped": "no unseen user was scored validly"}
+    low, high = metrics.bootstrap_ci(drop, seed=cfg.seed, n_boot=cfg.n_boot)
+    p = float(stats.wilcoxon(drop).pvalue) if np.any(drop != 0) else 1.0
+    return {"k": k, "n_users": len(both), "own": float(np.mean([own[u] for u in both])),
+            "swapped": float(np.mean([swapped[u] for u in both])), "drop": float(drop.mean()),
+            "ci_low": low, "ci_high": high, "p_value": p}
+
+
 def _acc(rm, pairs, condition, cfg, pool=(), memo=None) -> dict[str, Any]:
     credits, owners = pair_credits(rm, pairs, condition, cfg, pool=pool, memo=memo)
     valid = [c for c in credits if c is not None]
@@ -228,6 +284,7 @@ def run_protocol(rm, split: ProtocolSplit, cfg: ProtocolConfig | None = None, *,
             base = embedding_baseline(encoder or "builtin:minilm-l6", cache) if spec.endswith("embedding") else load_rm(spec)
             controls[spec] = _acc(base, split.unseen_test, cfg.condition, cfg, memo=memo)
         out["controls"] = controls
+        out["swap"] = swap_test(rm, split, cfg, memo=memo)
     train_acc, unseen_acc = out["train"]["mean"], zero["mean"]
     seen_acc = (out["seen"] or {}).get("mean")
     out["gap"] = None if train_acc is None or unseen_acc is None else train_acc - unseen_acc
@@ -272,7 +329,7 @@ def headline(protocol: dict[str, Any]) -> dict[str, Any]:
     row = {"train": protocol["train"]["mean"], "seen": (protocol.get("seen") or {}).get("mean"),
            "unseen_k0": curve[0]["mean"], "unseen_worst_decile_k0": curve[0]["worst_decile"],
            "unseen_kmax": best["mean"] if best else None, "kmax": best["k"] if best else None,
-           "gap": protocol["gap"]}
+           "gap": protocol["gap"], "swap_drop": (protocol.get("swap") or {}).get("drop")}
     for name, c in (protocol.get("controls") or {}).items():
         row[name] = c.get("mean")
     return row

@@ -1,0 +1,84 @@
+"""Every personalized-RM method on real persona text: unseen users of the DSP persona splits.
+
+Data: `scripts/build_dsp_splits.py` output (prbench.data.dsp_personas; DSP is CC BY-NC 4.0, not
+shipped): train on OUT/<variant>/train.jsonl (32 users x 12 pairs), score the 20 unseen users of
+OUT/<variant>/test.jsonl (unseen questions, 10 pairs each) under profile, wrong-profile and none;
+accuracy = mean over users (ties 0.5) with a bootstrap 95% CI over users. Each method runs in a
+fresh subprocess (peak RSS its own); train time is wall-clock of the training call, MiniLM
+embeddings from a shared disk cache after the first method (so encoding is not in later times).
+
+    python scripts/build_dsp_splits.py ../shared/data/dsp/domain_specific_preference.test.json --out /tmp/dsp
+    python benchmarks/real_text.py /tmp/dsp --variants persona,mixed,short --methods style,lore,baseline:lexical
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONDITIONS = ("profile", "wrong-profile", "none")
+
+
+def _one(root: str, variant: str, method: str, cache_path: str, options: dict) -> dict:
+    import resource
+    import warnings
+
+    from prbench.cache import Cache
+    from prbench.data.pairs import load_pairs
+    from prbench.rewards import load_rm
+    from prbench.train.methods import METHODS, make_config, spec_for
+    from prbench.train.protocol import ProtocolConfig, distribution, pair_credits, per_user
+
+    warnings.simplefilter("ignore")
+    train, test = (load_pairs(Path(root) / variant / f"{s}.jsonl") for s in ("train", "test"))
+    cache = Cache(Path(cache_path), namespace="embeddings")
+    row: dict = {"variant": variant, "method": method, "train_pairs": len(train), "test_pairs": len(test), **options}
+    with tempfile.TemporaryDirectory() as tmp:
+        if method.startswith(("baseline:", "judge:")):
+            rm, row["train_s"] = load_rm(method), 0.0
+        else:
+            fn, _ = METHODS[method].load()
+            t0 = time.perf_counter()
+            fn(train, Path(tmp) / "m", make_config(method, options), cache=cache)
+            row["train_s"] = round(time.perf_counter() - t0, 1)
+            extra = {"device": "cpu"} if METHODS[method].spec == "finetune" else {"encoder_cache": cache}
+            rm = load_rm(spec_for(method, Path(tmp) / "m"), **extra)
+        cfg = ProtocolConfig()
+        for cond in CONDITIONS:
+            d = distribution(per_user(*pair_credits(rm, test, cond, cfg)), seed=0)
+            row[cond] = [round(100 * d[k], 1) for k in ("mean", "ci_low", "ci_high")]
+    row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("--variants", default="persona")
+    ap.add_argument("--methods", default="style,baseline:lexical,baseline:embedding,lore,pref,gpo,vpl,pal,context-bt")
+    ap.add_argument("--options", default="{}", help="JSON options for every trained method")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "prbench-real-text-emb.sqlite"))
+    ap.add_argument("--one", nargs=2, metavar=("VARIANT", "METHOD"))
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(_one(args.root, *args.one, args.cache, json.loads(args.options))))
+        return
+    env = {**os.environ, "PRBENCH_THREADS": os.environ.get("PRBENCH_THREADS", "1")}
+    for variant in args.variants.split(","):
+        for method in args.methods.split(","):
+            cmd = [sys.executable, __file__, args.root, "--one", variant, method, "--cache", args.cache,
+                   "--options", args.options]
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+            out = res.stdout.strip().splitlines()
+            print(out[-1] if res.returncode == 0 and out else json.dumps(
+                {"variant": variant, "method": method, "error": res.stderr.strip().splitlines()[-1:]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
