@@ -75,3 +75,15 @@ def test_run_folders_wrap_instead_of_being_clipped(page: str) -> None:
     css = re.search(r"<style>(.*?)</style>", page, flags=re.DOTALL).group(1)
     rules = [r for r in re.findall(r"td\.path \{([^}]*)\}", css)]
     assert any("overflow-wrap: anywhere" in r for r in rules) and 'class="path"' in page
+
+
+def test_scatter_labels_point_inwards_and_never_share_a_line_where_they_would_meet() -> None:
+    from prbench.report.plots import _label_offsets
+
+    # the demo's meta panel: two RMs on one downstream score, left and right, whose labels met in the middle
+    pts = [("baseline:lexical", 39.7, 0.5), ("baseline:length", 50.0, 0.5), ("baseline:embedding", 36.5, 0.458),
+           ("baseline:random", 49.2, 0.458), ("pmi:builtin:smollm2-135m-instruct", 45.0, 0.3)]
+    placed = {rm: (dy, left) for rm, _, _, dy, left in _label_offsets(pts)}
+    assert placed["baseline:length"][1] and not placed["baseline:lexical"][1]  # the right one's label to its left
+    assert placed["baseline:length"][0] != placed["baseline:lexical"][0]  # so it moves down a line
+    assert placed["baseline:random"][0] != placed["baseline:embedding"][0]

@@ -171,9 +171,7 @@ def scatter_panels(
         pts = [(rm, x, y) for rm, (x, y) in panel["points"].items() if x is not None and y is not None]
         for rm, x, y in pts:
             ax.scatter([x], [y], s=22, color=color[rm], zorder=3)
-        x_mid = (min(p[1] for p in pts) + max(p[1] for p in pts)) / 2 if pts else 0.0
-        for rm, x, y, dy in _label_offsets(pts):
-            right_half = x > x_mid  # labels point inwards, so the panel's edge never cuts them
+        for rm, x, y, dy, right_half in _label_offsets(pts):
             ax.annotate(short_name(rm, 18), (x, y), xytext=(-4 if right_half else 4, 3 - dy), textcoords="offset points",
                         fontsize=6.5, color="#333", ha="right" if right_half else "left")
         ax.set_title(panel["title"], loc="left", fontsize=9)
@@ -192,25 +190,28 @@ def scatter_panels(
     return _png(fig)
 
 
-def _label_offsets(pts: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float, float]]:
-    """Downward offsets (points) so labels of nearby points stack instead of printing over each other."""
+def _label_offsets(pts: Sequence[tuple[str, float, float]]) -> list[tuple[str, float, float, float, bool]]:
+    """(rm, x, y, downward offset in points, label to the left): labels point inwards, so the panel's edge never
+    cuts them, and a label whose box would overlap one already placed moves down a line."""
     if not pts:
         return []
     xs = [p[1] for p in pts]
     ys = [p[2] for p in pts]
     xr = (max(xs) - min(xs)) or 1.0
     yr = (max(ys) - min(ys)) or 1.0
-    placed: list[tuple[float, float, float]] = []  # normalised x, y and the offset used
+    placed: list[tuple[float, float, float, float]] = []  # label box x0, x1 (normalised), point y, offset
     out = []
     for rm, x, y in sorted(pts, key=lambda p: (-p[2], p[1], p[0])):
         nx, ny = (x - min(xs)) / xr, (y - min(ys)) / yr
+        left = nx > 0.5
+        width = 0.03 * len(short_name(rm, 18))  # 6.5 pt text in a ~3 inch panel, as a share of the data range
+        x0, x1 = (nx - width, nx) if left else (nx, nx + width)
         dy = 0.0
-        while any(abs(nx - px) < 0.3 and abs((ny - py) * 60 - (dy - pd)) < 8 for px, py, pd in placed):
+        while any(x0 < px1 and px0 < x1 and abs((ny - py) * 60 - (dy - pd)) < 8 for px0, px1, py, pd in placed):
             dy += 8.0
-        placed.append((nx, ny, dy))
-        out.append((rm, x, y, dy))
+        placed.append((x0, x1, ny, dy))
+        out.append((rm, x, y, dy, left))
     return out
-
 
 def hbars(
     labels: Sequence[str],
