@@ -83,6 +83,8 @@ def test_stage_lines_give_counts_and_times_not_rates() -> None:
     assert LogProgress.line(t, now=30.0) == "sample: 0/6 (0%), 30s elapsed"
     t.completed = 6
     assert LogProgress.line(t, now=330.0) == "sample: 6/6 (100%), done in 5m30s"
+    stages = _Task("study demo", total=6, completed=2, started=0.0, eta=False)  # stages of unlike cost
+    assert LogProgress.line(stages, now=947.0) == "study demo: 2/6 (33%), 15m47s elapsed"
 
 
 def test_one_long_step_still_gets_a_line_every_interval(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -57,6 +57,7 @@ class _Task:
     last_line: float = 0.0
     finished: bool = False
     announced: bool = False
+    eta: bool = True  # False for counts of unlike steps (a study's stages): an ETA from them misleads
 
 
 class LogProgress:
@@ -74,10 +75,10 @@ class LogProgress:
             stream.flush()
             _STATE["last_line"] = time.monotonic()
 
-    def add_task(self, description: str, total: float | None = None, **_: Any) -> int:
+    def add_task(self, description: str, total: float | None = None, eta: bool = True, **_: Any) -> int:
         tid = len(self.tasks)
         now = time.monotonic()
-        self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now)
+        self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now, eta=eta)
         with _LOCK:
             _STATE["last_line"], _STATE["activity"], _STATE["detail"] = now, _plain(description), None
             _STATE["detail_since"] = now
@@ -129,7 +130,7 @@ class LogProgress:
             parts.append(f"done in {_duration(elapsed)}")
             return ", ".join(parts)
         parts.append(f"{_duration(elapsed)} elapsed")
-        if t.total is not None and t.completed > 0:
+        if t.eta and t.total is not None and t.completed > 0:
             parts.append(f"ETA {_duration((t.total - t.completed) * elapsed / t.completed)}")
         return ", ".join(parts)
 

@@ -63,7 +63,7 @@ def _run_stages(ctx: StudyContext, names: list[Stage], quiet: bool) -> dict[str,
     cfg = ctx.cfg
     timings: dict[str, float] = {}
     with progress(quiet) as bar:
-        overall = bar.add_task(escape(f"study {cfg.name}"), total=len(names))
+        overall = bar.add_task(escape(f"study {cfg.name}"), total=len(names), eta=False)  # stages differ in cost
         ctx.outputs["progress"] = bar
         for st in names:
             bar.update(overall, description=escape(f"study {cfg.name}: {st.name}"))
