@@ -183,6 +183,7 @@ def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False
     for data in dict.fromkeys(r["data"] for r in rows):
         group = [r for r in rows if r["data"] == data]
         head, body = render_rows(group)
+        body = [[row[0], *(c.replace(" [", "\n[") for c in row[1:])] for row in body]  # CI under: fits 100 columns
         out.append((f"{data}: accuracy % [95% CI]", head, body))
         if with_categories and any("/" in k for r in group for k in r["cells"]):
             out.append((f"{data}: accuracy % by category", *_category_rows(group)))
