@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench import __version__
+from prbench.version import __version__
 from prbench.cache import Cache
 from prbench.config import GPOConfig
 from prbench.data.pairs import PreferencePair

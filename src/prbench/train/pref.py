@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench import __version__
+from prbench.version import __version__
 from prbench.cache import Cache
 from prbench.config import PReFConfig
 from prbench.data.pairs import PreferencePair

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench import __version__
+from prbench.version import __version__
 from prbench.cache import Cache
 from prbench.config import StyleConfig
 from prbench.data.pairs import PreferencePair

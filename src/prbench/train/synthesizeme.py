@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench import __version__
+from prbench.version import __version__
 from prbench.cache import Cache
 from prbench.config import SynthesizeMeConfig
 from prbench.data.pairs import PreferencePair
