@@ -220,7 +220,7 @@ class StyleReward(HeadReward):
         self.adapted.pop(user, None)
         if not pairs:
             return
-        from prbench.train.bt import pair_views
+        from prbench.conditions import pair_views
 
         views = pair_views(pairs, self.config.get("condition", "profile"), retriever=self.config.get("retriever", "bm25"),
                            top_k=self.config.get("top_k", 10))

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench import __version__
 from prbench.cache import Cache
 from prbench.config import StyleConfig
 from prbench.data.pairs import PreferencePair
@@ -22,6 +21,7 @@ from prbench.rewards.heads import save_head
 from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.style import ENCODER_NAME, StyleFeatures, build_style
 from prbench.train import TrainResult, pair_accuracy, seed_everything, user_index, write_log
+from prbench.version import __version__
 
 
 def train_style(pairs: Sequence[PreferencePair], out: str | Path, config: StyleConfig | None = None, *,

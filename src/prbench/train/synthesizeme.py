@@ -12,13 +12,13 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench import __version__
 from prbench.cache import Cache
 from prbench.config import SynthesizeMeConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.synthesizeme import PERSONAS_FILE, Synthesizer, open_parts
 from prbench.train import TrainResult, user_index, write_log
+from prbench.version import __version__
 
 
 def train_synthesizeme(pairs: Sequence[PreferencePair], out: str | Path, config: SynthesizeMeConfig | None = None, *,
