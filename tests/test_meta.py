@@ -462,6 +462,7 @@ def test_cli_meta_few_rms_prints_note(tmp_path: Path) -> None:
 
     runs, ds = make_study(tmp_path, rms=RMS[:2])
     r = CliRunner().invoke(cli_app(), ["meta", "--runs", str(runs), "--downstream", str(ds), "--out",
-                                       str(tmp_path / "m"), "--n-boot", "20", "--n-perm", "20"])
+                                       str(tmp_path / "m"), "--n-boot", "20", "--n-perm", "20"],
+                             env={"COLUMNS": "200"})  # wide enough that the note column is not wrapped
     assert r.exit_code == 0, r.output
     assert "at least 3" in r.stdout

@@ -33,7 +33,8 @@ def test_make_demo_installs_the_demo_extra_and_both_targets_say_how_to_run() -> 
     demo_stamp = re.search(r"^(\S+): \S+ pyproject.toml\n((?:\t.*\n)+)", MAKEFILE.split("$(STAMP):")[0], re.MULTILINE)
     assert demo_stamp and '-e ".[demo]"' in demo_stamp.group(2) and "dev" not in demo_stamp.group(2)
     assert re.search(r"^demo: \$\(DEMO_STAMP\)$", MAKEFILE, re.MULTILINE)
-    out = subprocess.run(["make", "-n", "demo", "test", "VENV=/nonexistent-venv"], cwd=ROOT,
+    # --no-print-directory: under `make test` (CI) this make is nested and would print its folder lines
+    out = subprocess.run(["make", "-n", "--no-print-directory", "demo", "test", "VENV=/nonexistent-venv"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
     hints = [line for line in out.splitlines() if "source /nonexistent-venv/bin/activate" in line]
     assert len(hints) == 2 and "/nonexistent-venv/bin/prbench --help" in hints[0]
