@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
+from prbench.testing.cli import run_cli as testing_run_cli
+
 
 def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    from prbench.cli import main
-
-    capsys.readouterr()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsys.readouterr().out
+    code, out, _ = testing_run_cli(capsys, *args)
+    return code, out
 
 
 def test_train_hint_evaluates_the_held_out_data_not_the_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -118,6 +118,24 @@ class HeadReward(PointwiseRM):
         """Profile evidence; a history view's pairs are shots (`history_states`), not posts."""
         return [] if view.pairs else context_items(view)
 
+    def user_rows(self, views: Sequence[View], trained: Any, fallback: Any) -> list[Any]:
+        """Per view, the user's state: fitted on the history it shows, else adapted with `adapt`, else the
+        training row `trained[i]`, else `fallback` (counted as an unknown user, or no evidence without a user)."""
+        torch = require("torch", "hf")
+        rows = []
+        for v, shots in zip(views, self.history_states(views)):
+            u = self.user_of(v)
+            if shots is not None:
+                rows.append(shots)
+            elif u in self.adapted:
+                rows.append(torch.as_tensor(self.adapted[u]))
+            elif u in self.users:
+                rows.append(trained[self.users[u]])
+            else:
+                self.counts["unknown_user" if u is not None else "no_evidence"] += 1
+                rows.append(fallback)
+        return rows
+
     def history_states(self, views: Sequence[View]) -> list[Any]:
         """Per view, the per-user state fitted on the history pairs it shows (None where it shows none).
 

@@ -150,18 +150,7 @@ class LoReReward(HeadReward):
 
     def _offsets(self, views: Sequence[View]):
         torch = require("torch", "hf")
-        rows = []
-        for v, shots in zip(views, self.history_states(views)):
-            u = self.user_of(v)
-            if shots is not None:
-                rows.append(shots)
-            elif u in self.adapted:
-                rows.append(torch.as_tensor(self.adapted[u]))
-            elif u in self.users:
-                rows.append(self.model.offsets.detach()[self.users[u]])
-            else:
-                self.counts["unknown_user"] += 1
-                rows.append(torch.zeros(self.model.rank))
+        rows = self.user_rows(views, self.model.offsets.detach(), torch.zeros(self.model.rank))
         return torch.stack(rows) if rows else torch.zeros(0, self.model.rank)
 
     def logits(self, views: Sequence[View]):

@@ -88,18 +88,7 @@ class PReFReward(HeadReward):
 
     def _weights(self, views):
         torch = require("torch", "hf")
-        rows = []
-        for v, shots in zip(views, self.history_states(views)):
-            u = self.user_of(v)
-            if shots is not None:
-                rows.append(shots)
-            elif u in self.adapted:
-                rows.append(torch.as_tensor(self.adapted[u]))
-            elif u in self.users:
-                rows.append(self.model.weights.detach()[self.users[u]])
-            else:
-                self.counts["unknown_user" if u is not None else "no_evidence"] += 1
-                rows.append(self.model.prior_mean)
+        rows = self.user_rows(views, self.model.weights.detach(), self.model.prior_mean)
         return torch.stack(rows)
 
     def score(self, batch: Sequence[tuple[Any, str]]) -> list[Score]:
