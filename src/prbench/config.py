@@ -289,32 +289,33 @@ class PReFConfig(MethodView):
     encoder: str = ENCODER_FIELD
 
 
-class GPOConfig(MethodView):
+class EpisodeMethod(MethodView):
+    """Methods meta-trained on episodes (a user's labelled pairs and shown posts as the context)."""
+
+    max_shots: int = count(8, "Most labelled pairs in a training context.", 4096)
+    post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
+    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
+    encoder: str = ENCODER_FIELD
+
+
+class GPOConfig(EpisodeMethod):
     """GPO: a small transformer reads a user's labelled pairs (and shown posts) in context; meta-trained over users."""
 
     dim: int = count(64, "Token width.", 1 << 16)
     heads: int = count(4, "Attention heads.", 256)
     layers: int = count(2, "Transformer layers.", 64)
-    max_shots: int = count(8, "Most labelled pairs in a context.", 4096)
-    post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
     steps: int = count(150, "Optimisation steps (one episode per training user each).", 10**6)
     lr: float = opt(1e-3, "Learning rate.", gt=0)
-    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
-    encoder: str = ENCODER_FIELD
 
 
-class VPLConfig(MethodView):
+class VPLConfig(EpisodeMethod):
     """VPL: an encoder over the user's pairs (and shown posts) gives a latent z the reward reads."""
 
     hidden: int = count(64, "Hidden units.", 1 << 16)
     latent: int = count(16, "Dimension of the user latent z.", 4096)
     beta: float = opt(0.01, "Weight of the KL term.", ge=0)
-    max_shots: int = count(8, "Most labelled pairs in a training context.", 4096)
-    post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
     steps: int = count(300, "Optimisation steps (one episode per user each).", 10**6)
     lr: float = opt(3e-3, "Learning rate.", gt=0)
-    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
-    encoder: str = ENCODER_FIELD
 
 
 class PALConfig(Settings):

@@ -7,7 +7,7 @@ Register with `app.add_typer(train.app, name="train")` and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -261,60 +261,36 @@ def pal(data: Data, out: Out, settings: PALConfig, check: Check, format_: Format
     _run("pal", data, out, settings.model_dump(), check, json_out, format_=format_, split=split, **extra)
 
 
-@app.command()
-@settings_command(settings=LoReConfig, check=Check)
-def lore(data: Data, out: Out, settings: LoReConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
-         json_out: Json = False) -> None:
-    """Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."""
-    _run("lore", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+# Methods whose command is their settings model and nothing else: `prbench train NAME`, evaluated as NAME:OUT
+# (one declaration, so each keeps the same common options in the same order).
+SIMPLE_METHODS: tuple[tuple[str, type, str], ...] = (
+    ("lore", LoReConfig,
+     "Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."),
+    ("vpl", VPLConfig,
+     "Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."),
+    ("style", StyleConfig,
+     "Train the persona space. Lexical + stylometric features of profile and response, a learned map; style:OUT."),
+    ("pref", PReFConfig,
+     "Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT."),
+    ("gpo", GPOConfig,
+     "Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT."),
+    ("synthesizeme", SynthesizeMeConfig,
+     "Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; synthesizeme:OUT."),
+    ("finetune", FinetuneConfig,
+     "Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."),
+)
 
 
-@app.command()
-@settings_command(settings=VPLConfig, check=Check)
-def vpl(data: Data, out: Out, settings: VPLConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
-        json_out: Json = False) -> None:
-    """Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."""
-    _run("vpl", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+def _method_command(method: str, model: type, doc: str):
+    def command(data: Data, out: Out, settings: Any, check: Check, format_: Format = None,
+                split: TrainSplit = "train", json_out: Json = False) -> None:
+        _run(method, data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+
+    command.__name__, command.__doc__ = method, doc
+    return app.command(method)(settings_command(settings=model, check=Check)(command))
 
 
-@app.command()
-@settings_command(settings=StyleConfig, check=Check)
-def style(data: Data, out: Out, settings: StyleConfig, check: Check, format_: Format = None,
-          split: TrainSplit = "train", json_out: Json = False) -> None:
-    """Train the persona space. Lexical + stylometric features of profile and response, a learned map; style:OUT."""
-    _run("style", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
-
-
-@app.command()
-@settings_command(settings=PReFConfig, check=Check)
-def pref(data: Data, out: Out, settings: PReFConfig, check: Check, format_: Format = None,
-         split: TrainSplit = "train", json_out: Json = False) -> None:
-    """Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT."""
-    _run("pref", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
-
-
-@app.command()
-@settings_command(settings=GPOConfig, check=Check)
-def gpo(data: Data, out: Out, settings: GPOConfig, check: Check, format_: Format = None,
-        split: TrainSplit = "train", json_out: Json = False) -> None:
-    """Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT."""
-    _run("gpo", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
-
-
-@app.command()
-@settings_command(settings=SynthesizeMeConfig, check=Check)
-def synthesizeme(data: Data, out: Out, settings: SynthesizeMeConfig, check: Check, format_: Format = None,
-                 split: TrainSplit = "train", json_out: Json = False) -> None:
-    """Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; synthesizeme:OUT."""
-    _run("synthesizeme", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
-
-
-@app.command()
-@settings_command(settings=FinetuneConfig, check=Check)
-def finetune(data: Data, out: Out, settings: FinetuneConfig, check: Check, format_: Format = None, split: TrainSplit = "train",
-             json_out: Json = False) -> None:
-    """Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."""
-    _run("finetune", data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
+lore, vpl, style, pref, gpo, synthesizeme, finetune = (_method_command(*m) for m in SIMPLE_METHODS)
 
 
 def synth_users(
