@@ -58,8 +58,13 @@ def reload_ray_token() -> None:
     """Make this process read RAY_AUTH_TOKEN again. Ray caches the token of the first cluster a
     process touched (an earlier test's local Ray, token from ~/.ray/auth_token) and would offer
     it to this head: "InvalidAuthToken" in a full run, never alone (CI failed so)."""
-    from ray._raylet import AuthenticationTokenLoader
+    from ray._raylet import AuthenticationTokenLoader, Config
 
+    # RayConfig reads RAY_AUTH_MODE once per process: an earlier local Ray left it 'disabled', and the token
+    # offered to this head was then none ("RAY_AUTH_MODE is currently 'disabled'" in a full run). Re-read
+    # the config before the token, in the order of Ray 2.60's own
+    # `ray/_private/authentication_test_utils.py::reset_auth_token_state`.
+    Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
 
 
