@@ -67,6 +67,20 @@ def check_address(address: str, source: str) -> None:
                            "use auto, <head>:6379 (the GCS port) or ray://<head>:10001 (Ray Client)")
 
 
+def loopback_ray() -> Any:
+    """`import ray` for a Ray of our own on 127.0.0.1: Ray turns a node address of 127.0.0.1 into the
+    machine's external one unless its non-cluster mode is on (ray 2.60 `_private/services.py::
+    resolve_ip_for_localhost`, read at import), so the switch is set before the import."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    return require("ray", "ray")
+
+
+def start_local(ray: Any, num_cpus: int) -> None:
+    """A new local Ray bound to 127.0.0.1 ("local": never a stale `ray start` cluster in /tmp/ray)."""
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             ignore_reinit_error=True, _node_ip_address="127.0.0.1")
+
+
 def connect(ray: Any, ray_address: str | None, workers: int) -> None:
     """Join `ray_address` / RAY_ADDRESS as they are, or start a local Ray sized for `workers`."""
     if ray.is_initialized():
@@ -76,9 +90,7 @@ def connect(ray: Any, ray_address: str | None, workers: int) -> None:
         check_address(address, "--ray-address" if ray_address else "RAY_ADDRESS")
         ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
     else:
-        # "local": always a new Ray of our own, never a stale `ray start` cluster recorded in /tmp/ray
-        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                 ignore_reinit_error=True)
+        start_local(ray, workers)
 
 
 def default_gpus(cluster_gpus: float, workers: int) -> float:
@@ -103,7 +115,7 @@ def ray_chunks(
     chunk_retries: int = 3,
 ) -> Iterator[list[dict[str, Any]]]:
     """Yield each chunk's records as soon as an actor finishes it (completion order)."""
-    ray = require("ray", "ray")
+    ray = loopback_ray() if not (ray_address or os.environ.get("RAY_ADDRESS")) else require("ray", "ray")
     from ray.exceptions import RayActorError
 
     if workers < 1:

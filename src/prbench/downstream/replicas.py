@@ -40,14 +40,11 @@ def start_replicas(rm: str, condition: str = "none", *, replicas: int = 2, gpus_
                    host: str = "127.0.0.1", port: int = 8000, ray_address: str | None = None,
                    **app_options: Any) -> str:
     """Deploy `replicas` copies of the reward app and return the proxy's base URL (does not block)."""
+    from prbench.distributed import default_gpus, loopback_ray, start_local
+
     address = ray_address or os.environ.get("RAY_ADDRESS") or None
-    if address is None:
-        # Ray >= 2.x turns a node address of 127.0.0.1 into the machine's external one unless its
-        # non-cluster mode is on (`ray/_private/services.py::resolve_ip_for_localhost`); read at import
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray = require("ray", "ray")
+    ray = require("ray", "ray") if address else loopback_ray()
     serve = require("ray.serve", "ray")
-    from prbench.distributed import default_gpus
 
     if replicas < 1:
         raise PrbenchError(f"--replicas must be >= 1, got {replicas}")
@@ -59,8 +56,7 @@ def start_replicas(rm: str, condition: str = "none", *, replicas: int = 2, gpus_
         if address:
             ray.init(address=address, log_to_driver=False)
         else:  # a Ray of our own, on loopback only
-            ray.init(address="local", num_cpus=replicas + 1, include_dashboard=False, log_to_driver=False,
-                     _node_ip_address="127.0.0.1")
+            start_local(ray, replicas + 1)
     if gpus_per_replica is None:
         gpus_per_replica = default_gpus(ray.cluster_resources().get("GPU", 0), replicas)
     queue = app_options.get("batching")
