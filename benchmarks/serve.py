@@ -42,51 +42,48 @@ ANSWER_CHARS = 120
 
 
 # -- the servers (each runs in its own process) -------------------------------------------------
+def _baseline_app(score):
+    """A baseline server: `score` as POST /score (it reads the raw request), and /health."""
+    import fastapi
+
+    app = fastapi.FastAPI()
+    score.__annotations__ = {"request": fastapi.Request}
+    app.post("/score")(score)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
+
+    return app
+
+
 def today_app(rm, condition: str = "none"):
     """The server before issue 27, reduced to `/score`: one request at a time under the service's lock."""
-    import fastapi
     from starlette.concurrency import run_in_threadpool
 
     from prbench.downstream.server import RewardService, ScoreRequest
 
     service = RewardService(rm, condition)
-    app = fastapi.FastAPI()
 
     async def score(request):  # type: ignore[no-untyped-def]
         req = ScoreRequest.model_validate(json.loads(await request.body()))
         return await run_in_threadpool(service.score, req.items)  # score() holds service.lock
 
-    score.__annotations__ = {"request": fastapi.Request}
-    app.post("/score")(score)
-
-    @app.get("/health")
-    def health() -> dict:
-        return {"status": "ok"}
-
-    return app
+    return _baseline_app(score)
 
 
 def openrlhf_app(rm, condition: str = "none"):
     """OpenRLHF's serve_rm loop: the RM runs inside the async handler, one request at a time."""
-    import fastapi
 
     from prbench.downstream.server import RewardService, ScoreRequest
 
     service = RewardService(rm, condition)
-    app = fastapi.FastAPI()
 
     async def score(request):  # type: ignore[no-untyped-def]
         data = await request.json()
         return service.score(ScoreRequest.model_validate(data).items)  # blocks the event loop, as serve_rm does
 
-    score.__annotations__ = {"request": fastapi.Request}
-    app.post("/score")(score)
-
-    @app.get("/health")
-    def health() -> dict:
-        return {"status": "ok"}
-
-    return app
+    return _baseline_app(score)
 
 
 def fixed_cost_rm(forward_s: float = FIXED_FORWARD_S, batch: int = 64):
