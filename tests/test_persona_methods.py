@@ -316,6 +316,39 @@ def test_validity_card_gain_is_zero_without_personalization_and_positive_with_it
     assert "Validity, " in page and "gain over <code>wrong-profile</code>" in page
 
 
+def test_a_control_finishing_during_a_condition_rerun_never_puts_back_the_old_summary(tmp_path, monkeypatch):
+    """The race `validity.settle` closes: the control reads the condition's summary to add the card while a
+    rerun of the condition (more items) rewrites it; the control must not write the old one back."""
+    import threading
+
+    from prbench import evaluate, validity
+    from prbench.cache import NullCache
+    from prbench.schema import Example
+
+    examples = [Example(id=p.key, question=p.prompt, chosen=p.chosen, rejected=p.rejected, profile=p.profile,
+                        rubric_aspects=[], category="Lifestyle_and_Personal_Development", user_id=p.user_id)
+                for p in _marked_pairs()]
+    rm, out = Planted(True), tmp_path / "runs"
+    for condition in ("profile", "wrong-profile"):
+        evaluate(rm, examples, condition, out=out, cache=NullCache(), limit=8)
+    real_read, rerun = validity._read, []
+
+    def read_then_race(folder):
+        found = real_read(folder)
+        if folder.name == "profile" and not rerun:  # the control holds the old condition summary now
+            rerun.append(threading.Thread(target=evaluate, args=(rm, examples, "profile"),
+                                          kwargs={"out": out, "cache": NullCache()}))
+            rerun[0].start()
+            rerun[0].join(timeout=3)  # unlocked, the rerun would write its summary here
+        return found
+
+    monkeypatch.setattr(validity, "_read", read_then_race)
+    evaluate(rm, examples, "wrong-profile", out=out, cache=NullCache())  # extends to every item, then the card
+    rerun[0].join()
+    summary = json.loads(next(out.rglob("profile/summary.json")).read_text())
+    assert summary["n_total"] == len(examples) and summary["validity"]["n_shared"] == len(examples)
+
+
 def test_synthesizeme_runs_offline_on_smollm2(tmp_path):
     """The real default engine end to end: SmolLM2-135M writes each persona, the judge reads it (tiny budget)."""
     from prbench.conditions import View

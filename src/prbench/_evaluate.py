@@ -241,8 +241,7 @@ def evaluate(
     records = _in_order(run, fresh, items.order, keep_others=narrow)
     summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done), ledger=ledger)
     if run and not narrow:  # the folder's summary describes all its items
-        validity.attach(run.path, summary, records, seed=s.seed, n_boot=s.n_boot)  # once a control sits beside it
-        run.write_summary(summary)
+        validity.settle(run, summary, records, seed=s.seed, n_boot=s.n_boot)  # with the card once a control sits beside it
     return EvalResult(summary, records, run.path if run else None)
 
 

@@ -14,12 +14,16 @@ condition run's summary gets a `validity` card:
   pointwise RMs score each answer alone, so they have no position to prefer (`applicable` false);
 - `context_share`: share of records the RM was shown any user evidence for (posts or history);
   a gain on records scored without context cannot come from the user.
-Runs finish in either order: whichever of the two finishes second writes the card.
+Runs finish in either order: whichever of the two finishes second writes the card. Both write
+their summaries under one lock beside them (`settle`), so two runs finishing at once neither miss
+the card nor put back a summary the other has just rewritten.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +32,14 @@ from scipy import stats
 
 from prbench import metrics
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - non-POSIX systems: no OS lock
+    fcntl = None  # type: ignore[assignment]
+
 CONTROLS = {"profile": "wrong-profile", "history": "wrong-history", "persona": "wrong-persona"}
 CARD_FIELD = "validity"
+LOCK_FILE = ".validity.lock"  # beside the condition folders: hidden, so manifests and fingerprints skip it
 
 
 def _binom(k: int, n: int) -> float | None:
@@ -86,6 +96,39 @@ def _read(folder: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     if not summary.is_file() or not examples.is_file():
         return None, []
     return read_json(summary, "rerun that eval to rewrite it"), read_records(examples)
+
+
+@contextlib.contextmanager
+def _pair_lock(folder: Path) -> Iterator[None]:
+    """Hold the lock shared by every condition run below `folder` (blocking: held only while summaries are written)."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644) if fcntl is not None else None
+    except OSError:
+        fd = None  # read-only media: nothing there is rewritten
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def settle(run: Any, summary: dict[str, Any], records: Sequence[dict[str, Any]], *, seed: int = 0,
+           n_boot: int = 1000) -> None:
+    """Write `run`'s summary, with the card put where it belongs (`attach`), under the pair's lock.
+
+    Why the lock: each run writes its own summary before the other reads it, so the second to take
+    the lock sees both; and the control never rewrites a condition summary that a rerun of the
+    condition has replaced meanwhile.
+    """
+    condition = summary.get("condition")
+    if condition not in CONTROLS and condition not in CONTROLS.values():
+        run.write_summary(summary)
+        return
+    with _pair_lock(Path(run.path).parent):
+        attach(run.path, summary, records, seed=seed, n_boot=n_boot)
+        run.write_summary(summary)
 
 
 def attach(run_dir: str | Path, summary: dict[str, Any], records: Sequence[dict[str, Any]], *,
