@@ -3,9 +3,11 @@
 Data: `scripts/build_dsp_splits.py` output (prbench.data.dsp_personas; DSP is CC BY-NC 4.0, not
 shipped): train on OUT/<variant>/train.jsonl (32 users x 12 pairs), score the 20 unseen users of
 OUT/<variant>/test.jsonl (unseen questions, 10 pairs each) under profile, wrong-profile and none;
-accuracy = mean over users (ties 0.5) with a bootstrap 95% CI over users. Each method runs in a
+accuracy = mean over users (ties 0.5; pairs with an invalid score left out, and counted) with a
+bootstrap 95% CI over users. Each method runs in a
 fresh subprocess (peak RSS its own); train time is wall-clock of the training call, MiniLM
 embeddings from a shared disk cache after the first method (so encoding is not in later times).
+Progress (training done, each condition's accuracy) goes to stderr as it happens; the row to stdout.
 
     python scripts/build_dsp_splits.py ../shared/data/dsp/domain_specific_preference.test.json --out /tmp/dsp
     python benchmarks/real_text.py /tmp/dsp --variants persona,mixed,short --methods style,lore,baseline:lexical
@@ -47,12 +49,18 @@ def _one(root: str, variant: str, method: str, cache_path: str, options: dict) -
             t0 = time.perf_counter()
             fn(train, Path(tmp) / "m", make_config(method, options), cache=cache)
             row["train_s"] = round(time.perf_counter() - t0, 1)
+            print(f"{variant} {method}: trained in {row['train_s']} s", file=sys.stderr, flush=True)
             extra = {"device": "cpu"} if METHODS[method].spec == "finetune" else {"encoder_cache": cache}
             rm = load_rm(spec_for(method, Path(tmp) / "m"), **extra)
         cfg = ProtocolConfig()
         for cond in CONDITIONS:
-            d = distribution(per_user(*pair_credits(rm, test, cond, cfg)), seed=0)
+            credits, users = pair_credits(rm, test, cond, cfg)
+            d = distribution(per_user(credits, users), seed=0)
             row[cond] = [round(100 * d[k], 1) for k in ("mean", "ci_low", "ci_high")]
+            row[f"{cond}_ties"] = sum(c == 0.5 for c in credits)
+            row[f"{cond}_invalid"] = sum(c is None for c in credits)
+            print(f"{variant} {method}: {cond} {row[cond]}, ties {row[f'{cond}_ties']}, "
+                  f"invalid {row[f'{cond}_invalid']}", file=sys.stderr, flush=True)
     row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return row
 
@@ -74,10 +82,10 @@ def main() -> None:
         for method in args.methods.split(","):
             cmd = [sys.executable, __file__, args.root, "--one", variant, method, "--cache", args.cache,
                    "--options", args.options]
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+            res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
             out = res.stdout.strip().splitlines()
             print(out[-1] if res.returncode == 0 and out else json.dumps(
-                {"variant": variant, "method": method, "error": res.stderr.strip().splitlines()[-1:]}), flush=True)
+                {"variant": variant, "method": method, "error": f"exit {res.returncode}: see stderr"}), flush=True)
 
 
 if __name__ == "__main__":
