@@ -117,6 +117,28 @@ def test_minilm_loads_and_encodes() -> None:
     assert builtin.load_sentence_encoder(str(path), device="cpu").encode(["x"]).shape == (1, 384)
 
 
+@needs_minilm
+def test_embedding_scores_do_not_depend_on_the_batch() -> None:
+    """baseline:embedding (MiniLM through `encode_alone`) gives bit-identical scores whatever shares the batch;
+    padded batches moved margins in the 7th digit before (12 of 63 demo margins)."""
+    from prbench.conditions import View
+    from prbench.rewards import load_rm
+    from prbench.schema import ProfilePost
+
+    posts = tuple(ProfilePost(id=f"p{i}", text=t) for i, t in enumerate(
+        ["I shoot film on weekends.", "Medium format, mostly portraits, developed at home in my kitchen sink."]))
+    view = View(example_id="x", question="How should I develop HP5?", condition="profile", posts=posts)
+    words = "develop stock dilution minutes agitate highlights push grain contrast tank reel fixer".split()
+    answers = [" ".join(words[(i * 5 + j) % len(words)] for j in range(3 + 7 * i)) for i in range(16)]  # 3-108 words
+    rm = load_rm("baseline:embedding")
+    together = [s.value for s in rm.score([(view, a) for a in answers])]
+    alone = [rm.score([(view, a)])[0].value for a in answers]
+    reversed_ = [s.value for s in rm.score([(view, a) for a in reversed(answers)])][::-1]
+    assert together == alone == reversed_
+    enc = builtin.load_sentence_encoder("builtin:minilm-l6")
+    assert builtin.encode_alone(enc, []).shape == (0, 384)
+
+
 # -- SmolLM2, the real thing (slow: ~25 s conversion on 2 cores) ------------------------------------
 
 

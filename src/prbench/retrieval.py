@@ -78,11 +78,10 @@ class DenseRetriever(Retriever):
         self.model = model
 
     def scores(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        from prbench.engines.builtin import load_sentence_encoder
+        from prbench.engines.builtin import encode_alone, load_sentence_encoder
 
         enc = load_sentence_encoder(self.model)
-        q = enc.encode([question], normalize_embeddings=True)
-        d = enc.encode(list(texts), normalize_embeddings=True, batch_size=64)
+        q, d = encode_alone(enc, [question]), encode_alone(enc, texts)  # a post's rank never depends on its neighbours
         return (d @ q.T)[:, 0]
 
 
@@ -106,7 +105,7 @@ class ContrieverRetriever(Retriever):
             return (h * m).sum(1) / m.sum(1).clamp(min=1)
 
         q = embed([question])
-        d = torch.cat([embed(list(texts[i : i + 32])) for i in range(0, len(texts), 32)])
+        d = torch.cat([embed([t]) for t in texts]) if texts else q[:0]  # alone: no padding, rank batch-invariant
         return (d @ q.T)[:, 0].float().numpy()
 
 

@@ -43,13 +43,12 @@ class EmbeddingRubricGrader:
         return content_key("grade", self.fingerprint(), item.question, response, rubric)
 
     def grade(self, pairs: Sequence[tuple[SourceItem, str]]) -> list[Grade]:
-        from prbench.engines.builtin import load_sentence_encoder
+        from prbench.engines.builtin import encode_alone, load_sentence_encoder
 
         self.stats.requested += len(pairs)
-        enc = load_sentence_encoder(self.encoder)
         texts = list(dict.fromkeys([t for it, r in pairs for t in (r, *self._aspects(it))]))
         self.stats.calls += len(texts)
-        emb = dict(zip(texts, enc.encode(texts, normalize_embeddings=True, batch_size=64)))
+        emb = dict(zip(texts, encode_alone(load_sentence_encoder(self.encoder), texts)))
         out = []
         for it, resp in pairs:
             if not it.rubric_aspects:

@@ -78,14 +78,12 @@ def rouge_f1(golds: Sequence[str], preds: Sequence[str], kinds: Sequence[str] = 
     return out
 
 
-def embedding_similarity(golds: Sequence[str], preds: Sequence[str], encoder: str = "builtin:minilm-l6",
-                         batch_size: int = 64) -> list[float]:
+def embedding_similarity(golds: Sequence[str], preds: Sequence[str], encoder: str = "builtin:minilm-l6") -> list[float]:
     """Cosine similarity of each (gold, prediction) pair; an empty prediction scores 0."""
-    from prbench.engines.builtin import load_sentence_encoder
+    from prbench.engines.builtin import encode_alone, load_sentence_encoder
 
-    enc = load_sentence_encoder(encoder)
     texts = list(dict.fromkeys([t for t in (*golds, *preds) if t.strip()]))
-    emb = enc.encode(texts, normalize_embeddings=True, batch_size=batch_size) if texts else np.zeros((0, 1))
+    emb = encode_alone(load_sentence_encoder(encoder), texts)
     row = {t: emb[i] for i, t in enumerate(texts)}
     return [float(np.dot(row[g], row[p])) if p.strip() and g.strip() else 0.0 for g, p in zip(golds, preds)]
 

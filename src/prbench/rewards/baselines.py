@@ -85,8 +85,8 @@ class LexicalRM(PointwiseRM):
 class EmbeddingRM(PointwiseRM):
     calls_model, is_control = False, True  # a small local encoder: no model calls to budget
 
-    def __init__(self, encoder: str = "builtin:minilm-l6", batch_size: int = 64):
-        self.encoder, self.batch_size = encoder, batch_size
+    def __init__(self, encoder: str = "builtin:minilm-l6"):
+        self.encoder = encoder
         self.spec = "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
 
     def fingerprint(self) -> dict:
@@ -95,11 +95,10 @@ class EmbeddingRM(PointwiseRM):
         return {"spec": self.spec, "encoder": self.encoder, "encoder_weights": local_digest(self.encoder)}
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
-        from prbench.engines.builtin import load_sentence_encoder
+        from prbench.engines.builtin import encode_alone, load_sentence_encoder
 
-        enc = load_sentence_encoder(self.encoder)
         texts = list(dict.fromkeys([t for view, resp in batch for t in (resp, *context_units(view))]))
-        emb = enc.encode(texts, normalize_embeddings=True, batch_size=self.batch_size)
+        emb = encode_alone(load_sentence_encoder(self.encoder), texts)  # batch-invariant scores
         row = {t: emb[i] for i, t in enumerate(texts)}
         out = []
         for view, resp in batch:

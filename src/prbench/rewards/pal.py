@@ -105,14 +105,15 @@ class Embedder:
     """Normalised embeddings of texts by a frozen encoder, memoised in-process and optionally on disk.
 
     Why a cache: training sees each response, question and post many times; the encoder is the
-    only expensive part. Values depend only on (encoder, text) up to float rounding of the
-    encoder's padded batches (about 1e-7).
+    only expensive part. Values depend only on (encoder, text): each text is encoded alone
+    (`encode_alone`), never with the texts that happened to miss the cache with it.
     """
 
-    def __init__(self, encoder: str = DEFAULT_ENCODER, cache: Cache | None = None, batch_size: int = 64):
-        self.encoder, self.cache, self.batch_size = encoder, cache, batch_size
+    def __init__(self, encoder: str = DEFAULT_ENCODER, cache: Cache | None = None):
+        self.encoder, self.cache = encoder, cache
         digest = local_digest(encoder)  # a local encoder folder: its content, so retraining it busts keys
-        self.key = encoder if digest is None else f"{encoder}@{digest}"
+        # ":alone": a disk cache may hold values of the earlier padded-batch encoding (7th digit apart)
+        self.key = (encoder if digest is None else f"{encoder}@{digest}") + ":alone"
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         uniq = list(dict.fromkeys(texts))
@@ -125,11 +126,10 @@ class Embedder:
                     _MEMO[(self.key, t)] = np.asarray(hits[k], dtype=np.float32)
             missing = [t for t in missing if (self.key, t) not in _MEMO]
         if missing:
+            from prbench.engines.builtin import encode_alone
+
             with torch_threads():
-                vecs = load_encoder(self.encoder).encode(
-                    missing, batch_size=self.batch_size, normalize_embeddings=True,
-                    convert_to_numpy=True, show_progress_bar=False,
-                ).astype(np.float32)
+                vecs = encode_alone(load_encoder(self.encoder), missing)
             if len(_MEMO) + len(missing) > _MEMO_MAX:
                 _MEMO.clear()
             for t, v in zip(missing, vecs):
