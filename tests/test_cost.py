@@ -21,6 +21,10 @@ def test_price_tables_match_dated_and_longest_names() -> None:
     assert cost.price_for("anthropic", "claude-sonnet-4-20250514").model == "claude-sonnet-4"
     assert cost.price_for("gemini", "models/gemini-2.5-flash-lite").model == "gemini-2.5-flash-lite"
     assert cost.price_for("openai", "gpt-4.10") is None  # no prefix match without a separator
+    assert cost.price_for("anthropic", "claude-sonnet-4-5@20250929").model == "claude-sonnet-4-5"  # Vertex's form
+    assert cost.price_for("anthropic", "claude-3-5-haiku-latest").model == "claude-3-5-haiku"
+    for other_model in ("gpt-5-pro", "o3-pro", "gpt-4o-audio-preview", "claude-opus-4-7"):
+        assert cost.price_for("openai" if "claude" not in other_model else "anthropic", other_model) is None, other_model
     for provider in cost.PROVIDER_FILES:  # every shipped row is dated and sourced
         assert all(p.as_of and p.source.startswith("https://") for p in cost.load_prices()[provider].values())
 

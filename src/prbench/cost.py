@@ -6,8 +6,10 @@ every run summary (`cost` object) and boundable before it is paid (`--max-usd`).
 - Prices ship as package data (`prbench/prices/<provider>.json`: USD per 1M tokens for input,
   cached input and output, the batch discount, the date and the page they were read from). A
   user file (`prices=` / `$PRBENCH_PRICES`, same layout, one provider per file or a list) overrides
-  entries model by model. A model name matches its entry exactly or as a dated/suffixed variant
-  (`gpt-4.1-2025-04-14` -> `gpt-4.1`); the longest entry wins (`gpt-4.1-mini` before `gpt-4.1`).
+  entries model by model. A model name matches its entry exactly or as a snapshot of it: a date
+  (`gpt-4.1-2025-04-14`, `claude-sonnet-4-5-20250929`, `...@20250929`), a 3-digit version
+  (`-001`) or `-latest`. Any other suffix names another model (`gpt-5-pro` is not `gpt-5`: 12x
+  its price), so it has no price rather than a wrong one.
 - A `Ledger` counts what an engine spent. Before each request the engine reserves the request's
   estimated price (prompt tokens from its text, output at the token cap); a reservation that
   would take spent + in-flight past `max_usd` raises `BudgetExceeded` and nothing is sent. After
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,10 +111,13 @@ def price_for(provider: str, model: str, user_file: str | Path | None = None) ->
     """The price of `model` at `provider` (None when no table names it)."""
     table = load_prices(user_file).get(provider, {})
     name = model.lower().rsplit("/", 1)[-1]
-    for key in sorted(table, key=len, reverse=True):
-        if name == key or name.startswith((key + "-", key + "@")):
+    for key in table:
+        if name == key or (name.startswith(key) and _SNAPSHOT.fullmatch(name[len(key):])):
             return table[key]
     return None
+
+
+_SNAPSHOT = re.compile(r"[-@](\d{4}-\d{2}-\d{2}|\d{8}|\d{3}|latest)")  # what separates a snapshot from its model
 
 
 def estimate_input_tokens(prompt: Any) -> int:
