@@ -235,6 +235,41 @@ def test_synthesizeme_induces_verified_personas_and_shots_help_unseen_users(fake
     assert rm.seen_users() == {p.user_id for p in split.train}
 
 
+def test_synthesizeme_training_killed_midway_resumes_without_asking_again(fake_openai, api_key_env, tmp_path,
+                                                                          monkeypatch):
+    from prbench.rewards.synthesizeme import Synthesizer
+    from prbench.train.synthesizeme import PARTIAL_FILE
+
+    srv = fake_openai(_planted_llm)
+    opts = make_config("synthesizeme", {"engine": "openai:planted", "base_url": srv.base_url,
+                                        "api_key_env": api_key_env[0], "candidates": 2})
+    pairs, fn = _planted_pairs(4, 4), METHODS["synthesizeme"].load()[0]
+    fn(pairs, tmp_path / "whole", opts)
+    asked_whole = len(srv.requests)
+    real, calls = Synthesizer.synthesize, []
+
+    def killed_at_the_third_user(self, user, mine):
+        calls.append(user)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, user, mine)
+
+    monkeypatch.setattr(Synthesizer, "synthesize", killed_at_the_third_user)
+    with pytest.raises(KeyboardInterrupt):
+        fn(pairs, tmp_path / "m", opts)
+    with (tmp_path / "m" / PARTIAL_FILE).open("a") as fh:
+        fh.write('{"settings": "cut sho')  # a kill mid-line
+    monkeypatch.setattr(Synthesizer, "synthesize", real)
+    before = len(srv.requests)
+    fn(pairs, tmp_path / "m", opts)
+    assert len(srv.requests) - before == asked_whole // 2  # only users u2 and u3 asked again (same cost each)
+    assert (tmp_path / "m" / "personas.json").read_text() == (tmp_path / "whole" / "personas.json").read_text()
+    assert not (tmp_path / "m" / PARTIAL_FILE).exists()
+    changed = make_config("synthesizeme", {**opts.model_dump(), "max_chars": 300})
+    fn(pairs, tmp_path / "m", changed)  # other settings: nothing reused
+    assert len(srv.requests) - before == asked_whole // 2 + asked_whole
+
+
 def test_synthesizeme_trains_and_evaluates_through_the_cli(fake_openai, api_key_env, tmp_path):
     from typer.testing import CliRunner
 

@@ -4,18 +4,26 @@ Nothing is fitted by gradient: each training user's persona is induced and verif
 own pairs with the engine and judge the settings name, and stored in `personas.json` with its
 held-out accuracy. The folder loads as `synthesizeme:<dir>`; new users are induced at scoring
 time from their k shots (`adapt`) or from shown history pairs.
+
+Each user costs tens of engine calls (an API bill, or minutes of a local LLM), so every finished
+user is appended to `.personas.partial.jsonl` in the folder as it completes: a rerun with the
+same settings and the same pairs of that user reuses it (a half-written last line is dropped),
+and the file goes once `personas.json` is written.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from prbench.cache import Cache
+from prbench.cache import Cache, content_key
 from prbench.config import SynthesizeMeConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
+from prbench.progress import beat
 from prbench.rewards.synthesizeme import PERSONAS_FILE, Synthesizer, open_parts
 from prbench.train import TrainResult, user_index, write_log
 from prbench.version import __version__
@@ -31,17 +39,57 @@ def train_synthesizeme(pairs: Sequence[PreferencePair], out: str | Path, config:
     engine, judge = open_parts(settings)
     synth = Synthesizer(engine, judge, settings)
     users, _ = user_index(pairs)
-    personas, log = {}, []
-    for i, user in enumerate(users, 1):
-        personas[user] = synth.synthesize(user, [p for p in pairs if p.user_id == user])
-        log.append({"epoch": i, "user": user, "loss": 0.0, "accuracy": personas[user]["verify_accuracy"]})
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    done = _Finished(out / PARTIAL_FILE, content_key({k: v for k, v in settings.items() if k != "engine_options"},
+                                                    (settings["engine_options"] or {}).get("base_url")))
+    personas, log = {}, []
+    for i, user in enumerate(users, 1):
+        mine = [p for p in pairs if p.user_id == user]
+        personas[user] = done.get(user, mine)
+        if personas[user] is None:
+            beat(f"synthesizeme: persona of user {i}/{len(users)} ({user})")
+            personas[user] = done.add(user, mine, synth.synthesize(user, mine))
+        log.append({"epoch": i, "user": user, "loss": 0.0, "accuracy": personas[user]["verify_accuracy"]})
     settings.update({"users": users, "train": {"pairs": len(pairs), "users": len(users), "prbench": __version__}})
     (out / "config.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
     (out / PERSONAS_FILE).write_text(json.dumps(personas, indent=1, ensure_ascii=False), encoding="utf-8")
     (out / "prbench_rm.json").write_text(json.dumps({"kind": "synthesizeme", "loads_as": "synthesizeme:<dir>",
                                                      "engine": cfg.engine, "trained_users": len(users)}, indent=1),
                                          encoding="utf-8")
+    (out / PARTIAL_FILE).unlink(missing_ok=True)
     write_log(out, log)
     return TrainResult(out, log)
+
+
+PARTIAL_FILE = ".personas.partial.jsonl"  # hidden: the manifest and fingerprints never read it
+
+
+class _Finished:
+    """The users a killed run finished (see module docstring), keyed by settings and the user's pairs."""
+
+    def __init__(self, path: Path, settings_key: str):
+        self.path, self.key, self.found = path, settings_key, {}
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # the line a kill cut short
+                if isinstance(row, dict) and row.get("settings") == settings_key:
+                    self.found[(row.get("user"), row.get("pairs"))] = row.get("result")
+
+    @staticmethod
+    def _pairs_key(pairs: Sequence[PreferencePair]) -> str:
+        return content_key(sorted((p.key, p.prompt, p.chosen, p.rejected) for p in pairs))
+
+    def get(self, user: str, pairs: Sequence[PreferencePair]) -> dict[str, Any] | None:
+        return self.found.get((user, self._pairs_key(pairs)))
+
+    def add(self, user: str, pairs: Sequence[PreferencePair], result: dict[str, Any]) -> dict[str, Any]:
+        row = {"settings": self.key, "user": user, "pairs": self._pairs_key(pairs), "result": result}
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        return result
