@@ -270,6 +270,17 @@ def test_synthesizeme_training_killed_midway_resumes_without_asking_again(fake_o
     assert len(srv.requests) - before == asked_whole // 2 + asked_whole
 
 
+def test_synthesizeme_warns_when_its_judge_never_writes_a_readable_score(fake_openai, api_key_env, tmp_path):
+    """What SmolLM2-135M does on real text: it paraphrases instead of ending with "Score: N"."""
+    srv = fake_openai(lambda body: "This person likes answers." if "describe this person" in
+                      body["messages"][-1]["content"] else "The response talks about the subject at length.")
+    opts = make_config("synthesizeme", {"engine": "openai:planted", "base_url": srv.base_url,
+                                        "api_key_env": api_key_env[0], "candidates": 1})
+    with pytest.warns(UserWarning, match=r"no readable score on the held-out pairs of 2 of 2 users"):
+        METHODS["synthesizeme"].load()[0](_planted_pairs(2, 4), tmp_path / "m", opts)
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["unverified_users"] == 2
+
+
 def test_synthesizeme_trains_and_evaluates_through_the_cli(fake_openai, api_key_env, tmp_path):
     from typer.testing import CliRunner
 

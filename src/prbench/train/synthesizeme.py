@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,14 @@ def train_synthesizeme(pairs: Sequence[PreferencePair], out: str | Path, config:
             beat(f"synthesizeme: persona of user {i}/{len(users)} ({user})")
             personas[user] = done.add(user, mine, synth.synthesize(user, mine))
         log.append({"epoch": i, "user": user, "loss": 0.0, "accuracy": personas[user]["verify_accuracy"]})
-    settings.update({"users": users, "train": {"pairs": len(pairs), "users": len(users), "prbench": __version__}})
+    unread = [u for u in users if personas[u].get("verified_on") and personas[u]["verify_accuracy"] is None]
+    if unread:  # the judge gave no readable score on any held-out pair of these users: their personas are unverified
+        warnings.warn(f"synthesizeme: the judge ({cfg.engine}) gave no readable score on the held-out pairs of "
+                      f"{len(unread)} of {len(users)} users, so their personas are unverified and scoring with this "
+                      "judge will count its replies as parse failures; use a judge that follows the score format",
+                      stacklevel=2)
+    settings.update({"users": users, "unverified_users": len(unread),
+                     "train": {"pairs": len(pairs), "users": len(users), "prbench": __version__}})
     (out / "config.json").write_text(json.dumps(settings, indent=1), encoding="utf-8")
     (out / PERSONAS_FILE).write_text(json.dumps(personas, indent=1, ensure_ascii=False), encoding="utf-8")
     (out / "prbench_rm.json").write_text(json.dumps({"kind": "synthesizeme", "loads_as": "synthesizeme:<dir>",
