@@ -128,7 +128,7 @@ def test_embedding_scores_do_not_depend_on_the_batch() -> None:
     posts = tuple(ProfilePost(id=f"p{i}", text=t) for i, t in enumerate(
         ["I shoot film on weekends.", "Medium format, mostly portraits, developed at home in my kitchen sink."]))
     view = View(example_id="x", question="How should I develop HP5?", condition="profile", posts=posts)
-    words = "develop stock dilution minutes agitate highlights push grain contrast tank reel fixer".split()
+    words = ["develop", "stock", "dilution", "minutes", "agitate", "highlights", "push", "grain", "contrast", "tank", "reel", "fixer"]
     answers = [" ".join(words[(i * 5 + j) % len(words)] for j in range(3 + 7 * i)) for i in range(16)]  # 3-108 words
     rm = load_rm("baseline:embedding")
     together = [s.value for s in rm.score([(view, a) for a in answers])]
