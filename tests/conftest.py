@@ -88,3 +88,58 @@ def api_key_env(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     key = f"sk-test-{uuid.uuid4().hex}"
     monkeypatch.setenv(name, key)
     return name, key
+
+
+# -- personalized-method tests (test_methods.py, test_persona_methods.py) ---------------------------
+
+
+@pytest.fixture(scope="session")
+def minilm_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """MiniLM embeddings in pytest's cache folder: every method test and every run pays the encoder once."""
+    from prbench.cache import Cache
+
+    pc = getattr(request.config, "cache", None)
+    base = pc.mkdir("prbench-embeddings") if pc is not None else tmp_path_factory.mktemp("emb")
+    return Cache(Path(base) / "minilm.sqlite", namespace="embeddings")
+
+
+@pytest.fixture(scope="session")
+def planted_config() -> Any:
+    """The protocol the planted-user method tests run: few k values and draws, so a method takes seconds."""
+    from prbench.train.protocol import ProtocolConfig
+
+    return ProtocolConfig(ks=(0, 2, 8), draws=2, holdout_users=0.3, n_boot=200)
+
+
+@pytest.fixture(scope="session")
+def planted(planted_config: Any) -> Any:
+    """Planted-preference users (`synth_users`: diet, mood, social) split by the protocol, twins kept together."""
+    from prbench.data.pairs import pairs_from_examples
+    from prbench.data.synth_users import synth_examples, twin_group
+    from prbench.train.protocol import split_protocol
+
+    pairs = pairs_from_examples(synth_examples(40, 16, seed=0, dimensions=("diet", "mood", "social")))
+    return split_protocol(pairs, planted_config, user_group=twin_group)
+
+
+@pytest.fixture()
+def method_protocol(minilm_cache: Any, planted_config: Any, tmp_path: Path) -> Callable[..., tuple[dict, Any]]:
+    """`run(method, split, **options)`: train on the split's training users, run the protocol on the
+    trained RM; returns (report with the warnings it raised under `caught`, the RM)."""
+    import warnings
+
+    from prbench.rewards import load_rm
+    from prbench.train.methods import METHODS, make_config, spec_for
+    from prbench.train.protocol import run_protocol
+
+    def run(method: str, split: Any, **options: Any) -> tuple[dict, Any]:
+        fn, _ = METHODS[method].load()
+        fn(split.train, tmp_path / method, make_config(method, options), cache=minilm_cache)
+        rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=minilm_cache)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rep = run_protocol(rm, split, planted_config)
+        rep["caught"] = [str(w.message) for w in caught]
+        return rep, rm
+
+    return run

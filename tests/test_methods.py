@@ -12,46 +12,16 @@ Embeddings are cached in pytest's cache folder, so only the first run pays for t
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
 
-from prbench.cache import Cache
 from prbench.data.pairs import pairs_from_examples, users_of
 from prbench.data.synth_personas import synth_persona_examples
 from prbench.data.synth_users import synth_examples, twin_group
 from prbench.errors import PrbenchError
 from prbench.train.methods import DEFAULT_METHOD, METHODS, make_config, spec_for, train_method
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol, user_breakdown
-
-CFG = ProtocolConfig(ks=(0, 2, 8), draws=2, holdout_users=0.3, n_boot=200)
-
-
-@pytest.fixture(scope="module")
-def cache(request, tmp_path_factory) -> Cache:
-    pc = getattr(request.config, "cache", None)
-    base = pc.mkdir("prbench-embeddings") if pc is not None else tmp_path_factory.mktemp("emb")
-    return Cache(Path(base) / "minilm.sqlite", namespace="embeddings")
-
-
-@pytest.fixture(scope="module")
-def planted():
-    pairs = pairs_from_examples(synth_examples(40, 16, seed=0, dimensions=("diet", "mood", "social")))
-    return split_protocol(pairs, CFG, user_group=twin_group)
-
-
-def _protocol(method, split, tmp_path, cache, **options):
-    fn, _ = METHODS[method].load()
-    fn(split.train, tmp_path / method, make_config(method, options), cache=cache)
-    from prbench.rewards import load_rm
-
-    rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=cache)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        rep = run_protocol(rm, split, CFG)
-    rep["caught"] = [str(w.message) for w in caught]
-    return rep, rm
 
 
 def _curve(rep):
@@ -61,7 +31,7 @@ def _curve(rep):
 # --------------------------------------------------------------------------- the split
 
 
-def test_split_is_user_and_item_disjoint_and_exhaustive(planted):
+def test_split_is_user_and_item_disjoint_and_exhaustive(planted, planted_config):
     s = planted
     seen = set(users_of(s.train)) | set(users_of(s.seen_test))
     unseen = set(users_of(s.unseen_pool)) | set(users_of(s.unseen_test))
@@ -72,17 +42,17 @@ def test_split_is_user_and_item_disjoint_and_exhaustive(planted):
     all_pairs = pairs_from_examples(synth_examples(40, 16, seed=0, dimensions=("diet", "mood", "social")))
     parts = s.train + s.seen_test + s.unseen_pool + s.unseen_test
     assert sorted(p.key for p in parts) == sorted(p.key for p in all_pairs)
-    again = split_protocol(list(reversed(all_pairs)), CFG, user_group=twin_group)
+    again = split_protocol(list(reversed(all_pairs)), planted_config, user_group=twin_group)
     assert [p.key for p in again.unseen_test] == [p.key for p in s.unseen_test]
     with pytest.raises(PrbenchError, match="at least 4 users"):
-        split_protocol(all_pairs[:20], CFG)
+        split_protocol(all_pairs[:20], planted_config)
 
 
 # --------------------------------------------------------------------------- planted users, per method
 
 
-def test_lore_profile_prior_reads_unseen_users_from_their_profile(planted, cache, tmp_path):
-    rep, _rm = _protocol("lore", planted, tmp_path, cache)
+def test_lore_profile_prior_reads_unseen_users_from_their_profile(planted, method_protocol):
+    rep, _rm = method_protocol("lore", planted)
     k = _curve(rep)
     assert rep["seen"]["mean"] >= 0.75
     assert k[0] >= 0.7  # no labelled pair of the new user: the profile alone
@@ -92,8 +62,8 @@ def test_lore_profile_prior_reads_unseen_users_from_their_profile(planted, cache
     assert rep["unseen"]["adaptable"] and set(k) == {0, 2, 8}
 
 
-def test_lore_published_adapts_from_k_shots(planted, cache, tmp_path):
-    rep, _ = _protocol("lore", planted, tmp_path, cache, prior="none")
+def test_lore_published_adapts_from_k_shots(planted, method_protocol):
+    rep, _ = method_protocol("lore", planted, prior="none")
     k = _curve(rep)
     assert rep["seen"]["mean"] >= 0.8
     assert 0.35 <= k[0] <= 0.65  # a new user with no shots: the uniform mixture
@@ -101,16 +71,16 @@ def test_lore_published_adapts_from_k_shots(planted, cache, tmp_path):
     assert rep["controls"]["wrong_user_shots"]["mean"] < k[8] - 0.2  # another user's shots do not help
 
 
-def test_vpl_recovers_seen_users_and_reads_the_profile(planted, cache, tmp_path):
-    rep, _rm = _protocol("vpl", planted, tmp_path, cache)
+def test_vpl_recovers_seen_users_and_reads_the_profile(planted, method_protocol):
+    rep, _rm = method_protocol("vpl", planted)
     k = _curve(rep)
     assert rep["train"]["mean"] >= 0.8 and rep["seen"]["mean"] > 0.55
     assert k[0] > rep["controls"]["no_context"]["mean"]
     assert 0.35 <= rep["controls"]["no_context"]["mean"] <= 0.65
 
 
-def test_pal_failure_mode_is_visible_and_shots_fix_it(planted, cache, tmp_path):
-    rep, _ = _protocol("pal", planted, tmp_path, cache)
+def test_pal_failure_mode_is_visible_and_shots_fix_it(planted, method_protocol):
+    rep, _ = method_protocol("pal", planted)
     k = _curve(rep)
     assert rep["train"]["mean"] >= 0.9 and rep["seen"]["mean"] >= 0.7
     assert 0.3 <= k[0] <= 0.65 and k[8] > k[0] + 0.2
@@ -118,8 +88,8 @@ def test_pal_failure_mode_is_visible_and_shots_fix_it(planted, cache, tmp_path):
     assert rep["warnings"] and rep["caught"] == rep["warnings"]
 
 
-def test_context_bt_has_no_k_shot_state_and_is_blind_without_context(planted, cache, tmp_path):
-    rep, rm = _protocol("context-bt", planted, tmp_path, cache)
+def test_context_bt_has_no_k_shot_state_and_is_blind_without_context(planted, method_protocol):
+    rep, rm = method_protocol("context-bt", planted)
     assert [c["k"] for c in rep["unseen"]["curve"]] == [0] and not rep["unseen"]["adaptable"]
     assert rep["seen"]["mean"] > 0.7 and _curve(rep)[0] > 0.7
     assert 0.35 <= rep["controls"]["no_context"]["mean"] <= 0.65
@@ -129,7 +99,7 @@ def test_context_bt_has_no_k_shot_state_and_is_blind_without_context(planted, ca
 # --------------------------------------------------------------------------- persona users: the default
 
 
-def test_default_method_beats_lexical_on_unseen_persona_users(cache, tmp_path):
+def test_default_method_beats_lexical_on_unseen_persona_users(minilm_cache, tmp_path):
     from prbench.data.synth_personas import question_group
 
     pairs = pairs_from_examples(synth_persona_examples(32, 20, seed=5))
@@ -137,10 +107,10 @@ def test_default_method_beats_lexical_on_unseen_persona_users(cache, tmp_path):
     split = split_protocol(pairs, cfg, item_key=lambda p: question_group(p.prompt))
     assert not {question_group(p.prompt) for p in split.train} & {question_group(p.prompt) for p in split.unseen_test}
     fn, _ = METHODS[DEFAULT_METHOD].load()
-    fn(split.train, tmp_path / "m", make_config(DEFAULT_METHOD, {}), cache=cache)
+    fn(split.train, tmp_path / "m", make_config(DEFAULT_METHOD, {}), cache=minilm_cache)
     from prbench.rewards import load_rm
 
-    rep = run_protocol(load_rm(spec_for(DEFAULT_METHOD, tmp_path / "m"), encoder_cache=cache), split, cfg)
+    rep = run_protocol(load_rm(spec_for(DEFAULT_METHOD, tmp_path / "m"), encoder_cache=minilm_cache), split, cfg)
     h = headline(rep)
     print(f"persona users, unseen k=0: {DEFAULT_METHOD} {h['unseen_k0']:.3f}, lexical {h['baseline:lexical']:.3f}, "
           f"embedding {h['baseline:embedding']:.3f}")
@@ -151,17 +121,17 @@ def test_default_method_beats_lexical_on_unseen_persona_users(cache, tmp_path):
 # --------------------------------------------------------------------------- folders, adaptation, eval summary
 
 
-def test_lore_and_vpl_adapt_replaces_shots_and_changes_the_fingerprint(planted, cache, tmp_path):
+def test_lore_and_vpl_adapt_replaces_shots_and_changes_the_fingerprint(planted, minilm_cache, tmp_path):
     from prbench.rewards import load_rm
     from prbench.train.lore import LoReConfig, train_lore
     from prbench.train.vpl import VPLConfig, train_vpl
 
-    train_lore(planted.train, tmp_path / "lore", LoReConfig(epochs=3, prior="none"), cache=cache)
-    train_vpl(planted.train, tmp_path / "vpl", VPLConfig(steps=5), cache=cache)
+    train_lore(planted.train, tmp_path / "lore", LoReConfig(epochs=3, prior="none"), cache=minilm_cache)
+    train_vpl(planted.train, tmp_path / "vpl", VPLConfig(steps=5), cache=minilm_cache)
     user = planted.unseen_pool[0].user_id
     shots = [p for p in planted.unseen_pool if p.user_id == user][:3]
     for spec in (f"lore:{tmp_path / 'lore'}", f"vpl:{tmp_path / 'vpl'}"):
-        rm = load_rm(spec, encoder_cache=cache)
+        rm = load_rm(spec, encoder_cache=minilm_cache)
         before = rm.fingerprint()
         rm.adapt(user, shots)
         assert rm.fingerprint() != before and user in rm.adapted
@@ -189,7 +159,7 @@ def test_user_breakdown_splits_seen_and_unseen_and_warns():
     assert "seen" not in user_breakdown(recs, object(), n_boot=50)
 
 
-def test_cli_default_trains_the_recommended_method_and_eval_reports_the_protocol(cache, tmp_path, monkeypatch):
+def test_cli_default_trains_the_recommended_method_and_eval_reports_the_protocol(minilm_cache, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from prbench.cli import _register, app
@@ -252,7 +222,7 @@ def test_train_method_refuses_unknown_methods_and_options(planted):
         make_config("lore", {"rnak": 3})
 
 
-def test_study_stage_compares_methods(planted, cache, tmp_path):
+def test_study_stage_compares_methods(planted, minilm_cache, tmp_path):
     from prbench.study.config import parse_study
     from prbench.study.runner import plan_study, run_study
 
@@ -270,7 +240,7 @@ def test_study_stage_compares_methods(planted, cache, tmp_path):
     assert (tmp_path / "study" / "personalize" / "comparison.csv").is_file()
 
 
-def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(cache, tmp_path):
+def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(minilm_cache, tmp_path):
     """Under `history` a view's earlier pairs are the user's k shots (fitted per view), so unseen
     users are read from their own choices and a wrong user's choices fall to chance."""
     from prbench import evaluate
@@ -286,8 +256,8 @@ def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(cache, tmp_path):
     acc, runs = {}, {}
     for method in ("lore", "pal", "vpl"):
         fn, _ = METHODS[method].load()
-        fn(pairs, tmp_path / method, make_config(method, {}), cache=cache)
-        rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=cache)
+        fn(pairs, tmp_path / method, make_config(method, {}), cache=minilm_cache)
+        rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=minilm_cache)
         for cond in ("history", "wrong-history", "profile"):
             runs[method, cond] = evaluate(rm, unseen, cond)
             acc[method, cond] = runs[method, cond].summary["accuracy"]

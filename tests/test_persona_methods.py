@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 import random
 import re
-import warnings
-from pathlib import Path
 
 import pytest
 
-from prbench.cache import Cache
 from prbench.data.dsp_personas import PERSONAS, build_splits, load_questions
 from prbench.errors import DataError, PrbenchError
 from prbench.rewards.base import PointwiseRM, Score
@@ -126,39 +123,13 @@ def test_style_default_reads_unseen_users_persona_from_their_texts(dsp_split, tm
 # --------------------------------------------------------------------------- PReF and GPO on planted users
 
 
-@pytest.fixture(scope="module")
-def cache(request, tmp_path_factory) -> Cache:
-    pc = getattr(request.config, "cache", None)  # the same file as test_methods: embeddings paid once
-    base = pc.mkdir("prbench-embeddings") if pc is not None else tmp_path_factory.mktemp("emb")
-    return Cache(Path(base) / "minilm.sqlite", namespace="embeddings")
+def _curve(rep):
+    return {c["k"]: c["mean"] for c in rep["unseen"]["curve"]}
 
 
-@pytest.fixture(scope="module")
-def planted():
-    from prbench.data.pairs import pairs_from_examples
-    from prbench.data.synth_users import synth_examples, twin_group
-
-    pairs = pairs_from_examples(synth_examples(40, 16, seed=0, dimensions=("diet", "mood", "social")))
-    return split_protocol(pairs, CFG, user_group=twin_group)
-
-
-CFG = ProtocolConfig(ks=(0, 2, 8), draws=2, holdout_users=0.3, n_boot=200)
-
-
-def _protocol(method, split, tmp_path, cache, **options):
-    from prbench.rewards import load_rm
-
-    fn, _ = METHODS[method].load()
-    fn(split.train, tmp_path / method, make_config(method, options), cache=cache)
-    rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=cache)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rep = run_protocol(rm, split, CFG)
-    return rep, {c["k"]: c["mean"] for c in rep["unseen"]["curve"]}
-
-
-def test_pref_fits_seen_users_and_few_response_adaptation_helps_unseen_ones(planted, cache, tmp_path):
-    rep, k = _protocol("pref", planted, tmp_path, cache)
+def test_pref_fits_seen_users_and_few_response_adaptation_helps_unseen_ones(planted, method_protocol):
+    rep, _ = method_protocol("pref", planted)
+    k = _curve(rep)
     assert rep["seen"]["mean"] >= 0.8  # known users on new questions
     assert 0.35 <= k[0] <= 0.65  # a new user with no pair: the average user
     assert k[2] > k[0] + 0.1 and k[8] > k[2] + 0.05
@@ -166,8 +137,9 @@ def test_pref_fits_seen_users_and_few_response_adaptation_helps_unseen_ones(plan
     assert rep["swap"]["k"] > 0 and rep["swap"]["drop"] > 0.1 and rep["swap"]["ci_low"] > 0
 
 
-def test_gpo_reads_pairs_in_context_and_shots_help_unseen_users(planted, cache, tmp_path):
-    rep, k = _protocol("gpo", planted, tmp_path, cache)
+def test_gpo_reads_pairs_in_context_and_shots_help_unseen_users(planted, method_protocol):
+    rep, _ = method_protocol("gpo", planted)
+    k = _curve(rep)
     assert rep["seen"]["mean"] >= 0.7 and rep["train"]["mean"] >= 0.8
     assert k[0] > rep["controls"]["no_context"]["mean"] + 0.15  # the shown posts are context too
     assert k[8] > k[0]
