@@ -262,10 +262,13 @@ def encode_alone(encoder: Any, texts: Sequence[str]) -> Any:
 
     rows = [encoder.encode([t], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
             for t in texts]
-    if not rows:
-        get = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
-        return np.zeros((0, int(get())), dtype=np.float32)
-    return np.stack(rows).astype(np.float32)
+    return np.stack(rows).astype(np.float32) if rows else np.zeros((0, embedding_dim(encoder)), dtype=np.float32)
+
+
+def embedding_dim(encoder: Any) -> int:
+    """A `SentenceTransformer`'s output width, under the method name of newer and of older sentence-transformers."""
+    get = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
+    return int(get())
 
 
 def load_sentence_encoder(

@@ -142,9 +142,9 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        enc = load_encoder(self.encoder)
-        get = getattr(enc, "get_embedding_dimension", None) or enc.get_sentence_embedding_dimension
-        return int(get())
+        from prbench.engines.builtin import embedding_dim
+
+        return embedding_dim(load_encoder(self.encoder))
 
 
 def context_items(view: View) -> list[str]:
