@@ -65,12 +65,17 @@ def _id_text(value: object) -> object:
 
 
 class ProfilePost(_Record):
-    """One past post of the user: the raw material of personalization."""
+    """One past post of the user: the raw material of personalization.
+
+    `stance` marks a judgment rather than a post: the user's verdict on `text` (agree, disagree,
+    wrote, ...; see `prbench.judgments`). Without it a post is something the user wrote.
+    """
 
     id: str
     _id = field_validator("id", mode="before")(_id_text)
     category: str = ""
     text: str
+    stance: str | None = None
 
     _text = field_validator("text")(_nonblank)
 
