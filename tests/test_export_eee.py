@@ -1,14 +1,19 @@
 """`prbench export eee`: every evaluation and downstream run kind in the Every Eval Ever v0.3.0 schema.
 
-Each written file is checked against this project's typed models (always) and against the upstream
-JSON Schema (evaleval/every_eval_ever @ 9bce413, `schemas/eval.schema.json` and
-`schemas/instance_level_eval.schema.json`) where ../shared holds a copy.
+Each written file is checked against this project's typed models and upstream's naming conventions
+(always: evaleval/every_eval_ever @ 9bce413, CONTRIBUTING.md "Filling in the schema" items 1-3: `model_info.id`
+as `developer/model`, `evaluation_id` as `{benchmark}/{model_id}/{retrieved_timestamp}`, platform or engine
+named), against the upstream JSON Schema (`schemas/eval.schema.json`, `schemas/instance_level_eval.schema.json`)
+where ../shared holds a copy, and by upstream's own validator (`every_eval_ever.validator.validation_core.
+validate_file`: schema, path layout, companion file, score bounds, deployment axes) where `every_eval_ever` is
+importable (it needs Python >= 3.12 from PyPI; an upstream checkout on PYTHONPATH works on 3.11).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -29,9 +34,34 @@ def schemas() -> tuple[dict, dict] | None:
             json.loads((SPEC_DIR / "instance_level_eval.schema.json").read_text()))
 
 
+def upstream_validator():
+    """Upstream's `eee-validate` (every_eval_ever/validator/validate.py `main`: exit 0 clean, 1 errors, 2 warnings)."""
+    try:
+        from every_eval_ever.validator.validate import main
+    except ImportError:
+        return None
+    return main
+
+
+def upstream_form(agg: dict, text: str) -> None:
+    """What upstream's CONTRIBUTING.md asks beyond the schema, and what an export must never hold."""
+    info = agg["model_info"]
+    assert re.fullmatch(r"[A-Za-z0-9._-]+/[A-Za-z0-9._:-]+", info["id"]), info["id"]  # developer/model
+    assert info["developer"] == info["id"].split("/")[0]
+    assert ("inference_platform" in info) != ("inference_engine" in info), info  # one of the two, CONTRIBUTING 3
+    data = agg["evaluation_results"][0]["source_data"]["dataset_name"]
+    assert data not in ("?", "_", "") and all(r["source_data"]["dataset_name"] == data
+                                             for r in agg["evaluation_results"])
+    bench, model_id, stamp = agg["evaluation_id"].split("/")  # {benchmark}/{model_id}/{retrieved_timestamp}
+    assert bench == data and model_id == info["id"].replace("/", "_") and stamp == agg["retrieved_timestamp"]
+    float(stamp)  # Unix epoch seconds
+    assert "/tmp/" not in text and "/home/" not in text and "/work/" not in text, "an absolute local path"
+
+
 def check(files: list[str]) -> dict[str, dict]:
-    """Validate every written pair of files; returns the aggregates by evaluation id."""
+    """Validate every written pair of files; returns the aggregates by aggregate file."""
     upstream = schemas()
+    validator = upstream_validator()
     if upstream is not None:
         import jsonschema
     out = {}
@@ -41,6 +71,9 @@ def check(files: list[str]) -> dict[str, dict]:
         EEEAggregate.model_validate(agg)
         root = f.parents[4]  # data/<benchmark>/<developer>/<model>/<uuid>.json
         inst_path = root / agg["detailed_evaluation_results"]["file_path"]
+        upstream_form(agg, f.read_text() + inst_path.read_text())
+        if validator is not None:
+            assert validator([str(f.resolve()), str(inst_path.resolve())]) == 0, f
         body = inst_path.read_bytes()
         assert hashlib.sha256(body).hexdigest() == agg["detailed_evaluation_results"]["checksum"]
         lines = [json.loads(x) for x in body.decode().splitlines()]
@@ -53,7 +86,9 @@ def check(files: list[str]) -> dict[str, dict]:
             jsonschema.validate(agg, upstream[0])
             for line in lines:
                 jsonschema.validate(line, upstream[1])
-        out[agg["evaluation_id"]] = {"agg": agg, "lines": lines}
+        kind = agg["source_metadata"]["additional_details"]["prbench_run_kind"]
+        out[f"{kind}/{agg['model_info']['additional_details']['prbench_spec']}/{f.name}"] = {"agg": agg,
+                                                                                            "lines": lines}
     return out
 
 
@@ -70,15 +105,15 @@ def test_eval_bon_rl_rgd_and_policy_accuracy_runs_export_and_validate(tmp_path: 
     write_pa_run(runs, None, dict(zip(IDS, [0.5] * 8)), {}, w=0.0)  # the plain policy: a reference, not exported
     res = export_eee([runs], tmp_path / "eee")
     got = check(res["written"])
-    kinds = sorted(k.split("/")[1] for k in got)
+    kinds = sorted(k.split("/")[0] for k in got)
     assert kinds == ["bon", "eval", "eval", "policy-accuracy", "rgd", "rl"], kinds
     assert len(res["not_exported"]) == 1 and "policy-accuracy" in res["not_exported"][0]
-    ev = next(v for k, v in got.items() if "rm_a" in k and k.split("/")[1] == "eval")
+    ev = next(v for k, v in got.items() if k.startswith("eval/rm:a/"))
     (result,) = ev["agg"]["evaluation_results"]
     assert result["score_details"]["score"] == pytest.approx(6 / 7)  # the invalid pair is left out
     assert len(ev["lines"]) == 7 and sum(x["evaluation"]["is_correct"] for x in ev["lines"]) == 6
     assert ev["agg"]["eval_library"] == {"name": "prbench", "version": ev["agg"]["eval_library"]["version"]}
-    bon = next(v for k, v in got.items() if k.split("/")[1] == "bon")
+    bon = next(v for k, v in got.items() if k.startswith("bon/"))
     assert [r["evaluation_result_id"] for r in bon["agg"]["evaluation_results"]] == ["bon:k=1", "bon:k=2", "bon:k=4"]
     assert len(bon["lines"]) == 3 * 8  # one instance per item and aggregate result
     again = export_eee([runs], tmp_path / "eee2")  # the same runs give the same bytes
@@ -99,7 +134,7 @@ def test_a_policy_accuracy_run_writes_downstream_json_and_exports(tiny_engine, t
     assert run.downstream.expected[0] == pytest.approx(res.summary["policy_accuracy"])
     assert set(run.downstream.per_item) == {r["id"] for r in res.records}
     got = check(export_eee([tmp_path / "o"], tmp_path / "eee")["written"])
-    assert len(got) == 1 and next(iter(got)).startswith("prbench/policy-accuracy/")
+    assert len(got) == 1 and next(iter(got)).startswith("policy-accuracy/")
 
 
 def test_cli_export_eee(tmp_path: Path) -> None:

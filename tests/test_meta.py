@@ -76,7 +76,7 @@ def write_ds(root: Path, rm: str, values: Mapping[str, float | Mapping[int, floa
     per_item = {i: ({str(k): float(v[k]) for k in ks} if isinstance(v, Mapping) else {"1": float(v)})
                 for i, v in values.items()}
     means = [float(np.mean([per_item[i][str(k)] for i in per_item])) for k in ks]
-    ex = dict(extra or {})
+    ex = {"data": "fake", **dict(extra or {})}
     if condition is not None:
         ex["condition"] = condition
     if setting == "bon":

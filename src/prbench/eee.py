@@ -12,20 +12,28 @@ checks every file it writes without the upstream schema files); tests also valid
 the upstream JSON Schema (evaleval/every_eval_ever, `schemas/eval.schema.json` and
 `schemas/instance_level_eval.schema.json` at v0.3.0) where it is available.
 
-Choices: `source_type` "evaluation_run", `evaluator_relationship` "third_party", eval library
-"prbench" at its version; the evaluation id is `prbench/<kind>/<run folder relative to RUNS>`;
-`retrieved_timestamp` is the run's summary (or downstream file) time, so re-exporting the same
-runs gives the same bytes. Inputs are referenced by item id (run folders keep ids and outcomes,
-not texts); invalid items (no credit, no value) are left out and counted in the result details.
+Choices, after upstream's CONTRIBUTING.md ("Filling in the schema"): `model_info.id` is the
+model in Hugging Face `developer/model` form, or `<provider>/<exact API id>` for an API model
+(`identity`: a baseline is `prbench/baseline-<name>`, a local trained folder `local/<folder>`),
+and prbench's own spec stays in `additional_details.prbench_spec`; `inference_platform` names
+the API that served it, `inference_engine` what ran it locally; the evaluation id is
+`{benchmark}/{model id}/{retrieved_timestamp}`, the timestamp being the run's result file time
+(so re-exporting the same runs gives the same bytes); every kind names its data set (Best-of-N
+from its samples' config when the file predates `data`), and no absolute local path is written.
+`source_type` "evaluation_run", `evaluator_relationship` "third_party", eval library "prbench"
+at its version. Inputs are referenced by item id (run folders keep ids and outcomes, not texts);
+invalid items (no credit, no value) are left out and counted in the result details.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +44,7 @@ from prbench.errors import PrbenchError
 from prbench.runkinds import Run, scan_runs
 from prbench.runkinds.base import EEEPart
 
+log = logging.getLogger(__name__)
 SCHEMA_VERSION = "0.3.0"
 Details = dict[str, str]
 
@@ -49,6 +58,7 @@ class SourceMetadata(_Model):
     source_type: Literal["documentation", "evaluation_run"]
     source_organization_name: str
     evaluator_relationship: Literal["first_party", "third_party", "collaborative", "other"]
+    additional_details: Details = Field(default_factory=dict)
 
 
 class EvalLibrary(_Model):
@@ -69,9 +79,17 @@ class ModelDetails(BaseModel):
             raise ValueError(f"model_info.additional_details.{bad[0]} must be a string")
 
 
+class InferenceEngine(_Model):
+    name: str
+    version: str
+
+
 class ModelInfo(_Model):
     name: str
     id: str
+    developer: str
+    inference_platform: str | None = None  # a remote API (CONTRIBUTING.md 3)
+    inference_engine: InferenceEngine | None = None  # run locally
     additional_details: ModelDetails
 
 
@@ -182,13 +200,79 @@ class EEEInstance(_Model):
 
 
 # -- conversion -----------------------------------------------------------------------------
-def _model_info(run: Run, model: str) -> ModelInfo:
-    extra = {"prbench_spec": model, "prbench_run_kind": run.kind.name}
-    for name in ("policy", "condition", "data"):
+API_PLATFORMS = ("openai", "anthropic")  # engines that are remote APIs: the model id is the provider's exact one
+BUILTIN_IDS = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+               "minilm-l6": "sentence-transformers/all-MiniLM-L6-v2"}  # prbench.engines.builtin's offline copies
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a prbench spec names, as upstream's `model_info` asks (CONTRIBUTING.md, "Filling in the schema" 1, 3)."""
+
+    id: str  # `developer/model`: the Hugging Face repo, or `<provider>/<exact API id>`
+    platform: str | None  # the remote API that served it
+    engine: str | None  # what ran it locally
+    deployment: Literal["self_deployed", "externally_managed", "unknown"]
+    availability: Literal["open_weights", "closed_weights", "unknown"]
+
+    @property
+    def developer(self) -> str:
+        return self.id.split("/", 1)[0]
+
+
+def identity(spec: str) -> Identity:
+    """The model a spec runs, found through its wrappers (`judge:openai:gpt-4o` -> openai, gpt-4o).
+
+    A local folder (a trained RM) has no public name: `local/<folder name>` (never its path); a
+    baseline is prbench's own code: `prbench/baseline-<name>`.
+    """
+    from prbench.registry import ENGINES
+
+    prefix, _, rest = spec.partition(":")
+    while ":" in rest and rest.split(":", 1)[0] in ENGINES and prefix not in ENGINES:
+        prefix, _, rest = rest.partition(":")  # a wrapper (judge, lik, pref, ...) around an engine spec
+    if prefix in API_PLATFORMS:
+        return Identity(f"{prefix}/{rest}", prefix, None, "externally_managed", "closed_weights")
+    if prefix == "builtin" or rest.startswith("builtin:"):
+        name = rest.removeprefix("builtin:")
+        engine = "sentence-transformers" if "minilm" in name else "transformers"
+        return Identity(BUILTIN_IDS.get(name, f"local/{name}"), None, engine, "self_deployed", "open_weights")
+    if prefix == "baseline":
+        return Identity(f"prbench/baseline-{_safe(rest)}", None, "prbench", "self_deployed", "unknown")
+    engine = "vllm" if prefix == "vllm" else "transformers"
+    local = rest.startswith(("/", ".", "~")) or rest.count("/") != 1 or Path(rest).expanduser().exists()
+    if local:
+        return Identity(f"local/{_safe(Path(rest).name or rest)}", None, engine, "self_deployed", "unknown")
+    return Identity(rest, None, engine, "self_deployed", "open_weights")
+
+
+def _engine_version(name: str) -> str:
+    from importlib import metadata
+
+    if name == "prbench":
+        return __version__
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _model_info(run: Run, model: str, ident: Identity) -> ModelInfo:
+    extra = {"prbench_spec": _portable(model), "prbench_run_kind": run.kind.name}
+    for name in ("policy", "condition"):
         if run.get(name) is not None:
-            extra[f"prbench_{name}"] = str(run.get(name))
-    return ModelInfo(name=model, id=model, additional_details=ModelDetails(
-        deployment_type="unknown", model_availability="unknown", **extra))
+            extra[f"prbench_{name}"] = _portable(str(run.get(name)))
+    return ModelInfo(name=_portable(model), id=ident.id, developer=ident.developer,
+                     inference_platform=ident.platform,
+                     inference_engine=InferenceEngine(name=ident.engine, version=_engine_version(ident.engine))
+                     if ident.engine else None,
+                     additional_details=ModelDetails(deployment_type=ident.deployment,
+                                                     model_availability=ident.availability, **extra))
+
+
+def _portable(text: str) -> str:
+    """A spec or name with every absolute local path cut to its last part (an export leaves no machine's paths)."""
+    return re.sub(r"(?<![\w.])(?:~|/)[^\s:]*/([^/\s:]+)", r"\1", text)
 
 
 def _result(part: EEEPart, data: str) -> EvaluationResult:
@@ -217,25 +301,31 @@ def _instances(eval_id: str, model: str, part: EEEPart) -> list[EEEInstance]:
 
 
 def _timestamp(run: Run) -> str:
+    """When the run's result was written, in Unix epoch seconds (the same run gives the same string)."""
     files = [run.path / n for n in ("summary.json", "downstream.json", "report.json") if (run.path / n).is_file()]
-    return str(int(max(f.stat().st_mtime for f in files)))
+    return repr(max(f.stat().st_mtime for f in files))
 
 
 def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "_"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.")[:80] or "_"
 
 
-def layout(data: str, model: str, eval_id: str) -> tuple[str, str]:
+def dataset(run: Run) -> str | None:
+    """The run's data set name (a file path cut to its name); None when the run never recorded one."""
+    from prbench.runkinds.downstream import DownstreamKind
+
+    name = run.kind.dataset(run) if isinstance(run.kind, DownstreamKind) else run.get("data")
+    return Path(str(name)).name or str(name) if name else None
+
+
+def layout(data: str, ident: Identity, eval_id: str) -> tuple[str, str]:
     """(`data/<benchmark>/<developer>/<model>`, uuid) of a run: the schema's repository layout.
 
-    The uuid (version 4 form) is derived from the evaluation id, so the same run always lands
-    in the same files. Developer and model come from the spec: `hf:org/name` -> org, name;
-    `baseline:length` -> baseline, length.
+    The uuid (version 4 form) is derived from the evaluation id, so the same run always lands in the same files.
     """
-    kind, _, rest = model.partition(":")
-    developer, _, name = (rest.partition("/") if "/" in rest and kind in ("hf", "finetune") else (kind, "", rest))
+    developer, _, name = ident.id.partition("/")
     uid = uuid.UUID(bytes=hashlib.sha256(eval_id.encode()).digest()[:16], version=4)
-    return f"data/{_safe(Path(data).name or data)}/{_safe(developer)}/{_safe(name or rest or kind)}", str(uid)
+    return f"data/{_safe(data)}/{_safe(developer)}/{_safe(name or developer)}", str(uid)
 
 
 def export_run(run: Run, root: Path, out: Path) -> list[Path]:
@@ -243,20 +333,30 @@ def export_run(run: Run, root: Path, out: Path) -> list[Path]:
     parts = run.kind.eee_parts(run)
     if not parts:
         return []
+    data = dataset(run)
+    if data is None:
+        raise PrbenchError(f"{run.path}: the run names no data set (nor does the config.json or samples folder it "
+                           "came from); rerun it with this prbench to export it")
+    model = run.key
+    ident = identity(model)
+    stamp = _timestamp(run)
+    # upstream: `{benchmark}/{model_id}/{retrieved_timestamp}` (CONTRIBUTING.md 2), "/" in the id as "_" the way
+    # its own RewardBench adapter writes it (adapters/rewardbench/adapter.py)
+    eval_id = f"{_safe(data)}/{ident.id.replace('/', '_')}/{stamp}"
     rel = run.path.resolve().relative_to(root.resolve()) if run.path.resolve().is_relative_to(root.resolve()) \
         else Path(run.path.name)
-    eval_id = f"prbench/{run.kind.name}/{rel.as_posix()}"
-    model = run.key or "?"
-    folder, uid = layout(str(run.get("data", "?")), model, eval_id)
+    folder, uid = layout(data, ident, f"{eval_id}|{run.kind.name}|{rel.as_posix()}")
     lines = [json.dumps(i.model_dump(), sort_keys=True, ensure_ascii=False)
-             for p in parts for i in _instances(eval_id, model, p)]
+             for p in parts for i in _instances(eval_id, ident.id, p)]
     body = ("\n".join(lines) + "\n").encode() if lines else b""
     agg = EEEAggregate(
-        schema_version=SCHEMA_VERSION, evaluation_id=eval_id, retrieved_timestamp=_timestamp(run),
+        schema_version=SCHEMA_VERSION, evaluation_id=eval_id, retrieved_timestamp=stamp,
         source_metadata=SourceMetadata(source_name="prbench", source_type="evaluation_run",
-                                       source_organization_name="prbench", evaluator_relationship="third_party"),
-        eval_library=EvalLibrary(name="prbench", version=__version__), model_info=_model_info(run, model),
-        evaluation_results=[_result(p, str(run.get("data", "?"))) for p in parts],
+                                       source_organization_name="prbench", evaluator_relationship="third_party",
+                                       additional_details={"prbench_run_kind": run.kind.name,
+                                                           "prbench_run": rel.as_posix()}),
+        eval_library=EvalLibrary(name="prbench", version=__version__), model_info=_model_info(run, model, ident),
+        evaluation_results=[_result(p, data) for p in parts],
         detailed_evaluation_results=DetailedResults(format="jsonl", file_path=f"{folder}/{uid}_samples.jsonl",
                                                     hash_algorithm="sha256",
                                                     checksum=hashlib.sha256(body).hexdigest(),
@@ -275,13 +375,19 @@ def export_eee(runs: Sequence[str | Path], out: str | Path) -> dict[str, list[st
     not_exported: list[str] = []
     scan = scan_runs(runs)
     roots = [Path(r) if Path(r).is_dir() else Path(r).parent for r in runs]
+    skipped = list(scan.skipped)
     for run in scan.runs:
         root = next((r for r in roots if run.path.resolve().is_relative_to(r.resolve())), run.path.parent)
-        files = export_run(run, root, Path(out))
+        try:
+            files = export_run(run, root, Path(out))
+        except PrbenchError as exc:  # a file only the export reads (scores.json) is damaged: this run alone
+            skipped.append(f"skipped: {exc}")
+            log.warning(skipped[-1])
+            continue
         if files:
             written += [str(f) for f in files]
         else:
             not_exported.append(f"{run.path} ({run.kind.name}: no evaluation result)")
-    if not written and not scan.skipped:
+    if not written and not skipped:
         raise PrbenchError(f"{', '.join(map(str, runs))}: no run to export")
-    return {"written": written, "skipped": scan.skipped, "not_exported": not_exported}
+    return {"written": written, "skipped": skipped, "not_exported": not_exported, "notes": scan.notes}

@@ -19,13 +19,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from prbench import metrics
 from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
+from prbench.records import Accuracy, EvalSummary
 from prbench.runkinds import NotARun, Run, open_run, scan_runs
 from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORY_SHORT
+
+
+class RunConfig(BaseModel):
+    """The part of an eval run's config.json that decides a leaderboard row (its other settings do not)."""
+
+    model_config = ConfigDict(extra="ignore")
+    model_options: dict[str, Any] = {}
+    both_orders: bool = False
+
+    @field_validator("model_options", mode="before")
+    @classmethod
+    def _none(cls, v: Any) -> Any:
+        return {} if v is None else v
 
 
 def find_runs(root: str | Path) -> list[Path]:
@@ -50,7 +65,7 @@ def load_run(path: str | Path) -> Run:
     return run
 
 
-def _cell(acc: float | None, lo: float | None, hi: float | None) -> str:
+def _text(acc: float | None, lo: float | None, hi: float | None) -> str:
     if acc is None:
         return "-"
     return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else f"{100 * acc:.1f}"
@@ -61,49 +76,59 @@ log = logging.getLogger(__name__)
 
 def _identity(run: Run) -> dict[str, Any]:
     """The options of a run that decide its results (from its config.json, read by the checked reader)."""
-    ident = dict(run.config.get("model_options") or {})
-    if run.config.get("both_orders"):
+    cfg = RunConfig.model_validate(run.config)
+    ident = dict(cfg.model_options)
+    if cfg.both_orders:
         ident["both_orders"] = True
     return ident
 
 
 def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str:
-    parts = [f"{k}={json.dumps(options[k]) if not isinstance(options.get(k), str) else options[k]}"
+    parts = [f"{k}={json.dumps(options[k]) if not isinstance(options[k], str) else options[k]}"
              if k in options else f"{k}=default" for k in differing]
     return f"{model} ({', '.join(parts)})" if parts else model
 
 
+def _cell(m: Accuracy, path: Path | None = None, n_invalid: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"accuracy": m.accuracy, "n": m.n}
+    if path is not None:
+        out.update(ci_low=m.ci_low, ci_high=m.ci_high, n_invalid=n_invalid, path=str(path))
+    return out
+
+
 def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     """One row per (data, spec, options) with accuracy per condition and per condition x category."""
-    find_runs(root)  # no eval run at all is an error, not an empty table
+    scan = scan_runs([root])
+    evals = scan.of("benchmark")
+    if not evals and not scan.skipped:  # no eval run at all is an error, not an empty table
+        raise PrbenchError(f"{root}: no eval runs found (folders with summary.json and examples.jsonl)")
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for run in scan_runs([root]).of("benchmark"):
+    for run in evals:
         try:
             options = _identity(run)
-        except DataError as exc:  # a damaged config.json: the run's identity is unknown
-            log.warning("skipped: %s", exc)
+        except (DataError, ValidationError) as exc:  # a damaged config.json: the run's identity is unknown
+            log.warning("skipped: %s", exc if isinstance(exc, DataError) else f"{run.path / 'config.json'}: {exc}")
             continue
-        s, m = run.summary, run.summary["metrics"]
-        cond = s["condition"]
-        cell = {"accuracy": m["accuracy"], "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"),
-                "n": m["n"], "n_invalid": m["n_invalid"], "path": str(run.path)}
-        spec = s.get("spec", s["model"])
-        key = (s["data"], spec, json.dumps(options, sort_keys=True, default=str))
-        row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,
-                                    "cells": {}})
-        row["cells"][cond] = cell
-        if (s.get("cost") or {}).get("usd") is not None:  # API spend of the row's runs, all conditions
-            row["usd"] = row.get("usd", 0.0) + s["cost"]["usd"]
-        if isinstance(s.get("validity"), dict):  # the personalization validity card (prbench.validity)
-            row.setdefault("validity", {})[cond] = s["validity"]
-        for cat, g in ((m.get("categories") or {}).get("groups") or {}).items():
-            row["cells"][f"{cond}/{CATEGORY_SHORT.get(cat, cat)}"] = {"accuracy": g["accuracy"], "n": g["n"]}
+        s = run.summary_as(EvalSummary)
+        m = s.metrics
+        key = (s.data, s.rm, json.dumps(options, sort_keys=True, default=str))
+        if key not in rows:
+            rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "options": options, "cells": {}}
+        row = rows[key]
+        row["cells"][s.condition] = _cell(m, run.path, m.n_invalid)
+        if s.cost is not None and s.cost.usd is not None:  # API spend of the row's runs, all conditions
+            row["usd"] = row["usd"] + s.cost.usd if "usd" in row else s.cost.usd
+        if s.validity is not None:  # the personalization validity card (prbench.validity)
+            row.setdefault("validity", {})[s.condition] = s.validity.model_dump()
+        for cat, g in (m.categories.groups if m.categories else {}).items():
+            row["cells"][f"{s.condition}/{CATEGORY_SHORT[cat] if cat in CATEGORY_SHORT else cat}"] = _cell(g)
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows.values():
         by_model.setdefault((r["data"], r["model"]), []).append(r)
     for group in by_model.values():
         keys = sorted({k for r in group for k in r["options"]})
-        differing = [k for k in keys if len({json.dumps(r["options"].get(k), sort_keys=True) for r in group}) > 1]
+        differing = [k for k in keys if len({json.dumps(r["options"][k] if k in r["options"] else None,
+                                                        sort_keys=True) for r in group}) > 1]
         for r in group:
             r["label"] = _label(r["model"], r["options"], differing) if len(group) > 1 else r["model"]
 
@@ -122,6 +147,19 @@ def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
     return conds + [f"{c}/{cat}" for c in conds for cat in cats if f"{c}/{cat}" in keys]
 
 
+_EMPTY: dict[str, Any] = {"accuracy": None, "ci_low": None, "ci_high": None}
+
+
+def _at(row: dict[str, Any], col: str) -> tuple[float | None, float | None, float | None]:
+    """(accuracy, ci_low, ci_high) of a row's cell (all None where the row has no run); categories carry no CI."""
+    cell = {**_EMPTY, **row["cells"][col]} if col in row["cells"] else _EMPTY
+    return cell["accuracy"], cell["ci_low"], cell["ci_high"]
+
+
+def _name(row: dict[str, Any]) -> str:
+    return row["label"] if "label" in row else row["model"]
+
+
 def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
     """leaderboard.csv (accuracy and CI columns) and leaderboard.json (everything)."""
     out = Path(out_dir)
@@ -134,13 +172,11 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
             head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
         w.writerow([*head, "personalization gain", "usd"])
         for r in rows:
-            line: list[Any] = [r["data"], r.get("label", r["model"])]
+            line: list[Any] = [r["data"], _name(r)]
             for c in cols:
-                cell = r["cells"].get(c, {})
-                line.append(cell.get("accuracy"))
-                if "/" not in c:
-                    line += [cell.get("ci_low"), cell.get("ci_high")]
-            w.writerow([*line, _gain_cell(r["validity"]) if r.get("validity") else None, r.get("usd")])
+                acc, lo, hi = _at(r, c)
+                line += [acc, lo, hi] if "/" not in c else [acc]
+            w.writerow([*line, _gain_cell(r["validity"]) if "validity" in r else None, r["usd"] if "usd" in r else None])
     write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
     return csv_path, json_path
@@ -148,13 +184,12 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
 
 def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -> tuple[list[str], list[list[str]]]:
     cols = [c for c in columns(rows) if with_categories or "/" not in c]
-    body = [[r.get("label", r["model"]), *[_cell(r["cells"].get(c, {}).get("accuracy"), r["cells"].get(c, {}).get("ci_low"),
-                                 r["cells"].get(c, {}).get("ci_high")) for c in cols]] for r in rows]
+    body = [[_name(r), *[_text(*_at(r, c)) for c in cols]] for r in rows]
     head = ["model", *cols]
-    if any(r.get("validity") for r in rows):  # personalization gain: condition minus its wrong-user control
+    if any("validity" in r for r in rows):  # personalization gain: condition minus its wrong-user control
         head.append("personalization gain")
         for r, line in zip(rows, body):
-            line.append(_gain_cell(r.get("validity") or {}))
+            line.append(_gain_cell(r["validity"]) if "validity" in r else "-")
     if any("usd" in r for r in rows):  # a cost column once any run spent API money
         head.append("$")
         for r, line in zip(rows, body):
@@ -165,7 +200,7 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
 def _gain_cell(cards: dict[str, Any]) -> str:
     parts = []
     for cond, card in sorted(cards.items()):
-        g = card.get("gain")
+        g = card["gain"]  # a ValidityCard's dump: every field present
         if g:
             parts.append(f"{cond} {100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}] "
                          f"p={g['p_value']:.2g}")
@@ -198,10 +233,10 @@ def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
     for r in rows:
         first = True
         for cat in cats:
-            accs = [r["cells"].get(f"{c}/{cat}", {}).get("accuracy") for c in conds]
+            accs = [_at(r, f"{c}/{cat}")[0] for c in conds]
             if all(a is None for a in accs):
                 continue
-            body.append([r.get("label", r["model"]) if first else "", cat,
+            body.append([_name(r) if first else "", cat,
                          *["-" if a is None else f"{100 * a:.1f}" for a in accs]])
             first = False
     return ["model", "category", *conds], body
@@ -209,16 +244,17 @@ def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
 
 def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
     """Paired difference A - B on the items both runs scored validly, with bootstrap CI and McNemar."""
+    from prbench.runkinds.eval import KIND as EVAL
+
     run_a, run_b = load_run(path_a), load_run(path_b)
-    sa, sb = run_a.summary, run_b.summary
-    a = {r["id"]: r["credit"] for r in run_a.records if r.get("credit") is not None}
-    b = {r["id"]: r["credit"] for r in run_b.records if r.get("credit") is not None}
+    sa, sb = run_a.summary_as(EvalSummary), run_b.summary_as(EvalSummary)
+    a, b = EVAL.credits(run_a), EVAL.credits(run_b)
     shared = sorted(a.keys() & b.keys())
     if not shared:
         raise PrbenchError("the two runs share no validly scored item")
     res = metrics.paired_comparison(np.array([a[i] for i in shared]), np.array([b[i] for i in shared]),
                                     seed=seed, n_boot=n_boot)
-    return {"a": {"model": sa["model"], "condition": sa["condition"], "path": str(path_a)},
-            "b": {"model": sb["model"], "condition": sb["condition"], "path": str(path_b)},
+    return {"a": {"model": sa.model, "condition": sa.condition, "path": str(path_a)},
+            "b": {"model": sb.model, "condition": sb.condition, "path": str(path_b)},
             "n_shared": len(shared), "only_a": len(a.keys() - b.keys()), "only_b": len(b.keys() - a.keys()),
             **res}

@@ -5,6 +5,11 @@ the run-kind registry (`prbench.registry.RUNKINDS`, plug-ins included); readers 
 `prbench.runkinds.open_run`, which dispatches on it, never on which keys happen to exist. Folders written before the stamp existed (format 0, this version's layout) get
 their kind from `legacy_kind`, the one place that still recognises a summary by its keys.
 
+`typed_summary` is the one reader of a summary's raw dict: it upgrades a format-0 folder (kind
+from `legacy_kind`) and validates every summary against its kind's model, so every other reader
+uses the model's attributes, never `.get` on a dict. A summary claiming a newer format is read
+with a note (`newer_format`).
+
 Per-example records keep their on-disk shape (so a run's bytes do not change); the typed
 models give readers one view of them, e.g. `truncated_any` whatever kind wrote the record.
 """
@@ -14,13 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.errors import DataError
 
 FORMAT = 1
-RunKind = Literal["eval", "policy-accuracy", "rgd", "icl", "sample", "plan"]
-RUN_KINDS: tuple[str, ...] = RunKind.__args__  # type: ignore[attr-defined]
 
 
 def _known(kind: Any) -> bool:
@@ -61,15 +64,83 @@ def run_kind(s: Any) -> str | None:
 
 # -- typed views ----------------------------------------------------------------------------
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)  # summaries carry many facts beyond these
+    """Summaries carry many facts beyond the ones readers use; NaN and infinity are refused (not JSON)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
 
-class EvalMetrics(_Open):
-    accuracy: float | None
-    n: int
-    n_invalid: int
+class Accuracy(_Open):
+    """`metrics.accuracy_summary`: accuracy (ties 0.5) with its bootstrap CI, over `n` items."""
+
+    accuracy: float | None = Field(None, ge=0.0, le=1.0)
     ci_low: float | None = None
     ci_high: float | None = None
+    n: int | None = Field(None, ge=0)
+
+
+class CategoryStats(_Open):
+    groups: dict[str, Accuracy] = {}
+    macro: Accuracy | None = None
+    micro: Accuracy | None = None
+
+
+class PairwiseStats(_Open):
+    """A pairwise judge's position diagnostics."""
+
+    accuracy_chosen_A: float | None = None
+    accuracy_chosen_B: float | None = None
+    share_verdict_A: float | None = None
+    parse_failures: int | None = None
+    position_consistency: float | None = None
+
+
+class LengthBias(_Open):
+    prefers_longer: float | None = None
+    n: int | None = None
+
+
+class EvalMetrics(Accuracy):
+    """An eval run's `metrics` (`prbench.scoring.summarize`)."""
+
+    n: int = Field(ge=0)
+    n_invalid: int = Field(0, ge=0)
+    n_total: int | None = Field(None, ge=0)
+    ties: int | None = None
+    truncated_inputs: int | None = None
+    mean_margin: float | None = None
+    categories: CategoryStats | None = None
+    length_bias: LengthBias | None = None
+    pairwise: PairwiseStats | None = None
+
+
+class Gain(_Open):
+    diff: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+
+
+class LengthControl(_Open):
+    prefers_longer: float | None = None
+    p_value: float | None = None
+
+
+class PositionControl(_Open):
+    applicable: bool = False
+    share_A: float | None = None
+    p_value: float | None = None
+
+
+class ValidityCard(_Open):
+    """`prbench.validity.card`: a condition's gain over its wrong-user control, and the controls."""
+
+    condition: str
+    control: str
+    n_shared: int
+    gain: Gain | None = None
+    length: LengthControl = LengthControl()
+    position: PositionControl = PositionControl()
+    context_share: float | None = None
 
 
 class CostSummary(_Open):
@@ -98,20 +169,69 @@ class EvalSummary(_Open):
     condition: str
     seed: int = 0
     kind: Literal["pointwise", "pairwise"]
-    accuracy: float | None
-    n: int
-    n_total: int
+    accuracy: float | None = Field(ge=0.0, le=1.0)
+    n: int = Field(ge=0)
+    n_total: int = Field(ge=0)
     metrics: EvalMetrics
     cost: CostSummary | None = None  # API runs only
+    validity: ValidityCard | None = None  # the personalization validity card, when its control ran
+    model_info: dict[str, Any] = {}  # free-form per RM kind (fingerprint, prompt and template hashes)
+    versions: dict[str, str | None] = {}
+    wall_time_s: float | None = None
+
+    @property
+    def rm(self) -> str:
+        """The RM this run belongs to: its spec, else its model name."""
+        return self.spec or self.model
+
+
+class TotalNormalized(_Open):
+    """A policy-accuracy figure twice: over total and over length-normalised log-likelihood (None: no pair)."""
+
+    total: Accuracy = Accuracy()
+    normalized: Accuracy = Accuracy()
+
+    @field_validator("total", "normalized", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
+
+
+class Agreement(_Open):
+    total: float | None = None
+    normalized: float | None = None
+
+
+class PolicyAccuracyMetrics(_Open):
+    """`prbench.downstream.policy_accuracy.summarize`."""
+
+    policy_accuracy: TotalNormalized
+    plain_policy_accuracy: TotalNormalized = TotalNormalized()
+    rm_accuracy: Accuracy = Accuracy()
+    agreement_with_plain: Agreement = Agreement()
+    mean_topk_coverage: float | None = None
+    n: int = Field(0, ge=0)
+
+    @field_validator("rm_accuracy", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v: Any) -> Any:
+        return {} if v is None else v
 
 
 class PolicyAccuracySummary(_Open):
     run: Literal["policy-accuracy"] = "policy-accuracy"
     format: int = 0
     policy: str
+    rm: str | None = None
+    data: str | None = None
     condition: str
+    w: float | None = None
+    k: int | None = None
+    mode: str | None = None
+    seed: int | None = None
+    wall_time_s: float | None = None
     policy_accuracy: float | None
-    metrics: dict[str, Any]
+    metrics: PolicyAccuracyMetrics
 
 
 class PolicyAccuracyRecord(_Open):
@@ -125,6 +245,16 @@ class PolicyAccuracyRecord(_Open):
     rm_credit: float | None = None  # the RM's own full-text preference, when it scored both texts
 
 
+class GoldMetric(_Open):
+    mean: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class GoldScores(_Open):
+    metrics: dict[str, GoldMetric] = {}
+
+
 class GenerationSummary(_Open):
     """RGD and ICL runs: generated texts scored against gold answers and rubrics."""
 
@@ -133,14 +263,29 @@ class GenerationSummary(_Open):
     policy: str
     n_items: int
     n_generated: int
+    gold: GoldScores | None = None
+    grade: GoldMetric | None = None
+    changed_share: float | None = None
 
 
 SUMMARY_MODELS: dict[str, type[_Open]] = {"eval": EvalSummary, "policy-accuracy": PolicyAccuracySummary,
                                           "rgd": GenerationSummary, "icl": GenerationSummary}
 
 
-def typed_summary(s: dict[str, Any], file: str | Path = "summary.json", model: type[BaseModel] | None = None) -> Any:
-    """The summary as its kind's model; a field that is missing or wrong is named with the file."""
+def newer_format(s: dict[str, Any], file: str | Path) -> str | None:
+    """A note for a summary written by a newer prbench (its fields may mean something this version does not know)."""
+    fmt = s.get("format")
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT:
+        return (f"note: {file}: format {fmt} is newer than this prbench reads ({FORMAT}); read as format {FORMAT} "
+                "(upgrade prbench to read every field)")
+    return None
+
+
+def typed_summary(s: Any, file: str | Path = "summary.json", model: type[BaseModel] | None = None) -> Any:
+    """The summary as its kind's model (an unstamped folder upgraded); a field that is missing or wrong is named."""
+    if not isinstance(s, dict):
+        raise DataError(str(file), None, None, f"not a JSON object but {type(s).__name__}; rerun the command "
+                                               "that wrote this run")
     kind = run_kind(s)
     model = model or SUMMARY_MODELS.get(kind or "")
     if model is None:
@@ -150,7 +295,15 @@ def typed_summary(s: dict[str, Any], file: str | Path = "summary.json", model: t
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"])
-        raise DataError(str(file), None, field, f"{err['msg']} (re-run with this prbench version)") from None
+        got = f" (got {err['input']!r:.40})" if not isinstance(err.get("input"), (dict, list)) else ""
+        raise DataError(str(file), None, field, f"{err['msg']}{got}; rerun the command that wrote this run"
+                        ) from None
+
+
+def _credit(v: float | None) -> float | None:
+    if v is not None and v not in (0.0, 0.5, 1.0):
+        raise ValueError("a pair's credit is 1 (chosen preferred), 0.5 (tie), 0 (rejected) or null (invalid)")
+    return v
 
 
 class PointwiseRecord(_Open):
@@ -164,6 +317,8 @@ class PointwiseRecord(_Open):
     truncated: dict[str, bool]
     credit: float | None = None
     invalid: str | None = None
+
+    _check_credit = field_validator("credit")(_credit)
 
     @property
     def truncated_any(self) -> bool:
@@ -183,16 +338,20 @@ class PairwiseRecord(_Open):
     credit: float | None = None
     invalid: str | None = None
 
+    _check_credit = field_validator("credit")(_credit)
+
     @property
     def truncated_any(self) -> bool:
         return self.truncated
 
 
-def typed_record(rec: dict[str, Any], file: str | Path = "examples.jsonl", line: int | None = None):
+def typed_record(rec: dict[str, Any], file: str | Path = "examples.jsonl", line: int | None = None
+                 ) -> PointwiseRecord | PairwiseRecord:
     """A per-example eval record as its model (pairwise when it holds verdicts)."""
     model = PairwiseRecord if "verdicts" in rec else PointwiseRecord
     try:
         return model.model_validate(rec)
     except ValidationError as e:
         err = e.errors()[0]
-        raise DataError(str(file), line, ".".join(str(p) for p in err["loc"]), err["msg"]) from None
+        raise DataError(str(file), line, ".".join(str(p) for p in err["loc"]), err["msg"].removeprefix("Value error, ")
+                        ) from None

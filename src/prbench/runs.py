@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import stat
 import tempfile
 import weakref
 from collections.abc import Iterable
@@ -105,31 +106,78 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
-def read_json(path: Path, fix: str = "delete it or restore it from a backup") -> Any:
-    """A JSON file, or a DataError naming the file, the line and what to do."""
+def regular_file(path: Path, fix: str = "delete it or restore it from a backup") -> bool:
+    """Whether `path` is there (False when absent); a directory, FIFO, socket or symlink loop is a DataError.
+
+    Why: opening a FIFO blocks every reader for ever, and a directory or a loop fails with an
+    error naming nothing; a reader asks this first and refuses with one line instead.
+    """
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(str(path), exc.lineno, None, f"damaged JSON ({exc.msg}); {fix}") from None
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise DataError(str(path), None, None, f"a symlink to nothing; {fix}") from None
+        return False
+    except OSError as exc:
+        raise DataError(str(path), None, None, f"cannot be read ({exc.strerror or type(exc).__name__}); {fix}"
+                        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else \
+            "not a regular file"
+        raise DataError(str(path), None, None, f"{what}, not a file; {fix}")
+    return True
+
+
+def _problem(exc: BaseException) -> str:
+    """What is wrong with a JSON text, in a few words (5,000-digit integers, nesting too deep, bad syntax)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to read"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"damaged JSON ({exc.msg})"
+    return str(exc).split(";")[0][:120] or type(exc).__name__
+
+
+def read_json(path: Path, fix: str = "delete it or restore it from a backup") -> Any:
+    """A JSON file, or a DataError naming the file, the line and what to do (never hangs on a FIFO)."""
+    if not regular_file(Path(path), fix):
+        raise DataError(str(path), None, None, f"missing; {fix}")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise DataError(str(path), None, None, f"not UTF-8 text; {fix}") from None
+    except OSError as exc:
+        raise DataError(str(path), None, None, f"cannot be read ({exc.strerror or type(exc).__name__}); {fix}"
+                        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(str(path), exc.lineno, None, f"{_problem(exc)}; {fix}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4,300 digits; nesting deeper than the stack
+        raise DataError(str(path), None, None, f"{_problem(exc)}; {fix}") from None
 
 
 def scan_records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str, str | None, str]]]:
-    """Records of a JSONL file in order (first of each id), and its problems: (line, kind, field, reason)."""
+    """Records of a JSONL file in order (first of each id), and its problems: (line, kind, field, reason).
+
+    A path that is no regular file (a directory, a FIFO, a loop) or cannot be read is a DataError.
+    """
     out: list[dict[str, Any]] = []
     problems: list[tuple[int, str, str | None, str]] = []
-    if not path.exists():
+    if not regular_file(path, "rerun the command that wrote this run"):
         return out, problems
     seen: dict[Any, int] = {}
-    with path.open("rb") as fh:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise DataError(str(path), None, None, f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    with fh:
         for n, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
             try:
                 rec = json.loads(raw)
-            except ValueError as exc:
-                problems.append((n, "unreadable", None, f"not a JSON record ({type(exc).__name__})"))
+            except (ValueError, RecursionError) as exc:
+                problems.append((n, "unreadable", None, f"not a JSON record ({_problem(exc)})"))
                 continue
             rid = rec.get("id") if isinstance(rec, dict) else None
             if not isinstance(rid, (str, int)) or isinstance(rid, bool):

@@ -14,15 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
 from prbench.errors import DataError, PrbenchError
-from prbench.records import run_kind, typed_summary
-from prbench.runs import read_json, read_records
+from prbench.records import newer_format, run_kind, typed_summary
+from prbench.runs import read_json, read_records, regular_file
 
 log = logging.getLogger("prbench.runkinds")
 SUMMARY_FIX = ("delete it and rerun the eval (or the command that wrote it); the summary is recomputed from "
@@ -30,6 +30,8 @@ SUMMARY_FIX = ("delete it and rerun the eval (or the command that wrote it); the
 RECORDS_FIX = ("rerun the command that wrote this run with --repair (it keeps the first record of each id and "
                "scores the dropped items again)")
 MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
+RECORDS = "examples.jsonl"  # a folder holding only records is a run that lost (or never wrote) its summary
+T = TypeVar("T", bound=BaseModel)
 
 
 class NotARun(PrbenchError):
@@ -38,51 +40,59 @@ class NotARun(PrbenchError):
 
 @dataclass
 class Run:
-    """One finished run folder as its kind reads it (raw dicts keep every on-disk field)."""
+    """One finished run folder as its kind reads it: the summary as the kind's model (`typed`), never a dict."""
 
     path: Path
     kind: RunKind
-    summary: dict[str, Any] | None = None  # summary.json
+    summary: dict[str, Any] | None = None  # summary.json as written (only `records.typed_summary` reads it)
     downstream: DownstreamResult | None = None  # downstream.json
     report: dict[str, Any] | None = None  # a build's report.json
     typed: BaseModel | None = None  # the summary as the kind's model
+    notes: list[str] = field(default_factory=list)  # read, with a remark (a newer format)
+    items: list[Any] = field(default_factory=list)  # the records as the kind's record models, in file order
 
     @cached_property
     def records(self) -> list[dict[str, Any]]:
         """examples.jsonl through the checked reader ([] when the kind writes none)."""
-        return read_records(self.path / "examples.jsonl", RECORDS_FIX) if self.kind.records_file else []
+        return read_records(self.path / RECORDS, RECORDS_FIX) if self.kind.records_file else []
 
     @cached_property
     def config(self) -> dict[str, Any]:
         """config.json (what was asked) through the checked reader; {} when the run wrote none."""
         path = self.path / "config.json"
-        cfg = read_json(path, "rerun the command that wrote this run (it rewrites config.json)") if path.is_file() \
-            else {}
+        fix = "rerun the command that wrote this run (it rewrites config.json)"
+        cfg = read_json(path, fix) if regular_file(path, fix) else {}
         if not isinstance(cfg, dict):
             raise DataError(str(path), None, None, "not a JSON object; rerun the command that wrote this run")
         return cfg
 
+    def summary_as(self, model: type[T]) -> T:
+        """The summary as `model` (what the kind validated when the run was opened)."""
+        if not isinstance(self.typed, model):
+            raise PrbenchError(f"{self.path}: a {self.kind.name} run has no {model.__name__}")
+        return self.typed
+
     def get(self, name: str, default: Any = None) -> Any:
-        """A field of the run: downstream.json first (its core fields, then extras), else summary.json."""
+        """A field of the run: downstream.json first (its core fields, then extras), else the typed summary."""
         if self.downstream is not None:
             if name in ("rm", "setting", "grader", "scale", "n_items"):
                 return getattr(self.downstream, name)
             if name in self.downstream.extra:
                 return self.downstream.extra[name]
-        return (self.summary or {}).get(name, default)
+        value = getattr(self.typed, name, None) if self.typed is not None else None
+        return default if value is None else value
 
     @property
     def key(self) -> str:
-        """The RM this run belongs to: downstream `rm`, else the summary's `spec` (falling back to `model`)."""
+        """The RM this run belongs to: downstream `rm`, else the summary's `spec` (falling back to `model`, `rm`)."""
         if self.downstream is not None:
             return self.downstream.rm
-        s = self.summary or {}
-        return str(s.get("spec") or s.get("model") or s.get("rm") or "")
+        return next(iter(self.aliases), "") or str(self.get("rm") or "")
 
     @property
-    def aliases(self) -> set[str]:
-        s = self.summary or {}
-        return {str(v) for v in (s.get("spec"), s.get("model")) if v}
+    def aliases(self) -> list[str]:
+        """The names the RM is known by: spec first, then model name."""
+        return list(dict.fromkeys(str(v) for v in (self.get("spec"), self.get("model")) if v))
 
     @property
     def data(self) -> str:
@@ -173,9 +183,12 @@ class RunKind:
     report_section: ClassVar[str | None] = None
 
     def check(self, run: Run) -> None:
-        """Validate what the readers rely on (the summary against the kind's model)."""
+        """Validate what the readers rely on: the summary against the kind's model, each record against its model."""
         if self.summary_model is not None and run.summary is not None:
             run.typed = typed_summary(run.summary, run.path / "summary.json", self.summary_model)
+        if self.records_file and self.record_model is not None:
+            path = run.path / RECORDS
+            run.items = [_validate_record(self.record_model, rec, path, n) for n, rec in enumerate(run.records, 1)]
 
     def group_key(self, run: Run) -> tuple:
         """The one definition of a setting: runs with equal keys are one setting (one meta row, one report table)."""
@@ -199,6 +212,20 @@ class RunKind:
             out += " " + " ".join(extras)
         cond = run.get("condition")
         return out + (f" [{cond}]" if cond else "")
+
+
+def _validate_record(model: Any, rec: dict[str, Any], path: Path, n: int) -> Any:
+    """One record as the kind's record model (a pydantic model, or a callable choosing one); n: its line."""
+    from pydantic import ValidationError
+
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        try:
+            return model.model_validate(rec)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise DataError(str(path), n, ".".join(map(str, err["loc"])), err["msg"].removeprefix("Value error, ")
+                            ) from None
+    return model(rec, path, n)
 
 
 # -- the registry ---------------------------------------------------------------------------
@@ -228,6 +255,16 @@ def _kind_of(summary: Any, ds: DownstreamResult | None, report: Any) -> RunKind 
 
 
 # -- reading --------------------------------------------------------------------------------
+def _no_kind(path: Path, summary: Any) -> DataError:
+    """Why a summary.json names no kind prbench reads."""
+    if not isinstance(summary, dict):
+        return DataError(str(path), None, None, f"not a JSON object but {type(summary).__name__}; " + SUMMARY_FIX)
+    if "run" in summary:
+        return DataError(str(path), None, "run", f"unknown run kind {summary['run']!r} (a plug-in that is not "
+                                                 "installed, or a damaged file); " + SUMMARY_FIX)
+    return DataError(str(path), None, None, "not the summary of a run kind prbench knows; " + SUMMARY_FIX)
+
+
 def open_run(path: str | Path) -> Run:
     """The run in folder `path` (or the folder of a file in it); a damaged file is a DataError naming file and line."""
     folder = Path(path)
@@ -236,11 +273,17 @@ def open_run(path: str | Path) -> Run:
     if not folder.is_dir():
         raise PrbenchError(f"{folder}: no such run folder")
     s_path, d_path, r_path = (folder / m for m in MARKERS)
-    summary = read_json(s_path, SUMMARY_FIX) if s_path.is_file() else None
-    ds = read_downstream(d_path) if d_path.is_file() else None
-    report = read_json(r_path) if r_path.is_file() else None
+    summary = read_json(s_path, SUMMARY_FIX) if regular_file(s_path, SUMMARY_FIX) else None
+    ds = read_downstream(d_path) if regular_file(d_path, "rerun the command that wrote it") else None
+    report = read_json(r_path) if regular_file(r_path) else None
     k = _kind_of(summary, ds, report)
     if k is None:
+        if summary is not None:
+            raise _no_kind(s_path, summary)
+        if ds is None and report is None and (folder / RECORDS).exists():
+            raise DataError(str(s_path), None, None, f"missing, though {RECORDS} holds records (an unfinished run, "
+                                                     "or its summary was deleted); rerun the command that wrote "
+                                                     "this run to finish it")
         raise NotARun(f"{folder}: not a run folder prbench can read (no summary, downstream.json or build report "
                       "of a known kind)")
     run = Run(folder, k, summary if isinstance(summary, dict) else None, ds,
@@ -248,6 +291,8 @@ def open_run(path: str | Path) -> Run:
     k.check(run)
     if k.records_file:
         run.records  # noqa: B018 - read now, so a torn line is found where the run is opened
+    if run.summary is not None and (note := newer_format(run.summary, s_path)):
+        run.notes.append(note)
     return run
 
 
@@ -259,7 +304,7 @@ def run_folders(paths: Sequence[str | Path]) -> list[Path]:
         if p.is_file():
             out.append(p.parent)
         elif p.is_dir():
-            out.extend(sorted({f.parent for m in MARKERS for f in p.rglob(m)}))
+            out.extend(sorted({f.parent for m in (*MARKERS, RECORDS) for f in p.rglob(m)}))
         else:
             raise PrbenchError(f"{p}: no such file or folder")
     return list(dict.fromkeys(out))
@@ -267,10 +312,11 @@ def run_folders(paths: Sequence[str | Path]) -> list[Path]:
 
 @dataclass
 class Scan:
-    """The runs found below some paths, and one line per damaged run folder that was skipped."""
+    """The runs found below some paths, one line per damaged run folder that was skipped, and notes."""
 
     runs: list[Run]
     skipped: list[str]
+    notes: list[str] = field(default_factory=list)
 
     def of(self, *roles_or_names: str) -> list[Run]:
         return [r for r in self.runs if r.kind.role in roles_or_names or r.kind.name in roles_or_names]
@@ -279,19 +325,28 @@ class Scan:
 def scan_runs(paths: Sequence[str | Path], warn: Callable[[str], None] | None = None) -> Scan:
     """Every readable run below `paths`; a damaged one is skipped with one line (`skipped: FILE:LINE: ...`).
 
-    The same line is logged (a warning on stderr) by meta, the report and the leaderboard alike.
+    The same line is logged (a warning on stderr) by meta, the report, the leaderboard and the export alike;
+    whatever is wrong with one folder never stops the others.
     """
-    runs, skipped = [], []
+    runs, skipped, notes = [], [], []
+    say = warn or log.warning
     for folder in run_folders(paths):
         try:
-            runs.append(open_run(folder))
+            run = open_run(folder)
         except NotARun:
             continue
         except PrbenchError as exc:
-            line = f"skipped: {exc}"
-            skipped.append(line)
-            (warn or log.warning)(line)
-    return Scan(runs, skipped)
+            skipped.append(f"skipped: {exc}")
+        except (OSError, RecursionError, ValueError) as exc:  # a reader that met what no check foresaw
+            skipped.append(f"skipped: {folder}: {type(exc).__name__}: {str(exc)[:200]}")
+        else:
+            runs.append(run)
+            notes.extend(run.notes)
+            for note in run.notes:
+                say(note)
+            continue
+        say(skipped[-1])
+    return Scan(runs, skipped, notes)
 
 
 def by_kind(runs: Sequence[Run]) -> Mapping[str, list[Run]]:

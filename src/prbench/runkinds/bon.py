@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from prbench.runkinds.base import MetaOptions, Run, Setting
-from prbench.runkinds.downstream import DownstreamKind
+from prbench.runkinds.downstream import BonSummary, DownstreamKind
 
 
 class BonKind(DownstreamKind):
@@ -13,6 +13,7 @@ class BonKind(DownstreamKind):
     title = "Best-of-N"
     setting = "bon"
     short = "BoN"
+    result_model = BonSummary
     report_section = "prbench.report.bon:bon_section"  # its own section (id "bon"), not a block of the downstream one
     value_definition = ("Best-of-N downstream score at k: mean over items of the exact expected rubric grade of the RM's "
                         "pick from a random k-subset ('expected'), or of its pick among the first k samples ('first_k')")
@@ -31,7 +32,8 @@ class BonKind(DownstreamKind):
             for kk in ks if opts.bon_k == "all" else ks[-1:]:
                 vals = {}
                 for rm, r in members.items():
-                    table = r.downstream.per_item if opts.bon_curve == "expected" else r.get("per_item_first_k")
+                    table = r.downstream.per_item if opts.bon_curve == "expected" else \
+                        self.bon(r).per_item_first_k
                     if not isinstance(table, Mapping):
                         notes.append(f"{rm}: BoN file has no per-item {opts.bon_curve} values; left out")
                         continue
@@ -40,6 +42,12 @@ class BonKind(DownstreamKind):
                 out.append(Setting(label, "bon", vals, k=kk, max_k=kk == ks[-1], condition=first.get("condition"),
                                    params=params, sources=sources))
         return out
+
+    def bon(self, run: Run) -> BonSummary:
+        """downstream.json as the Best-of-N model (oracle, random, first-k values typed)."""
+        res = self.result(run)
+        assert isinstance(res, BonSummary)
+        return res
 
     def report_key(self, run: Run) -> tuple:
         """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
 
+from prbench.errors import DataError
 from prbench.records import EvalSummary, typed_record
-from prbench.runkinds.base import EEEItem, EEEPart, Run, RunKind
+from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind
+
+OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 
 
 class EvalKind(RunKind):
@@ -18,36 +21,47 @@ class EvalKind(RunKind):
     group_fields = ("data", "condition")  # a benchmark: one data set under one condition
     report_section = "prbench.report.evals:leaderboard_section"
 
+    def check(self, run: Run) -> None:
+        """The summary must be what its records give: counts and accuracy (a cut or edited file is refused)."""
+        super().check(run)
+        s = run.summary_as(EvalSummary)
+        credits = list(self.credits(run).values())
+        where = str(run.path / "summary.json")
+        fix = f"the summary does not match {RECORDS}; delete summary.json and rerun the eval (it is recomputed)"
+        if s.n_total != len(run.records):
+            raise DataError(where, None, "n_total", f"says {s.n_total} pairs but {RECORDS} holds "
+                                                    f"{len(run.records)}; {fix}")
+        if s.metrics.n != len(credits):
+            raise DataError(where, None, "metrics.n", f"says {s.metrics.n} validly scored pairs but {RECORDS} "
+                                                      f"holds {len(credits)}; {fix}")
+        mean = math.fsum(credits) / len(credits) if credits else None
+        for name, value in (("accuracy", s.accuracy), ("metrics.accuracy", s.metrics.accuracy)):
+            if (value is None) != (mean is None) or (mean is not None and abs(value - mean) > 1e-9):
+                raise DataError(where, None, name, f"says {value} but the credits in {RECORDS} give {mean}; {fix}")
+
     def credits(self, run: Run) -> dict[str, float]:
         """Item id -> credit for every validly scored pair."""
-        return {str(r["id"]): float(r["credit"]) for r in run.records if r.get("credit") is not None}
-
-    def headline(self, run: Run) -> dict[str, Any]:
-        """The accuracy cell of the run (value and CI) as the leaderboard and export show it."""
-        m = run.summary["metrics"]
-        return {"accuracy": m.get("accuracy"), "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"),
-                "n": m.get("n"), "n_invalid": m.get("n_invalid")}
+        return {rec.id: rec.credit for rec in run.items if rec.credit is not None}
 
     def eee_parts(self, run: Run) -> list[EEEPart]:
         """Accuracy over validly scored pairs; one instance per pair (credit 1 chosen preferred, 0.5 tie, 0 rejected)."""
-        s, m = run.summary, run.summary["metrics"]
-        if m.get("accuracy") is None:
+        s = run.summary_as(EvalSummary)
+        m = s.metrics
+        if m.accuracy is None:
             return []
-        items = [EEEItem(str(r["id"]), float(r["credit"]), r["credit"] == 1.0,
-                         {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}.get(float(r["credit"]), str(r["credit"])),
-                         "chosen", {"category": str(r.get("category", "?")), "condition": str(s["condition"])})
-                 for r in run.records if r.get("credit") is not None]
-        pairwise = s.get("kind") == "pairwise"
+        items = [EEEItem(rec.id, rec.credit, rec.credit == 1.0, OUTCOME[rec.credit], "chosen",
+                         {"category": rec.category or "?", "condition": s.condition})
+                 for rec in run.items if rec.credit is not None]
         return [EEEPart(
-            result_id=f"accuracy:{s['condition']}", name=f"{s['data']} [{s['condition']}]", metric_id="accuracy",
+            result_id=f"accuracy:{s.condition}", name=f"{s.data} [{s.condition}]", metric_id="accuracy",
             metric_name="preference accuracy",
             description="share of preference pairs where the reward model prefers the user's chosen response "
                         "(ties 0.5), under the input condition named in the evaluation name",
-            score=float(m["accuracy"]), ci=(m.get("ci_low"), m.get("ci_high")), n=int(m["n"]), bounds=(0.0, 1.0),
+            score=m.accuracy, ci=(m.ci_low, m.ci_high), n=m.n, bounds=(0.0, 1.0),
             source="examples.jsonl credit", items=items,
-            extraction_method="pairwise verdict" if pairwise else "score(chosen) vs score(rejected)",
-            details={"n_invalid": str(m.get("n_invalid", 0)), "n_total": str(s.get("n_total")),
-                     "rm_kind": str(s.get("kind")), "condition": str(s["condition"])})]
+            extraction_method="pairwise verdict" if s.kind == "pairwise" else "score(chosen) vs score(rejected)",
+            details={"n_invalid": str(m.n_invalid), "n_total": str(s.n_total), "rm_kind": s.kind,
+                     "condition": s.condition})]
 
 
 KIND = EvalKind()

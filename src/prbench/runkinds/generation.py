@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from prbench.records import GenerationSummary
+from prbench.errors import DataError
+from prbench.records import GenerationSummary, GoldMetric
 from prbench.runkinds.base import EEEItem, EEEPart, Run, RunKind
-from prbench.runs import read_json
+from prbench.runs import read_json, regular_file
 
 
 class _Open(BaseModel):
@@ -18,6 +19,35 @@ class SampleSummary(_Open):
     format: int = 0
 
 
+class ScoreRow(_Open):
+    """One item of a generation run's scores.json: its gold-answer metrics and rubric grade."""
+
+    id: str
+    gold: dict[str, float | None] | None = None
+    grade: float | None = None
+
+    def value(self, metric: str) -> float | None:
+        if metric == "grade":
+            return self.grade
+        return (self.gold or {}).get(metric)  # scores.json's own per-item metrics, not a summary
+
+
+class ScoresFile(_Open):
+    rows: list[ScoreRow] = []
+
+
+def read_scores(run: Run) -> list[ScoreRow]:
+    """scores.json as rows (none when the run wrote none); a damaged one is a DataError naming the field."""
+    path = run.path / "scores.json"
+    if not regular_file(path, "rerun the command that wrote this run"):
+        return []
+    try:
+        return ScoresFile.model_validate(read_json(path, "rerun the command that wrote this run")).rows
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise DataError(str(path), None, ".".join(map(str, err["loc"])), err["msg"]) from None
+
+
 class ICLKind(RunKind):
     name = "icl"
     title = "in-context learning (gold / rubric scored)"
@@ -25,25 +55,24 @@ class ICLKind(RunKind):
 
     def eee_parts(self, run: Run) -> list[EEEPart]:
         """Each gold-answer metric and the rubric grade, with the per-item values of scores.json."""
-        s = run.summary or {}
-        rows = read_json(run.path / "scores.json").get("rows", []) if (run.path / "scores.json").is_file() else []
+        s = run.summary_as(GenerationSummary)
+        rows = read_scores(run)
+        metrics: list[tuple[str, GoldMetric, tuple[float, float]]] = [
+            (m, v, (-1.0 if m == "embedding" else 0.0, 1.0))  # embedding: cosine similarity
+            for m, v in sorted((s.gold.metrics if s.gold else {}).items())]
+        if s.grade is not None:
+            metrics.append(("grade", s.grade, (0.0, 2.0)))
         out = []
-        gold = ((s.get("gold") or {}).get("metrics") or {})
-        grade = s.get("grade") or {}
-        metrics = [(m, v, (-1.0 if m == "embedding" else 0.0, 1.0), lambda r, m=m: (r.get("gold") or {}).get(m))
-                   for m, v in sorted(gold.items())]  # embedding: cosine similarity
-        if grade.get("mean") is not None:
-            metrics.append(("grade", grade, (0.0, 2.0), lambda r: r.get("grade")))
-        for metric, summ, bounds, get in metrics:
-            if not isinstance(summ, dict) or summ.get("mean") is None:
+        for metric, summ, bounds in metrics:
+            if summ.mean is None:
                 continue
-            items = [EEEItem(str(r["id"]), float(get(r)), float(get(r)) >= bounds[1], f"{get(r):g}",
+            items = [EEEItem(r.id, v, v >= bounds[1], f"{v:g}",
                              "the user's own answer" if metric != "grade" else "the rubric's maximum")
-                     for r in rows if get(r) is not None]
+                     for r in rows if (v := r.value(metric)) is not None]
             out.append(EEEPart(
                 result_id=f"icl:{metric}", name=f"ICL {metric}", metric_id=metric, metric_name=metric,
-                description=f"mean {metric} of the in-context-learning policy's answers", score=float(summ["mean"]),
-                ci=(summ.get("ci_low"), summ.get("ci_high")), n=len(items), bounds=bounds, source="scores.json",
+                description=f"mean {metric} of the in-context-learning policy's answers", score=summ.mean,
+                ci=(summ.ci_low, summ.ci_high), n=len(items), bounds=bounds, source="scores.json",
                 extraction_method="gold-answer metric" if metric != "grade" else "rubric grader", items=items))
         return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from prbench.errors import DataError
 from prbench.records import PolicyAccuracyRecord, PolicyAccuracySummary
 from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
 
@@ -30,30 +31,42 @@ class PolicyAccuracyKind(RunKind):
                         "rejected's (ties 0.5); 'total' sums token log-probs, 'normalized' averages them")
     report_section = "prbench.report.policy_accuracy:policy_accuracy_section"
 
+    def check(self, run: Run) -> None:
+        """The summary must count the pairs its records hold (a cut examples.jsonl is refused)."""
+        super().check(run)
+        s = run.summary_as(PolicyAccuracySummary)
+        if s.metrics.n != len(run.items):
+            raise DataError(str(run.path / "summary.json"), None, "metrics.n",
+                            f"says {s.metrics.n} pairs but examples.jsonl holds {len(run.items)}; delete summary.json "
+                            "and rerun the command that wrote this run (it is recomputed)")
+
+    def summary(self, run: Run) -> PolicyAccuracySummary:
+        return run.summary_as(PolicyAccuracySummary)
+
     def group_key(self, run: Run) -> tuple:
-        s = run.summary or {}
-        return tuple(repr(s.get(f)) for f in self.group_fields)
+        return tuple(repr(run.get(f)) for f in self.group_fields)
 
     def credits(self, run: Run, field: str) -> dict[str, float]:
-        return {str(r["id"]): float(r[field]) for r in run.records if r.get(field) is not None}
+        return {rec.id: float(v) for rec in run.items if (v := getattr(rec, field)) is not None}
 
     def meta_settings(self, runs: Sequence[Run], opts: MetaOptions, notes: list[str]) -> list[Setting]:
         groups: dict[tuple, dict[str, Run]] = {}
         for run in runs:
-            if not (run.summary or {}).get("rm"):
+            rm = self.summary(run).rm
+            if not rm:
                 notes.append(f"{run.path}: policy accuracy without an RM (w = 0, the plain policy) is not ranked")
                 continue
-            groups.setdefault(self.group_key(run), {})[str(run.summary["rm"])] = run
+            groups.setdefault(self.group_key(run), {})[rm] = run
         credit_key = "credit_total" if opts.pa_metric == "total" else "credit_norm"
         out = []
         for _, members in sorted(groups.items()):
             first = next(iter(members.values()))
             own = {rm: self.credits(r, "rm_credit") for rm, r in members.items()}
-            params = {f: first.summary.get(f) for f in self.group_fields}
+            params = {f: first.get(f) for f in self.group_fields}
             params["value"] = f"policy accuracy ({opts.pa_metric})"
             out.append(Setting(self.label(first), self.setting, {rm: self.credits(r, credit_key)
                                                                  for rm, r in members.items()},
-                               condition=first.summary.get("condition"), params=params,
+                               condition=self.summary(first).condition, params=params,
                                sources={rm: str(r.path) for rm, r in sorted(members.items())},
                                rm_credit={rm: v for rm, v in own.items() if v}))
         return out
@@ -63,11 +76,11 @@ class PolicyAccuracyKind(RunKind):
         groups: dict[tuple, list[Run]] = {}
         plain: dict[tuple, list[Run]] = {}
         for run in runs:
-            s = run.summary or {}
-            if s.get("rm"):
+            s = self.summary(run)
+            if s.rm:
                 groups.setdefault(self.group_key(run), []).append(run)
             else:  # the plain policy (w = 0) is the reference row of every group on its policy and data
-                plain.setdefault((repr(s.get("policy")), repr(s.get("data"))), []).append(run)
+                plain.setdefault((repr(s.policy), repr(s.data)), []).append(run)
         for pk, items in plain.items():
             if not any(g[:2] == pk for g in groups):
                 groups[self.group_key(items[0])] = []
@@ -75,19 +88,18 @@ class PolicyAccuracyKind(RunKind):
 
     def eee_parts(self, run: Run) -> list[EEEPart]:
         """Policy accuracy (total log-likelihood) of a guided run; one instance per pair."""
-        s = run.summary or {}
-        total = ((s.get("metrics") or {}).get("policy_accuracy") or {}).get("total") or {}
-        if not s.get("rm") or total.get("accuracy") is None:
+        s = self.summary(run)
+        total = s.metrics.policy_accuracy.total
+        if not s.rm or total.accuracy is None:
             return []  # the plain policy (no RM) is a reference, not an RM's result
         items = [EEEItem(i, v, v == 1.0, {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}.get(v, f"{v:g}"), "chosen",
-                         {"condition": str(s.get("condition"))}) for i, v in self.credits(run, "credit_total").items()]
+                         {"condition": s.condition}) for i, v in self.credits(run, "credit_total").items()]
         return [EEEPart(
-            result_id=f"policy_accuracy:{s.get('condition')}", name=self.label(run), metric_id="policy_accuracy",
+            result_id=f"policy_accuracy:{s.condition}", name=self.label(run), metric_id="policy_accuracy",
             metric_name="policy accuracy (total log-likelihood)", description=self.value_definition,
-            score=float(total["accuracy"]), ci=(total.get("ci_low"), total.get("ci_high")), n=len(items),
+            score=total.accuracy, ci=(total.ci_low, total.ci_high), n=len(items),
             bounds=(0.0, 1.0), source="examples.jsonl credit_total", extraction_method="guided log-likelihood",
-            items=items, details={"policy": str(s.get("policy")), "w": str(s.get("w")), "k": str(s.get("k")),
-                                  "mode": str(s.get("mode"))})]
+            items=items, details={"policy": s.policy, "w": str(s.w), "k": str(s.k), "mode": str(s.mode)})]
 
 
 KIND = PolicyAccuracyKind()

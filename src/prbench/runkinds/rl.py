@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prbench.runkinds.downstream import DownstreamKind
+from prbench.runkinds.downstream import DownstreamKind, RLSummary
 
 
 class RLKind(DownstreamKind):
@@ -10,6 +10,7 @@ class RLKind(DownstreamKind):
     title = "RL fine-tuning"
     setting = "rl"
     short = "RL"
+    result_model = RLSummary
     value_definition = "mean rubric grade of the RL-trained policy's held-out answers"
 
 
