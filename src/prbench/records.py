@@ -158,6 +158,10 @@ class CostSummary(_Open):
     max_usd: float | None = None
 
 
+class Capabilities(_Open):
+    is_control: bool = False
+
+
 class EvalSummary(_Open):
     """What every reader of an eval run relies on."""
 
@@ -175,6 +179,7 @@ class EvalSummary(_Open):
     metrics: EvalMetrics
     cost: CostSummary | None = None  # API runs only
     validity: ValidityCard | None = None  # the personalization validity card, when its control ran
+    capabilities: Capabilities | None = None  # what the RM kind can do (runs before they were recorded: none)
     model_info: dict[str, Any] = {}  # free-form per RM kind (fingerprint, prompt and template hashes)
     versions: dict[str, str | None] = {}
     wall_time_s: float | None = None
@@ -317,6 +322,7 @@ class PointwiseRecord(_Open):
     truncated: dict[str, bool]
     credit: float | None = None
     invalid: str | None = None
+    longer: str | None = None  # which answer is longer: "chosen", "rejected" or "same"
 
     _check_credit = field_validator("credit")(_credit)
 
@@ -337,6 +343,7 @@ class PairwiseRecord(_Open):
     truncated: bool = False
     credit: float | None = None
     invalid: str | None = None
+    longer: str | None = None
 
     _check_credit = field_validator("credit")(_credit)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prbench.downstream.results import DownstreamResult
 from prbench.report import plots
 from prbench.report.data import ReportData
@@ -20,13 +18,15 @@ from prbench.report.widgets import (
     table,
 )
 from prbench.runkinds.bon import KIND
+from prbench.runkinds.downstream import BonSummary
 
 
-def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[Path, DownstreamResult]]]:
+def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[BonSummary, DownstreamResult]]]:
     """Runs by the bon kind's plot key (its meta setting, split further by samples and k grid)."""
-    groups: dict[tuple, list[tuple[Path, DownstreamResult]]] = {}
+    groups: dict[tuple, list[tuple[BonSummary, DownstreamResult]]] = {}
     for run in d.of_kind(KIND):
-        groups.setdefault(KIND.report_key(run), []).append((run.path / "downstream.json", run.downstream))
+        if run.downstream is not None:
+            groups.setdefault(KIND.report_key(run), []).append((KIND.bon(run), run.downstream))
     return groups
 
 
@@ -44,8 +44,8 @@ def bon_section(d: ReportData) -> str:
     palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
     for (cond, grader, _, ks), members in sorted(groups.items(), key=lambda kv: str(kv[0])):
         members = sorted(members, key=lambda fr: -fr[1].expected[-1])
-        ref = max(members, key=lambda fr: fr[1].n_items)[1]
-        oracle, rand = ref.extra.get("oracle"), ref.extra.get("random")
+        typed, ref = max(members, key=lambda fr: fr[1].n_items)
+        oracle, rand = typed.oracle, typed.random
         curves = {r.rm: (r.expected, r.ci_low, r.ci_high) for _, r in members}
         body.append(f"<h3>RM condition: {esc(cond or '–')} · grader: {esc(grader)}</h3>")
         body.append(figure(plots.bon_curves(list(ks), curves, oracle=oracle, random=rand, ylabel=ref.scale,

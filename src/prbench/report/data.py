@@ -14,10 +14,11 @@ import numpy as np
 
 from prbench import metrics
 from prbench.conditions import CONDITIONS
-from prbench.downstream.results import DownstreamResult
 from prbench.errors import PrbenchError
+from prbench.records import Accuracy, EvalSummary
 from prbench.runkinds import Run, RunKind, Scan, scan_runs
-from prbench.runkinds.downstream import DownstreamKind
+from prbench.runkinds.build import BuildReport
+from prbench.runkinds.downstream import DownstreamKind, DownstreamSummary
 
 
 @dataclass
@@ -33,9 +34,9 @@ class ReportData:
         return self.scan.of("benchmark")
 
     @property
-    def downstream(self) -> list[tuple[Path, DownstreamResult]]:
-        """(downstream.json, result) of every kind read from downstream.json files (BoN, RL, RGD, plug-ins)."""
-        return [(r.path / "downstream.json", r.downstream) for r in self.scan.runs
+    def downstream(self) -> list[tuple[Path, DownstreamSummary]]:
+        """(downstream.json, typed result) of every kind read from downstream.json files (BoN, RL, RGD, plug-ins)."""
+        return [(r.path / "downstream.json", r.kind.result(r)) for r in self.scan.runs
                 if isinstance(r.kind, DownstreamKind) and r.downstream is not None]
 
     def of_kind(self, kind: RunKind | str) -> list[Run]:
@@ -47,8 +48,10 @@ class ReportData:
         return self.of_kind("policy-accuracy")
 
     @property
-    def builds(self) -> list[tuple[Path, dict[str, Any]]]:
-        return [(r.path / "report.json", r.report) for r in self.of_kind("build") if r.report is not None]
+    def builds(self) -> list[tuple[Path, BuildReport]]:
+        """Every build's report.json as its model (validated when the run was opened)."""
+        return [(r.path / "report.json", r.summary_as(BuildReport)) for r in self.of_kind("build")
+                if isinstance(r.typed, BuildReport)]
 
     def by_data(self) -> dict[str, list[Run]]:
         out: dict[str, list[Run]] = {}
@@ -66,13 +69,19 @@ def collect(root: str | Path) -> ReportData:
     return ReportData(base, scan, list(scan.skipped))
 
 
-def category_stats(run: Run, seed: int, n_boot: int) -> dict[str, dict[str, Any]]:
+def ev(run: Run) -> EvalSummary:
+    """An eval run's summary as its model (what every eval section reads)."""
+    return run.summary_as(EvalSummary)
+
+
+def category_stats(run: Run, seed: int, n_boot: int) -> dict[str, Accuracy]:
     """Accuracy with bootstrap CI per category, recomputed from the run's records (summaries hold no category CI)."""
     by: dict[str, list[float]] = {}
-    for r in run.records:
-        if r.get("credit") is not None:
-            by.setdefault(str(r.get("category", "?")), []).append(float(r["credit"]))
-    return {c: metrics.accuracy_summary(np.array(v), seed=seed, n_boot=n_boot) for c, v in sorted(by.items())}
+    for r in run.items:
+        if r.credit is not None:
+            by.setdefault(r.category or "?", []).append(r.credit)
+    return {c: Accuracy.model_validate(metrics.accuracy_summary(np.array(v), seed=seed, n_boot=n_boot))
+            for c, v in sorted(by.items())}
 
 
 def conditions_of(runs: list[Run]) -> list[str]:
@@ -84,6 +93,6 @@ def model_order(runs: list[Run]) -> list[str]:
     """Models by their best accuracy over conditions, best first (baselines sorted in, but marked)."""
     best: dict[str, float] = {}
     for r in runs:
-        a = r.summary["metrics"].get("accuracy")
-        best[r.key] = max(best.get(r.key, -1.0), -1.0 if a is None else a)
+        a = ev(r).metrics.accuracy
+        best[r.key] = max(best[r.key] if r.key in best else -1.0, -1.0 if a is None else a)
     return sorted(best, key=lambda m: (-best[m], m))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from prbench.registry import resolve
 from prbench.report.data import ReportData
 from prbench.report.widgets import (
@@ -20,7 +17,9 @@ from prbench.report.widgets import (
     table,
     text,
 )
+from prbench.records import GenerationSummary
 from prbench.runkinds import RunKind, kinds
+from prbench.runkinds.downstream import DownstreamKind
 
 EXPLAIN = ("RL: the policy trained with each RM as reward, then graded on held-out items. RGD (reward-guided "
            "decoding, ARGS-style): a frozen policy steered token by token by the RM, scored by rubric grade or "
@@ -43,7 +42,8 @@ def downstream_section(d: ReportData, kind: RunKind) -> str:
     setting = kind.setting or kind.name
     guided = kind.name == "rgd"
     title = {"rl": "RL fine-tuning", "rgd": "Reward-guided decoding"}.get(kind.name, kind.title or kind.name)
-    res = [(r.path / "downstream.json", r.downstream) for r in d.of_kind(kind)]
+    res = [(r, r.downstream, kind.result(r)) for r in d.of_kind(kind)
+           if isinstance(kind, DownstreamKind) and r.downstream is not None]
     if not res:
         return f"<h3>{esc(title)}</h3>" + empty(f"No {setting.upper()} results (downstream.json with setting "
                                                 f"'{setting}').")
@@ -55,26 +55,21 @@ def downstream_section(d: ReportData, kind: RunKind) -> str:
                                                "greedy token"),
                  Cell("ROUGE-1", "num", "against the user's own answer, when items carry one")]
     rows, classes = [], []
-    for f, r in sorted(res, key=lambda fr: -fr[1].expected[-1]):
-        metric = r.extra.get("metric")
-        rows.append([model_cell(r.rm, is_control_spec(r.rm)), text(r.extra.get("condition", "–")),
-                     text(r.extra.get("policy", "–"), "nowrap"),
-                     *([numc(f'{fnum(r.extra.get("w"), 2)} / {fnum(r.extra.get("candidates_k"))}')] if guided else []),
+    for run, r, x in sorted(res, key=lambda fr: -fr[1].expected[-1]):
+        metric = x.metric
+        rows.append([model_cell(r.rm, is_control_spec(r.rm)), text(x.condition or "–"),
+                     text(x.policy or "–", "nowrap"),
+                     *([numc(f"{fnum(x.w, 2)} / {fnum(x.candidates_k)}")] if guided else []),
                      text(f"{metric}: {r.grader}" if metric else r.grader),
                      numc(f"{r.expected[-1]:.3f}" + (f'<span class="ci">[{fnum(r.ci_low[-1])}, {fnum(r.ci_high[-1])}]'
                                                      "</span>" if r.ci_low[-1] is not None else "")),
                      numc(fnum(r.n_items))])
         if guided:
-            run_summary = _run_summary(d, f.parent)
-            rouge = (((run_summary.get("gold") or {}).get("metrics") or {}).get("rouge1") or {}).get("mean")
-            rows[-1] += [numc(pct(run_summary.get("changed_share"))), numc(fnum(rouge))]
+            gen = run.typed if isinstance(run.typed, GenerationSummary) else None
+            gold = gen.gold.metrics if gen is not None and gen.gold is not None else {}
+            rows[-1] += [numc(pct(gen.changed_share if gen else None)),
+                         numc(fnum(gold["rouge1"].mean if "rouge1" in gold else None))]
         classes.append("baseline" if is_control_spec(r.rm) else "")
-    scales = sorted({r.scale for _, r in res})
+    scales = sorted({r.scale for _, r, _ in res})
     return f"<h3>{esc(title)}</h3>" + table(head, rows, row_classes=classes, caption="score: " + "; ".join(scales)
                                             + " (mean over items, 95% bootstrap CI)")
-
-
-def _run_summary(d: ReportData, folder: Path) -> dict[str, Any]:
-    """The summary.json beside a downstream.json (RGD writes both in its run folder), as opened; {} if absent."""
-    run = next((r for r in d.scan.runs if r.path == folder), None)
-    return (run.summary or {}) if run is not None else {}

@@ -6,11 +6,14 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
+from pydantic import ValidationError
 
 from prbench import metrics
 from prbench.errors import DataError, PrbenchError
 from prbench.report import plots
-from prbench.report.data import ReportData, category_stats, conditions_of, model_order
+from prbench.leaderboard import RunConfig
+from prbench.records import Accuracy, LengthBias, PairwiseStats, ValidityCard
+from prbench.report.data import ReportData, category_stats, conditions_of, ev, model_order
 from prbench.report.widgets import (
     CONDITION_HELP,
     OVERALL_KEYS,
@@ -70,10 +73,10 @@ def _grids(d: ReportData) -> list[_Grid]:
 def display_name(runs: list[Run], key: str) -> str:
     """The model as the leaderboard names it: the run's own name (a judge's mode tag) and both orders."""
     r = next(r for r in runs if r.key == key)
-    name = str(r.summary.get("model") or key)
+    name = ev(r).model or key
     try:
-        both = bool(r.config.get("both_orders"))
-    except DataError:  # a damaged config.json is named under provenance; the name goes without the tag
+        both = RunConfig.model_validate(r.config).both_orders
+    except (DataError, ValidationError):  # a damaged config.json is named under provenance; the name goes untagged
         both = False
     return f"{name} (both orders)" if both and "both orders" not in name else name
 
@@ -82,42 +85,47 @@ def _best_per_condition(cell: dict, models: list[str], base: dict[str, bool], co
     """The best non-baseline per column, only when it is above every baseline there and its CI above chance."""
     best: dict[str, str | None] = {}
     for c in conds:
-        acc = {m: cell[(m, c)].summary["metrics"] for m in models if (m, c) in cell
-               and cell[(m, c)].summary["metrics"]["accuracy"] is not None}
-        top = max((m for m in acc if not base[m]), key=lambda m: acc[m]["accuracy"], default=None)
-        bar = max((acc[m]["accuracy"] for m in acc if base[m]), default=0.0)
-        ok = top is not None and acc[top]["accuracy"] > bar and (acc[top].get("ci_low") or 0.0) > 0.5
+        acc = {m: ev(cell[(m, c)]).metrics for m in models if (m, c) in cell}
+        val = {m: a.accuracy for m, a in acc.items() if a.accuracy is not None}
+        top = max((m for m in val if not base[m]), key=lambda m: val[m], default=None)
+        bar = max((val[m] for m in val if base[m]), default=0.0)
+        ok = top is not None and val[top] > bar and (acc[top].ci_low or 0.0) > 0.5
         best[c] = top if ok else None
     return best
 
 
 def _pairs(runs: list[Run], m: str) -> str:
-    ns = sorted({r.summary["metrics"].get("n_total") or r.summary.get("n_total") for r in runs if r.key == m} - {None})
+    ns = sorted({ev(r).n_total for r in runs if r.key == m})
     return "–" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+
+
+def _acc(r: Run) -> float:
+    """A scored run's accuracy (callers keep only runs whose accuracy is a number)."""
+    return ev(r).metrics.accuracy or 0.0
 
 
 def headline(d: ReportData) -> str:
     """One sentence per data set: the best model, its number, and how it compares with the best baseline."""
     out = []
     for data, runs in d.by_data().items():
-        scored = [r for r in runs if r.summary["metrics"].get("accuracy") is not None]
+        scored = [r for r in runs if ev(r).metrics.accuracy is not None]
         real = [r for r in scored if not is_baseline(r)]
         base = [r for r in scored if is_baseline(r)]
         if not real:
             continue
-        top = max(real, key=lambda r: r.summary["metrics"]["accuracy"])
-        m = top.summary["metrics"]
+        top = max(real, key=lambda r: _acc(r))
+        m = ev(top).metrics
         sent = (f"On <b>{esc(data)}</b>, the best reward model (not a baseline) is <b>{esc(display_name(runs, top.key))}</b> under "
-                f"<b>{esc(top.condition)}</b>: {pct(m['accuracy'])}% [{pct(m.get('ci_low'))}, {pct(m.get('ci_high'))}] "
-                f"on {m.get('n_total')} pairs")
+                f"<b>{esc(top.condition)}</b>: {pct(m.accuracy)}% [{pct(m.ci_low)}, {pct(m.ci_high)}] "
+                f"on {m.n_total} pairs")
         if base:
-            b = max(base, key=lambda r: r.summary["metrics"]["accuracy"])
-            bm = b.summary["metrics"]
-            lo, hi = m.get("ci_low"), m.get("ci_high")
-            where = ("" if lo is None or hi is None else " (above that interval)" if bm["accuracy"] > hi
-                     else " (below that interval)" if bm["accuracy"] < lo else " (inside that interval)")
+            b = max(base, key=lambda r: _acc(r))
+            best_base = _acc(b)
+            lo, hi = m.ci_low, m.ci_high
+            where = ("" if lo is None or hi is None else " (above that interval)" if best_base > hi
+                     else " (below that interval)" if best_base < lo else " (inside that interval)")
             sent += (f"; the best baseline, {esc(display_name(runs, b.key))} under {esc(b.condition)}, reaches "
-                     f"{pct(bm['accuracy'])}%{where}")
+                     f"{pct(best_base)}%{where}")
         out.append(sent + ".")
     return "".join(f'<p class="headline">{s}</p>' for s in out)
 
@@ -137,14 +145,13 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
         for m in models:
             row: list[Cell | str] = [model_cell(display_name(runs, m), base[m]), numc(_pairs(runs, m))]
             for c in conds:
-                r = cell.get((m, c))
-                if r is None:
+                if (m, c) not in cell:
                     row.append(numc("–"))
                     continue
-                mm = r.summary["metrics"]
-                tip = f"n = {mm.get('n')} valid of {mm.get('n_total')}; invalid {mm.get('n_invalid', 0)}"
-                row.append(acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), title=tip,
-                                    best=best_per_cond.get(c) == m))
+                s = ev(cell[(m, c)])
+                mm = s.metrics
+                tip = f"n = {mm.n} valid of {s.n_total}; invalid {mm.n_invalid}"
+                row.append(acc_cell(mm.accuracy, mm.ci_low, mm.ci_high, title=tip, best=best_per_cond[c] == m))
             rows.append(row)
         body.append(table(head, rows, row_classes=["baseline" if base[m] else "" for m in models]))
         body.append(_by_category(runs, models, conds, cell, base, seed, n_boot))
@@ -162,16 +169,16 @@ def _by_category(runs: list[Run], models: list[str], conds: list[str], cell: dic
     for m in models:
         mine = [c for c in conds if (m, c) in cell]
         for j, c in enumerate(mine):
-            mm = cell[(m, c)].summary["metrics"]
-            macro = (mm.get("categories") or {}).get("macro") or {}
+            mm = ev(cell[(m, c)]).metrics
+            macro = (mm.categories.macro if mm.categories else None) or Accuracy()
             row: list[Cell | str] = [model_cell(display_name(runs, m), base[m], rowspan=len(mine))] if j == 0 else []
             row += [Cell(esc(c), "nowrap", CONDITION_HELP.get(c, "")),
-                    acc_cell(mm.get("accuracy"), mm.get("ci_low"), mm.get("ci_high"), inline=True),
-                    acc_cell(macro.get("accuracy"), macro.get("ci_low"), macro.get("ci_high"), inline=True)]
+                    acc_cell(mm.accuracy, mm.ci_low, mm.ci_high, inline=True),
+                    acc_cell(macro.accuracy, macro.ci_low, macro.ci_high, inline=True)]
             for k in cats:
-                st = stats[(m, c)].get(k)
-                row.append(acc_cell(st["accuracy"], st["ci_low"], st["ci_high"], title=f"n = {st['n']}",
-                                    inline=True) if st else numc("–"))
+                st = stats[(m, c)]
+                row.append(acc_cell(st[k].accuracy, st[k].ci_low, st[k].ci_high, title=f"n = {st[k].n}",
+                                    inline=True) if k in st else numc("–"))
             rows.append(row)
             classes.append("baseline" if base[m] else "")
     return ("<details open><summary>By category (macro = unweighted mean of category accuracies, CI "
@@ -185,8 +192,8 @@ def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
         return section("conditions", "Input conditions", explain, empty("No eval runs found."))
     body = []
     for data, runs, conds, models, cell in _grids(d):
-        vals = {(m, c): (r.summary["metrics"].get("accuracy"), r.summary["metrics"].get("ci_low"),
-                         r.summary["metrics"].get("ci_high")) for (m, c), r in cell.items()}
+        vals = {(m, c): (ev(r).metrics.accuracy, ev(r).metrics.ci_low, ev(r).metrics.ci_high)
+                for (m, c), r in cell.items()}
         vals = {k: tuple(None if x is None else 100 * x for x in v) for k, v in vals.items()}
         png = plots.grouped_bars(models, conds, vals, ylabel="accuracy (%)", chance=50.0,
                                  colors=plots.CONDITION_COLORS)
@@ -204,10 +211,10 @@ def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
         for m in models:
             row: list[Cell | str] = [model_cell(display_name(runs, m), any(is_baseline(r) for r in runs if r.key == m))]
             for a, b in pairs:
-                ra, rb = cell.get((m, a)), cell.get((m, b))
-                if ra is None or rb is None:
+                if (m, a) not in cell or (m, b) not in cell:
                     row.append(numc("–"))
                     continue
+                ra, rb = cell[(m, a)], cell[(m, b)]
                 ca, cb = EVAL.credits(ra), EVAL.credits(rb)
                 shared = sorted(ca.keys() & cb.keys())
                 if not shared:
@@ -241,21 +248,21 @@ def diagnostics_section(d: ReportData) -> str:
         return section("diagnostics", "Diagnostics", explain, empty("No eval runs found."))
     body = []
     for data, runs in d.by_data().items():
-        rec = next((r.records for r in runs if r.records), [])
-        longer = [r.get("longer") for r in rec]
+        rec = next((r.items for r in runs if r.items), [])
+        longer = [r.longer for r in rec]
         if longer:
             share = sum(1 for x in longer if x == "chosen") / len(longer)
             body.append(f"<h3>Data: {esc(data)}</h3><p class=\"explain\">The chosen answer is the longer one in "
                         f"<b>{100 * share:.1f}%</b> of {len(longer)} pairs (so a length-only RM scores about that).</p>")
         else:
             body.append(f"<h3>Data: {esc(data)}</h3>")
-        any_pairwise = any("pairwise" in r.summary["metrics"] for r in runs)
-        any_margin = any(r.summary["metrics"].get("mean_margin") is not None for r in runs)
+        any_pairwise = any(ev(r).metrics.pairwise is not None for r in runs)
+        any_margin = any(ev(r).metrics.mean_margin is not None for r in runs)
         head = ["model", "condition", Cell("n", "num"), Cell("invalid", "num"), Cell("truncated", "num"),
                 Cell("ties", "num"), Cell("prefers longer", "num")]
         if any_margin:
             head.append(Cell("mean margin", "num", "mean score(chosen) - score(rejected), RM units"))
-        usd = {id(r): (r.summary.get("cost") or {}).get("usd") for r in runs}
+        usd = {id(r): ev(r).cost.usd if ev(r).cost else None for r in runs}
         any_usd = any(v is not None for v in usd.values())
         if any_usd:
             head.append(Cell("$ API", "num", "dollars of the run's API requests at the dated list prices (summary cost)"))
@@ -270,54 +277,52 @@ def diagnostics_section(d: ReportData) -> str:
         span = {m: sum(1 for r in runs if r.key == m) for m in order}
         seen: set[str] = set()
         for r in ordered:
-            m = r.summary["metrics"]
-            lb = m.get("length_bias") or {}
-            pw = m.get("pairwise") or {}
-            inv = m.get("n_invalid", 0) or 0
-            pl = lb.get("prefers_longer")
+            m = ev(r).metrics
+            lb = m.length_bias or LengthBias()
+            pw = m.pairwise or PairwiseStats()
+            inv = m.n_invalid
+            pl = lb.prefers_longer
             pl_cls = "warn" if pl is not None and abs(pl - 0.5) > 0.2 else ""
-            gap = (pw.get("accuracy_chosen_A") is not None and pw.get("accuracy_chosen_B") is not None
-                   and abs(pw["accuracy_chosen_A"] - pw["accuracy_chosen_B"]) > 0.1)
+            gap = (pw.accuracy_chosen_A is not None and pw.accuracy_chosen_B is not None
+                   and abs(pw.accuracy_chosen_A - pw.accuracy_chosen_B) > 0.1)
             row: list[Cell | str] = []
             if r.key not in seen:
                 row.append(model_cell(display_name(runs, r.key), is_baseline(r), rowspan=span[r.key]))
                 seen.add(r.key)
-            row += [text(r.condition, "nowrap"), numc(fnum(m.get("n_total", m.get("n")))),
-                    numc(f'<span class="warn">{inv}</span>' if inv else "0"), numc(fnum(m.get("truncated_inputs"))),
-                    numc(fnum(m.get("ties"))),
+            row += [text(r.condition, "nowrap"), numc(fnum(m.n_total if m.n_total is not None else m.n)),
+                    numc(f'<span class="warn">{inv}</span>' if inv else "0"), numc(fnum(m.truncated_inputs)),
+                    numc(fnum(m.ties)),
                     numc((f'<span class="{pl_cls}">{pct(pl)}</span>' if pl is not None else "–")
-                         + (f'<span class="inline-ci">n={lb.get("n")}</span>' if lb.get("n") is not None else ""))]
+                         + (f'<span class="inline-ci">n={lb.n}</span>' if lb.n is not None else ""))]
             if any_margin:
-                row.append(numc(fnum(m.get("mean_margin"), 4)))
+                row.append(numc(fnum(m.mean_margin, 4)))
             if any_usd:
                 row.append(numc("–" if usd[id(r)] is None else f"{usd[id(r)]:.2f}"))
             if any_pairwise:
-                ab = (f'{pct(pw.get("accuracy_chosen_A"))} / {pct(pw.get("accuracy_chosen_B"))}'
-                      if pw else "–")
+                ab = f"{pct(pw.accuracy_chosen_A)} / {pct(pw.accuracy_chosen_B)}" if m.pairwise else "–"
                 row += [numc(f'<span class="warn">{ab}</span>' if gap else ab),
-                        numc(pct(pw.get("share_verdict_A"))), numc(fnum(pw.get("parse_failures"))),
-                        numc(pct(pw.get("position_consistency")))]
+                        numc(pct(pw.share_verdict_A)), numc(fnum(pw.parse_failures)),
+                        numc(pct(pw.position_consistency))]
             rows.append(row)
             classes.append("baseline" if is_baseline(r) else "")
         body.append(table(head, rows, row_classes=classes,
                           caption="percentages except n, counts and margin (score units); – = not applicable; "
                                   "highlighted: length preference beyond 30/70% or an A/B accuracy gap over 10 points"))
-        body.extend(_validity_panel(r) for r in ordered if r.summary.get("validity"))
+        body.extend(_validity_panel(r.key, v) for r in ordered if (v := ev(r).validity) is not None)
     return section("diagnostics", "Diagnostics", explain, "".join(body))
 
 
-def _validity_panel(r: Run) -> str:
+def _validity_panel(key: str, v: ValidityCard) -> str:
     """One run's personalization validity card (prbench.validity): gain over its wrong-user control, controls."""
-    v = r.summary["validity"]
-    g, ln, pos = v.get("gain") or {}, v.get("length") or {}, v.get("position") or {}
-    gain = (f"gain over <code>{esc(v['control'])}</code>: <b>{100 * g['diff']:+.1f}</b> points "
-            f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}], p = {g['p_value']:.2g} (n = {v['n_shared']})"
+    g, ln, pos = v.gain, v.length, v.position
+    gain = (f"gain over <code>{esc(v.control)}</code>: <b>{100 * g.diff:+.1f}</b> points "
+            f"[{pct(g.ci_low)}, {pct(g.ci_high)}], p = {fnum(g.p_value, 2)} (n = {v.n_shared})"
             if g else "no item shared with the control")
-    length = f"prefers longer {pct(ln.get('prefers_longer'))} (p = {fnum(ln.get('p_value'), 3)})"
-    position = (f"says A {pct(pos.get('share_A'))} (p = {fnum(pos.get('p_value'), 3)})" if pos.get("applicable")
+    length = f"prefers longer {pct(ln.prefers_longer)} (p = {fnum(ln.p_value, 3)})"
+    position = (f"says A {pct(pos.share_A)} (p = {fnum(pos.p_value, 3)})" if pos.applicable
                 else "position: n/a (pointwise)")
-    return (f"<p class=\"explain\">Validity, {esc(r.key)} [{esc(v['condition'])}]: {gain}; {length}; {position}; "
-            f"scored with context {pct(v.get('context_share'))}.</p>")
+    return (f"<p class=\"explain\">Validity, {esc(key)} [{esc(v.condition)}]: {gain}; {length}; {position}; "
+            f"scored with context {pct(v.context_share)}.</p>")
 
 
 def _published_rows(published: Mapping[str, Any]) -> list[tuple[str, str, str, float]]:
@@ -356,32 +361,32 @@ def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: 
     head = ["model", "condition", "category", Cell("published", "num"), Cell("ours", "num"), Cell("difference", "num"),
             Cell("within CI", "num"), "data"]
     rows = []
-    cache: dict[int, dict[str, dict[str, Any]]] = {}
+    cache: dict[int, dict[str, Accuracy]] = {}
     for spec, cond, cat, val in items:
-        runs = runs_by.get((spec, cond), [])
+        runs = runs_by[(spec, cond)] if (spec, cond) in runs_by else []
         if not runs:
             rows.append([text(spec), text(cond), text(cat), numc(f"{val:.2f}"), numc("not run"), numc("–"), numc("–"),
                          text("–")])
             continue
         for run in runs:
+            ours: Accuracy | None
             if cat.strip().lower() in OVERALL_KEYS:
-                m = run.summary["metrics"]
-                ours = {"accuracy": m.get("accuracy"), "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high")}
+                ours = ev(run).metrics
                 cat_name = "all"
             else:
                 full = normalize_category(cat)
-                full = {v: k for k, v in CATEGORY_SHORT.items()}.get(full, full)
+                full = next((k for k, v in CATEGORY_SHORT.items() if v == full), full)
                 stats = cache.setdefault(id(run), category_stats(run, seed, n_boot))
-                ours = stats.get(full)
+                ours = stats[full] if full in stats else None
                 cat_name = cat_label(full)
-            if not ours or ours.get("accuracy") is None:
+            if ours is None or ours.accuracy is None:
                 rows.append([text(spec), text(cond), text(cat), numc(f"{val:.2f}"), numc("no items"), numc("–"),
                              numc("–"), text(run.data)])
                 continue
-            diff = ours["accuracy"] - val / 100
-            inside = (ours.get("ci_low") is not None and ours["ci_low"] <= val / 100 <= ours["ci_high"])
+            diff = ours.accuracy - val / 100
+            inside = ours.ci_low is not None and ours.ci_high is not None and ours.ci_low <= val / 100 <= ours.ci_high
             rows.append([text(spec), text(cond), text(cat_name), numc(f"{val:.2f}"),
-                         acc_cell(ours["accuracy"], ours.get("ci_low"), ours.get("ci_high"), inline=True),
+                         acc_cell(ours.accuracy, ours.ci_low, ours.ci_high, inline=True),
                          numc(signed_pp(diff)),
                          numc('<span class="yes">yes</span>' if inside else '<span class="no">no</span>'),
                          text(run.data)])

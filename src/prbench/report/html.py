@@ -23,7 +23,7 @@ from prbench.errors import PrbenchError
 from prbench.meta import main_rows, meta_evaluate
 from prbench.report.bon import bon_section
 from prbench.report.build import build_section
-from prbench.report.data import ReportData, collect
+from prbench.report.data import ReportData, collect, ev
 from prbench.report.downstream import rl_rgd_section
 from prbench.report.evals import (
     conditions_section,
@@ -62,7 +62,7 @@ def _cards(d: ReportData, meta: Mapping[str, Any] | None) -> str:
     rms = {r.key for r in d.evals}
     non_base = {r.key for r in d.evals if not is_baseline(r)}
     conds = {r.condition for r in d.evals}
-    ns = sorted({r.summary["metrics"].get("n_total") or 0 for r in d.evals}) or [0]
+    ns = sorted({ev(r).n_total for r in d.evals}) or [0]
     pairs = f"{ns[0]:,}" if len(ns) == 1 else f"{ns[0]:,}–{ns[-1]:,}"
     ds = len({(r.kind.name, r.key) for r in d.scan.of("downstream")})
     cards = [("reward models", f"{len(rms)}", f"{len(rms) - len(non_base)} baselines"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prbench.records import PolicyAccuracySummary
 from prbench.report import plots
 from prbench.report import widgets as w
 from prbench.report.data import ReportData
@@ -13,10 +14,12 @@ def policy_accuracy_section(d: ReportData, kind: RunKind) -> str:
     body = ["<h3>Policy accuracy</h3>"]
     if not runs:
         return body[0] + w.empty("No policy-accuracy runs (`prbench policy-accuracy`) under this folder.")
-    for key, members in sorted(kind.report_groups(runs).items()):
-        s = (members[0].summary if members else {}) or {}
-        body.append(f"<h4>policy {w.esc(s.get('policy'))} · RM condition {w.esc(s.get('condition'))} · w={w.esc(s.get('w'))}"
-                    f" · k={w.esc(s.get('k'))} · mode {w.esc(s.get('mode'))}</h4>")
+    for _, members in sorted(kind.report_groups(runs).items()):
+        if not members:
+            continue
+        s = members[0].summary_as(PolicyAccuracySummary)
+        body.append(f"<h4>policy {w.esc(s.policy)} · RM condition {w.esc(s.condition)} · w={w.esc(s.w)}"
+                    f" · k={w.esc(s.k)} · mode {w.esc(s.mode)}</h4>")
         body.append(_group(members))
     return "".join(body)
 
@@ -27,23 +30,20 @@ def _group(members: list[Run]) -> str:
             w.Cell("top-k coverage", "num"), w.Cell("pairs", "num")]
     rows, classes, bars = [], [], []
     plain_ref = None
-    for run in sorted(members, key=lambda m: (not m.summary.get("rm"), -(m.summary.get("policy_accuracy") or 0))):
-        s = run.summary
-        mm = s.get("metrics", {})
-        tot = (mm.get("policy_accuracy") or {}).get("total") or {}
-        nor = (mm.get("policy_accuracy") or {}).get("normalized") or {}
-        plain = (mm.get("plain_policy_accuracy") or {}).get("total") or {}
-        own = mm.get("rm_accuracy") or {}
-        plain_ref = plain_ref if plain_ref is not None else plain.get("accuracy")
-        name = s.get("rm") or "(no RM: plain policy)"
-        rows.append([w.model_cell(name, w.is_control_spec(name), "" if s.get("rm") else "reference"),
-                     *(w.acc_cell(v.get("accuracy"), v.get("ci_low"), v.get("ci_high")) for v in (tot, nor, plain, own)),
-                     w.numc(w.pct((mm.get("agreement_with_plain") or {}).get("total"))),
-                     w.numc(w.pct(mm.get("mean_topk_coverage"))), w.numc(w.fnum(mm.get("n")))])
-        classes.append("reference" if not s.get("rm") else ("baseline" if w.is_control_spec(name) else ""))
-        if s.get("rm"):
-            bars.append((str(name), tuple(None if v is None else 100 * v for v in
-                                          (tot.get("accuracy"), tot.get("ci_low"), tot.get("ci_high")))))
+    typed = [m.summary_as(PolicyAccuracySummary) for m in members]
+    for s in sorted(typed, key=lambda s: (not s.rm, -(s.policy_accuracy or 0))):
+        mm = s.metrics
+        tot, nor = mm.policy_accuracy.total, mm.policy_accuracy.normalized
+        plain, own = mm.plain_policy_accuracy.total, mm.rm_accuracy
+        plain_ref = plain_ref if plain_ref is not None else plain.accuracy
+        name = s.rm or "(no RM: plain policy)"
+        rows.append([w.model_cell(name, w.is_control_spec(name), "" if s.rm else "reference"),
+                     *(w.acc_cell(v.accuracy, v.ci_low, v.ci_high) for v in (tot, nor, plain, own)),
+                     w.numc(w.pct(mm.agreement_with_plain.total)),
+                     w.numc(w.pct(mm.mean_topk_coverage)), w.numc(w.fnum(mm.n))])
+        classes.append("reference" if not s.rm else ("baseline" if w.is_control_spec(name) else ""))
+        if s.rm:
+            bars.append((name, tuple(None if v is None else 100 * v for v in (tot.accuracy, tot.ci_low, tot.ci_high))))
     return (w.figure(plots.hbars([b[0] for b in bars], [b[1] for b in bars], xlabel="policy accuracy (%)",
                                reference=None if plain_ref is None else 100 * plain_ref,
                                reference_label="plain policy"),

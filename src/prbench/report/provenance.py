@@ -11,7 +11,8 @@ from typing import Any
 from prbench import __version__
 from prbench.cache import content_key
 from prbench.conditions import CONDITIONS
-from prbench.report.data import ReportData
+from prbench.records import PolicyAccuracySummary
+from prbench.report.data import ReportData, ev
 from prbench.report.widgets import (
     Cell,
     empty,
@@ -57,7 +58,7 @@ def provenance_section(d: ReportData, meta: Mapping[str, Any] | None, seed: int,
     if d.evals:
         software: dict[str, int] = {}
         for r in d.evals:
-            v = r.summary.get("versions") or {}
+            v = ev(r).versions
             label = ", ".join(f"{k} {val}" for k, val in sorted(v.items()) if val) or "unknown"
             software[label] = software.get(label, 0) + 1
         body.append("<h3>Software</h3>" + table(["versions", Cell("eval runs", "num")],
@@ -70,19 +71,19 @@ def provenance_section(d: ReportData, meta: Mapping[str, Any] | None, seed: int,
         span = {k: sum(1 for r in d.evals if r.key == k) for k in {r.key for r in d.evals}}
         seen: set[str] = set()
         for r in ordered:
-            s = r.summary
-            info = s.get("model_info") or {}
+            s = ev(r)
+            info = s.model_info
             row: list[Cell | str] = []
             if r.key not in seen:
                 seen.add(r.key)
                 hs = _hashes(info)
-                fp = info.get("fingerprint", info)
+                fp = info["fingerprint"] if "fingerprint" in info else info
                 row += [model_cell(r.key, is_baseline(r), rowspan=span[r.key]),
                         Cell(esc(content_key(fp)[:12]), "hash", json.dumps(fp, default=str)[:400], rowspan=span[r.key]),
                         Cell("<br>".join(f"{esc(k)}: {esc(val[:16])}" for k, val in sorted(hs.items())) or "–",
                              "hash", rowspan=span[r.key])]
-            row += [text(r.condition, "nowrap"), text(r.data), numc(fnum(s.get("seed"))),
-                    numc(fnum(s.get("wall_time_s"), 1)), Cell(esc(rel(r.path, d.root)), "path")]
+            row += [text(r.condition, "nowrap"), text(r.data), numc(fnum(s.seed)),
+                    numc(fnum(s.wall_time_s, 1)), Cell(esc(rel(r.path, d.root)), "path")]
             rows.append(row)
             classes.append("baseline" if is_baseline(r) else "")
         body.append("<h3>Eval runs</h3>" + table(head, rows, row_classes=classes,
@@ -92,20 +93,19 @@ def provenance_section(d: ReportData, meta: Mapping[str, Any] | None, seed: int,
         body.append(empty("No eval runs."))
     if d.downstream:
         head = ["RM", "setting", "grader", Cell("seed", "num"), Cell("items", "num"), "fingerprint", "file"]
-        rows = [[model_cell(r.rm), text(r.setting), text(r.grader), numc(fnum(r.extra.get("seed"))),
-                 numc(fnum(r.n_items)), Cell(esc(content_key(r.extra.get("rm_fingerprint"))[:12]) if
-                                             r.extra.get("rm_fingerprint") else "–", "hash"),
+        rows = [[model_cell(r.rm), text(r.setting), text(r.grader), numc(fnum(r.seed)),
+                 numc(fnum(r.n_items)), Cell(esc(content_key(r.rm_fingerprint)[:12]) if r.rm_fingerprint else "–",
+                                             "hash"),
                  Cell(esc(rel(f, d.root)), "path")] for f, r in d.downstream]
         body.append("<h3>Downstream results</h3>" + table(head, rows))
     if d.policy_accuracy:
         head = ["RM", "policy", "condition", Cell("seed", "num"), Cell("wall s", "num"), "run folder"]
-        rows = [[model_cell(str(r.summary.get("rm") or "(plain policy)")), text(r.summary.get("policy")),
-                 text(r.summary.get("condition")), numc(fnum(r.summary.get("seed"))),
-                 numc(fnum(r.summary.get("wall_time_s"), 1)), Cell(esc(rel(r.path, d.root)), "path")]
-                for r in d.policy_accuracy]
+        pas = [(r, r.summary_as(PolicyAccuracySummary)) for r in d.policy_accuracy]
+        rows = [[model_cell(s.rm or "(plain policy)"), text(s.policy), text(s.condition), numc(fnum(s.seed)),
+                 numc(fnum(s.wall_time_s, 1)), Cell(esc(rel(r.path, d.root)), "path")] for r, s in pas]
         body.append("<h3>Policy-accuracy runs</h3>" + table(head, rows))
     if d.builds:
-        rows = [[Cell(esc(rel(p, d.root)), "path"), text(rep.get("rule_text", "–"))] for p, rep in d.builds]
+        rows = [[Cell(esc(rel(p, d.root)), "path"), text(rep.rule_text or "–")] for p, rep in d.builds]
         body.append("<h3>Build reports</h3>" + table(["file", "filter rule"], rows))
     if meta:
         body.append("<h3>Meta-evaluation parameters</h3>" + table(

@@ -12,6 +12,7 @@ from typing import Any
 from prbench.errors import PrbenchError
 from prbench.report import plots
 from prbench.rewards.base import capabilities
+from prbench.records import EvalSummary
 from prbench.runkinds import Run
 from prbench.schema import CATEGORY_SHORT
 
@@ -125,8 +126,8 @@ def signed_pp(v: float | None) -> str:
 
 def is_baseline(run: Run) -> bool:
     """A control row: read from the run's recorded capabilities (runs before they were recorded: its kind)."""
-    caps = run.summary.get("capabilities")
-    return bool(caps["is_control"]) if caps else is_control_spec(run.key)
+    caps = run.typed.capabilities if isinstance(run.typed, EvalSummary) else None
+    return caps.is_control if caps is not None else is_control_spec(run.key)
 
 
 def is_control_spec(spec: str) -> bool:

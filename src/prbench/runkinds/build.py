@@ -4,18 +4,56 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from prbench.runkinds.base import RunKind
+from prbench.errors import DataError
+from prbench.runkinds.base import Run, RunKind
 
 
-class BuildReport(BaseModel):
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
+
+
+class Range(_Open):
+    mean: float
+    min: float
+    max: float
+
+
+class ScaleStats(_Open):
+    """One validator scale over kept pairs: chosen and rejected (mean, min, max) and their gap."""
+
+    chosen: Range | None = None
+    rejected: Range | None = None
+    gap: float | None = None
+
+
+class Count(_Open):
+    chosen_longer: float | None = None
+    failed: int | None = None
+    parse_failures: int | None = None
+
+
+class BuildSection(_Open):
+    """One category (or 'all') of a build's validation report."""
+
+    kept: int = 0
+    processed: int = 0
+    dropped: int | None = None
+    dropped_by_reason: dict[str, int] = {}
+    scales_kept: dict[str, ScaleStats] = {}
+    length_kept: Count = Count()
+    generation: Count = Count()
+    validation: Count = Count()
+
+
+class BuildReport(_Open):
     """build/report.py's report.json: the rule, per-category sections and 'all'."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
     rule: Any
-    categories: dict[str, dict[str, Any]]
-    all: dict[str, Any]
+    rule_text: str | None = None
+    categories: dict[str, BuildSection]
+    all: BuildSection
 
 
 class BuildKind(RunKind):
@@ -23,6 +61,16 @@ class BuildKind(RunKind):
     title = "benchmark build"
     summary_model = None  # the build's summary.json is free-form; readers use report.json
     report_section = "prbench.report.build:build_section"
+
+    def check(self, run: Run) -> None:
+        """report.json as its model (a damaged one is one line naming the field)."""
+        super().check(run)
+        try:
+            run.typed = BuildReport.model_validate(run.report)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise DataError(str(run.path / "report.json"), None, ".".join(map(str, err["loc"])),
+                            f"{err['msg']}; rerun the build") from None
 
     @staticmethod
     def reads_report(obj: Any) -> bool:
