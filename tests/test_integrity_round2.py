@@ -287,8 +287,8 @@ def test_13_damaged_trained_folders_name_the_file(head: Path, tmp_path: Path, ca
     code, _, err = run_cli(capsys, "eval", "-m", f"pal:{m}", "--data", str(head / "synth.jsonl"), "-c", "profile",
                            "--limit", "2", "-q")
     assert code == 2 and err.count("\n") == 1 and "model.safetensors: changed since training" in err
-    (m / MANIFEST_FILE).unlink()  # no manifest (a hand-made folder): still one line naming the file
-    with pytest.raises(PrbenchError, match=r"model\.safetensors: cannot load these weights"):
+    (m / MANIFEST_FILE).unlink()  # a trained folder without its manifest: refused, never loaded unchecked
+    with pytest.raises(PrbenchError, match=r"prbench_manifest\.json: missing, though prbench_rm\.json says"):
         load_rm(f"pal:{m}")
     for edit in ("dims", "users"):
         m = _damaged(head, tmp_path / edit)
@@ -304,6 +304,30 @@ def test_13_damaged_trained_folders_name_the_file(head: Path, tmp_path: Path, ca
     (m / "model.safetensors").unlink()
     with pytest.raises(PrbenchError, match=r"^bt:.*model\.safetensors: missing"):
         load_rm(f"bt:{m}")
+
+
+def test_42_10_trained_folder_without_manifest_never_loads_silently(head: Path, tmp_path: Path, capsys) -> None:
+    """Issue 42 item 10: flipped weights (same size) or a reordered user list, manifest deleted: one line, exit 2."""
+    from prbench.manifest import MANIFEST_FILE
+    from prbench.rewards import load_rm
+
+    for edit in ("flip", "users"):
+        m = _damaged(head, tmp_path / edit)
+        if edit == "flip":
+            w = bytearray((m / "model.safetensors").read_bytes())
+            w[-4:] = bytes(b ^ 0x80 for b in w[-4:])  # the sign bit of the last float
+            (m / "model.safetensors").write_bytes(bytes(w))
+        else:
+            cfg = json.loads((m / "config.json").read_text())
+            cfg["users"] = list(reversed(cfg["users"]))
+            (m / "config.json").write_text(json.dumps(cfg))
+        (m / MANIFEST_FILE).unlink()
+        for prefix in ("pal", "bt"):
+            with pytest.raises(PrbenchError, match=r"prbench_manifest\.json: missing, though prbench_rm\.json"):
+                load_rm(f"{prefix}:{m}")
+        code, _, err = run_cli(capsys, "eval", "-m", f"pal:{m}", "--data", str(head / "synth.jsonl"), "-c",
+                               "profile", "--limit", "2", "-q")
+        assert code == 2 and err.count("\n") == 1 and "prbench_manifest.json: missing" in err, err
 
 
 # -- 15: strict --format options, --max-invalid range ---------------------------------------------------------------

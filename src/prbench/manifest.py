@@ -4,7 +4,9 @@ Why: a truncated `model.safetensors` surfaced as a raw `SafetensorError`, an edi
 a state-dict traceback, and a reordered user list in `config.json` loaded silently and changed
 every per-user score. `prbench train` seals the folder when it has written it (`seal`); a
 loader checks the seal first (`verify`) and names the one file that differs, with one line.
-Folders without a manifest (trained before it existed, or written by hand) load as before.
+A folder `prbench train` wrote (it holds `prbench_rm.json`) but without a manifest is refused:
+with the seal gone, flipped weights or a reordered user list would load silently. Folders
+prbench did not write (a Hugging Face model, say) carry no manifest and load as before.
 """
 
 from __future__ import annotations
@@ -35,9 +37,16 @@ def seal(folder: str | Path) -> Path:
     return path
 
 
+TRAINED_MARK = "prbench_rm.json"  # what every `prbench train` folder holds (prbench.rewards.folders)
+
+
 def _read(root: Path, spec: str) -> dict[str, Any] | None:
     path = root / MANIFEST_FILE
     if not path.is_file():
+        if (root / TRAINED_MARK).is_file():
+            raise PrbenchError(f"{spec}: {path}: missing, though {TRAINED_MARK} says prbench trained this folder; "
+                               "its files cannot be checked (a changed weight or user list would load silently): "
+                               "retrain, or restore the folder with its manifest")
         return None
     try:
         files = json.loads(path.read_text(encoding="utf-8"))["files"]

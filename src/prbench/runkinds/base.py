@@ -265,6 +265,17 @@ def _no_kind(path: Path, summary: Any) -> DataError:
     return DataError(str(path), None, None, "not the summary of a run kind prbench knows; " + SUMMARY_FIX)
 
 
+def _downstream(path: Path) -> DownstreamResult:
+    """downstream.json through its validator; every problem names the file (the validator's own words after it)."""
+    try:
+        return read_downstream(path)
+    except DataError:
+        raise
+    except PrbenchError as exc:
+        why = str(exc).removeprefix(f"{path}: ").removeprefix("downstream result: ")
+        raise DataError(str(path), None, None, f"{why}; rerun the command that wrote it") from None
+
+
 def open_run(path: str | Path) -> Run:
     """The run in folder `path` (or the folder of a file in it); a damaged file is a DataError naming file and line."""
     folder = Path(path)
@@ -274,7 +285,7 @@ def open_run(path: str | Path) -> Run:
         raise PrbenchError(f"{folder}: no such run folder")
     s_path, d_path, r_path = (folder / m for m in MARKERS)
     summary = read_json(s_path, SUMMARY_FIX) if regular_file(s_path, SUMMARY_FIX) else None
-    ds = read_downstream(d_path) if regular_file(d_path, "rerun the command that wrote it") else None
+    ds = _downstream(d_path) if regular_file(d_path, "rerun the command that wrote it") else None
     report = read_json(r_path) if regular_file(r_path) else None
     k = _kind_of(summary, ds, report)
     if k is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from prbench.errors import DataError
+from prbench.metrics import collapse_items
 from prbench.records import EvalSummary, typed_record
 from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind
 
@@ -25,12 +26,16 @@ class EvalKind(RunKind):
         """The summary must be what its records give: counts and accuracy (a cut or edited file is refused)."""
         super().check(run)
         s = run.summary_as(EvalSummary)
-        credits = list(self.credits(run).values())
+        items = collapse_items(run.records)  # what the driver summarised: one credit per multi-response item
+        credits = [float(r["credit"]) for r in items if r.get("credit") is not None]  # records, not a summary
         where = str(run.path / "summary.json")
         fix = f"the summary does not match {RECORDS}; delete summary.json and rerun the eval (it is recomputed)"
         if s.n_total != len(run.records):
             raise DataError(where, None, "n_total", f"says {s.n_total} pairs but {RECORDS} holds "
                                                     f"{len(run.records)}; {fix}")
+        if s.metrics.n_total is not None and s.metrics.n_total != len(items):
+            raise DataError(where, None, "metrics.n_total", f"says {s.metrics.n_total} items but {RECORDS} holds "
+                                                            f"{len(items)}; {fix}")
         if s.metrics.n != len(credits):
             raise DataError(where, None, "metrics.n", f"says {s.metrics.n} validly scored pairs but {RECORDS} "
                                                       f"holds {len(credits)}; {fix}")
