@@ -121,14 +121,13 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
         if s.validity is not None:  # the personalization validity card (prbench.validity)
             row.setdefault("validity", {})[s.condition] = s.validity.model_dump()
         for cat, g in (m.categories.groups if m.categories else {}).items():
-            row["cells"][f"{s.condition}/{CATEGORY_SHORT[cat] if cat in CATEGORY_SHORT else cat}"] = _cell(g)
+            row["cells"][f"{s.condition}/{CATEGORY_SHORT.get(cat, cat)}"] = _cell(g)
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows.values():
         by_model.setdefault((r["data"], r["model"]), []).append(r)
     for group in by_model.values():
         keys = sorted({k for r in group for k in r["options"]})
-        differing = [k for k in keys if len({json.dumps(r["options"][k] if k in r["options"] else None,
-                                                        sort_keys=True) for r in group}) > 1]
+        differing = [k for k in keys if len({json.dumps(r["options"].get(k), sort_keys=True) for r in group}) > 1]
         for r in group:
             r["label"] = _label(r["model"], r["options"], differing) if len(group) > 1 else r["model"]
 
@@ -176,7 +175,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
             for c in cols:
                 acc, lo, hi = _at(r, c)
                 line += [acc, lo, hi] if "/" not in c else [acc]
-            w.writerow([*line, _gain_cell(r["validity"]) if "validity" in r else None, r["usd"] if "usd" in r else None])
+            w.writerow([*line, _gain_cell(r["validity"]) if "validity" in r else None, r.get("usd")])
     write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
     return csv_path, json_path

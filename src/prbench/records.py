@@ -72,10 +72,10 @@ class _Open(BaseModel):
 class Accuracy(_Open):
     """`metrics.accuracy_summary`: accuracy (ties 0.5) with its bootstrap CI, over `n` items."""
 
-    accuracy: float | None = Field(None, ge=0.0, le=1.0)
+    accuracy: float | None = Field(default=None, ge=0.0, le=1.0)
     ci_low: float | None = None
     ci_high: float | None = None
-    n: int | None = Field(None, ge=0)
+    n: int | None = Field(default=None, ge=0)
 
 
 class CategoryStats(_Open):
@@ -103,8 +103,8 @@ class EvalMetrics(Accuracy):
     """An eval run's `metrics` (`prbench.scoring.summarize`)."""
 
     n: int = Field(ge=0)
-    n_invalid: int = Field(0, ge=0)
-    n_total: int | None = Field(None, ge=0)
+    n_invalid: int = Field(default=0, ge=0)
+    n_total: int | None = Field(default=None, ge=0)
     ties: int | None = None
     truncated_inputs: int | None = None
     mean_margin: float | None = None
@@ -215,7 +215,7 @@ class PolicyAccuracyMetrics(_Open):
     rm_accuracy: Accuracy = Accuracy()
     agreement_with_plain: Agreement = Agreement()
     mean_topk_coverage: float | None = None
-    n: int = Field(0, ge=0)
+    n: int = Field(default=0, ge=0)
 
     @field_validator("rm_accuracy", mode="before")
     @classmethod
@@ -271,6 +271,21 @@ class GenerationSummary(_Open):
     gold: GoldScores | None = None
     grade: GoldMetric | None = None
     changed_share: float | None = None
+
+
+class RankValue(_Open):
+    """One rank-agreement metric of a meta row (`metrics.rank_agreement_bootstrap`): value, CI, permutation p."""
+
+    value: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+
+    @classmethod
+    def of(cls, metrics: dict[str, Any] | None, name: str) -> RankValue:
+        """Metric `name` of a meta row's `metrics` (None: the row has none); empty when undefined."""
+        found = (metrics or {}).get(name)  # the model reading its own input
+        return cls.model_validate(found or {})
 
 
 SUMMARY_MODELS: dict[str, type[_Open]] = {"eval": EvalSummary, "policy-accuracy": PolicyAccuracySummary,

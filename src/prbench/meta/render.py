@@ -9,6 +9,7 @@ from typing import Any
 
 from prbench import metrics
 from prbench.meta.stats import CROSS_METRICS
+from prbench.records import RankValue
 from prbench.runs import write_json_atomic
 
 # The paper's table columns (their order), then Kendall tau-b.
@@ -18,14 +19,15 @@ PAPER_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def fmt_ci(m: Mapping[str, Any] | None, digits: int = 3) -> str:
+def fmt_ci(m: Mapping[str, Any] | RankValue | None, digits: int = 3) -> str:
     """'value [lo, hi]' (or '-' when undefined), the cell format of the paper-style table."""
-    if not m or m.get("value") is None:
+    r = m if isinstance(m, RankValue) else RankValue.model_validate(m or {})
+    if r.value is None:
         return "-"
-    v = f"{m['value']:.{digits}f}"
-    if m.get("ci_low") is None or m.get("ci_high") is None:
+    v = f"{r.value:.{digits}f}"
+    if r.ci_low is None or r.ci_high is None:
         return v
-    return f"{v} [{m['ci_low']:.{digits}f}, {m['ci_high']:.{digits}f}]"
+    return f"{v} [{r.ci_low:.{digits}f}, {r.ci_high:.{digits}f}]"
 
 
 def main_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -112,8 +114,8 @@ def cross_benchmark_markdown(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         for e in c["benchmarks"]:
             cells = []
             for m in CROSS_METRICS:
-                v = (e["metrics"] or {}).get(m)
-                cell = fmt_ci(v) + (f" (p {v['p_value']:.3f})" if v and v.get("p_value") is not None else "")
+                v = RankValue.of(e["metrics"], m)
+                cell = fmt_ci(v) + (f" (p {v.p_value:.3f})" if v.p_value is not None else "")
                 cells.append(f"**{cell}**" if c["best"][m] == e["benchmark"] else cell)
             if e["metrics"] is None:
                 cells = [e["note"] or "-"] + [""] * (len(CROSS_METRICS) - 1)
@@ -139,8 +141,8 @@ def write_csv(result: Mapping[str, Any], path: Path) -> Path:
                     r["setting"]["condition"], r["n_rms"], ";".join(r["rms"]), r.get("n_items_benchmark"),
                     r.get("n_items_downstream"), r.get("n_items_shared"), r.get("resampling"), r.get("best_summary")]
             for name in metrics.RANK_METRICS:
-                m = (r["metrics"] or {}).get(name) or {}
-                line += [m.get("value"), m.get("ci_low"), m.get("ci_high"), m.get("p_value")]
+                m = RankValue.of(r["metrics"], name)
+                line += [m.value, m.ci_low, m.ci_high, m.p_value]
             line.append(r["note"])
             w.writerow(line)
     return path

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from prbench import metrics
+from prbench.records import RankValue
 from prbench.runkinds import Run, Setting
 
 SUMMARIES: tuple[str, ...] = ("mean", "worst_category", "mean_margin")
@@ -224,7 +225,7 @@ def paper_b(rows: Sequence[dict[str, Any]], settings: Sequence[Setting], opts: M
     for row in rows:
         if row["setting"]["setting"] != "policy_accuracy":
             continue
-        kt = (row["metrics"] or {}).get("kendall_tau_b")
+        kt = row["metrics"]["kendall_tau_b"] if row["metrics"] else None
         out.append({"source": "benchmark", "benchmark": row["benchmark"]["label"], "setting": row["setting"]["label"],
                     "n_rms": row["n_rms"], "kendall_tau_b": kt, "note": row["note"]})
     for s in settings:
@@ -259,8 +260,8 @@ def summary_comparison(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rows is left out until some rows are common. `best_in_rows` counts per-row wins over all rows.
     """
     def val(r: Mapping[str, Any], name: str, metric: str) -> float | None:
-        v = (r.get("by_summary") or {}).get(name)
-        return v.get(metric) if v else None
+        by = r["by_summary"] or {} if "by_summary" in r else {}  # summary name -> its agreement
+        return by[name][metric] if name in by and by[name] and metric in by[name] else None
 
     compared = [n for n in SUMMARIES if any(val(r, n, "spearman") is not None for r in rows)]
     common: list[Mapping[str, Any]] = []
@@ -308,7 +309,7 @@ def cross_benchmark(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         entries = [{"benchmark": r["benchmark"]["label"], "data": r["benchmark"]["data"],
                     "condition": r["benchmark"]["condition"], "n_rms": r["n_rms"], "rms": r["rms"],
-                    "metrics": {m: (r["metrics"] or {}).get(m) for m in CROSS_METRICS} if r["metrics"] else None,
+                    "metrics": {m: r["metrics"][m] for m in CROSS_METRICS} if r["metrics"] else None,
                     "note": r["note"]} for r in sorted(rs, key=lambda r: r["benchmark"]["label"])]
         best: dict[str, str | None] = {}
         for m in CROSS_METRICS:
@@ -319,8 +320,8 @@ def cross_benchmark(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         wins = {e["benchmark"]: sum(1 for m in CROSS_METRICS if best[m] == e["benchmark"]) for e in entries}
 
         def spearman_of(e: Mapping[str, Any]) -> float:
-            v = (e["metrics"] or {}).get("spearman") or {}
-            return v.get("value") if v.get("value") is not None else -2.0
+            v = RankValue.of(e["metrics"], "spearman").value
+            return v if v is not None else -2.0
 
         ranked = sorted((e for e in entries if e["metrics"]), key=lambda e: (-wins[e["benchmark"]], -spearman_of(e)))
         out.append({"setting": label, "benchmarks": entries, "best": best,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prbench.report.data import ReportData
-from prbench.runkinds.build import BuildSection, ScaleStats
 from prbench.report.widgets import Cell, cat_label, empty, esc, fnum, numc, pct, rel, section, table, text
+from prbench.runkinds.build import BuildSection, ScaleStats
 
 
 def build_section(d: ReportData) -> str:
@@ -45,8 +45,7 @@ def build_section(d: ReportData) -> str:
                 ["dropped", *[numc(fnum(s.dropped)) for s in secs.values()]]]
         reasons = sorted({k for s in secs.values() for k in s.dropped_by_reason})
         for reason in reasons:
-            rows.append([text(f"dropped: {reason}"), *[numc(fnum(s.dropped_by_reason[reason] if reason in
-                                                                 s.dropped_by_reason else 0)) for s in secs.values()]])
+            rows.append([text(f"dropped: {reason}"), *[numc(fnum(sec.dropped_by_reason.get(reason, 0))) for sec in secs.values()]])
         cells: tuple[tuple[str, Callable[[BuildSection], str]], ...] = (
             ("chosen longer (kept)", lambda s: pct(s.length_kept.chosen_longer)),
             ("generation failed", lambda s: fnum(s.generation.failed)),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -94,5 +93,5 @@ def model_order(runs: list[Run]) -> list[str]:
     best: dict[str, float] = {}
     for r in runs:
         a = ev(r).metrics.accuracy
-        best[r.key] = max(best[r.key] if r.key in best else -1.0, -1.0 if a is None else a)
+        best[r.key] = max(best.get(r.key, -1.0), -1.0 if a is None else a)
     return sorted(best, key=lambda m: (-best[m], m))

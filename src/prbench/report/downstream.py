@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from prbench.records import GenerationSummary
 from prbench.registry import resolve
 from prbench.report.data import ReportData
 from prbench.report.widgets import (
@@ -17,7 +18,6 @@ from prbench.report.widgets import (
     table,
     text,
 )
-from prbench.records import GenerationSummary
 from prbench.runkinds import RunKind, kinds
 from prbench.runkinds.downstream import DownstreamKind
 

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from prbench import metrics
 from prbench.errors import DataError, PrbenchError
-from prbench.report import plots
 from prbench.leaderboard import RunConfig
 from prbench.records import Accuracy, LengthBias, PairwiseStats, ValidityCard
+from prbench.report import plots
 from prbench.report.data import ReportData, category_stats, conditions_of, ev, model_order
 from prbench.report.widgets import (
     CONDITION_HELP,
@@ -262,7 +262,7 @@ def diagnostics_section(d: ReportData) -> str:
                 Cell("ties", "num"), Cell("prefers longer", "num")]
         if any_margin:
             head.append(Cell("mean margin", "num", "mean score(chosen) - score(rejected), RM units"))
-        usd = {id(r): ev(r).cost.usd if ev(r).cost else None for r in runs}
+        usd = {id(r): cost.usd if (cost := ev(r).cost) is not None else None for r in runs}
         any_usd = any(v is not None for v in usd.values())
         if any_usd:
             head.append(Cell("$ API", "num", "dollars of the run's API requests at the dated list prices (summary cost)"))
@@ -363,7 +363,7 @@ def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: 
     rows = []
     cache: dict[int, dict[str, Accuracy]] = {}
     for spec, cond, cat, val in items:
-        runs = runs_by[(spec, cond)] if (spec, cond) in runs_by else []
+        runs = runs_by.get((spec, cond), [])
         if not runs:
             rows.append([text(spec), text(cond), text(cat), numc(f"{val:.2f}"), numc("not run"), numc("–"), numc("–"),
                          text("–")])
@@ -377,7 +377,7 @@ def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: 
                 full = normalize_category(cat)
                 full = next((k for k, v in CATEGORY_SHORT.items() if v == full), full)
                 stats = cache.setdefault(id(run), category_stats(run, seed, n_boot))
-                ours = stats[full] if full in stats else None
+                ours = stats.get(full)
                 cat_name = cat_label(full)
             if ours is None or ours.accuracy is None:
                 rows.append([text(spec), text(cond), text(cat), numc(f"{val:.2f}"), numc("no items"), numc("–"),

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prbench.meta import PAPER_COLUMNS, main_rows
+from prbench.records import RankValue
 from prbench.report import plots
 from prbench.report.data import ReportData
 from prbench.report.widgets import Cell, empty, esc, figure, fnum, numc, section, table, text
@@ -72,14 +73,14 @@ def cross_benchmark_html(entries: Sequence[Mapping[str, Any]]) -> str:
         for e in c["benchmarks"]:
             cells = []
             for m in CROSS_METRICS:
-                v = (e["metrics"] or {}).get(m) or {}
-                if v.get("value") is None:
+                v = RankValue.of(e["metrics"], m)
+                if v.value is None:
                     cells.append(numc("–"))
                     continue
-                ci = f'<span class="ci">[{v["ci_low"]:.2f}, {v["ci_high"]:.2f}]</span>' if v.get("ci_low") is not None \
-                    else ""
+                ci = (f'<span class="ci">[{v.ci_low:.2f}, {v.ci_high:.2f}]</span>'
+                      if v.ci_low is not None and v.ci_high is not None else "")
                 badge = ' <span class="badge ref">best</span>' if c["best"][m] == e["benchmark"] else ""
-                cells.append(numc(f'{v["value"]:.3f}{badge}{ci}{_p_span(v.get("p_value"))}'))
+                cells.append(numc(f"{v.value:.3f}{badge}{ci}{_p_span(v.p_value)}"))
             label = e["benchmark"] + (" (best overall)" if e["benchmark"] == c["best_overall"] else "")
             body_rows.append([text(label, "nowrap"), numc(fnum(e["n_rms"])), *cells])
         note = "" if c["same_rms"] else ' <span class="warn">(benchmarks compared over different RM sets)</span>'

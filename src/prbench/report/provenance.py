@@ -77,7 +77,7 @@ def provenance_section(d: ReportData, meta: Mapping[str, Any] | None, seed: int,
             if r.key not in seen:
                 seen.add(r.key)
                 hs = _hashes(info)
-                fp = info["fingerprint"] if "fingerprint" in info else info
+                fp = info.get("fingerprint", info)  # model_info: free-form per RM kind
                 row += [model_cell(r.key, is_baseline(r), rowspan=span[r.key]),
                         Cell(esc(content_key(fp)[:12]), "hash", json.dumps(fp, default=str)[:400], rowspan=span[r.key]),
                         Cell("<br>".join(f"{esc(k)}: {esc(val[:16])}" for k, val in sorted(hs.items())) or "–",

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import PrbenchError
+from prbench.records import EvalSummary
 from prbench.report import plots
 from prbench.rewards.base import capabilities
-from prbench.records import EvalSummary
 from prbench.runkinds import Run
 from prbench.schema import CATEGORY_SHORT
 

@@ -19,6 +19,7 @@ from prbench.errors import DataError, PrbenchError
 from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
 from prbench.runs import read_json, regular_file
 
+
 class DownstreamSummary(BaseModel):
     """downstream.json as readers use it: the curve's core fields (checked by `results.validate`) and the extras
     every downstream driver may write, typed; a kind with more extras subclasses it."""

@@ -41,7 +41,8 @@ class EvalKind(RunKind):
                                                       f"holds {len(credits)}; {fix}")
         mean = math.fsum(credits) / len(credits) if credits else None
         for name, value in (("accuracy", s.accuracy), ("metrics.accuracy", s.metrics.accuracy)):
-            if (value is None) != (mean is None) or (mean is not None and abs(value - mean) > 1e-9):
+            if (value is None or mean is None) and value != mean or \
+                    value is not None and mean is not None and abs(value - mean) > 1e-9:
                 raise DataError(where, None, name, f"says {value} but the credits in {RECORDS} give {mean}; {fix}")
 
     def credits(self, run: Run) -> dict[str, float]:
