@@ -53,7 +53,7 @@ def upstream_form(agg: dict, text: str) -> None:
     assert data not in ("?", "_", "") and all(r["source_data"]["dataset_name"] == data
                                              for r in agg["evaluation_results"])
     bench, model_id, stamp = agg["evaluation_id"].split("/")  # {benchmark}/{model_id}/{retrieved_timestamp}
-    assert bench == data and model_id == info["id"].replace("/", "_") and stamp == agg["retrieved_timestamp"]
+    assert bench == (re.sub(r"[^A-Za-z0-9._-]+", "_", data).strip("_.") or "_") and model_id == info["id"].replace("/", "_") and stamp == agg["retrieved_timestamp"]
     float(stamp)  # Unix epoch seconds
     assert "/tmp/" not in text and "/home/" not in text and "/work/" not in text, "an absolute local path"
 
@@ -165,3 +165,36 @@ def test_an_icl_run_exports_its_gold_metrics_per_item(tiny_engine, tmp_path: Pat
     assert set(by_id) == {"icl:rouge1", "icl:rougeL"}
     assert by_id["icl:rouge1"]["score_details"]["score"] == pytest.approx(res.summary["gold"]["metrics"]["rouge1"]["mean"])
     assert len(got["lines"]) == 2 * 4
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("baseline:lexical", ("prbench/baseline-lexical", None, "prbench")),
+    ("hf:OpenAssistant/reward-model-deberta-v3-large-v2",
+     ("OpenAssistant/reward-model-deberta-v3-large-v2", None, "transformers")),
+    ("judge:openai:gpt-4o-mini", ("openai/gpt-4o-mini", "openai", None)),
+    ("anthropic:claude-3-5-haiku-20241022", ("anthropic/claude-3-5-haiku-20241022", "anthropic", None)),
+    ("lik:builtin:smollm2-135m-instruct", ("HuggingFaceTB/SmolLM2-135M-Instruct", None, "transformers")),
+    ("judge:vllm:Qwen/Qwen2.5-7B-Instruct", ("Qwen/Qwen2.5-7B-Instruct", None, "vllm")),
+    ("pal:/home/someone/models/pal", ("local/pal", None, "transformers")),
+    ("py:/home/someone/my_rm.py:MyRM", ("local/my_rm", None, "prbench")),
+])
+def test_model_ids_in_upstream_form(spec: str, want: tuple) -> None:
+    """CONTRIBUTING.md 1: Hugging Face `developer/model`, or the provider's exact API id; never a local path."""
+    from prbench.eee import identity
+
+    got = identity(spec)
+    assert (got.id, got.platform, got.engine) == want
+
+
+def test_a_bon_file_without_its_data_name_takes_it_from_its_samples(tmp_path: Path) -> None:
+    """Best-of-N files written before `data` was recorded: the data set comes from the samples folder's config."""
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "config.json").write_text(json.dumps({"data": "/home/someone/dsp.jsonl", "policy": "p"}))
+    vals = {i: {1: 1.0, 2: 1.5} for i in IDS}
+    write_ds(tmp_path / "runs", "rm:a", vals, setting="bon", extra={"data": None, "samples": str(samples)})
+    (got,) = check(export_eee([tmp_path / "runs"], tmp_path / "eee")["written"]).values()
+    assert got["agg"]["evaluation_results"][0]["source_data"]["dataset_name"] == "dsp.jsonl"
+    write_ds(tmp_path / "runs2", "rm:a", vals, setting="bon", extra={"data": None})
+    res = export_eee([tmp_path / "runs2"], tmp_path / "eee2")
+    assert res["written"] == [] and "names no data set" in res["skipped"][0]

@@ -239,6 +239,8 @@ def identity(spec: str) -> Identity:
         return Identity(BUILTIN_IDS.get(name, f"local/{name}"), None, engine, "self_deployed", "open_weights")
     if prefix == "baseline":
         return Identity(f"prbench/baseline-{_safe(rest)}", None, "prbench", "self_deployed", "unknown")
+    if prefix == "py":  # the user's own Python RM, run by prbench
+        return Identity(f"local/{_safe(Path(rest.split(':')[0]).stem)}", None, "prbench", "self_deployed", "unknown")
     engine = "vllm" if prefix == "vllm" else "transformers"
     local = rest.startswith(("/", ".", "~")) or rest.count("/") != 1 or Path(rest).expanduser().exists()
     if local:
@@ -280,24 +282,25 @@ def _result(part: EEEPart, data: str) -> EvaluationResult:
                              method="percentile bootstrap over items")
           if part.ci and None not in part.ci else None)
     return EvaluationResult(
-        evaluation_result_id=part.result_id, evaluation_name=part.name,
-        source_data=SourceData(dataset_name=data, source_type="other", additional_details=part.source_details),
+        evaluation_result_id=part.result_id, evaluation_name=_portable(part.name),
+        source_data=SourceData(dataset_name=data, source_type="other",
+                               additional_details={k: _portable(v) for k, v in part.source_details.items()}),
         metric_config=MetricConfig(evaluation_description=part.description, metric_id=part.metric_id,
                                    metric_name=part.metric_name, lower_is_better=False, score_type="continuous",
                                    min_score=part.bounds[0], max_score=part.bounds[1]),
-        score_details=ScoreDetails(score=part.score, details=part.details,
+        score_details=ScoreDetails(score=part.score, details={k: _portable(v) for k, v in part.details.items()},
                                    uncertainty=Uncertainty(confidence_interval=ci, num_samples=part.n)))
 
 
 def _instances(eval_id: str, model: str, part: EEEPart) -> list[EEEInstance]:
     return [EEEInstance(
-        schema_version=SCHEMA_VERSION, evaluation_id=eval_id, model_id=model, evaluation_name=part.name,
+        schema_version=SCHEMA_VERSION, evaluation_id=eval_id, model_id=model, evaluation_name=_portable(part.name),
         evaluation_result_id=part.result_id, sample_id=item.id, interaction_type="single_turn",
         input=InstanceInput(raw=item.id, reference=[item.reference]), output=InstanceOutput(raw=[item.extracted]),
         answer_attribution=[Attribution(turn_idx=0, source=part.source, extracted_value=item.extracted,
                                         extraction_method=part.extraction_method, is_terminal=True)],
         evaluation=InstanceEvaluation(score=item.score, is_correct=item.correct),
-        metadata=item.metadata) for item in part.items]
+        metadata={k: _portable(v) for k, v in item.metadata.items()}) for item in part.items]
 
 
 def _timestamp(run: Run) -> str:
@@ -315,6 +318,9 @@ def dataset(run: Run) -> str | None:
     from prbench.runkinds.downstream import DownstreamKind
 
     name = run.kind.dataset(run) if isinstance(run.kind, DownstreamKind) else run.get("data")
+    if not name:
+        cfg = run.config  # what was asked (config.json): the data a generation run read
+        name = cfg["data"] if isinstance(cfg.get("data"), str) else None  # config.json: not a summary
     return Path(str(name)).name or str(name) if name else None
 
 
