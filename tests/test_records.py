@@ -50,3 +50,20 @@ def test_missing_field_is_named_with_the_file():
 def test_record_of_the_wrong_shape_is_located():
     with pytest.raises(DataError, match=r"examples.jsonl:7: score_chosen"):
         typed_record({"id": "a", "truncated": {"chosen": False, "rejected": False}}, "examples.jsonl", 7)
+
+
+def test_a_driver_never_writes_a_summary_its_readers_refuse(tmp_path):
+    """RunDir.write_summary validates a run's summary against its kind's model first (NaN, a missing field)."""
+    from prbench.runs import RunDir
+
+    run = RunDir(tmp_path / "r", {"model": "m"})
+    run.append([{"id": "a", "credit": 1.0}])
+    good = {"model": "m", "data": "d", "condition": "none", "kind": "pointwise", "accuracy": 1.0, "n": 1,
+            "n_total": 1, "metrics": {"accuracy": 1.0, "n": 1, "n_invalid": 0}}
+    for bad, field in (({**good, "accuracy": float("nan")}, "accuracy"), ({k: v for k, v in good.items()
+                                                                           if k != "n_total"}, "n_total")):
+        with pytest.raises(DataError, match=rf"summary\.json: {field}"):
+            run.write_summary(stamp("eval", bad))
+        assert not (tmp_path / "r" / "summary.json").exists()
+    run.write_summary(stamp("eval", good))
+    assert typed_summary(json.loads((tmp_path / "r" / "summary.json").read_text())).accuracy == 1.0

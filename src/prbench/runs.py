@@ -435,7 +435,12 @@ class RunDir:
         return s if isinstance(s, dict) else None
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write summary.json, after checking it against its kind's model: never a file the readers would refuse."""
+        from prbench.records import SUMMARY_MODELS, run_kind, typed_summary
+
         self._check_writable()
+        if run_kind(summary) in SUMMARY_MODELS:
+            typed_summary(summary, self.summary_path)
         try:
             write_json_atomic(self.summary_path, redact(summary))
         except OSError as exc:
