@@ -187,13 +187,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str, logs: pytest.LogCapt
     return code, out.out, out.err + logged
 
 
-READERS = ("leaderboard", "report", "meta", "export")
+READERS = ("leaderboard", pytest.param("report", marks=pytest.mark.slow), "meta", "export")
 
 
 def read(reader: str, root: Path, tmp: Path, capsys: pytest.CaptureFixture[str], logs: pytest.LogCaptureFixture
          ) -> tuple[int, str, str]:
     args = {"leaderboard": ["leaderboard", str(root)],
-            "report": ["report", str(root), "-o", str(tmp / "r.html"), "--n-boot", "20"],
+            "report": ["report", str(root), "-o", str(tmp / "r.html"), "--n-boot", "20", "--n-perm", "20"],
             "meta": ["meta", "-r", str(root / "eval"), "-D", str(root / "downstream"), "-o", str(tmp / "meta"),
                      "--n-boot", "20", "--n-perm", "20"],
             "export": ["export", "eee", str(root), "--out", str(tmp / "eee")]}[reader]

@@ -74,6 +74,7 @@ class DownstreamKind(RunKind):
 
     role = "downstream"
     result_model: type[DownstreamSummary] = DownstreamSummary
+    record_model = DownstreamItem  # one item of the curve (`run.items`, built from downstream.json's per_item)
     group_fields = DEFAULT_GROUP
     label_fields = (("w", "w"), ("k", "candidates_k"), ("metric", "metric"))
     report_section = "prbench.report.downstream:downstream_section"
