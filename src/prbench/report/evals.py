@@ -312,11 +312,15 @@ def diagnostics_section(d: ReportData) -> str:
     return section("diagnostics", "Diagnostics", explain, "".join(body))
 
 
+def _p(p: float | None) -> str:
+    return "–" if p is None else f"{p:.2g}"
+
+
 def _validity_panel(key: str, v: ValidityCard) -> str:
     """One run's personalization validity card (prbench.validity): gain over its wrong-user control, controls."""
     g, ln, pos = v.gain, v.length, v.position
     gain = (f"gain over <code>{esc(v.control)}</code>: <b>{100 * g.diff:+.1f}</b> points "
-            f"[{pct(g.ci_low)}, {pct(g.ci_high)}], p = {fnum(g.p_value, 2)} (n = {v.n_shared})"
+            f"[{pct(g.ci_low)}, {pct(g.ci_high)}], p = {_p(g.p_value)} (n = {v.n_shared})"
             if g else "no item shared with the control")
     length = f"prefers longer {pct(ln.prefers_longer)} (p = {fnum(ln.p_value, 3)})"
     position = (f"says A {pct(pos.share_A)} (p = {fnum(pos.p_value, 3)})" if pos.applicable
