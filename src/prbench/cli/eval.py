@@ -75,11 +75,14 @@ def eval_cmd(
     from prbench import InvalidRunError, evaluate, invalid_failure
     from prbench.cache import NullCache
     from prbench.engines.batch import BatchPending
+    from prbench.preflight import check_conditions, check_data, model_specs
     from prbench.rewards import load_rm
 
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
-    conds = split_csv(condition) or ["none"]
+    conds = check_conditions(split_csv(condition) or ["none"])
+    model = list(dict.fromkeys(model_specs(model).values()))  # one identity per model, however written
+    check_data(data, settings)
     per_model = model_options(model, model_option, mode=mode, max_length=max_length,
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
