@@ -6,6 +6,7 @@ the command (exit 2, one line with "did you mean") before that file exists.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def _marking_rm(tmp_path: Path) -> tuple[str, Path]:
 @pytest.mark.parametrize(("extra", "says"), [
     (["-m", "baseline:lexcial", "-c", "none"], "did you mean 'baseline:lexical'?"),
     (["-c", "none,wrong-profle"], "did you mean 'wrong-profile'?"),
-    (["-m", "hf:./no-such-folder", "-c", "none"], "no-such-folder: no such file or folder"),
+    (["-m", "hf:./no-such-folder", "-c", "none"], "hf:./no-such-folder: no such folder"),
     (["-c", "none", "--data", "no-such.jsonl"], "no-such.jsonl"),
 ])
 def test_a_typo_anywhere_stops_eval_before_any_model_is_built(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -46,9 +47,9 @@ def test_a_local_folder_is_one_model_however_it_is_written(tmp_path: Path, capsy
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     spec, _ = _marking_rm(tmp_path)
     monkeypatch.chdir(tmp_path)
-    relative = "py:marking_rm.py:Marking"
-    for written in (relative, spec):
+    for written in ("py:marking_rm.py:Marking", "py:./marking_rm.py:Marking", spec):
         code, _, err = run_cli(capsys, "eval", "-m", written, "--limit", "4", "--out", "runs", "--quiet")
         assert code == 0, err
-    [run] = [p for p in (tmp_path / "runs").glob("*/*") if p.is_dir()]  # one model folder, not two
-    assert (run / "none" / "summary.json").exists()
+    [run] = [p for p in (tmp_path / "runs").glob("*/*") if p.is_dir()]  # one model folder, not three
+    summary = json.loads((run / "none" / "summary.json").read_text())
+    assert summary["model"] == "py:marking_rm.py:Marking"  # the short name, kept

@@ -8,11 +8,13 @@ with a "did you mean" where a close name exists.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import PrbenchError, SpecError
+from prbench.hub import no_such_folder
 from prbench.registry import REWARDS
 from prbench.specs import resolve_spec
 
@@ -34,15 +36,21 @@ def check_conditions(conditions: Sequence[str], known: Sequence[str] = ALL_CONDI
 def model_specs(specs: Sequence[str], root: Path | None = None) -> dict[str, str]:
     """Each spec as given -> its canonical form: names checked by its kind, local folders made absolute.
 
-    The canonical form is the model's one identity: `hf:tinyrm` and `hf:/abs/path/tinyrm` name the
-    same folder, so they are one model and one run. Raises on the first spec that cannot be resolved.
+    The canonical form is the model's one identity: `hf:tinyrm`, `hf:./tinyrm` and `hf:/abs/path/tinyrm`
+    name the same folder, so they are one model and one run; a folder under the working directory keeps
+    its short relative name, one elsewhere is absolute. Raises on the first spec that cannot be resolved.
     """
-    here = root or Path.cwd()
+    here = (root or Path.cwd()).resolve()
+    inside = str(here) + os.sep
     out: dict[str, str] = {}
     for spec in specs:
         try:
-            out[spec] = resolve_spec(REWARDS, spec, here)
-        except SpecError:
+            prefix, _, rest = resolve_spec(REWARDS, spec, here).partition(":")
+            out[spec] = f"{prefix}:{rest.removeprefix(inside)}"
+        except SpecError as exc:
+            prefix, _, rest = spec.partition(":")
+            if "no such file or folder" in str(exc) and ":" not in rest:  # a folder kind: name the closest sibling
+                raise no_such_folder(rest, prefix) from None
             raise
         except PrbenchError as exc:
             raise SpecError(f"{spec}: {exc}") from None
