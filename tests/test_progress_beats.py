@@ -4,6 +4,7 @@ stage lines carry counts and times, never a rate of a handful of slow items."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -145,7 +146,7 @@ def test_a_whole_reduced_demo_never_goes_quiet_for_longer_than_the_interval(
     assert code == 0, err.lines[-5:]
     assert err.lines[0][0] - t0 < 30  # imports and the config's checks, then the first line
     times = [*(t for t, _ in err.lines), t1]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert max(gaps) <= interval + 1.5, [(round(g, 1), ln) for g, (_, ln) in zip(gaps, err.lines) if g > interval]
     texts = [ln for _, ln in err.lines]
     assert texts[0] == "study reduced: 5 stages, expect about a minute"  # said before any work
