@@ -44,3 +44,16 @@ def test_documented_eval_options_exist() -> None:
         for m in re.finditer(r"prbench eval ([^\n`]*)", page.read_text(encoding="utf-8")):
             for opt in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", m.group(1)):
                 assert opt in known, f"{page.relative_to(ROOT)}: prbench eval {opt} does not exist"
+
+
+def test_eval_help_is_grouped_and_shows_examples(capsys) -> None:  # type: ignore[no-untyped-def]
+    from prbench.testing.cli import run_cli
+
+    code, out, _ = run_cli(capsys, "eval", "--help")
+    assert code == 0
+    for group in ("What to score:", "Data:", "What the RM is shown:", "Judges:", "API calls and cost:",
+                  "Reruns and failures:"):
+        assert f"\n{group}\n" in out, group
+    assert "Examples:" in out and "prbench eval -m baseline:lexical" in out
+    judges = out.split("\nJudges:\n")[1].split("\n\n")[0]
+    assert "--both-orders" in judges and "--debias-position" in judges  # side by side, each saying what it does
