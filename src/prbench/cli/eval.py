@@ -11,8 +11,8 @@ from rich.markup import escape
 from prbench.cli import app
 from prbench.cli.options import (
     Conditions,
-    GroupedHelp,
     Data,
+    GroupedHelp,
     Json,
     MaxLength,
     MaxUsd,

@@ -12,7 +12,6 @@ needs, and model specs are checked (`check_specs`) before anything runs.
 from __future__ import annotations
 
 import re
-
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
