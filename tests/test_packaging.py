@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -101,3 +102,36 @@ def test_the_demo_runs_on_the_demo_extra_alone(tmp_path: Path) -> None:
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "blocked" not in out.stderr
+
+
+def _make_n(target: str, path: str, **variables: str) -> str:
+    """`make -n TARGET` with a fresh venv path (no torch importable) on the PATH given: what it would run."""
+    args = ["make", "-n", "--no-print-directory", target, "VENV=/nonexistent-venv",
+            *(f"{k}={v}" for k, v in variables.items())]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={**os.environ, "PATH": path}).stdout
+
+
+def test_a_machine_without_a_gpu_gets_the_cpu_torch_build_and_is_told_its_size(tmp_path: Path) -> None:
+    # A CPU-only x86-64 Linux box: no nvidia-smi anywhere on its PATH, no torch wheel of its own.
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "uname", "make"):
+        found = shutil.which(tool)
+        assert found, tool
+        (bare / tool).symlink_to(found)
+    out = _make_n("demo", str(bare))
+    [install] = [line for line in out.splitlines() if "import torch" in line]
+    if os.uname().machine == "x86_64":
+        assert '"torch==2.13.0+cpu" --extra-index-url' in install and "cpu build (about 190 MB)" in install
+    assert "-q" not in install.split("||", 1)[1]  # pip's own download lines are shown, never silenced
+    # A GPU machine: nvidia-smi answers, so PyPI's CUDA build, and the size says so.
+    (bare / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100'\n")
+    (bare / "nvidia-smi").chmod(0o755)
+    [install] = [line for line in _make_n("demo", str(bare)).splitlines() if "import torch" in line]
+    assert '"torch==2.13.0"' in install and "cuda build (about 3 GB" in install
+    # The user's choice wins.
+    [install] = [line for line in _make_n("test", str(bare), TORCH_BUILD="cpu").splitlines() if "import torch" in line]
+    assert "+cpu" in install
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "CPU build (about 190 MB)" in readme and "TORCH_BUILD=cpu" in readme

@@ -4,6 +4,7 @@ stage lines carry counts and times, never a rate of a handful of slow items."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -106,3 +107,50 @@ def test_one_long_step_still_gets_a_line_every_interval(monkeypatch: pytest.Monk
     running = [ln for ln in texts if ln.startswith("judge (none): scoring a batch of 8 sequences")]
     assert len(running) >= 2 and "(running 1s)" in running[-1], texts
     assert texts[0] == "judge (none): started, 0/4 done" and texts[-1].startswith("judge (none): 4/4 (100%), done in")
+
+
+def test_a_whole_reduced_demo_never_goes_quiet_for_longer_than_the_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#41: off a terminal, every stage (eval, sample, Best-of-N, meta, report) says it is alive, with a
+    slow stand-in RM; meta and the report have no counted tasks of their own, the study's stage line
+    speaks for them. No gap between two lines may exceed the interval plus scheduling slack."""
+    from prbench.testing.openai_server import serve
+
+    interval = 1.0
+    (tmp_path / "slow_rm.py").write_text(
+        "import time\n"
+        "from prbench.rewards.base import PointwiseRM, Score\n"
+        "class Slow(PointwiseRM):\n"
+        "    calls_model = False\n"
+        "    def __init__(self, **_): pass\n"
+        "    def score(self, batch):\n"
+        "        time.sleep(0.6 * len(batch))\n"  # several intervals per batch: only the ticker can speak
+        "        return [Score(float(len(r.split()))) for _, r in batch]\n")
+    monkeypatch.setenv("PRBENCH_PROGRESS_SECONDS", str(interval))
+    monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DEMO_KEY", "local-key")
+    with serve(lambda body: f"A cheap weekend plan, take {body['seed'] % 3}.") as policy:
+        (tmp_path / "study.yaml").write_text(
+            "name: reduced\ndata: sample\nout: out\nlimit: 4\nconditions: [none, profile]\n"
+            f"models:\n  - spec: py:{tmp_path / 'slow_rm.py'}:Slow\n  - spec: baseline:length\n"
+            "sample:\n  policy: openai:policy\n  n: 2\n  limit: 2\n"
+            f"  options: {{base_url: '{policy.base_url}', api_key_env: DEMO_KEY}}\n"
+            "bon:\n  condition: profile\n  grader: embedding:builtin:minilm-l6\n"
+            "stages: [eval, sample, bon, meta, report]\nestimates: {duration: about a minute}\n", encoding="utf-8")
+        err = Recorder()
+        monkeypatch.setattr(sys, "stderr", err)
+        t0 = time.monotonic()
+        code = run_cli("study", str(tmp_path / "study.yaml"))
+        t1 = time.monotonic()
+        monkeypatch.undo()
+    assert code == 0, err.lines[-5:]
+    assert err.lines[0][0] - t0 < 30  # imports and the config's checks, then the first line
+    times = [*(t for t, _ in err.lines), t1]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) <= interval + 1.5, [(round(g, 1), ln) for g, (_, ln) in zip(gaps, err.lines) if g > interval]
+    texts = [ln for _, ln in err.lines]
+    assert texts[0] == "study reduced: 5 stages, expect about a minute"  # said before any work
+    for stage in ("eval", "sample", "bon", "meta", "report"):
+        assert any(ln.startswith(f"study reduced: {stage}: ") for ln in texts), (stage, texts)
+    # a stage's line is printed when it starts, with the count of stages done before it
+    assert "study reduced: eval: 0/5 done" in texts and "study reduced: sample: 1/5 done" in texts

@@ -186,7 +186,8 @@ class EvalSettings(DataSpec, ContextSpec, RunSpec):
     condition: str = opt("none", f"What the RM sees: {', '.join(ALL_CONDITIONS)}.", "-c", metavar="NAME")
     format: str | None = opt(None, "Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: "
                                    "detected). See `prbench data formats`.", "-F", metavar="NAME")
-    both_orders: bool = opt(False, "Pairwise judges: judge both orders; inconsistent = tie.")
+    both_orders: bool = opt(False, "Any judge that compares two answers (pairwise or likelihood mode): ask in both "
+                                   "answer orders as two queries; orders that disagree count as a tie (0.5).")
     batch_size: int = count(16, "Examples per model batch.", 65536)
     workers: int = count(1, "Ray actors to shard examples over (one model load each).", 4096)
     ray_address: str | None = opt(None, "Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).",

@@ -26,8 +26,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 console = Console(stderr=True)
-_STATE: dict[str, Any] = {"quiet": False, "last_line": 0.0, "activity": "", "plain": 0, "detail": None,
-                          "detail_since": 0.0}
+_STATE: dict[str, Any] = {"quiet": False, "last_line": 0.0, "plain": 0, "detail": None, "detail_since": 0.0}
+# Unfinished tasks of every open plain progress, oldest first: the newest is what is under way; when it
+# finishes, the one it ran inside (a study's stage) is again, so the ticker is never left with nothing to say.
+_OPEN: list[_Task] = []
 _LOCK = threading.RLock()  # the ticker thread and the loops print through the same state
 
 
@@ -48,7 +50,7 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-@dataclass
+@dataclass(eq=False)  # tasks are told apart by identity (two may read alike)
 class _Task:
     description: str
     total: float | None
@@ -80,16 +82,18 @@ class LogProgress:
         now = time.monotonic()
         self.tasks[tid] = _Task(_plain(description), total, started=now, last_line=now, eta=eta)
         with _LOCK:
-            _STATE["last_line"], _STATE["activity"], _STATE["detail"] = now, _plain(description), None
-            _STATE["detail_since"] = now
+            _OPEN.append(self.tasks[tid])
+            _STATE["last_line"], _STATE["detail"], _STATE["detail_since"] = now, None, now
         return tid  # the start line waits for the first count, so an error at start stays one line
 
     def update(self, task_id: int, *, completed: float | None = None, total: float | None = None,
                description: str | None = None, advance: float | None = None, **_: Any) -> None:
         t = self.tasks[task_id]
         if description is not None and _plain(description) != t.description:
-            t.description = _plain(description)
-            self._print(t.description)
+            t.description, t.announced = _plain(description), True  # counted now, never "started" late
+            with _LOCK:
+                _STATE["detail"] = None  # what the last step was doing is over
+            self._print(f"{t.description}: {t.completed:g}/{'?' if t.total is None else f'{t.total:g}'} done")
         if total is not None:
             t.total = total
         if advance is not None:
@@ -111,14 +115,16 @@ class LogProgress:
         if done or now - t.last_line >= self.interval:
             t.last_line, t.finished = now, done
             self._print(self.line(t, now))
-        if done and _STATE["activity"] == t.description:
-            _STATE["activity"] = ""  # finished: the ticker says nothing until the next stage starts
+        if done:
+            _close(t)
 
     def advance(self, task_id: int, advance: float = 1) -> None:
         self.update(task_id, advance=advance)
 
     def remove_task(self, task_id: int) -> None:
-        self.tasks.pop(task_id, None)
+        t = self.tasks.pop(task_id, None)
+        if t is not None:
+            _close(t)
 
     @staticmethod
     def line(t: _Task, now: float) -> str:
@@ -138,7 +144,8 @@ class LogProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        for t in self.tasks.values():
+            _close(t)
 
 
 @contextmanager
@@ -152,14 +159,15 @@ def progress(quiet: bool = False) -> Iterator[Any]:
             _STATE["plain"] += 1
             if ticker:
                 ticker.start()
+            log = LogProgress()
             try:
-                yield LogProgress()
+                yield log
             finally:
+                log.__exit__()
                 _STATE["plain"] -= 1
                 if ticker:
                     ticker.stop.set()
                     ticker.join()
-                _STATE["activity"] = ""
             return
         p = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -185,17 +193,38 @@ def beat(detail: str | Callable[[], str]) -> None:
     _due_line()
 
 
+def _close(task: _Task) -> None:
+    """A finished task is no longer under way; what it ran inside is again, and its step detail ends."""
+    with _LOCK:
+        if task in _OPEN:
+            _OPEN.remove(task)
+            _STATE["detail"] = None
+
+
+@contextmanager
+def step(detail: str) -> Iterator[None]:
+    """`beat(detail)` for one long step (loading a model): the detail ends when the step does, so a
+    line never says "loading X (running 2m37s)" long after X was loaded."""
+    beat(detail)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            if _STATE["detail"] == detail:
+                _STATE["detail"] = None
+
+
 def _due_line() -> None:
     """Print what is under way if no line came for the interval (from a loop or the ticker)."""
     with _LOCK:
         now = time.monotonic()
-        if not _STATE["activity"] or now - _STATE["last_line"] < _interval():
+        if not _OPEN or now - _STATE["last_line"] < _interval():
             return
         _STATE["last_line"] = now
         detail, age = _STATE["detail"], now - _STATE["detail_since"]
         text = (detail() if callable(detail) else detail) if detail else "working"
         running = f" (running {_duration(age)})" if age >= max(1.0, _interval() / 2) else ""  # a long single step
-        sys.stderr.write(f"{_STATE['activity']}: {text}{running}\n")
+        sys.stderr.write(f"{_OPEN[-1].description}: {text}{running}\n")
         sys.stderr.flush()
 
 

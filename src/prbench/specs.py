@@ -148,7 +148,7 @@ def local_path(p: str, root: Path, must_exist: bool) -> str:
     if here.exists():
         return str(here.resolve())
     if must_exist or p.startswith(("/", ".", "~")):
-        raise SpecError(f"{p}: no such file or folder (relative paths are read from the config's folder, {root})")
+        raise SpecError(f"{p}: no such file or folder (a relative path is read from {root})")
     return p  # a hub id (checked when loaded: a dry run of a paper preset must work offline)
 
 

@@ -88,10 +88,12 @@ def bon(
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
                     prompt_path=grader_prompt_file, max_new_tokens=grader_max_new_tokens,
                     engine_options=grader_engine_options(grader, access, grader_access))
-    res = best_of_n(samples, rm, g, settings=settings, out=out,
-                    rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
-                    on_progress=None if quiet or json_out else (lambda msg: typer.echo(msg, err=True)),
-                    max_usd=max_usd, prices=prices, batch=batch)
+    with progress(quiet or json_out) as bar:  # off a terminal, a line at least every interval while it grades
+        task = bar.add_task("bon", total=None)
+        res = best_of_n(samples, rm, g, settings=settings, out=out,
+                        rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
+                        on_progress=lambda msg: bar.update(task, description=f"bon: {escape(msg)}"),
+                        max_usd=max_usd, prices=prices, batch=batch)
     s = res.summary
     if json_out:
         emit_json({**s, "path": str(res.path)})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,7 @@ from prbench.cli import app
 from prbench.cli.options import (
     Conditions,
     Data,
+    GroupedHelp,
     Json,
     MaxLength,
     MaxUsd,
@@ -35,7 +36,31 @@ from prbench.config import EngineAccess, EvalSettings
 from prbench.errors import PrbenchError
 
 
-@app.command("eval")
+class EvalHelp(GroupedHelp):
+    panel_of: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("model", "model_option", "condition", "out", "data", "format"), "What to score"),
+        **dict.fromkeys(("batch_size", "workers", "ray_address", "gpus_per_worker"), "Scale"),
+        **dict.fromkeys(("mode", "debias_position", "both_orders", "prompt_file"), "Judges"),
+        **dict.fromkeys(("max_length", "trust_remote_code"), "Model loading and access"),
+        **dict.fromkeys(("provider", "rpm", "tpm", "no_api_key", "max_usd", "prices", "batch", "no_wait"),
+                        "API calls and cost"),
+        **dict.fromkeys(("overwrite", "retry_failed", "repair", "no_cache", "max_invalid"), "Reruns and failures"),
+        **dict.fromkeys(("quiet", "json_out", "help"), "Output"),
+    }
+
+
+EVAL_EXAMPLES = """Examples:
+
+\b
+  prbench eval -m baseline:lexical -m baseline:embedding -c none,profile
+  prbench eval -m hf:./my-rm --data my.jsonl -c profile --limit 100
+  prbench eval -m judge:openai:gpt-5.1 --both-orders --batch --max-usd 5
+  prbench eval -m judge:builtin:smollm2-135m-instruct --mode likelihood \\
+      --debias-position --limit 12
+"""
+
+
+@app.command("eval", cls=EvalHelp, epilog=EVAL_EXAMPLES)
 @settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
@@ -46,7 +71,7 @@ def eval_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Runs folder.")] = Path("runs"),
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: pairwise, pointwise or likelihood.")] = None,
-    debias_position: Annotated[bool, typer.Option(help="Likelihood judges: average p(A) over both answer orders inside the judge.")] = False,
+    debias_position: Annotated[bool, typer.Option(help="Likelihood judges only: average p(A) of both answer orders into one verdict inside the judge (a soft correction; no ties from orders that disagree).")] = False,
     trust_remote_code: Annotated[bool, typer.Option(help="Allow model repos to run their own code.")] = False,
     provider: Provider = None,
     rpm: Rpm = None,
@@ -75,11 +100,14 @@ def eval_cmd(
     from prbench import InvalidRunError, evaluate, invalid_failure
     from prbench.cache import NullCache
     from prbench.engines.batch import BatchPending
+    from prbench.preflight import check_conditions, check_data, model_specs
     from prbench.rewards import load_rm
 
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
-    conds = split_csv(condition) or ["none"]
+    conds = check_conditions(split_csv(condition) or ["none"])
+    model = list(dict.fromkeys(model_specs(model).values()))  # one identity per model, however written
+    check_data(data, settings)
     per_model = model_options(model, model_option, mode=mode, max_length=max_length,
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,

@@ -26,7 +26,7 @@ from prbench.cli.options import (
     Seed,
     split_csv,
 )
-from prbench.cli.output import emit_json, table
+from prbench.cli.output import emit_json, progress, table
 
 
 def meta(
@@ -50,9 +50,11 @@ def meta(
     """Rank agreement of benchmark and downstream results. Does accuracy rank RMs as use does? NDCG, weighted tau, Spearman, RBO, Kendall, Pearson."""
     from prbench.meta import PAPER_COLUMNS, fmt_ci, main_rows, meta_evaluate, write_meta
 
-    res = meta_evaluate(runs, downstream, summary=summary, seed=seed, n_boot=n_boot, n_perm=n_perm, p=rbo_p, k=ndcg_k,
-                        conditions=split_csv(condition), match_condition=match_condition, pairing=pairing,
-                        bon_curve=bon_curve, bon_k=bon_k)
+    with progress(quiet or json_out) as bar:  # bootstraps and permutations: the ticker speaks while they run
+        bar.add_task("meta: correlating benchmark and downstream results", total=None)
+        res = meta_evaluate(runs, downstream, summary=summary, seed=seed, n_boot=n_boot, n_perm=n_perm, p=rbo_p,
+                            k=ndcg_k, conditions=split_csv(condition), match_condition=match_condition,
+                            pairing=pairing, bon_curve=bon_curve, bon_k=bon_k)
     paths = write_meta(res, out)
     if json_out:
         emit_json({**res, "files": {k: str(v) for k, v in paths.items()}})

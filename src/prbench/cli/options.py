@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
+import click
 import typer
+from typer.core import TyperCommand
 
 from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, opt
 
@@ -168,6 +170,11 @@ PublishedFile = Annotated[
 
 
 # -- options built from settings models (prbench.config) ----------------------------------------
+# `--help` groups an option under the settings class that declares it (the command's own: "<cmd> settings").
+HELP_PANELS = {"DataSpec": "Data", "ContextSpec": "What the RM is shown", "RunSpec": "Run folder and seed",
+               "EngineAccess": "Model loading and access", "GraderAccess": "Grader access",
+               "PolicyPromptSpec": "Policy prompt", "GuidanceSpec": "Guidance", "DecodingSpec": "Decoding",
+               "PolicyScoringSpec": "Policy scoring"}
 def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
     """Decorate `fn(<group>=..., **own)`: the command's options are `fn`'s own plus each model's fields.
 
@@ -182,6 +189,7 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
     import typing
 
     lists: set[str] = set()  # fields typed list[...]: comma-separated on the command line
+    panels: dict[str, str] = {}  # field -> the --help group of the settings class that declares it
 
     def option_for(name: str, field: Any) -> inspect.Parameter:
         extra = field.json_schema_extra or {}
@@ -192,7 +200,8 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
         if ann in (bool, bool | None) and field.default is not False:  # on or unset by default: it needs an off form
             flag += "/--no-" + name.replace("_", "-")
         flags = [flag, *extra.get("cli", [])]
-        option = typer.Option(*flags, help=field.description, metavar=extra.get("metavar"))
+        option = typer.Option(*flags, help=field.description, metavar=extra.get("metavar"),
+                              rich_help_panel=panels.get(name))
         default = ",".join(field.default) if is_list and field.default else field.default
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=Annotated[cli_type, option])
@@ -205,6 +214,10 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
             fields[group] = {n: f for n, f in model.model_fields.items() if n not in taken}
             taken |= set(fields[group])
         lists.update(n for fs in fields.values() for n, f in fs.items() if "list[" in str(f.annotation))
+        for group, model in groups.items():
+            for n in fields[group]:
+                owner = next(c for c in model.__mro__ if n in getattr(c, "__annotations__", {}))
+                panels[n] = HELP_PANELS.get(owner.__name__, f"{fn.__name__.removesuffix('_cmd')} settings")
 
         @functools.wraps(fn)
         def command(**given: Any):
@@ -220,3 +233,25 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
     return wrap
+
+
+class GroupedHelp(TyperCommand):
+    """Plain (click) `--help` with the options in groups, by each option's `rich_help_panel`.
+
+    The app keeps plain help (readable at 80 columns and in logs), where rich's panels would not
+    print; a command of many options (`prbench eval`) uses this to stay scannable.
+    """
+
+    panel_of: ClassVar[dict[str, str]] = {}  # a command's own options: parameter name -> group
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        groups: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            row = param.get_help_record(ctx)
+            if row is not None:
+                title = self.panel_of.get(param.name or "") or getattr(param, "rich_help_panel", None)
+                groups.setdefault(title or "Other options", []).append(row)
+        order = [*dict.fromkeys(self.panel_of.values()), *HELP_PANELS.values()]  # the command's groups first
+        for title, rows in sorted(groups.items(), key=lambda g: order.index(g[0]) if g[0] in order else len(order)):
+            with formatter.section(title):
+                formatter.write_dl(rows)

@@ -58,6 +58,7 @@ def study_cmd(
     json_out: Json = False,
 ) -> None:
     """Run a whole study from one config file. Eval, planner, downstream, meta and report; resumable."""
+    from prbench.progress import announce
     from prbench.study.config import list_presets, load_study_config
     from prbench.study.runner import run_study
 
@@ -79,6 +80,8 @@ def study_cmd(
     if dry_run:
         _print_plan(cfg, root, json_out)
         return
+    if cfg.estimates.get("duration") and not (quiet or json_out):  # before the first minute of work
+        announce(f"study {cfg.name}: {len(cfg.stages)} stages, expect {cfg.estimates['duration']}")
     ctx = run_study(cfg, root, quiet=quiet or json_out)
     _finish(ctx, quiet, json_out)
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections.abc import Sequence
@@ -130,7 +131,9 @@ def baseline_class(name: str) -> type[PointwiseRM]:
     """The class `baseline:<name>` builds (for capabilities, without building it)."""
     kind = name.split("@", 1)[0]
     if kind not in BASELINES:
-        raise SpecError(f"unknown baseline {name!r} (use {', '.join(BASELINES)})")
+        close = difflib.get_close_matches(kind, list(BASELINES), n=1)
+        hint = f"; did you mean 'baseline:{close[0]}'?" if close else ""
+        raise SpecError(f"unknown baseline {name!r} (use {', '.join(BASELINES)}){hint}")
     return BASELINES[kind]
 
 

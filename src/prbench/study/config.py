@@ -11,6 +11,7 @@ needs, and model specs are checked (`check_specs`) before anything runs.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -545,12 +546,18 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
 
 
 def list_presets() -> dict[str, str]:
-    """Preset name -> one-line description."""
+    """Preset name -> the first sentence of its description (whole: never cut at a line break)."""
     out = {}
     for res in sorted(resources.files("prbench.presets").iterdir(), key=lambda r: r.name):
         if res.name.endswith(".yaml"):
             cfg = yaml.safe_load(res.read_text(encoding="utf-8"))
-            out[res.name[:-5]] = cfg.get("description", "").strip().splitlines()[0] if cfg.get("description") else ""
+            sentences = re.split(r"(?<=[.?!])\s+(?=[A-Z`])", " ".join(str(cfg.get("description") or "").split()))
+            line = sentences[0]
+            for more in sentences[1:]:  # a question as a title reads better with its answer
+                if len(line) >= 60:
+                    break
+                line += " " + more
+            out[res.name[:-5]] = line
     return out
 
 

@@ -1,0 +1,69 @@
+"""Everything a command was given, checked before any model loads or any call is paid for.
+
+A typo in the second `-m` or the last `-c` entry must not cost the hours the first one takes to
+score: commands resolve every spec, condition and data source here first, and fail in one line
+with a "did you mean" where a close name exists.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from prbench.conditions import ALL_CONDITIONS
+from prbench.errors import PrbenchError, SpecError
+from prbench.hub import no_such_folder
+from prbench.registry import REWARDS
+from prbench.specs import resolve_spec
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """'; did you mean X?' for the closest known name, or ''."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_conditions(conditions: Sequence[str], known: Sequence[str] = ALL_CONDITIONS) -> list[str]:
+    """`conditions` if every one is known, else one line naming the first unknown one."""
+    for cond in conditions:
+        if cond not in known:
+            raise PrbenchError(f"unknown condition {cond!r} (use {', '.join(known)}){did_you_mean(cond, known)}")
+    return list(conditions)
+
+
+def model_specs(specs: Sequence[str], root: Path | None = None) -> dict[str, str]:
+    """Each spec as given -> its canonical form: names checked by its kind, local folders made absolute.
+
+    The canonical form is the model's one identity: `hf:tinyrm`, `hf:./tinyrm` and `hf:/abs/path/tinyrm`
+    name the same folder, so they are one model and one run; a folder under the working directory keeps
+    its short relative name, one elsewhere is absolute. Raises on the first spec that cannot be resolved.
+    """
+    here = (root or Path.cwd()).resolve()
+    inside = str(here) + os.sep
+    out: dict[str, str] = {}
+    for spec in specs:
+        try:
+            prefix, _, rest = resolve_spec(REWARDS, spec, here).partition(":")
+            out[spec] = f"{prefix}:{rest.removeprefix(inside)}"
+        except SpecError as exc:
+            prefix, _, rest = spec.partition(":")
+            if "no such file or folder" in str(exc) and ":" not in rest:  # a folder kind: name the closest sibling
+                raise no_such_folder(rest, prefix) from None
+            raise
+        except PrbenchError as exc:
+            raise SpecError(f"{spec}: {exc}") from None
+    return out
+
+
+def check_data(data: str | Path, settings: object) -> int:
+    """Read and validate the whole data source once (as the run will), before any model loads.
+
+    `settings` is the command's settings object (`split`, `format`); returns the number of records.
+    """
+    from prbench.data import iter_examples
+
+    split = getattr(settings, "split", "test")
+    fmt = getattr(settings, "format", None)
+    return sum(1 for _ in iter_examples(str(data), split=split, format=fmt))
