@@ -30,7 +30,7 @@ import pytest
 from prbench.cache import NullCache
 from prbench.conditions import build_view
 from prbench.data import load_examples
-from prbench.downstream.server import ThreadedServer, create_app
+from prbench.serve.server import ThreadedServer, create_app
 from prbench.integrations import verl as verl_hook
 from prbench.integrations.export import verl_rows, write_parquet
 from prbench.retrieval import load_retriever

@@ -36,8 +36,10 @@ def parse_label(label: Any) -> dict[str, Any]:
     if isinstance(label, str):
         try:
             value = json.loads(label)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise ValueError(f"label is not JSON ({exc.msg} at char {exc.pos})") from None
+        except (ValueError, RecursionError) as exc:  # a 5,000-digit number, "[" * 50000 (issue 42.11)
+            raise ValueError(f"label is not usable JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
         if isinstance(value, dict):
             return value
     raise ValueError(f"label must be a JSON object with 'id' (and 'question', 'profile'), got {type(label).__name__}")
@@ -49,7 +51,8 @@ def item_from_context(ctx: Mapping[str, Any], items: Mapping[str, SourceItem] | 
     Raises ValueError naming the missing or malformed field (the caller counts it as invalid).
     """
     raw_id = ctx.get("id")
-    item_id = str(raw_id) if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) else None
+    item_id = str(raw_id) if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) else None  # str(): a
+    # number too long to print raises ValueError, which the caller counts as a bad label
     if items is not None and item_id is not None and item_id in items and "question" not in ctx:
         return items[item_id]
     question = ctx.get("question")
@@ -67,5 +70,32 @@ def item_from_context(ctx: Mapping[str, Any], items: Mapping[str, SourceItem] | 
             profile=[ProfilePost(id=str(p["id"]), category=p.get("category") or "", text=p["text"]) for p in profile],
             rubric_aspects=[RubricAspect(aspect=a["aspect"], reason=a.get("reason") or "") for a in aspects],
         )
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"malformed profile post or rubric aspect ({exc!r})") from None
+
+
+def read_rows(path: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """(prompt messages, user context) of each training row: `prbench export verl` (parquet: `prompt`,
+    `extra_info`) or `prbench export openrlhf` (JSONL: `prompt`, `label`). ValueError names the row."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        raw = pq.read_table(p).to_pylist()
+    else:
+        with p.open(encoding="utf-8") as fh:
+            raw = [json.loads(line) for line in fh if line.strip()]
+    out = []
+    for n, row in enumerate(raw, 1):
+        where = f"{path}: row {n}"
+        messages = row.get("prompt") if isinstance(row, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise ValueError(f"{where}: 'prompt' must be a list of chat messages")
+        ctx = row.get("extra_info") if "extra_info" in row else parse_label(row.get("label"))
+        if not isinstance(ctx, dict):
+            raise ValueError(f"{where}: no user context ('extra_info' or 'label')")  # noqa: TRY004 - one error kind
+        ctx = {k: ctx[k] for k in CONTEXT_KEYS if k in ctx}  # verl adds index, num_turns, ...
+        out.append((messages, ctx))
+    return out
