@@ -38,6 +38,10 @@ KINDS = ("new", "today", "openrlhf")
 LEVELS = (1, 64, 512, 2048)
 FIXED_FORWARD_S = 0.01
 ANSWER_CHARS = 120
+# The clients run on the same busy cores: 2,048 aiohttp sessions in one process can take longer than
+# the server's default 10 s to write their headers, which the server rightly drops as slow clients.
+# Both servers get the same longer deadlines, so `lost` counts the servers' losses, not the client's lag.
+HEADER_TIMEOUT_S = 120.0
 
 
 # -- the servers (each runs in its own process) -------------------------------------------------
@@ -105,7 +109,7 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
         from prbench.serve.guard import Limits, check_fd_limit
         from prbench.serve.server import create_app
 
-        limits = Limits()
+        limits = Limits(header_timeout=HEADER_TIMEOUT_S, body_timeout=HEADER_TIMEOUT_S)
         check_fd_limit(limits)
         batching = Batching() if max_wait_ms is None else Batching(max_wait_ms=max_wait_ms)
         app = create_app(rm, "none", max_batch=64, batching=batching)
@@ -117,7 +121,7 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
         from baseline_serve.server import check_fd_limit as old_fd_limit
         from baseline_serve.server import create_app as old_create_app
 
-        limits = OldLimits()
+        limits = OldLimits(header_timeout=HEADER_TIMEOUT_S, body_timeout=HEADER_TIMEOUT_S)
         old_fd_limit(limits)
         app = old_create_app(rm, "none", max_batch=64, batching=OldBatching())
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))

@@ -439,3 +439,29 @@ def test_open_file_limit_is_raised_to_fit_the_connection_cap_or_named(caplog) ->
             assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard  # raised as far as allowed
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_serving_package_and_the_metric_drivers_do_not_import_each_other() -> None:
+    """`prbench.serve` imports no metric driver (`prbench.downstream`), and none imports it (lazy imports too)."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[1] / "src" / "prbench"
+
+    def imports(path: Path) -> set[str]:
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                out.add(node.module)
+        return out
+
+    serve = {p.name: imports(p) for p in (pkg / "serve").glob("*.py")}
+    drivers = {p.name: imports(p) for p in (pkg / "downstream").glob("*.py")}
+    assert len(serve) >= 8 and drivers
+    assert {f: sorted(m for m in mods if m.startswith("prbench.downstream")) for f, mods in serve.items()
+            if any(m.startswith("prbench.downstream") for m in mods)} == {}
+    assert {f: sorted(m for m in mods if m.startswith("prbench.serve")) for f, mods in drivers.items()
+            if any(m.startswith("prbench.serve") for m in mods)} == {}
+    assert not (pkg / "downstream" / "server.py").exists() and not (pkg / "integrations" / "client.py").exists()

@@ -92,7 +92,10 @@ def items():
 def server(items):
     rm = SlowHashRM()
     app = create_app(rm, "profile", top_k=10, policy_template=POLICY, items=items)
-    with ThreadedServer(app, limits=Limits()) as srv:
+    # The 2,048 clients share this process (and its GIL) with the server: on a loaded machine a client
+    # can connect and write its headers more than the default 10 s later. That deadline is for clients
+    # with their own CPU; here it would count the test's own lag as lost rewards.
+    with ThreadedServer(app, limits=Limits(header_timeout=120, body_timeout=120)) as srv:
         yield srv, rm
 
 

@@ -9,12 +9,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 from prbench.errors import PrbenchError
 
 log = logging.getLogger(__name__)
+
+
+LATE_REARMS = 6  # a loop that far behind (7 header timeouts) drops the connection after all
+
+
+def _unread(transport: Any) -> bool:
+    """Whether the connection's socket holds bytes the event loop has not read yet (peeked, not taken)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        with socket.fromfd(sock.fileno(), sock.family, sock.type) as dup:  # a dup: the loop's socket is untouched
+            return bool(dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except OSError:  # nothing to read (BlockingIOError), or the socket is gone
+        return False
 
 
 def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any = None, parser: str = "auto") -> type:
@@ -40,6 +56,7 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
 
     class Guarded(Base):  # type: ignore[valid-type,misc]
         _header_timer: asyncio.TimerHandle | None = None
+        _late = 0
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -63,6 +80,13 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
         def _headers_late(self) -> None:
             self._header_timer = None
             if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+                if _unread(self.transport) and self._late < LATE_REARMS:
+                    # the bytes came in time and wait in the kernel: the loop is behind (a burst of
+                    # thousands of connects on busy cores), not the client. Closing now would reset
+                    # a good request (close with unread data sends RST), so look again later.
+                    self._late += 1
+                    self._arm()
+                    return
                 self.transport.close()  # no complete request headers in time (slow or idle client)
 
         if fast:
