@@ -408,8 +408,8 @@ def test_reward_server_defaults_are_safe() -> None:
 
 @pytest.fixture(scope="module")
 def reward_server() -> Any:
-    from prbench.serve.server import ThreadedServer, create_app
     from prbench.rewards import load_rm
+    from prbench.serve.server import ThreadedServer, create_app
 
     app = create_app(load_rm("baseline:length"), "profile", token="tok-123", max_batch=4, max_body_bytes=20_000)
     with ThreadedServer(app) as srv:

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from prbench.conditions import View, build_view
-from prbench.serve.server import ThreadedServer, create_app, token_from_env
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score, load_rm
 from prbench.schema import Example
+from prbench.serve.server import ThreadedServer, create_app, token_from_env
 from prbench.testing.records import make_records
 
 TOKEN = "test-token-123"

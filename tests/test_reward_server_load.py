@@ -35,11 +35,11 @@ import pytest
 
 from prbench.conditions import View, build_view
 from prbench.data import load_examples
-from prbench.serve.server import Limits, ThreadedServer, create_app
 from prbench.integrations.export import openrlhf_rows, verl_rows
 from prbench.integrations.verl import compute_score_async
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.serve.server import Limits, ThreadedServer, create_app
 
 N = 2048
 FORWARD_S = 0.03

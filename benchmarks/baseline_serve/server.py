@@ -66,11 +66,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from prbench.cache import NullCache, content_key
-from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from baseline_serve.batcher import Batcher, Batching, Overloaded
 from baseline_serve.chat import ChatSplitter
 from baseline_serve.items import item_from_context, parse_label
+from prbench.cache import NullCache, content_key
+from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.retrieval import Retriever, load_retriever
