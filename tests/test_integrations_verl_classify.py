@@ -106,12 +106,14 @@ def test_verl_reward_loop_client_gets_in_process_rewards(setup) -> None:
     with ThreadedServer(app) as srv:
         got = asyncio.run(verl_rewards(srv.base_url, list(prompts)))
         stats = httpx.get(f"{srv.base_url}/stats").json()
+        other = httpx.post(f"{srv.base_url}/classify", json={"model": "other", "input": prompts[0]})
         models = httpx.get(f"{srv.base_url}/v1/models").json()
     service = RewardService(HashRM(), "profile", top_k=3)
     want = [v for v, _ in service.reward_rows([(rows[k]["extra_info"], s) for (k, _), s in zip(rollouts, solutions)])]
     assert got == want  # exactly: the same item, user and answer text reached the RM
     assert len(set(got)) > N // 2 and stats["fallback"] == 0 and stats["served"] == N
     assert models["data"][0]["id"] == MODEL_PATH
+    assert other.status_code == 404 and other.json()["error"]["type"] == "Not Found"  # --served-model-name
 
 
 def test_classify_refuses_what_vllm_refuses_in_vllm_error_shape(setup) -> None:
@@ -134,7 +136,8 @@ def test_classify_refuses_what_vllm_refuses_in_vllm_error_shape(setup) -> None:
         r = httpx.post(url, content=b'{"input": "x"}', headers={"content-type": "text/plain"})
         assert r.status_code == 400 and "Only 'application/json'" in r.json()["error"]["message"]
         # unknown fields are ignored, as OpenAIBaseModel's extra="allow" does (engine/protocol.py lines 28-57)
-        ok = httpx.post(url, json={"input": prompt, "use_activation": False, "not_a_vllm_field": 1})
+        ok = httpx.post(url, json={"model": "any/name", "input": prompt, "use_activation": False,
+                                   "not_a_vllm_field": 1})  # no --served-model-name: any model name
         assert ok.status_code == 200 and ok.json()["data"][0]["num_classes"] == 1
         # an input whose prompt is not a served row's: vLLM's shape, naming the input
         r = httpx.post(url, json={"input": "<|im_start|>user\nwho?<|im_end|>\n<|im_start|>assistant\nx"})

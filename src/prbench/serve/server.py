@@ -78,9 +78,8 @@ def public_name(model: RewardModel) -> str:
     """The RM's name without its local path (only the last folder): /health and /v1/models are public."""
     name = redact_url(getattr(model, "name", model.spec))
     prefix, sep, rest = name.partition(":")
-    if sep and ("/" in rest or os.sep in rest) and "://" not in name:
-        return f"{prefix}:{Path(rest.rstrip('/')).name}"
-    return name
+    local = sep and "://" not in name and (rest.startswith(("/", "~", ".")) or Path(rest).exists())
+    return f"{prefix}:{Path(rest.rstrip('/')).name}" if local else name  # a hub id (org/name) is kept
 
 
 def _json(payload: Any) -> bytes:
@@ -92,11 +91,11 @@ class RewardApp:
 
     def __init__(self, service: RewardService, batcher: Batcher, *, token: str | None, max_batch: int,
                  max_body_bytes: int, body_timeout: float, allowed_hosts: Sequence[str] | None,
-                 model_name: str, prompts: RenderedPrompts | None):
+                 model_name: str, prompts: RenderedPrompts | None, check_model: bool = False):
         self.service, self.batcher, self.token = service, batcher, token
         self.max_batch, self.max_body_bytes, self.body_timeout = max_batch, max_body_bytes, body_timeout
         self.allowed_hosts = None if allowed_hosts is None else {h.lower().strip("[]") for h in allowed_hosts}
-        self.model_name, self.prompts = model_name, prompts
+        self.model_name, self.prompts, self.check_model = model_name, prompts, check_model
         self.routes: dict[str, tuple[str, Callable[..., Awaitable[Reply]]]] = {
             "/score": ("POST", self.score), "/get_reward": ("POST", self.get_reward),
             "/classify": ("POST", self.classify), "/pooling": ("POST", self.pooling),
@@ -321,7 +320,7 @@ class RewardApp:
             req = wire.PoolingRequest.model_validate_json(body)
         except ValidationError as exc:
             return 400, wire.vllm_validation_error(exc), ()
-        if req.model is not None and req.model != self.model_name:
+        if self.check_model and req.model is not None and req.model != self.model_name:
             return 404, wire.vllm_error(f"The model `{req.model}` does not exist.", 404, "model"), ()
         if req.task not in (None, "classify") or req.encoding_format != "float":
             return 400, wire.vllm_error("prbench serves a reward: task 'classify' with encoding_format 'float' only",
@@ -416,7 +415,8 @@ def create_app(
                             view_cache=cache)
     return RewardApp(service, Batcher(service.score_pairs, batching), token=token, max_batch=max_batch,
                      max_body_bytes=max_body_bytes, body_timeout=body_timeout, allowed_hosts=allowed_hosts,
-                     model_name=served_model_name or public_name(model), prompts=prompts)
+                     model_name=served_model_name or public_name(model), prompts=prompts,
+                     check_model=served_model_name is not None)
 
 
 def check_sizes(max_batch: int, max_body_bytes: int, batching: Batching) -> None:
