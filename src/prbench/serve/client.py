@@ -58,7 +58,7 @@ _LOCK = threading.Lock()
 
 def settings(given: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword settings first, then the environment; unknown keywords (framework extras) are dropped."""
-    out = {k: given.get(k) if given.get(k) is not None else os.environ.get(v) for k, v in ENV.items()}
+    out: dict[str, Any] = {k: given.get(k) if given.get(k) is not None else os.environ.get(v) for k, v in ENV.items()}
     for key, default in DEFAULTS.items():
         raw, kind = out[key], type(default)
         try:
@@ -121,7 +121,7 @@ class RewardClient:
         else:
             from prbench.rewards.base import PointwiseRM, load_rm
 
-            model = load_rm(rm, **({"device": device} if device else {}))
+            model = load_rm(str(rm), **({"device": device} if device else {}))
             if not isinstance(model, PointwiseRM):
                 raise PrbenchError(f"{rm}: a reward needs a pointwise RM (a judge in mode pointwise)")
             from prbench.retrieval import load_retriever
@@ -200,10 +200,12 @@ class RewardClient:
         import httpx
 
         http, started, tries = self._http(), time.monotonic(), 0
+        gate = self._gate
+        assert gate is not None  # set by _http()
         while True:
             tries += 1
             try:
-                with self._gate:
+                with gate:
                     scores, wait = self._outcome(http.post(f"{self.url}/score", json={"items": items}))
                 if scores is not None:
                     return self._finish(scores)

@@ -95,7 +95,7 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
                 self._disarm()
         else:
             def handle_events(self) -> None:
-                super().handle_events()
+                super().handle_events()  # type: ignore[misc]  # h11's protocol has it, httptools' does not
                 if self.cycle is not None and not self.cycle.response_complete:
                     self._disarm()
 
