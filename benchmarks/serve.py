@@ -5,6 +5,8 @@ Measured in one run, same RMs, same items, same machine:
   from bytes, one loop wake-up per batch, cross-request batching in a worker thread);
 - `today`: the server on main before `prbench.serve` (FastAPI routes, json.loads then pydantic,
   one loop wake-up per request), kept verbatim in `benchmarks/baseline_serve/` (efb137a);
+- `null`: a server that does no work at all (GPU-shaped rows only): what the clients themselves
+  can send on this machine, the ceiling every server's wall-clock rate is read against;
 - `openrlhf`: a loop like OpenRLHF 0.11.2's own `serve_rm` (`openrlhf/cli/serve_rm.py`, lines
   128-135: `get_reward` scores each request as it arrives, inside the async handler, so the
   event loop is blocked while the RM runs).
@@ -34,7 +36,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KINDS = ("new", "today", "openrlhf")
+KINDS = ("new", "today", "openrlhf", "null")
 LEVELS = (1, 64, 512, 2048)
 FIXED_FORWARD_S = 0.01
 ANSWER_CHARS = 120
@@ -96,6 +98,18 @@ def fixed_cost_rm(forward_s: float = FIXED_FORWARD_S, batch: int = 64):
     return FixedCost()
 
 
+async def null_app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """A server that does no work at all: the most the clients can send on this machine."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    body = b'{"status":"ok","scores":[1.0]}' if scope["path"] == "/health" else b'{"scores":[1.0]}'
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = None) -> None:
     import torch
     import uvicorn
@@ -125,6 +139,8 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
         old_fd_limit(limits)
         app = old_create_app(rm, "none", max_batch=64, batching=OldBatching())
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
+    elif kind == "null":
+        uvicorn.run(null_app, host="127.0.0.1", port=port, log_level="error", backlog=8192)
     else:
         uvicorn.run(openrlhf_app(rm), host="127.0.0.1", port=port, log_level="error")
 
@@ -205,6 +221,8 @@ def cpu_s(pid: int) -> float:
 
 def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float | None = None,
                  sizes: tuple[int, ...] = (1, 50)) -> list[dict]:
+    if kind == "null":
+        sizes = (1,)  # it answers one score per request: 50-item rows would count 49 as lost
     proc, url = start(kind, rm, max_wait_ms)
     rows = []
     try:
@@ -230,6 +248,7 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fixed-only", action="store_true", help="only the GPU-shaped RM rows (a few minutes)")
     ap.add_argument("--serve", choices=KINDS)
     ap.add_argument("--port", type=int)
     ap.add_argument("--rm-dir")
@@ -248,8 +267,8 @@ def main() -> None:
     rows = []
     load_before = os.getloadavg()
     fixed_levels = (512,) if args.quick else (512, 2048)
-    for rm, rm_levels in (("fixed", fixed_levels), (tiny, levels)):
-        for kind in KINDS:
+    for rm, rm_levels in (("fixed", fixed_levels), (tiny, levels))[:1 if args.fixed_only else 2]:
+        for kind in KINDS if rm == "fixed" else KINDS[:3]:  # the null server only once: it scores nothing
             rows += serve_levels(kind, rm, rm_levels)
     Path(args.out).write_text(json.dumps({"cpus": os.cpu_count(), "loadavg_before": load_before,
                                           "loadavg_after": os.getloadavg(), "rows": rows}, indent=1))
