@@ -51,6 +51,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from prbench.cache import content_key
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.retrieval import load_retriever
@@ -232,8 +233,6 @@ class RewardApp:
 
     # -- prbench /score -------------------------------------------------------------------------
     def score_pairs(self, items: Sequence[wire.ScoreItem]) -> list[Pair]:
-        from prbench.cache import content_key
-
         out = []
         for n, it in enumerate(items):
             item_id = str(it.id) if it.id is not None else content_key("server", it.query)[:16]
