@@ -1,11 +1,12 @@
-"""Reward server under concurrent RL clients: the batching server against today's and OpenRLHF's.
+"""Reward server under concurrent RL clients: the new server against today's and OpenRLHF's loop.
 
-Measured in one run, same tiny transformer classifier RM on CPU, same items, same machine:
-- `new`: `prbench serve-reward` as it is now (cross-request batching in a worker thread,
-  bounded item queue, connection cap and backlog sized for 4,096 clients);
-- `today`: a faithful copy of the server before batching (kept below: each request scored alone
-  through `run_in_threadpool`, under the service's lock, at most 256 connections, uvicorn's
-  default backlog);
+Measured in one run, same RMs, same items, same machine:
+- `new`: `prbench serve-reward` as it is now (`prbench.serve`: a plain ASGI app, bodies validated
+  from bytes, one loop wake-up per batch, cross-request batching in a worker thread);
+- `today`: the server on main before `prbench.serve` (FastAPI routes, json.loads then pydantic,
+  one loop wake-up per request), kept verbatim in `benchmarks/baseline_serve/` (efb137a);
+- `null`: a server that does no work at all (GPU-shaped rows only): what the clients themselves
+  can send on this machine, the ceiling every server's wall-clock rate is read against;
 - `openrlhf`: a loop like OpenRLHF 0.11.2's own `serve_rm` (`openrlhf/cli/serve_rm.py`, lines
   128-135: `get_reward` scores each request as it arrives, inside the async handler, so the
   event loop is blocked while the RM runs).
@@ -35,10 +36,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-KINDS = ("new", "today", "openrlhf")
+KINDS = ("new", "today", "openrlhf", "null")
 LEVELS = (1, 64, 512, 2048)
 FIXED_FORWARD_S = 0.01
 ANSWER_CHARS = 120
+# The clients run on the same busy cores: 2,048 aiohttp sessions in one process can take longer than
+# the server's default 10 s to write their headers, which the server rightly drops as slow clients.
+# Both servers get the same longer deadlines, so `lost` counts the servers' losses, not the client's lag.
+HEADER_TIMEOUT_S = 120.0
 
 
 # -- the servers (each runs in its own process) -------------------------------------------------
@@ -57,33 +62,25 @@ def _baseline_app(score):
     return app
 
 
-def today_app(rm, condition: str = "none"):
-    """The server before issue 27, reduced to `/score`: one request at a time under the service's lock."""
-    from starlette.concurrency import run_in_threadpool
-
-    from prbench.downstream.server import RewardService, ScoreRequest
-
-    service = RewardService(rm, condition)
-
-    async def score(request):  # type: ignore[no-untyped-def]
-        req = ScoreRequest.model_validate(json.loads(await request.body()))
-        return await run_in_threadpool(service.score, req.items)  # score() holds service.lock
-
-    return _baseline_app(score)
-
-
 def openrlhf_app(rm, condition: str = "none"):
     """OpenRLHF's serve_rm loop: the RM runs inside the async handler, one request at a time."""
 
-    from prbench.downstream.server import RewardService, ScoreRequest
+    from prbench.serve.protocols import ScoreRequest
+    from prbench.serve.service import RewardService
 
     service = RewardService(rm, condition)
 
     async def score(request):  # type: ignore[no-untyped-def]
         data = await request.json()
-        return service.score(ScoreRequest.model_validate(data).items)  # blocks the event loop, as serve_rm does
+        items = ScoreRequest.model_validate(data).items
+        pairs = [(SourceItem(id=f"b{i}", question=it.query, category="server", profile=[], rubric_aspects=[]),
+                  it.response) for i, it in enumerate(items)]
+        return {"scores": [s.value for s in service.score_pairs(pairs)]}  # blocks the event loop, as serve_rm does
 
     return _baseline_app(score)
+
+
+from prbench.schema import SourceItem
 
 
 def fixed_cost_rm(forward_s: float = FIXED_FORWARD_S, batch: int = 64):
@@ -101,25 +98,49 @@ def fixed_cost_rm(forward_s: float = FIXED_FORWARD_S, batch: int = 64):
     return FixedCost()
 
 
+async def null_app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """A server that does no work at all: the most the clients can send on this machine."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    body = b'{"status":"ok","scores":[1.0]}' if scope["path"] == "/health" else b'{"scores":[1.0]}'
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = None) -> None:
     import torch
     import uvicorn
 
-    from prbench.downstream.batcher import Batching
-    from prbench.downstream.server import Limits, _guarded_protocol, check_fd_limit, create_app
     from prbench.rewards.base import load_rm
 
     torch.set_num_threads(1)  # a shared 2-core machine: one intra-op thread per server, the same for all
     rm = fixed_cost_rm() if rm_dir == "fixed" else load_rm(f"hf:{rm_dir}", device="cpu", batch_size=64)
     if kind == "new":
-        limits = Limits()
+        from prbench.serve.batcher import Batching
+        from prbench.serve.guard import Limits, check_fd_limit
+        from prbench.serve.server import create_app
+
+        limits = Limits(header_timeout=HEADER_TIMEOUT_S, body_timeout=HEADER_TIMEOUT_S)
         check_fd_limit(limits)
         batching = Batching() if max_wait_ms is None else Batching(max_wait_ms=max_wait_ms)
         app = create_app(rm, "none", max_batch=64, batching=batching)
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
-    elif kind == "today":  # h11 with the 256-connection guard, uvicorn's default backlog (2,048)
-        uvicorn.run(today_app(rm), host="127.0.0.1", port=port, log_level="error", timeout_keep_alive=5.0,
-                    http=_guarded_protocol(256, 10.0, parser="h11"))
+    elif kind == "today":  # main's server, kept in benchmarks/baseline_serve/
+        sys.path.insert(0, str(HERE))
+        from baseline_serve.batcher import Batching as OldBatching
+        from baseline_serve.server import Limits as OldLimits
+        from baseline_serve.server import check_fd_limit as old_fd_limit
+        from baseline_serve.server import create_app as old_create_app
+
+        limits = OldLimits(header_timeout=HEADER_TIMEOUT_S, body_timeout=HEADER_TIMEOUT_S)
+        old_fd_limit(limits)
+        app = old_create_app(rm, "none", max_batch=64, batching=OldBatching())
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
+    elif kind == "null":
+        uvicorn.run(null_app, host="127.0.0.1", port=port, log_level="error", backlog=8192)
     else:
         uvicorn.run(openrlhf_app(rm), host="127.0.0.1", port=port, log_level="error")
 
@@ -192,8 +213,16 @@ def start(kind: str, rm_dir: str, max_wait_ms: float | None = None) -> tuple[sub
     raise SystemExit(f"{kind} server did not start")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used: the server's own cost, whatever the machine's load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float | None = None,
                  sizes: tuple[int, ...] = (1, 50)) -> list[dict]:
+    if kind == "null":
+        sizes = (1,)  # it answers one score per request: 50-item rows would count 49 as lost
     proc, url = start(kind, rm, max_wait_ms)
     rows = []
     try:
@@ -201,7 +230,11 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float
         for c in levels:
             work = items(max(256, c))
             for size in sizes:
+                cpu0 = cpu_s(proc.pid)
                 res = asyncio.run(level(f"{url}/score", work, c if size == 1 else len(work), size))
+                cpu = cpu_s(proc.pid) - cpu0
+                res["server_cpu_ms_per_reward"] = 1000 * cpu / max(1, res["items"] - res["lost"])
+                res["rewards_per_server_cpu_s"] = (res["items"] - res["lost"]) / cpu if cpu > 0 else math.inf
                 name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
                 rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
                              "clients": c, "request_items": size, **res})
@@ -215,6 +248,7 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fixed-only", action="store_true", help="only the GPU-shaped RM rows (a few minutes)")
     ap.add_argument("--serve", choices=KINDS)
     ap.add_argument("--port", type=int)
     ap.add_argument("--rm-dir")
@@ -231,18 +265,18 @@ def main() -> None:
     levels = (1, 64) if args.quick else LEVELS
     tiny = str(make_tiny_seq_classifier(tempfile.mkdtemp(prefix="prb-serve-bench-"), seed=1, hidden_size=32))
     rows = []
-    for rm, rm_levels in ((tiny, levels), ("fixed", (512,))):
-        for kind in KINDS:
+    load_before = os.getloadavg()
+    fixed_levels = (512,) if args.quick else (512, 2048)
+    for rm, rm_levels in (("fixed", fixed_levels), (tiny, levels))[:1 if args.fixed_only else 2]:
+        for kind in KINDS if rm == "fixed" else KINDS[:3]:  # the null server only once: it scores nothing
             rows += serve_levels(kind, rm, rm_levels)
-    for wait in (0.0, 10.0):  # the default max wait (2 ms) against none and more, where it matters: few clients
-        rows += serve_levels("new", "fixed", (1, 64), max_wait_ms=wait, sizes=(1,))
-    rows += serve_levels("new", "fixed", (1, 64), sizes=(1,))
-    Path(args.out).write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
-    print("| RM | server | clients | items/request | items | lost | rewards/s | p50 ms | p99 ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    Path(args.out).write_text(json.dumps({"cpus": os.cpu_count(), "loadavg_before": load_before,
+                                          "loadavg_after": os.getloadavg(), "rows": rows}, indent=1))
+    print("| RM | server | clients | items/request | items | lost | rewards/s | p50 ms | p99 ms | server CPU ms/reward |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['rm']} | {r['server']} | {r['clients']} | {r['request_items']} | {r['items']} | {r['lost']} | "
-              f"{r['rewards_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} |")
+              f"{r['rewards_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_cpu_ms_per_reward']:.2f} |")
 
 
 if __name__ == "__main__":

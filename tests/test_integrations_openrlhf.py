@@ -34,13 +34,13 @@ import torch
 from prbench.cache import NullCache
 from prbench.conditions import View, build_view
 from prbench.data import load_examples
-from prbench.downstream.chat import load_splitter
-from prbench.downstream.server import ThreadedServer, create_app
 from prbench.integrations import openrlhf as openrlhf_hook
 from prbench.integrations.export import openrlhf_rows
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score, load_rm
 from prbench.scoring import score_cached
+from prbench.serve.chat import load_splitter
+from prbench.serve.server import ThreadedServer, create_app
 
 POLICY = "builtin:smollm2-135m-instruct"
 

@@ -30,12 +30,12 @@ import pytest
 from prbench.cache import NullCache
 from prbench.conditions import build_view
 from prbench.data import load_examples
-from prbench.downstream.server import ThreadedServer, create_app
 from prbench.integrations import verl as verl_hook
 from prbench.integrations.export import verl_rows, write_parquet
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import load_rm
 from prbench.scoring import score_cached
+from prbench.serve.server import ThreadedServer, create_app
 
 ANSWERS = ["Meter for the highlights and push one stop.", "Try a cheap 50mm.", "Use a tripod at dusk."]
 

@@ -394,7 +394,7 @@ def test_pal_loads_safetensors_only(tmp_path: Path) -> None:
 # -- the reward server ----------------------------------------------------------------------------
 def test_reward_server_defaults_are_safe() -> None:
     from prbench.cli.downstream import serve_reward
-    from prbench.downstream.server import ThreadedServer, create_app, serve
+    from prbench.serve.server import ThreadedServer, create_app, serve
 
     assert inspect.signature(serve).parameters["host"].default == "127.0.0.1"
     assert inspect.signature(ThreadedServer).parameters["host"].default == "127.0.0.1"
@@ -408,8 +408,8 @@ def test_reward_server_defaults_are_safe() -> None:
 
 @pytest.fixture(scope="module")
 def reward_server() -> Any:
-    from prbench.downstream.server import ThreadedServer, create_app
     from prbench.rewards import load_rm
+    from prbench.serve.server import ThreadedServer, create_app
 
     app = create_app(load_rm("baseline:length"), "profile", token="tok-123", max_batch=4, max_body_bytes=20_000)
     with ThreadedServer(app) as srv:

@@ -14,11 +14,11 @@ import httpx
 import pytest
 
 from prbench.conditions import View, build_view
-from prbench.downstream.server import ThreadedServer, create_app, token_from_env
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score, load_rm
 from prbench.schema import Example
+from prbench.serve.server import ThreadedServer, create_app, token_from_env
 from prbench.testing.records import make_records
 
 TOKEN = "test-token-123"
@@ -127,7 +127,7 @@ def test_chunked_oversize_body_is_413() -> None:
         def gen():
             for _ in range(50):
                 yield b'{"items": [' + b" " * 100
-        r = httpx.post(f"{srv.base_url}/score", content=gen())
+        r = httpx.post(f"{srv.base_url}/score", content=gen(), headers={"content-type": "application/json"})
         assert r.status_code == 413
 
 
@@ -153,7 +153,11 @@ def test_token_auth() -> None:
         assert ok.status_code == 200 and ok.json()["scores"] == [2.0]
         # auth is checked before the body is read: bad JSON without a token is still 401
         assert httpx.post(url, content=b"{bad").status_code == 401
-        assert httpx.get(f"{srv.base_url}/health").json()["auth"] is True
+        # every route needs the token (issue 42.16): /health and /stats too
+        assert httpx.get(f"{srv.base_url}/health").status_code == 401
+        assert httpx.get(f"{srv.base_url}/stats", headers={"Authorization": "Bearer wrong"}).status_code == 403
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        assert httpx.get(f"{srv.base_url}/health", headers=auth).json()["auth"] is True
 
 
 def test_token_from_env(monkeypatch) -> None:
@@ -195,7 +199,7 @@ def test_cli_serve_reward_reads_token_from_env() -> None:
         deadline = time.time() + 60
         while True:
             try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 401:  # up, and /health wants the token
                     break
             except httpx.TransportError:
                 pass
@@ -234,7 +238,7 @@ def _closed(s: socket.socket) -> bool:
 
 @pytest.mark.parametrize("parser", ["httptools", "h11"])
 def test_connection_cap_and_header_timeout_free_descriptors(parser, monkeypatch) -> None:
-    from prbench.downstream.server import Limits
+    from prbench.serve.server import Limits
 
     if parser == "h11":  # the guard's fallback where httptools is not installed
         monkeypatch.setitem(sys.modules, "httptools", None)
@@ -248,7 +252,7 @@ def test_connection_cap_and_header_timeout_free_descriptors(parser, monkeypatch)
         assert busy.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in busy  # answered and closed at once
         assert _closed(over)
         slow = idle[0]
-        slow.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\n")  # headers never finish
+        slow.sendall(b"POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finish
         t0 = time.time()
         assert all(_closed(s) for s in idle)  # idle and slow clients are dropped after header_timeout
         assert time.time() - t0 < 4
@@ -259,17 +263,17 @@ def test_connection_cap_and_header_timeout_free_descriptors(parser, monkeypatch)
 
 
 def test_body_timeout_is_408_and_idle_keepalive_closes() -> None:
-    from prbench.downstream.server import Limits
+    from prbench.serve.server import Limits
 
     limits = Limits(max_connections=8, header_timeout=5, body_timeout=0.5, idle_timeout=0.4)
     with ThreadedServer(create_app(load_rm("baseline:length"), "none"), limits=limits) as srv:
         s = _raw(srv.port)
-        s.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"it")
+        s.sendall(b"POST /score HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"it")
         reply = s.recv(4096)
         assert reply.startswith(b"HTTP/1.1 408"), reply[:80]
         s.close()
         k = _raw(srv.port)
-        k.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        k.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert k.recv(4096).startswith(b"HTTP/1.1 200")
         t0 = time.time()
         assert _closed(k) and time.time() - t0 < 3  # kept alive, then closed when idle
@@ -280,7 +284,7 @@ def test_binding_beyond_loopback_needs_a_flag_and_empty_tokens_are_errors(monkey
     from typer.testing import CliRunner
 
     from prbench.cli import _register, app
-    from prbench.downstream.server import check_bind
+    from prbench.serve.server import check_bind
 
     for host in ("", "0.0.0.0", "::", "10.1.2.3"):
         with pytest.raises(PrbenchError, match="allow-remote"):
@@ -329,9 +333,9 @@ class SlowLength(PointwiseRM):
 def test_burst_past_the_queue_is_503_with_retry_after_and_counted() -> None:
     import asyncio
 
-    from prbench.downstream.batcher import Batching
+    from prbench.serve.batcher import Batching
 
-    app = create_app(SlowLength(0.3), "none", batching=Batching(max_items=2, max_wait_ms=0, queue_items=4))
+    app = create_app(SlowLength(0.3), "none", max_batch=4, batching=Batching(max_items=2, max_wait_ms=0, queue_items=4))
     with ThreadedServer(app) as srv:
         async def burst() -> list[httpx.Response]:
             async with httpx.AsyncClient(base_url=srv.base_url, timeout=30,
@@ -372,12 +376,12 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_scores_in_order(e
 
 
 def test_client_retries_503_then_succeeds_and_fails_with_one_clear_error(monkeypatch) -> None:
-    from prbench.downstream.batcher import Batching
-    from prbench.integrations.client import RewardClient, retry_delay
+    from prbench.serve.batcher import Batching
+    from prbench.serve.client import RewardClient, retry_delay
 
     assert 2.0 <= retry_delay(0, "2") <= 2.25 and 0 <= retry_delay(3, None) <= 2.0
     row = ({"id": "x", "question": "q", "profile": []}, "one two three")
-    app = create_app(SlowLength(0.2), "none", batching=Batching(max_items=1, max_wait_ms=0, queue_items=1))
+    app = create_app(SlowLength(0.2), "none", max_batch=1, batching=Batching(max_items=1, max_wait_ms=0, queue_items=1))
     with ThreadedServer(app) as srv:
         client = RewardClient(url=srv.base_url, concurrency=8, retry_s=30)
         import concurrent.futures as cf
@@ -420,7 +424,7 @@ def test_open_file_limit_is_raised_to_fit_the_connection_cap_or_named(caplog) ->
     import logging
     import resource
 
-    from prbench.downstream.server import Limits, check_fd_limit
+    from prbench.serve.server import Limits, check_fd_limit
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     top = hard if hard != resource.RLIM_INFINITY else 1 << 20
@@ -429,9 +433,35 @@ def test_open_file_limit_is_raised_to_fit_the_connection_cap_or_named(caplog) ->
         check_fd_limit(Limits(max_connections=min(2000, top - 256)))
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == min(2000, top - 256) + 256
         if hard != resource.RLIM_INFINITY:
-            with caplog.at_level(logging.WARNING, logger="prbench.downstream.server"):
+            with caplog.at_level(logging.WARNING, logger="prbench.serve.guard"):
                 check_fd_limit(Limits(max_connections=top))  # more than the hard limit allows
             assert f"ulimit -n {top + 256}" in caplog.text
             assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard  # raised as far as allowed
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_serving_package_and_the_metric_drivers_do_not_import_each_other() -> None:
+    """`prbench.serve` imports no metric driver (`prbench.downstream`), and none imports it (lazy imports too)."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[1] / "src" / "prbench"
+
+    def imports(path: Path) -> set[str]:
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                out.add(node.module)
+        return out
+
+    serve = {p.name: imports(p) for p in (pkg / "serve").glob("*.py")}
+    drivers = {p.name: imports(p) for p in (pkg / "downstream").glob("*.py")}
+    assert len(serve) >= 8 and drivers
+    assert {f: sorted(m for m in mods if m.startswith("prbench.downstream")) for f, mods in serve.items()
+            if any(m.startswith("prbench.downstream") for m in mods)} == {}
+    assert {f: sorted(m for m in mods if m.startswith("prbench.serve")) for f, mods in drivers.items()
+            if any(m.startswith("prbench.serve") for m in mods)} == {}
+    assert not (pkg / "downstream" / "server.py").exists() and not (pkg / "integrations" / "client.py").exists()

@@ -7,8 +7,8 @@ between requests shows up as a wrong number. Without cross-request batching 2,04
 requests would take 2,048 forwards (~60 s); batched they take a few dozen.
 
 Clients, replayed from the frameworks' own code:
-- OpenRLHF 0.11.2 (`openrlhf/utils/agent.py`, lines 327-367, `_fetch_rewards_via_http` and its inner
-  `_post_request`): one `aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180))` per
+- OpenRLHF 0.11.2 (`openrlhf/utils/agent.py`, lines 327-365, `_fetch_rewards_via_http`, and its inner
+  `_post_request`, lines 347-362): one `aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=180))` per
   request, `session.post(url, json={"query": [q], "prompts": [p], "labels": [label]})`,
   `response.raise_for_status()`, `await response.json()`; one query per request
   (`SingleTurnAgentExecutor.execute`, line 292). OpenRLHF retries 5 times 1 s apart; here the
@@ -16,7 +16,7 @@ Clients, replayed from the frameworks' own code:
   imports deepspeed through `utils.utils.get_strategy`), so the call is replayed exactly.
 - verl 0.9.1: `RewardLoopWorker.compute_score_batch` (`verl/experimental/reward_loop/reward_loop.py`,
   lines 138-143) creates one task per item and gathers them all; `NaiveRewardManager.run_single`
-  (`reward_manager/naive.py`, lines 34-72) awaits `compute_score(data_source=, solution_str=,
+  (`reward_manager/naive.py`, lines 34-99; the async branch, lines 66-73) awaits `compute_score(data_source=, solution_str=,
   ground_truth=, extra_info=)` with `num_turns` and `rollout_reward_scores` added to `extra_info`.
 """
 
@@ -35,11 +35,11 @@ import pytest
 
 from prbench.conditions import View, build_view
 from prbench.data import load_examples
-from prbench.downstream.server import Limits, ThreadedServer, create_app
 from prbench.integrations.export import openrlhf_rows, verl_rows
 from prbench.integrations.verl import compute_score_async
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.serve.server import Limits, ThreadedServer, create_app
 
 N = 2048
 FORWARD_S = 0.03
@@ -92,7 +92,10 @@ def items():
 def server(items):
     rm = SlowHashRM()
     app = create_app(rm, "profile", top_k=10, policy_template=POLICY, items=items)
-    with ThreadedServer(app, limits=Limits()) as srv:
+    # The 2,048 clients share this process (and its GIL) with the server: on a loaded machine a client
+    # can connect and write its headers more than the default 10 s later. That deadline is for clients
+    # with their own CPU; here it would count the test's own lag as lost rewards.
+    with ThreadedServer(app, limits=Limits(header_timeout=120, body_timeout=120)) as srv:
         yield srv, rm
 
 
@@ -127,7 +130,7 @@ def test_openrlhf_2048_concurrent_single_item_requests_none_lost(server, items) 
                           skip_special_tokens=False) for k, a in pairs]
     before, forwards = stats(srv), rm.forwards
 
-    async def post_once(data: dict) -> list[float]:  # agent.py:344-357 with try_max_times=1
+    async def post_once(data: dict) -> list[float]:  # agent.py:347-362 with try_max_times=1
         timeout = aiohttp.ClientTimeout(total=180)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
                 session.post(f"{srv.base_url}/get_reward", json=data) as response:
@@ -158,7 +161,7 @@ def test_verl_2048_concurrent_compute_score_async_none_lost(server, items) -> No
     pairs = answers(items)
     before = stats(srv)
 
-    async def run_single(k: int, answer: str) -> float:  # naive.py:34-72, the async branch
+    async def run_single(k: int, answer: str) -> float:  # naive.py:66-73, the async branch of run_single (34-99)
         row = rows[k]
         extra_info = {**row["extra_info"], "num_turns": None, "rollout_reward_scores": {}}
         result = await compute_score_async(data_source=row["data_source"], solution_str=answer,

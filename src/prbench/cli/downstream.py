@@ -6,7 +6,7 @@ Plain functions plus `register(app)`, so the main app decides where they live.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -170,14 +170,17 @@ def serve_reward(
     scale: ServeScale,
     condition: RMCondition = "none",
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default; others need --allow-remote).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port (0-65535).")] = 8000,
     allow_remote: Annotated[bool, typer.Option("--allow-remote", help="Allow binding beyond loopback (set a token too).")] = False,
     token_env: Annotated[str, typer.Option(help="Env var holding the bearer token (auth on when it is set; set but empty is an error).")] = "PRBENCH_REWARD_TOKEN",
     require_token: Annotated[bool, typer.Option(help="Refuse to start when the token env var is unset.")] = False,
     policy_template: Annotated[str | None, typer.Option(help="Policy (hf:DIR, builtin:NAME, folder) whose chat template splits OpenRLHF queries at /get_reward.")] = None,
     items: Annotated[str | None, typer.Option(help="Benchmark items, so a /get_reward label may name only an id.")] = None,
-    fallback_reward: Annotated[float, typer.Option(help="/get_reward value of an item that cannot be scored (counted in /stats).")] = 0.0,
-    reward_scale: Annotated[float, typer.Option(help="/get_reward: multiply RM scores (the paper used 0.1).")] = 1.0,
+    users: Annotated[str | None, typer.Option(help="/classify: the training rows (`prbench export verl` parquet or openrlhf JSONL) whose prompts name the user.")] = None,
+    rm_template: Annotated[str | None, typer.Option(help="/classify: the tokenizer (hf:DIR, builtin:NAME, folder) verl renders the RM input with (its reward_model.model_path).")] = None,
+    served_model_name: Annotated[str | None, typer.Option(help="/classify: the `model` name to answer to (others get vLLM's 404); default: any.")] = None,
+    fallback_reward: Annotated[float, typer.Option(help="/get_reward, /classify: value of an item that cannot be scored (counted in /stats).")] = 0.0,
+    reward_scale: Annotated[float, typer.Option(help="/get_reward, /classify: multiply RM scores (the paper used 0.1).")] = 1.0,
     max_batch: Annotated[int, typer.Option(help="Most items per request.")] = 64,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body in bytes.")] = 1_000_000,
     max_connections: Annotated[int, typer.Option(help="Most open connections (more get 503 and are closed).")] = 8192,
@@ -186,36 +189,51 @@ def serve_reward(
     idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle keep-alive connection is closed.")] = 5.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve an RM over HTTP for RL frameworks. POST /score, POST /get_reward (OpenRLHF), GET /health, GET /stats."""
-    from prbench.downstream.batcher import Batching
-    from prbench.downstream.server import Limits, check_bind, redact_url, serve, token_from_env
-    from prbench.rewards.base import load_rm
+    """Serve an RM over HTTP for RL frameworks: POST /score, /get_reward (OpenRLHF), /classify and /pooling
+    (vLLM's pooling API, verl's Reward Loop); GET /v1/models, /health, /stats."""
+    from prbench.serve.batcher import Batching
+    from prbench.serve.guard import Limits
+    from prbench.serve.server import check_bind, check_sizes, create_app, hosts_for, serve, token_from_env
+    from prbench.sources import load_items
 
     token = token_from_env(token_env, required=require_token)
-    check_bind(host, token, allow_remote)  # before any model loads: a refused bind costs nothing
+    check_bind(host, token, allow_remote, port)  # before any model loads: a refused bind costs nothing
     limits = Limits(max_connections=max_connections, header_timeout=header_timeout, body_timeout=body_timeout,
                     idle_timeout=idle_timeout)
-    served = []
-    if items:
-        from prbench.downstream.sampling import load_items
-
-        served = load_items(items)
+    batching = Batching(scale.max_batch_items, scale.max_wait_ms, scale.queue_items)
+    check_sizes(max_batch, max_body_bytes, batching)
     rm_options = set_options(mode=view.mode, max_length=view.max_length, batch_size=view.batch_size,
                              engine=scale.engine, **access.model_dump())
-    app_options = {"token": token, "max_batch": max_batch, "max_body_bytes": max_body_bytes, "top_k": view.top_k,
+    app_options: dict[str, Any] = {"token": token, "max_batch": max_batch, "max_body_bytes": max_body_bytes,
+                                   "top_k": view.top_k,
                    "retriever": view.retriever, "planner_file": view.planner_file,
-                   "max_context_chars": view.max_context_chars, "items": served, "policy_template": policy_template,
-                   "fallback_reward": fallback_reward, "reward_scale": reward_scale,
-                   "batching": Batching(scale.max_batch_items, scale.max_wait_ms, scale.queue_items)}
-    shown = redact_url(f"http://{host}:{port}") if host else f"http://*:{port}"
-    typer.echo(f"serving {rm} [{condition}] on {shown} x{scale.replicas} (auth: {'on' if token else 'off'}; "
-               f"/get_reward: {'on' if policy_template else 'needs --policy-template'})", err=True)
+                   "max_context_chars": view.max_context_chars, "items": load_items(items) if items else [],
+                   "policy_template": policy_template, "users": users, "rm_template": rm_template,
+                   "served_model_name": served_model_name, "fallback_reward": fallback_reward,
+                   "reward_scale": reward_scale, "batching": batching, "allowed_hosts": hosts_for(host),
+                   "rm_options": rm_options, "body_timeout": body_timeout}
     if scale.replicas > 1:
-        _serve_replicas(rm, condition, scale, host, port, {**app_options, "rm_options": rm_options,
-                                                            "body_timeout": body_timeout})
+        _serve_replicas(rm, condition, scale, host, port, app_options)
         return
-    serve(load_rm(rm, **rm_options), condition, host=host, port=port, allow_remote=allow_remote, limits=limits,
-          log_level=log_level, **app_options)
+    app = create_app(rm, condition, **app_options)  # loads and checks the RM before anything is announced
+    shown = f"http://{host}:{port}" if host else f"http://*:{port}"
+
+    def ready() -> None:
+        typer.echo(f"serving {app.model_name} [{condition}] on {shown} (auth: {'on' if token else 'off'}; "
+                   f"/get_reward: {'on' if policy_template else 'needs --policy-template'}; "
+                   f"/classify: {'on' if users else 'needs --users and --rm-template'})", err=True)
+
+    stopped_by = serve(app, host=host, port=port, log_level=log_level, limits=limits, on_ready=ready)
+    stats = app.service.stats
+    how = f" by {signal_name(stopped_by)}" if stopped_by else ""
+    typer.echo(f"serve-reward stopped{how}: {stats.requests} requests, {stats.items} items scored, "
+               f"{app.batcher.abandoned} abandoned by their clients", err=True)
+
+
+def signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 def _serve_replicas(rm: str, condition: str, scale: ServeScale, host: str, port: int, app_options: dict) -> None:
@@ -223,7 +241,7 @@ def _serve_replicas(rm: str, condition: str, scale: ServeScale, host: str, port:
     import signal
     import threading
 
-    from prbench.downstream.replicas import start_replicas, stop_replicas
+    from prbench.serve.replicas import start_replicas, stop_replicas
 
     stop = threading.Event()
     try:

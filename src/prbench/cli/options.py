@@ -25,7 +25,7 @@ class RMView(Settings):
 
 
 class ServeScale(Settings):
-    """How `serve-reward` batches, admits and scales out (defaults: `prbench.downstream.batcher.Batching`)."""
+    """How `serve-reward` batches, admits and scales out (defaults: `prbench.serve.batcher.Batching`)."""
 
     max_batch_items: int = opt(64, "Most items of concurrent requests scored in one RM call.", ge=1)
     max_wait_ms: float = opt(2.0, "Longest a lone request waits for others to share its RM call.", ge=0)

@@ -59,22 +59,7 @@ from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.runs import write_json_atomic
 from prbench.schema import ProfilePost, RubricAspect, SourceItem
 from prbench.scoring import score_cached
-
-
-def resolve_policy(spec: str) -> str:
-    """A causal-LM location for `from_pretrained`: `hf:<dir | hub id>`, `builtin:<name>` or a folder."""
-    prefix, _, rest = spec.partition(":")
-    if prefix == "builtin":
-        from prbench.engines.builtin import builtin_path
-
-        return str(builtin_path(rest))
-    if prefix == "hf" and rest:
-        from prbench.hub import check_ref
-
-        return check_ref(rest, "hf")  # missing folder or unreachable hub: one line now
-    if Path(spec).is_dir():
-        return spec
-    raise PrbenchError(f"RL needs a local causal LM: hf:<dir>, builtin:<name> or a folder, got {spec!r}")
+from prbench.sources import resolve_policy
 
 
 def _trainable_config(transformers: Any, source: str) -> Any:

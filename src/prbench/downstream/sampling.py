@@ -25,30 +25,19 @@ from typing import Any
 from prbench.cache import Cache, text_hash
 from prbench.conditions import View, build_view, read_planner_file
 from prbench.config import SampleSettings, run_identity
-from prbench.data import load_examples, write_examples
+from prbench.data import write_examples
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
-from prbench.errors import DataError, PrbenchError
+from prbench.errors import PrbenchError
 from prbench.prompts import Prompt, load_prompt
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.runs import RunDir, read_json
 from prbench.schema import SourceItem
 from prbench.scoring import example_seed
+from prbench.sources import load_items
 
 SAMPLES_FILE = "samples.jsonl"
 ITEMS_FILE = "items.jsonl"
-
-
-def load_items(src: str | Path, **kwargs: Any) -> list[SourceItem]:
-    """Benchmark records or LaMP-QA source records: BoN and RL need only question, profile, rubric."""
-    if str(src) == "sample:source":
-        return load_examples(src, "source", **kwargs)
-    try:
-        return load_examples(src, "benchmark", **kwargs)
-    except DataError as exc:
-        if exc.field not in ("chosen", "rejected"):
-            raise
-        return load_examples(src, "source", **kwargs)
 
 
 def policy_messages(view: View, prompt: Prompt, max_words: int) -> Messages:

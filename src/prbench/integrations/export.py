@@ -2,7 +2,7 @@
 
 Each row's prompt is the policy's chat (question plus the top-k profile posts, exactly as
 `prbench sample` and `prbench rl` show it: `prbench.downstream.sampling.policy_messages`), and
-each row carries the user context of `prbench.downstream.items` for the reward side:
+each row carries the user context of `prbench.serve.items` for the reward side:
 
 - OpenRLHF (JSONL): `{"prompt": [chat messages], "label": "<JSON context>", "datasource": "prbench"}`;
   train with `--data.input_key prompt --data.label_key label --data.apply_chat_template`.
@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from prbench.conditions import build_views
-from prbench.downstream.items import item_context
 from prbench.downstream.sampling import policy_messages
 from prbench.errors import PrbenchError
 from prbench.prompts import load_prompt
 from prbench.retrieval import load_retriever
 from prbench.schema import SourceItem
+from prbench.serve.items import item_context
 
 DATA_SOURCE = "prbench"
 REWARD_CONDITIONS = ("none", "profile", "planner", "oracle")

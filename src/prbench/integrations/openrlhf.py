@@ -4,11 +4,11 @@ OpenRLHF 0.11.2 loads a `--reward.remote_url` that ends in `.py` with
 `importlib.util.spec_from_file_location("reward_func", path)` and calls `reward_func` with one
 rollout at a time from a worker thread (`openrlhf/utils/agent.py`, `SingleTurnAgentExecutor`),
 reading `rewards`, `scores` and `extra_logs` from the dict it returns. This file scores exactly
-as `prbench serve-reward`'s `POST /get_reward` does (the same `RewardService.rewards`), with the
+as `prbench serve-reward`'s `POST /get_reward` does (the same `RewardService.rollouts` and `rewards`), with the
 RM loaded in this process: set PRBENCH_RM (RM spec), PRBENCH_POLICY_TEMPLATE (the policy,
 whose chat template tells where the answer starts), PRBENCH_CONDITION (default profile),
 optionally PRBENCH_ITEMS, PRBENCH_FALLBACK_REWARD, PRBENCH_REWARD_SCALE, PRBENCH_DEVICE,
-PRBENCH_TOP_K, PRBENCH_RETRIEVER (as `prbench.integrations.client` documents them).
+PRBENCH_TOP_K, PRBENCH_RETRIEVER (as `prbench.serve.client` documents them).
 To use a running server instead, point `--reward.remote_url` at `http://HOST:PORT/get_reward`.
 """
 
@@ -25,7 +25,7 @@ _LOCK = threading.Lock()
 
 def service_from_env(**given: Any) -> Any:
     """The process's RewardService for these settings (the RM loads once)."""
-    from prbench.integrations.client import settings
+    from prbench.serve.client import settings
 
     cfg = settings(given)
     key = tuple(sorted((k, str(v)) for k, v in cfg.items()))
@@ -34,11 +34,11 @@ def service_from_env(**given: Any) -> Any:
             if not cfg["rm"] or not cfg["policy_template"]:
                 raise PrbenchError("reward_func needs PRBENCH_RM (the RM spec) and PRBENCH_POLICY_TEMPLATE "
                                    "(the policy whose chat template the queries use)")
-            from prbench.downstream.chat import load_splitter
-            from prbench.downstream.sampling import load_items
-            from prbench.downstream.server import RewardService
             from prbench.retrieval import load_retriever
             from prbench.rewards.base import PointwiseRM, load_rm
+            from prbench.serve.chat import load_splitter
+            from prbench.serve.service import RewardService
+            from prbench.sources import load_items
 
             rm = load_rm(cfg["rm"], **({"device": cfg["device"]} if cfg["device"] else {}))
             if not isinstance(rm, PointwiseRM):
@@ -51,14 +51,18 @@ def service_from_env(**given: Any) -> Any:
 
 
 def reward_func(queries: list[str], prompts: list[str], labels: list[Any]) -> dict[str, Any]:
-    """Rewards for OpenRLHF rollouts: the same numbers `POST /get_reward` answers."""
+    """Rewards for OpenRLHF rollouts: the same numbers `POST /get_reward` answers (a hostile label gets
+    the fallback there and here, never an exception)."""
     import torch
 
-    from prbench.downstream.server import RewardRequest
+    from prbench.serve.service import Invalid, Reject
 
     service = service_from_env()
-    out = service.rewards(RewardRequest(query=list(queries), prompts=list(prompts), labels=list(labels)))
-    rewards = torch.tensor(out["rewards"], dtype=torch.float32)
-    flags = out["extra_logs"]["prbench_invalid"]
+    try:
+        parsed = service.rollouts(list(queries), list(prompts), list(labels))
+    except Reject as exc:
+        raise PrbenchError(f"reward_func: {exc.detail}") from None
+    values, flags = service.rewards(parsed, service.score_pairs([x for x in parsed if not isinstance(x, Invalid)]))
+    rewards = torch.tensor(values, dtype=torch.float32)
     return {"rewards": rewards, "scores": rewards.clone(),
             "extra_logs": {"prbench_invalid": sum(flags) / max(len(flags), 1)}}

@@ -1,7 +1,7 @@
 """One reward per (user context, answer): from a running `prbench serve-reward` or an in-process RM.
 
-Both paths score through `prbench.downstream.server.RewardService` (the HTTP one on the server,
-the in-process one here), so the same item gets the same reward either way and the same as
+Both paths score through `prbench.serve.service.RewardService` (the HTTP one on the server,
+the in-process one called directly here, no wire format in between), so the same item gets the same reward either way and the same as
 `prbench eval`. Settings come from keyword arguments (verl's `reward_kwargs`) or else from
 environment variables, so a framework that only imports a file can still be configured:
 
@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prbench.downstream.items import item_from_context
 from prbench.errors import PrbenchError
 from prbench.schema import SourceItem
+from prbench.serve.items import item_from_context
 
 ENV = {"url": "PRBENCH_REWARD_URL", "rm": "PRBENCH_RM", "condition": "PRBENCH_CONDITION",
        "items": "PRBENCH_ITEMS", "token_env": "PRBENCH_REWARD_TOKEN_ENV",
@@ -58,7 +58,7 @@ _LOCK = threading.Lock()
 
 def settings(given: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword settings first, then the environment; unknown keywords (framework extras) are dropped."""
-    out = {k: given.get(k) if given.get(k) is not None else os.environ.get(v) for k, v in ENV.items()}
+    out: dict[str, Any] = {k: given.get(k) if given.get(k) is not None else os.environ.get(v) for k, v in ENV.items()}
     for key, default in DEFAULTS.items():
         raw, kind = out[key], type(default)
         try:
@@ -98,7 +98,8 @@ class RewardClient:
         if bool(url) == bool(rm):
             raise PrbenchError("give exactly one reward source: a serve-reward URL (PRBENCH_REWARD_URL / url=) "
                                "or an RM spec (PRBENCH_RM / rm=)")
-        from prbench.downstream.server import DEFAULT_TOKEN_ENV, RewardService, token_from_env
+        from prbench.serve.server import DEFAULT_TOKEN_ENV, token_from_env
+        from prbench.serve.service import RewardService
 
         self.fallback_reward, self.reward_scale, self.timeout = fallback_reward, reward_scale, timeout
         self.concurrency, self.retry_s, self.batch = concurrency, retry_s, batch
@@ -108,11 +109,11 @@ class RewardClient:
         self.headers: dict[str, str] = {}
         self.items: dict[str, SourceItem] = {}
         if items is not None:
-            from prbench.downstream.sampling import load_items
+            from prbench.sources import load_items
 
             self.items = {it.id: it for it in (load_items(items) if isinstance(items, str) else items)}
         self.url = url.rstrip("/") if url else None
-        self.service = None
+        self.service: RewardService | None = None
         if self.url is not None:
             self.url = self.url.removesuffix("/score")
             token = token_from_env(token_env or DEFAULT_TOKEN_ENV)
@@ -120,13 +121,14 @@ class RewardClient:
         else:
             from prbench.rewards.base import PointwiseRM, load_rm
 
-            model = load_rm(rm, **({"device": device} if device else {}))
+            model = load_rm(str(rm), **({"device": device} if device else {}))
             if not isinstance(model, PointwiseRM):
                 raise PrbenchError(f"{rm}: a reward needs a pointwise RM (a judge in mode pointwise)")
             from prbench.retrieval import load_retriever
 
             self.service = RewardService(model, condition or "profile", items=list(self.items.values()), top_k=top_k,
-                                         retriever=load_retriever(retriever))
+                                         retriever=load_retriever(retriever), fallback_reward=fallback_reward,
+                                         reward_scale=reward_scale)
 
     def _payload(self, rows: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict[str, Any]] | None:
         out = []
@@ -192,18 +194,18 @@ class RewardClient:
 
     def score(self, rows: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[float, bool]]:
         """(reward, valid) per row."""
-        items = self._payload(rows)
         if self.service is not None:
-            from prbench.downstream.server import ScoreRequest
-
-            return self._finish(self.service.score(ScoreRequest.model_validate({"items": items}).items)["scores"])
+            return self.service.reward_rows(rows)
+        items = self._payload(rows)
         import httpx
 
         http, started, tries = self._http(), time.monotonic(), 0
+        gate = self._gate
+        assert gate is not None  # set by _http()
         while True:
             tries += 1
             try:
-                with self._gate:
+                with gate:
                     scores, wait = self._outcome(http.post(f"{self.url}/score", json={"items": items}))
                 if scores is not None:
                     return self._finish(scores)

@@ -52,8 +52,8 @@ class ChatSplitter:
 
 def load_splitter(spec: str) -> ChatSplitter:
     """A splitter from the policy's tokenizer: `hf:DIR`, `builtin:NAME` or a folder."""
-    from prbench.downstream.rl import resolve_policy
     from prbench.extras import require
+    from prbench.sources import resolve_policy
 
     transformers = require("transformers", "hf")
     return ChatSplitter(transformers.AutoTokenizer.from_pretrained(resolve_policy(spec)), spec)

@@ -66,11 +66,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
+from baseline_serve.batcher import Batcher, Batching, Overloaded
+from baseline_serve.chat import ChatSplitter
+from baseline_serve.items import item_from_context, parse_label
 from prbench.cache import NullCache, content_key
 from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
-from prbench.downstream.batcher import Batcher, Batching, Overloaded
-from prbench.downstream.chat import ChatSplitter
-from prbench.downstream.items import item_from_context, parse_label
 from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.retrieval import Retriever, load_retriever
@@ -539,7 +539,7 @@ def create_app(
     if not isinstance(model, PointwiseRM):
         raise PrbenchError(f"{model.spec}: the reward server needs a pointwise RM (a judge in --mode pointwise)")
     if isinstance(policy_template, str):
-        from prbench.downstream.chat import load_splitter
+        from baseline_serve.chat import load_splitter
 
         policy_template = load_splitter(policy_template)
     service = RewardService(model, condition, retriever=load_retriever(retriever), top_k=top_k,

@@ -28,7 +28,7 @@ class RewardReplica:
     """One model copy: builds the reward app inside the replica process (the RM loads there)."""
 
     def __init__(self, rm: str, condition: str, app_options: dict[str, Any]):
-        from prbench.downstream.server import create_app
+        from prbench.serve.server import create_app
 
         self.reward_app = create_app(rm, condition, **app_options)  # `app` is the ingress wrapper's own property
 
