@@ -47,14 +47,40 @@ def test_ledger_dollars_are_tokens_times_prices() -> None:
     led.settle(led.reserve("hello", 10), {"input_tokens": 1_000_000, "cached_input_tokens": 400_000,
                                           "output_tokens": 250_000})
     assert led.usd == pytest.approx(0.6 * 2.0 + 0.4 * 0.5 + 0.25 * 8.0)
-    batch = cost.Ledger(price, batch=True)
-    batch.settle(0.0, {"input_tokens": 1_000_000, "output_tokens": 1_000_000})
-    assert batch.usd == pytest.approx(5.0) and batch.summary()["batch"] is True
+    batch = cost.Ledger(price, batch=True)  # batches: set from the folder's files, at the batch price
+    batch.set_batch_usage({"input_tokens": 1_000_000, "output_tokens": 1_000_000, "requests": 1})
+    batch.set_batch_usage({"input_tokens": 1_000_000, "output_tokens": 1_000_000, "requests": 1})  # re-read: once
+    assert batch.usd == pytest.approx(5.0) and batch.summary()["batch"] is True and batch.requests == 1
     resumed = cost.Ledger(price, earlier=led.summary())  # a resumed run adds to what was spent
     resumed.settle(0.0, {"input_tokens": 1_000_000})
     assert resumed.usd == pytest.approx(led.usd + 2.0) and resumed.input_tokens == 2_000_000
+    again = cost.Ledger(price, batch=True, earlier=batch.summary())  # its batches are re-read, never carried
+    assert again.usd == 0.0
     with pytest.raises(PrbenchError, match="needs a price"):
         cost.Ledger(None, max_usd=1.0, label="openai:mystery")
+
+
+def test_anthropic_cache_writes_and_gemini_batch_cache_are_priced_as_sold() -> None:
+    """Anthropic: a cache write costs 1.25x input, a read 0.1x, both halved in a batch (docs.claude.com pricing,
+    "prompt caching multipliers stack with the batch discount"); Gemini: cached input keeps its price in a batch."""
+    sonnet = cost.price_for("anthropic", "claude-sonnet-4-6")
+    assert sonnet.cache_write == pytest.approx(3.75)
+    assert sonnet.usd(3_000_000, 1_000_000, 0, cache_write_tokens=1_000_000) == pytest.approx(3.0 + 0.3 + 3.75)
+    assert sonnet.usd(3_000_000, 1_000_000, 0, batch=True, cache_write_tokens=1_000_000) == pytest.approx(7.05 / 2)
+    flash = cost.price_for("gemini", "gemini-3-flash")
+    assert flash.usd(2_000_000, 1_000_000, 0, batch=True) == pytest.approx(0.5 / 2 + 0.05)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "-inf"])
+def test_max_usd_not_a_finite_positive_number_is_refused_in_one_line(bad: str, fake_openai, api_key_env,
+                                                                      tmp_path: Path, capsys) -> None:
+    from prbench.testing.cli import run_cli
+
+    srv = fake_openai(lambda body: "Result: A")
+    code, _, err = run_cli(capsys, "eval", "-m", MODEL, "--data", "sample", "--limit", "2", "--out", str(tmp_path),
+                           "--base-url", srv.base_url, "--api-key-env", api_key_env[0], "--quiet", "--max-usd", bad)
+    assert code != 0 and srv.n_posts == 0 and not list(tmp_path.rglob("summary.json"))
+    assert len(err.strip().splitlines()) == 1 and "--max-usd must be a finite number" in err, err
 
 
 def _judge(fake_openai, key: str, **kw):

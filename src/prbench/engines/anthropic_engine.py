@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from prbench.engines import providers
+from prbench.engines import batch, providers
 from prbench.engines.base import GenParams, Messages
 from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine
 from prbench.errors import SpecError
@@ -74,6 +74,10 @@ class AnthropicEngine(OpenAIEngine):
             fp["api_version"] = self.api_version
         return fp  # prompt caching changes the price, not the reply
 
+    def batch_api(self) -> batch.OpenAIBatches | batch.AnthropicBatches:
+        """Message Batches (`/v1/messages/batches`)."""
+        return batch.AnthropicBatches(self)
+
     def _new_client(self, key: str) -> Any:
         anthropic = require("anthropic", "api")
         headers = {"anthropic-version": self.api_version} if self.api_version else None
@@ -104,7 +108,7 @@ class AnthropicEngine(OpenAIEngine):
         u = data.get("usage") or {}
         read, write = int(u.get("cache_read_input_tokens") or 0), int(u.get("cache_creation_input_tokens") or 0)
         return {"input_tokens": int(u.get("input_tokens") or 0) + read + write, "cached_input_tokens": read,
-                "output_tokens": int(u.get("output_tokens") or 0)}
+                "cache_write_input_tokens": write, "output_tokens": int(u.get("output_tokens") or 0)}
 
     def _reply(self, data: dict[str, Any]) -> tuple[Any, str, int | None]:
         blocks = data.get("content") or []

@@ -18,6 +18,11 @@ from prbench.errors import SpecError
 Messages = list[dict[str, str]]
 
 
+class RequestFailed(Exception):
+    """An API request that failed for good (message safe to log and store); here, below every engine and
+    batch module, so none of them imports another for it."""
+
+
 @dataclass(frozen=True)
 class GenParams:
     """Sampling parameters of one request; temperature 0 means greedy."""

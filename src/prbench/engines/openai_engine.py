@@ -66,7 +66,7 @@ from urllib.parse import urlsplit, urlunsplit
 from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
 from prbench.engines import batch, providers
-from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
+from prbench.engines.base import Engine, Generation, GenParams, Messages, RequestFailed, logsumexp
 from prbench.engines.ratelimit import (
     Limiter,
     QuotaExhausted,
@@ -83,10 +83,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUS = frozenset({408, 409, 429})
 TOP_LOGPROBS = 20
 DEFERRED = "deferred to a batch"
-
-
-class RequestFailed(Exception):
-    """A request that failed for good (message safe to log and store)."""
 
 
 class _Retryable(Exception):
@@ -273,6 +269,10 @@ class OpenAIEngine(Engine):
         return {"provider": self.profile.provider, "usage": dict(self.stats), "adjusted": dict(self.adjusted),
                 "concurrency_limits": list(self.limiter.history)}
 
+    def batch_api(self) -> batch.OpenAIBatches | batch.AnthropicBatches:
+        """This engine's batch endpoints (`/v1/files` + `/v1/batches`)."""
+        return batch.OpenAIBatches(self)
+
     def _template_hash(self) -> str:
         template = getattr(self._get_tokenizer(), "chat_template", None) or ""
         return hashlib.sha256(str(template).encode("utf-8")).hexdigest()
@@ -398,7 +398,9 @@ class OpenAIEngine(Engine):
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries, priced by the run's ledger (reserved before, settled after)."""
         if self.batch is not None:  # answered from the run's batch results, or deferred to the next batch
-            return self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra}, self.spec)
+            stored = self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra}, self.spec)
+            if stored is not None:
+                return stored  # billed from the folder's files (`batch.Store.usage`), never here
         if self.ledger is None:
             return self._send(endpoint, kwargs, extra)
         limit = int(kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
