@@ -310,8 +310,8 @@ def _earlier(path: Path | None, label: str, single: bool) -> dict[str, Any] | No
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict):
-            raise ValueError(f"expected an object, found {type(data).__name__}")
-    except (OSError, ValueError) as exc:
+            raise TypeError(f"expected an object, found {type(data).__name__}")
+    except (OSError, ValueError, TypeError) as exc:
         raise PrbenchError(f"{path}: damaged ({str(exc)[:80]}); it holds what earlier invocations spent one request "
                            f"at a time: restore it, or move it away to count from zero") from None
     return (data.get("engines") or {}).get(label) or (data if single and "engines" not in data else None)

@@ -188,8 +188,8 @@ class Store:
                     if not (isinstance(row, dict) and isinstance(row.get("custom_id"), str)
                             and isinstance(row.get("body"), (dict, type(None)))
                             and isinstance(row.get("error"), (str, type(None)))):
-                        raise ValueError("expected {custom_id, body, error}")
-                except ValueError as exc:
+                        raise TypeError("expected {custom_id, body, error}")
+                except (ValueError, TypeError) as exc:
                     self.echo(f"warning: {self.results_path}:{n}: damaged line skipped ({str(exc)[:60]}); its "
                               f"batch's results are downloaded again")
                     continue
@@ -357,8 +357,8 @@ class OpenAIBatches:
                 try:
                     obj = json.loads(line)
                     if not isinstance(obj, dict) or not isinstance(obj.get("custom_id"), str):
-                        raise ValueError("no custom_id")
-                except ValueError as exc:
+                        raise TypeError("no custom_id")
+                except (ValueError, TypeError) as exc:
                     echo(f"warning: batch {batch_id}: {name} file {fid} line {n} damaged ({str(exc)[:60]}); skipped")
                     continue
                 rows.append(_openai_line(obj))
