@@ -125,7 +125,8 @@ def test_kill_while_polling_then_resume_creates_one_batch(api_key_env, tmp_path:
         env = {**os.environ, "PRBENCH_BATCH_POLL": "0.05,0.2", "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
-        while not list(tmp_path.rglob("batches.json")) and time.monotonic() < deadline:
+        while not any('"batch_id": "batch' in p.read_text() for p in tmp_path.rglob("batches.json")) \
+                and time.monotonic() < deadline:  # submitted and recorded (not a fixed sleep: loaded machines lag)
             time.sleep(0.05)
         time.sleep(0.3)  # polling now
         assert proc.poll() is None, proc.communicate()

@@ -178,7 +178,7 @@ class Ledger:
         self.reserved = 0.0
         self.peers = peers if peers is not None else []  # the run's ledgers (one per engine): one cap for all
         self.peers.append(self)
-        self._lock = peers[0]._lock if len(self.peers) > 1 else threading.Lock()
+        self._lock: threading.Lock = self.peers[0]._lock if len(self.peers) > 1 else threading.Lock()
 
     def total(self, key: str) -> int:
         """One usage count (a `USAGE_KEYS` name) over both parts."""
@@ -359,15 +359,65 @@ def save(ledger: Ledger | RunCost | None, folder: str | Path | None) -> None:
 
 
 REPLY_TOKENS = 120  # a judge's or planner's typical reply (short rationale + verdict): the dry run's output estimate
+# Assumed share of the requests that find their shared start already cached, of those sent after the first of
+# their group: no provider publishes one. Synchronous followers go once the first reply is back (seconds apart,
+# well inside the 5-minute lifetime); batch requests are scheduled by the provider, often all at once, and a
+# batch may outlast the cache (docs.claude.com batch-processing: "batches may take more than 5 minutes").
+CACHE_HITS = {"sync": 0.9, "batch": 0.5}
+
+
+@dataclass(frozen=True)
+class PlannedCost:
+    """A planned run's dollars: synchronous, through batches, through batches with prompt caching, and the
+    caching verdict: `reason` (one of `CACHE_REASONS`), the start its calls share and the provider's minimum."""
+
+    sync: float
+    batch: float
+    batch_cache: float
+    reason: str
+    shared: int = 0
+    minimum: int | None = None
+
+
+CACHE_REASONS = {
+    "cached": "cached",
+    "route": "no caching on this route (Anthropic's OpenAI-compatible endpoint or prompt_cache off; use anthropic:)",
+    "table": "no prompt caching in the price table",
+    "alone": "no start shared between calls",
+    "short": "uncached: under the minimum cacheable prefix",
+}
+
+
+def cache_note(costs: list[PlannedCost]) -> str:
+    """One line for the planned runs of one model: why caching applies or not, with the shared starts."""
+    reasons = sorted({c.reason for c in costs})
+    shared = sorted({c.shared for c in costs if c.shared})
+    span = f"{shared[0]:,}" if len(shared) == 1 else f"{shared[0]:,}-{shared[-1]:,}" if shared else ""
+    minimum = next((c.minimum for c in costs if c.minimum), None)
+    text = "; ".join(CACHE_REASONS[r] for r in reasons)
+    return text + (f" (shared start {span} tokens, minimum {minimum:,})" if span and minimum else "")
 
 
 def planned_dollars(found: tuple[str, str] | None, calls: int, input_tokens: int,
-                    prices: str | Path | None = None) -> tuple[float, float] | None:
-    """(synchronous, batch) dollars of a planned run on the API model `found` (provider, model; see
-    `prbench.engines.providers.engine_provider`): its input tokens plus REPLY_TOKENS per call."""
+                    prices: str | Path | None = None, *, prefix_tokens: int = 0, calls_per_prefix: int = 1,
+                    caches: bool = True) -> PlannedCost | None:
+    """The dollars of a planned run on the API model `found` (provider, model; see
+    `prbench.engines.providers.engine_provider`): its input tokens plus REPLY_TOKENS per call. With caching,
+    groups of `calls_per_prefix` calls share `prefix_tokens` (a judge's both orders): the first writes, the
+    others read with probability `CACHE_HITS['batch']`; a start under the provider's minimum is uncached."""
     found = found if calls else None
     price = price_for(*found, prices) if found else None
     if price is None:
         return None
     out = calls * REPLY_TOKENS
-    return price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=True)
+    sync, batch = price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=True)
+    minimum = price.min_cache_prefix
+    reason = ("route" if not caches else "table" if minimum is None else
+              "alone" if calls_per_prefix < 2 or prefix_tokens <= 0 else "short" if prefix_tokens < minimum else "cached")
+    if reason != "cached":
+        return PlannedCost(sync, batch, batch, reason, prefix_tokens if reason == "short" else 0, minimum)
+    followers = calls * (calls_per_prefix - 1) / calls_per_prefix
+    read = round(followers * CACHE_HITS["batch"] * prefix_tokens)
+    written = round((calls - followers * CACHE_HITS["batch"]) * prefix_tokens) if price.cache_write else 0
+    return PlannedCost(sync, batch, price.usd(input_tokens, read, out, batch=True, cache_write_tokens=written),
+                       reason, prefix_tokens, minimum)

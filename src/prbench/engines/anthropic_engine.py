@@ -78,7 +78,7 @@ class AnthropicEngine(OpenAIEngine):
             fp["api_version"] = self.api_version
         return fp  # prompt caching changes the price, not the reply
 
-    def batch_api(self) -> batch.OpenAIBatches | batch.AnthropicBatches:
+    def batch_api(self) -> batch.BatchAPI:
         """Message Batches (`/v1/messages/batches`)."""
         return batch.AnthropicBatches(self)
 
@@ -103,7 +103,7 @@ class AnthropicEngine(OpenAIEngine):
         if self.prompt_cache and prefix and last is not None and last["content"] != prefix:
             last["content"] = [{"type": "text", "text": prefix, "cache_control": {"type": "ephemeral"}},
                                {"type": "text", "text": last["content"][len(prefix):]}]
-        sampling = {k: kwargs[k] for k in ("temperature", "top_p") if k in kwargs}
+        sampling: dict[str, Any] = {k: kwargs[k] for k in ("temperature", "top_p") if k in kwargs}
         if self.api_version not in SAMPLING_VERSIONS and sampling:
             notes["sampling not sent (API version 2026-10-21 takes no temperature/top_p)"] = 1
             sampling = {}

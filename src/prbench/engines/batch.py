@@ -414,6 +414,9 @@ class AnthropicBatches:
         return rows
 
 
+BatchAPI = OpenAIBatches | AnthropicBatches  # what an engine's `batch_api()` gives
+
+
 class Runner:
     """Submit, poll and collect the batches of one engine (see module docstring)."""
 

@@ -66,7 +66,17 @@ from urllib.parse import urlsplit, urlunsplit
 from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
 from prbench.engines import batch, providers
-from prbench.engines.base import Engine, Generation, GenParams, Messages, RequestFailed, logsumexp, plain, stable_prefix
+from prbench.engines.base import (
+    Engine,
+    Generation,
+    GenParams,
+    Messages,
+    RequestFailed,
+    logsumexp,
+    plain,
+    stable_prefix,
+)
+from prbench.engines.batch import BatchAPI
 from prbench.engines.ratelimit import (
     Limiter,
     QuotaExhausted,
@@ -153,7 +163,7 @@ class OpenAIEngine(Engine):
     error (None when it succeeded). `ledger` (a `prbench.cost.Ledger`, set per run) prices and caps requests.
     """
 
-    options_model = OpenAIOptions
+    options_model: type[HTTPOptions] = OpenAIOptions
     ledger: cost.Ledger | None = None
     batch: batch.Store | None = None  # batch mode (`prbench.engines.batch`): replies come from the run's batches
 
@@ -272,7 +282,7 @@ class OpenAIEngine(Engine):
         return {"provider": self.profile.provider, "usage": dict(self.stats), "adjusted": dict(self.adjusted),
                 "concurrency_limits": list(self.limiter.history)}
 
-    def batch_api(self) -> batch.OpenAIBatches | batch.AnthropicBatches:
+    def batch_api(self) -> BatchAPI:
         """This engine's batch endpoints (`/v1/files` + `/v1/batches`)."""
         return batch.OpenAIBatches(self)
 

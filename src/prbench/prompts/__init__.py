@@ -37,6 +37,10 @@ class Prompt:
         cut = min((m.start() for m in _FIELD.finditer(self.text) if m.group(1) in before), default=len(self.text))
         return Prompt(self.name, self.text[:cut])
 
+    def bare(self) -> str:
+        """The template's own words, placeholders removed (what it adds to every prompt)."""
+        return _FIELD.sub("", self.text)
+
     def render(self, **values: str) -> str:
         """Fill every placeholder; a missing value is an error, never an empty string."""
         missing = self.fields - values.keys()

@@ -195,9 +195,9 @@ def parse_score(text: str, scale: tuple[float, float] = (1, 10)) -> float | None
             found = (fracs[-1].group(1), fracs[-1].group(2))
         else:
             lines = [ln for ln in body.strip().splitlines() if ln.strip()]
-            m = _SCORE_BARE.match(lines[-1].strip()) if lines else None
-            if m:
-                found = (m.group(1), None)
+            bare = _SCORE_BARE.match(lines[-1].strip()) if lines else None
+            if bare:
+                found = (bare.group(1), None)
     if found is None:
         return None
     try:
@@ -300,6 +300,17 @@ class _Templates:
         if self.with_ctx is self.without_ctx:
             return {f"{self.with_ctx.name}(user file)": self.with_ctx.hash}
         return {self.with_ctx.name: self.with_ctx.hash, self.without_ctx.name: self.without_ctx.hash}
+
+
+def template_tokens(mode: str = "pairwise", with_context: bool = True) -> tuple[int, int]:
+    """Estimated tokens of a built-in judge template's own words (no placeholders): (its stable start, the
+    rest). What a dry run adds per call, and the start is what every request about an item shares."""
+    from prbench.cost import estimate_input_tokens
+
+    tpl = load_prompt(_TEMPLATES[mode] + ("" if with_context else "_nocontext"))
+    start = tpl.head(VARYING)
+    head, rest = (estimate_input_tokens(t.bare()) for t in (start, type(tpl)(tpl.name, tpl.text[len(start.text):])))
+    return head, rest
 
 
 def derive_seed(seed: int, attempt: int) -> int:
@@ -532,6 +543,7 @@ class LikelihoodJudge(_JudgeBase, PairwiseRM):
                 out.append(Verdict(None, raw=json.dumps(lp), truncated=truncated, meta=meta,
                                    error="engine: no usable log-probabilities for A/B"))
                 continue
+            winner: Literal["A", "B", "tie"]
             if self.debias_position:
                 winner = "A" if p_a > 0.5 else "B" if p_a < 0.5 else "tie"
             else:
@@ -618,5 +630,6 @@ def engine_spec(rest: str, root: Path) -> str:
 
 load_judge.options_model = over_engine(JudgeOptions)  # type: ignore[attr-defined]
 load_judge.resolve_spec = engine_spec  # type: ignore[attr-defined]
-load_judge.model_class = (  # type: ignore[attr-defined]  the mode decides pointwise or pairwise
+load_judge.model_class = (  # type: ignore[attr-defined]
     lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(mode, PairwiseJudge))
+# (the mode decides pointwise or pairwise)

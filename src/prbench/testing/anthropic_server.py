@@ -138,7 +138,8 @@ class AnthropicServer(OpenAIServer):
 @contextlib.contextmanager
 def serve_anthropic(reply_fn: ReplyFn | None = None, **options: Any) -> Iterator[AnthropicServer]:
     """Run an `AnthropicServer` on 127.0.0.1 (ephemeral port) for the block."""
-    server = AnthropicServer(reply_fn, **options).start()
+    server = AnthropicServer(reply_fn, **options)
+    server.start()
     try:
         yield server
     finally:

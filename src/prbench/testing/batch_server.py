@@ -117,8 +117,9 @@ class OpenAIBatchServer(OpenAIServer, _Batches):
         if not ctype.startswith("multipart/form-data"):
             return super().parse_body(headers, raw)
         msg = email.parser.BytesParser().parsebytes(f"Content-Type: {ctype}\r\n\r\n".encode() + raw)
-        return {part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
-                for part in msg.get_payload()}
+        parts: list[Any] = list(msg.get_payload())
+        return {str(part.get_param("name", header="content-disposition")): part.get_payload(decode=True)
+                for part in parts}
 
     def refuse(self, route: str, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, Any] | None:
         if route == "/v1/files":
