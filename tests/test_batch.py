@@ -430,3 +430,15 @@ def test_kill_9_at_five_moments_then_rerun_costs_what_one_run_costs(api_key_env,
             assert again.returncode == 0, (name, again.stderr)
             assert _cost(out) == want, name
     assert len(killed) >= 4, killed  # the last moment may come after the run finished on a fast machine
+
+
+def test_batch_module_imports_no_engine() -> None:
+    """#40 item 4: the circle openai_engine -> batch -> anthropic_engine is cut: each engine names its own batch
+    endpoints (`batch_api()`), and `RequestFailed` lives in `engines.base`."""
+    import ast
+
+    import prbench.engines.batch as batch_mod
+
+    tree = ast.parse(Path(batch_mod.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in imported if m.endswith("_engine")}, imported

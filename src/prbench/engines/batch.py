@@ -3,21 +3,28 @@ same records a synchronous run writes.
 
 How: the run is computed in passes. In a collecting pass the engine answers each request from the
 run folder's results (`batch_results.jsonl`) or defers it (`Deferred`: the record is discarded);
-the deferred requests of a pass go out as one batch per endpoint, custom id = the request's cache
-key. When a pass defers nothing, every reply is known and the real pass writes the records through
+the deferred requests of a pass go out as batches per endpoint, custom id = the request's cache
+key, split within the provider's request and byte limits (`LIMITS`, cited) and polled together.
+When a pass defers nothing, every reply is known and the real pass writes the records through
 the synchronous code path (same seeds, positions, parse rules); a judge's parse retries simply show
 up as a further, smaller batch.
 
-- Submissions (`batches.json`: batch id, provider, custom ids) are written before anything is
-  awaited, so a killed process polls the same batches on resume and never submits twice.
-- Results are matched by custom id, never by position. An item that failed or expired (an
-  error-file line or a non-succeeded result, whatever its shape) is resubmitted once, then
-  answered as a failed request: an invalid record with the reason.
+- Submissions (`batches.json`: batch id, provider, custom ids, the run settings' digest) are written
+  before anything is awaited, so a killed process polls the same batches on resume and never
+  submits twice; batches made under other run settings are refused, not collected.
+- Results are matched by custom id, never by position; strangers, repeats and damaged lines are
+  dropped or refused (`Store.add_results`, `Store._read_results`). An item that failed or expired
+  (an error-file line or a non-succeeded result, whatever its shape) is resubmitted once, then
+  answered as a failed request: an invalid record with the reason, the provider's own words. A batch
+  that fails as a whole twice stops the run with that reason (`BatchFailed`).
+- Money comes from the files: each engine's ledger gets its batches' usage from
+  `batch_results.jsonl` (`Store.settle`), recomputed, never accumulated in memory.
 - Polling starts at ~1 s and backs off to 60 s (`PRBENCH_BATCH_POLL=start,cap` seconds); one line
   per poll on stderr (state, counts, elapsed). `wait=False` submits, records and raises
   `BatchPending`; the same command later collects.
 - OpenAI and compatible servers with `/v1/files` + `/v1/batches` (Gemini's included), and
-  Anthropic Message Batches through the native engine.
+  Anthropic Message Batches through the native engine; each engine names its own (`batch_api()`),
+  so this module imports no engine.
 """
 
 from __future__ import annotations
