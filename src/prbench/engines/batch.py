@@ -111,15 +111,18 @@ def limit_for(kind: str) -> BatchLimit:
     return BatchLimit(n, size, f"$PRBENCH_BATCH_LIMIT (cited: {cited.source})")
 
 
+ENVELOPE = 1024  # bytes kept free in each batch for what wraps its lines (`{"requests": [...]}`, file headers)
+
+
 def split(items: list[tuple[str, bytes]], limit: BatchLimit) -> list[list[str]]:
     """Keys grouped in order into batches within the limit's requests and bytes (`items`: key, its line)."""
     groups: list[list[str]] = []
-    size = 0
+    size, room = 0, max(1, limit.bytes - ENVELOPE)
     for key, line in items:
-        if len(line) > limit.bytes:
+        if len(line) > room:
             raise PrbenchError(f"batch request {key} is {len(line)} bytes, over the batch limit of {limit.bytes} "
                                f"({limit.source})")
-        if not groups or len(groups[-1]) >= limit.requests or size + len(line) > limit.bytes:
+        if not groups or len(groups[-1]) >= limit.requests or size + len(line) > room:
             groups.append([])
             size = 0
         groups[-1].append(key)
