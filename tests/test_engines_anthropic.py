@@ -125,3 +125,12 @@ def test_a_marked_stable_prefix_gets_a_cache_breakpoint_and_is_priced_as_sold(cl
     assert srv.requests[-1]["messages"][0]["content"] == head + "A: north. B: south."
     assert eng.count_tokens(MSG) == 5  # "Be brief." + "which is better?"
     assert srv.records[-1].path == "/v1/messages/count_tokens" and "max_tokens" not in srv.requests[-1]
+
+
+def test_cache_field_names_are_the_installed_clients() -> None:
+    """`cache_control` on a text block (`types/text_block_param.py`) and the usage's cache counts
+    (`types/usage.py`) as the installed anthropic client (2.16.0) names them."""
+    from anthropic.types import TextBlockParam, Usage
+
+    assert "cache_control" in TextBlockParam.__annotations__
+    assert {"cache_read_input_tokens", "cache_creation_input_tokens"} <= set(Usage.model_fields)

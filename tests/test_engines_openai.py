@@ -250,3 +250,13 @@ def test_prompt_cache_key_groups_requests_sharing_a_marked_prefix(fake_openai, a
     OpenAIEngine("gemini-2.5-flash", base_url=gemini.base_url, api_key_env=api_key_env[0],
                  provider="gemini").generate(prompts[:1], GenParams(seed=1))
     assert "prompt_cache_key" not in gemini.requests[0]  # implicit caching: the stable start first is all it needs
+
+
+def test_cache_field_names_are_the_installed_clients() -> None:
+    """The names the engine sends and reads are the openai client's own (3.57.0): `prompt_cache_key` in
+    `types/chat/completion_create_params.py`, `cached_tokens` in `types/completion_usage.py`."""
+    from openai.types.chat import completion_create_params
+    from openai.types.completion_usage import PromptTokensDetails
+
+    assert "prompt_cache_key" in completion_create_params.CompletionCreateParamsBase.__annotations__
+    assert "cached_tokens" in PromptTokensDetails.model_fields
