@@ -61,8 +61,8 @@ def test_ledger_dollars_are_tokens_times_prices() -> None:
 
 
 def test_anthropic_cache_writes_and_gemini_batch_cache_are_priced_as_sold() -> None:
-    """Anthropic: a cache write costs 1.25x input, a read 0.1x, both halved in a batch (docs.claude.com pricing,
-    "prompt caching multipliers stack with the batch discount"); Gemini: cached input keeps its price in a batch."""
+    """Anthropic: a cache write costs 1.25x input, a read 0.1x, both halved in a batch (the sources are in
+    prbench/prices/anthropic.json's `cache`); Gemini: cached input keeps its price in a batch (gemini.json)."""
     sonnet = cost.price_for("anthropic", "claude-sonnet-4-6")
     assert sonnet.cache_write == pytest.approx(3.75)
     assert sonnet.usd(3_000_000, 1_000_000, 0, cache_write_tokens=1_000_000) == pytest.approx(3.0 + 0.3 + 3.75)
