@@ -50,7 +50,7 @@ CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("prbench_ba
 MAX_SUBMISSIONS = 2  # an item is sent at most twice: once, and once more after a failure or expiry
 ROUTES = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 ENDED_OPENAI = ("completed", "failed", "expired", "cancelled")
-SCOPE = ("limit",)  # run settings that only say how many items a run covers: batches carry across them
+SCOPE = ("limit", "n_boot")  # settings that change no request (how many items; bootstrap draws): batches carry across
 
 
 @dataclass(frozen=True)
