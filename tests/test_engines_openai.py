@@ -241,6 +241,7 @@ def test_prompt_cache_key_groups_requests_sharing_a_marked_prefix(fake_openai, a
     by_item = [[r["prompt_cache_key"] for r in srv.requests if r["messages"][0]["content"].startswith(h)] for h in heads]
     assert len(set(by_item[0])) == len(set(by_item[1])) == 1 and by_item[0][0] != by_item[1][0]
     assert all(r["prompt_cache_key"].startswith("prb-") for r in srv.requests)
+    assert len({r["prompt_cache_key"] for r in srv.requests[:2]}) == 2  # one per item first; its second after
     assert all("stable_prefix" not in m for r in srv.requests for m in r["messages"])
     cached = led.total("cached_input_tokens")
     assert cached >= 2 * 1024  # the second of each pair read the first one's prefix

@@ -522,7 +522,8 @@ class OpenAIEngine(Engine):
                 if groups is not None and groups[idx[0]]:
                     first.setdefault(groups[idx[0]], k)
             leaders = [k for k in todo if groups is None or not groups[todo[k][0]] or first[groups[todo[k][0]]] == k]
-            waves = [leaders, [k for k in todo if k not in set(leaders)]]
+            led = set(leaders)
+            waves = [leaders, [k for k in todo if k not in led]]
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
                 for k, value, err in (r for wave in waves for r in pool.map(one, wave)):
                     for i in todo[k]:
