@@ -47,14 +47,40 @@ def test_ledger_dollars_are_tokens_times_prices() -> None:
     led.settle(led.reserve("hello", 10), {"input_tokens": 1_000_000, "cached_input_tokens": 400_000,
                                           "output_tokens": 250_000})
     assert led.usd == pytest.approx(0.6 * 2.0 + 0.4 * 0.5 + 0.25 * 8.0)
-    batch = cost.Ledger(price, batch=True)
-    batch.settle(0.0, {"input_tokens": 1_000_000, "output_tokens": 1_000_000})
-    assert batch.usd == pytest.approx(5.0) and batch.summary()["batch"] is True
+    batch = cost.Ledger(price, batch=True)  # batches: set from the folder's files, at the batch price
+    batch.set_batch_usage({"input_tokens": 1_000_000, "output_tokens": 1_000_000, "requests": 1})
+    batch.set_batch_usage({"input_tokens": 1_000_000, "output_tokens": 1_000_000, "requests": 1})  # re-read: once
+    assert batch.usd == pytest.approx(5.0) and batch.summary()["batch"] is True and batch.requests == 1
     resumed = cost.Ledger(price, earlier=led.summary())  # a resumed run adds to what was spent
     resumed.settle(0.0, {"input_tokens": 1_000_000})
     assert resumed.usd == pytest.approx(led.usd + 2.0) and resumed.input_tokens == 2_000_000
+    again = cost.Ledger(price, batch=True, earlier=batch.summary())  # its batches are re-read, never carried
+    assert again.usd == 0.0
     with pytest.raises(PrbenchError, match="needs a price"):
         cost.Ledger(None, max_usd=1.0, label="openai:mystery")
+
+
+def test_anthropic_cache_writes_and_gemini_batch_cache_are_priced_as_sold() -> None:
+    """Anthropic: a cache write costs 1.25x input, a read 0.1x, both halved in a batch (the sources are in
+    prbench/prices/anthropic.json's `cache`); Gemini: cached input keeps its price in a batch (gemini.json)."""
+    sonnet = cost.price_for("anthropic", "claude-sonnet-4-6")
+    assert sonnet.cache_write == pytest.approx(3.75)
+    assert sonnet.usd(3_000_000, 1_000_000, 0, cache_write_tokens=1_000_000) == pytest.approx(3.0 + 0.3 + 3.75)
+    assert sonnet.usd(3_000_000, 1_000_000, 0, batch=True, cache_write_tokens=1_000_000) == pytest.approx(7.05 / 2)
+    flash = cost.price_for("gemini", "gemini-3-flash")
+    assert flash.usd(2_000_000, 1_000_000, 0, batch=True) == pytest.approx(0.5 / 2 + 0.05)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "-inf"])
+def test_max_usd_not_a_finite_positive_number_is_refused_in_one_line(bad: str, fake_openai, api_key_env,
+                                                                      tmp_path: Path, capsys) -> None:
+    from prbench.testing.cli import run_cli
+
+    srv = fake_openai(lambda body: "Result: A")
+    code, _, err = run_cli(capsys, "eval", "-m", MODEL, "--data", "sample", "--limit", "2", "--out", str(tmp_path),
+                           "--base-url", srv.base_url, "--api-key-env", api_key_env[0], "--quiet", "--max-usd", bad)
+    assert code != 0 and srv.n_posts == 0 and not list(tmp_path.rglob("summary.json"))
+    assert len(err.strip().splitlines()) == 1 and "--max-usd must be a finite number" in err, err
 
 
 def _judge(fake_openai, key: str, **kw):
@@ -112,23 +138,65 @@ def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env,
     assert resumed.summary["cost"]["requests"] == 8  # nothing paid twice
 
 
-def test_paper_preset_dry_run_prices_judges_sync_and_batch(capsys, monkeypatch) -> None:
+def _dry_run(capsys, monkeypatch, *extra: str) -> tuple[int, str, str]:
     from prbench.testing.cli import run_cli
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, out, err = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run", "--json")
+    return run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run", *extra)
+
+
+def test_paper_preset_dry_run_prices_judges_sync_batch_and_cache(capsys, monkeypatch) -> None:
+    code, out, err = _dry_run(capsys, monkeypatch, "--json")
     assert code == 0, err
     rows = json.loads(out)
-    gpt = next(r for r in rows if r["what"] == "judge:openai:gpt-5.1 [none]")
+    gpt = next(r for r in rows if r["what"] == "judge:openai:gpt-5.1 [profile]")
     price = cost.price_for("openai", "gpt-5.1")
     expect = price.usd(gpt["tokens"], 0, gpt["model_calls"] * cost.REPLY_TOKENS)
     assert gpt["usd_sync"] == round(expect, 2) and gpt["usd_batch"] == round(expect / 2, 2)
+    assert gpt["calls_per_prefix"] == 2 and 0 < gpt["prefix_tokens"] < price.min_cache_prefix
+    assert gpt["usd_batch_cache"] == gpt["usd_batch"] and "under the minimum" in gpt["cache"]  # counted uncached
     claude = next(r for r in rows if r["what"] == "judge:openai:claude-sonnet-4-6 [none]")
-    assert claude["usd_sync"] > 0  # priced as Anthropic: its base_url is api.anthropic.com
+    assert claude["usd_sync"] > 0 and "no caching on this route" in claude["cache"]  # the OpenAI-compatible endpoint
     local = next(r for r in rows if r["what"].startswith("hf:"))
     assert local["usd_sync"] is None  # local models cost no request money
-    code, out, _ = run_cli(capsys, "study", "--preset", "personalized-rewardbench", "--dry-run")
-    assert "API dollars, eval:" in out and "with --batch" in out
+    code, out, _ = _dry_run(capsys, monkeypatch)
+    total = [ln for ln in out.splitlines() if ln.strip("│ ").startswith("all")][-1]
+    sums = [round(sum(r[k] or 0 for r in rows), 2) for k in ("usd_sync", "usd_batch", "usd_batch_cache")]
+    assert [float(x.replace(",", "")) for x in total.split("│")[4:7]] == pytest.approx(sums, abs=0.011)
+    assert "minimum cacheable prefix" in out and "85M" not in out  # its own totals, not a written sentence
+
+
+def test_cached_estimate_reads_shared_starts_over_the_minimum() -> None:
+    """Batch+cache: of k calls sharing a start, the first writes and the rest read with CACHE_HITS['batch']."""
+    found = ("anthropic", "claude-sonnet-4-5")
+    plan = cost.planned_dollars(found, 1000, 3_000_000, prefix_tokens=2000, calls_per_prefix=2)
+    price = cost.price_for(*found)
+    read = 500 * cost.CACHE_HITS["batch"] * 2000
+    written = (1000 - 500 * cost.CACHE_HITS["batch"]) * 2000
+    assert plan.reason == "cached" and plan.batch_cache == pytest.approx(
+        price.usd(3_000_000, round(read), 1000 * cost.REPLY_TOKENS, batch=True, cache_write_tokens=round(written)))
+    assert plan.batch_cache < plan.batch
+    short = cost.planned_dollars(found, 1000, 3_000_000, prefix_tokens=999, calls_per_prefix=2)
+    assert short.reason == "short" and short.batch_cache == short.batch
+
+
+def test_readme_and_cost_doc_tables_match_the_dry_run(capsys, monkeypatch) -> None:
+    """The README's and docs/cost-and-batches.md's dry-run tables are what the dry run prints at its end."""
+    code, out, err = _dry_run(capsys, monkeypatch)
+    assert code == 0, err
+    printed = {}
+    for ln in out.splitlines():
+        cells = [c.strip() for c in ln.strip().strip("│").split("│")]
+        if len(cells) == 6 and cells[0] in ("plan", "eval", "all"):
+            printed[cells[0]] = cells[1:]
+    root = Path(__file__).parents[1]
+    for doc in (root / "README.md", root / "docs" / "cost-and-batches.md"):
+        rows = {}
+        for ln in doc.read_text(encoding="utf-8").splitlines():
+            cells = [c.strip().strip("*") for c in ln.strip().strip("|").split("|")]
+            if ln.startswith("| ") and cells[0] in ("plan", "eval", "all") and len(cells) == 6:
+                rows[cells[0]] = cells[1:]
+        assert rows == printed, doc
 
 
 def test_cli_max_usd_is_one_line_and_exit_3(fake_openai, api_key_env, tmp_path: Path, capsys) -> None:

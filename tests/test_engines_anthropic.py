@@ -93,13 +93,44 @@ def test_likelihood_needs_logprobs_and_fails_at_start(claude, tmp_path) -> None:
     assert srv.n_posts == 0
 
 
-def test_prompt_cache_reads_are_priced_as_cached_and_tokens_are_counted(claude) -> None:
+def test_a_marked_stable_prefix_gets_a_cache_breakpoint_and_is_priced_as_sold(claude) -> None:
+    """Prompt caching is on by default: the marked start of a prompt (a judge's instructions, context and question)
+    becomes a text block with `cache_control` (anthropic 2.16.0 `types/text_block_param.py`); the second request
+    with that start, sent once the first has returned, reads it. Reads cost 0.1x input, writes 1.25x."""
     srv, opts = claude
-    eng = load_engine("anthropic:claude-haiku-4-5", prompt_cache=True, **opts)
+    srv.min_cache_tokens = 40
+    eng = load_engine("anthropic:claude-haiku-4-5", **opts)
     led = cost.Ledger(cost.price_for("anthropic", "claude-haiku-4-5"))
     eng.ledger = led
-    eng.generate([MSG, MSG], [GenParams(seed=1), GenParams(seed=2)])  # two requests, the same prompt
-    assert srv.cache_reads > 0 and led.cached_input_tokens == srv.cache_reads
-    assert all(b["cache_control"] == {"type": "ephemeral"} for b in srv.requests)
-    assert eng.count_tokens(MSG) == led.input_tokens // 2 == 5  # "Be brief." + "which is better?"
+    head = "What we know: " + "likes long mountain walks, " * 20 + "\nQuestion: where should I go?\n"
+    pair = [[{"role": "user", "content": head + tail, "stable_prefix": head}] for tail in ("A: north. B: south.",
+                                                                                          "A: south. B: north.")]
+    eng.generate(pair, GenParams(seed=1))
+    sent = srv.requests[-2:]
+    assert all(r["messages"][0]["content"][0] == {"type": "text", "text": head, "cache_control": {"type": "ephemeral"}}
+               for r in sent) and "cache_control" not in sent[0]
+    assert srv.cache_writes == srv.cache_reads > 40  # the first wrote, the second (sent after it) read
+    reads, writes = led.total("cached_input_tokens"), led.total("cache_write_input_tokens")
+    assert (reads, writes) == (srv.cache_reads, srv.cache_writes)
+    price = cost.price_for("anthropic", "claude-haiku-4-5")
+    assert led.usd == pytest.approx(price.usd(led.input_tokens, reads, led.total("output_tokens"),
+                                              cache_write_tokens=writes))
+    assert led.usd < price.usd(led.input_tokens, 0, led.total("output_tokens"))  # cheaper than uncached
+    srv.min_cache_tokens = 10_000  # a prefix under the provider's minimum: nothing cached, plain input
+    before = (srv.cache_reads, srv.cache_writes)
+    eng.generate(pair, GenParams(seed=2))
+    assert (srv.cache_reads, srv.cache_writes) == before
+    off = load_engine("anthropic:claude-haiku-4-5", prompt_cache=False, **opts)  # off: one plain string, as before
+    off.generate(pair[:1], GenParams(seed=3))
+    assert srv.requests[-1]["messages"][0]["content"] == head + "A: north. B: south."
+    assert eng.count_tokens(MSG) == 5  # "Be brief." + "which is better?"
     assert srv.records[-1].path == "/v1/messages/count_tokens" and "max_tokens" not in srv.requests[-1]
+
+
+def test_cache_field_names_are_the_installed_clients() -> None:
+    """`cache_control` on a text block (`types/text_block_param.py`) and the usage's cache counts
+    (`types/usage.py`) as the installed anthropic client (2.16.0) names them."""
+    from anthropic.types import TextBlockParam, Usage
+
+    assert "cache_control" in TextBlockParam.__annotations__
+    assert {"cache_read_input_tokens", "cache_creation_input_tokens"} <= set(Usage.model_fields)

@@ -223,3 +223,41 @@ def test_loglik_with_chat_template_tokenizer(fake_openai, api_key_env, tiny_lm) 
     assert body["add_special_tokens"] is False  # the template already wrote the BOS
     assert res[0] == [fake_logprob(" hello"), fake_logprob(" there")]
     assert "chat_template_sha256" in eng.fingerprint()
+
+
+def test_prompt_cache_key_groups_requests_sharing_a_marked_prefix(fake_openai, api_key_env) -> None:
+    """OpenAI: `prompt_cache_key` (openai 3.57.0 `types/chat/completion_create_params.py`) names the shared start;
+    the stand-in reports `prompt_tokens_details.cached_tokens` as OpenAI does (1,024 tokens or more, steps of
+    128), and the ledger prices them at the cached price. Other providers get no key."""
+    from prbench import cost
+
+    srv = fake_openai(lambda body: "Result: A", provider="openai")
+    eng = OpenAIEngine("gpt-4.1-mini", base_url=srv.base_url, api_key_env=api_key_env[0])
+    led = cost.Ledger(cost.price_for("openai", "gpt-4.1-mini"))
+    eng.ledger = led
+    heads = ["ctx " * 1300 + "\nQ1\n", "ctx " * 1300 + "\nQ2\n"]
+    prompts = [[{"role": "user", "content": h + t, "stable_prefix": h}] for h in heads for t in ("A x B y", "A y B x")]
+    eng.generate(prompts, GenParams(seed=1))
+    by_item = [[r["prompt_cache_key"] for r in srv.requests if r["messages"][0]["content"].startswith(h)] for h in heads]
+    assert len(set(by_item[0])) == len(set(by_item[1])) == 1 and by_item[0][0] != by_item[1][0]
+    assert all(r["prompt_cache_key"].startswith("prb-") for r in srv.requests)
+    assert len({r["prompt_cache_key"] for r in srv.requests[:2]}) == 2  # one per item first; its second after
+    assert all("stable_prefix" not in m for r in srv.requests for m in r["messages"])
+    cached = led.total("cached_input_tokens")
+    assert cached >= 2 * 1024  # the second of each pair read the first one's prefix
+    price = cost.price_for("openai", "gpt-4.1-mini")
+    assert led.usd == pytest.approx(price.usd(led.input_tokens, cached, led.total("output_tokens")))
+    gemini = fake_openai(lambda body: "Result: A", provider="gemini")
+    OpenAIEngine("gemini-2.5-flash", base_url=gemini.base_url, api_key_env=api_key_env[0],
+                 provider="gemini").generate(prompts[:1], GenParams(seed=1))
+    assert "prompt_cache_key" not in gemini.requests[0]  # implicit caching: the stable start first is all it needs
+
+
+def test_cache_field_names_are_the_installed_clients() -> None:
+    """The names the engine sends and reads are the openai client's own (3.57.0): `prompt_cache_key` in
+    `types/chat/completion_create_params.py`, `cached_tokens` in `types/completion_usage.py`."""
+    from openai.types.chat import completion_create_params
+    from openai.types.completion_usage import PromptTokensDetails
+
+    assert "prompt_cache_key" in completion_create_params.CompletionCreateParamsBase.__annotations__
+    assert "cached_tokens" in PromptTokensDetails.model_fields

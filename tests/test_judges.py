@@ -351,3 +351,43 @@ def test_smollm2_pairwise_judge_end_to_end(tmp_path: Path) -> None:
             assert rec["credit"] is None and rec["invalid"] == "unparseable verdict"
     if data == "sample":
         assert load_examples("sample", limit=4)[0].id == res.records[0]["id"]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_cache_aware_layout_sends_the_same_text_and_keeps_every_verdict(kind: str, api_key_env, tmp_path) -> None:
+    """#38: the stable start marked for caching (Anthropic breakpoint, OpenAI prompt_cache_key) changes what is
+    billed, never what the model reads: the same texts reach the stand-in, the parsed verdicts and the
+    position-consistency control (both orders) are identical to the plain layout's."""
+    from prbench import evaluate
+    from prbench.testing.anthropic_server import _text, serve_anthropic
+    from prbench.testing.openai_server import serve
+
+    def reply(body: dict) -> str:  # the verdict depends on the exact text, and flips with the order
+        text = body["messages"][-1]["content"]
+        return f"Brief reason.\nResult: {'AB'[sum(map(ord, text)) % 2]}"
+
+    spec = {"openai": "judge:openai:gpt-4.1-mini", "anthropic": "judge:anthropic:claude-haiku-4-5"}[kind]
+    server = serve(reply, provider="openai") if kind == "openai" else serve_anthropic(reply, min_cache_tokens=30)
+    runs, texts = {}, {}
+    with server as srv:
+        url = srv.base_url if kind == "openai" else srv.root_url
+        for layout, on in (("plain", False), ("cached", True)):
+            n = len(srv.requests)
+            runs[layout] = evaluate(spec, "sample", "profile", out=tmp_path / layout, limit=6, both_orders=True,
+                                    n_boot=10, model_options={"base_url": url, "api_key_env": api_key_env[0],
+                                                              "prompt_cache": on})
+            texts[layout] = sorted(_text(r["messages"][-1]["content"]) for r in srv.requests[n:])
+        marked = srv.requests[n:]
+    plain, cached = runs["plain"], runs["cached"]
+    assert texts["plain"] == texts["cached"]
+    assert [r["verdicts"] for r in plain.records] == [r["verdicts"] for r in cached.records]
+    assert [{k: v for k, v in r.items() if k != "elapsed_s"} for r in plain.records] == \
+        [{k: v for k, v in r.items() if k != "elapsed_s"} for r in cached.records]
+    diag = [r.summary["metrics"]["pairwise"] for r in (plain, cached)]
+    assert diag[0] == diag[1] and "position_consistency" in diag[0]  # the position-bias control, unchanged
+    if kind == "openai":
+        assert all(r["prompt_cache_key"].startswith("prb-") for r in marked)
+    else:  # the second order of each pair read the first one's cached start
+        assert all(isinstance(r["messages"][-1]["content"], list) for r in marked)
+        assert cached.summary["cost"]["cached_input_tokens"] > 0 == plain.summary["cost"]["cached_input_tokens"]
+        assert cached.summary["cost"]["usd"] < plain.summary["cost"]["usd"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import threading
@@ -59,12 +60,22 @@ class Price:
     batch_discount: float
     as_of: str
     source: str
+    cache_write: float | None = None  # a prompt-cache write (Anthropic: 1.25x input); None: the input price
+    cached_in_batch: bool = True  # does the batch discount apply to cached input too (Gemini: no)
+    min_cache_prefix: int | None = None  # the shortest prefix the provider caches (None: no prompt caching)
 
-    def usd(self, input_tokens: int, cached_input_tokens: int, output_tokens: int, batch: bool = False) -> float:
-        """Dollars for this usage (`input_tokens` includes the cached ones, as providers report them)."""
-        fresh = max(0, input_tokens - cached_input_tokens)
-        total = (fresh * self.input + cached_input_tokens * self.cached_input + output_tokens * self.output) / 1e6
-        return total * (1.0 - self.batch_discount) if batch else total
+    def usd(self, input_tokens: int, cached_input_tokens: int, output_tokens: int, batch: bool = False,
+            cache_write_tokens: int = 0) -> float:
+        """Dollars for this usage (`input_tokens` includes the cached and cache-writing ones, as the ledger
+        counts them)."""
+        fresh = max(0, input_tokens - cached_input_tokens - cache_write_tokens)
+        write = self.input if self.cache_write is None else self.cache_write
+        cached = cached_input_tokens * self.cached_input / 1e6
+        rest = (fresh * self.input + cache_write_tokens * write + output_tokens * self.output) / 1e6
+        if not batch:
+            return rest + cached
+        keep = 1.0 - self.batch_discount
+        return rest * keep + (cached * keep if self.cached_in_batch else cached)
 
 
 def _read_table(text: str, where: str) -> list[dict[str, Any]]:
@@ -103,8 +114,16 @@ def load_prices(user_file: str | Path | None = None) -> dict[str, dict[str, Pric
                 provider=t["provider"], model=model.lower(), input=float(row["input"]),
                 cached_input=float(row.get("cached_input", row["input"])), output=float(row["output"]),
                 batch_discount=float(row.get("batch_discount", t.get("batch_discount", 0.0))),
-                as_of=str(t["as_of"]), source=str(t.get("source", where)))
+                as_of=str(t["as_of"]), source=str(t.get("source", where)),
+                cache_write=None if row.get("cache_write", t.get("cache_write_factor")) is None else
+                float(row.get("cache_write", float(row["input"]) * float(t.get("cache_write_factor", 1.0)))),
+                cached_in_batch=bool(t.get("cached_in_batch", True)),
+                min_cache_prefix=_int_or_none(row.get("min_cache_prefix", t.get("min_cache_prefix"))))
     return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def price_for(provider: str, model: str, user_file: str | Path | None = None) -> Price | None:
@@ -127,46 +146,78 @@ def estimate_input_tokens(prompt: Any) -> int:
     return -(-len(str(prompt).encode("utf-8")) // 3)
 
 
+USAGE_KEYS = ("input_tokens", "cached_input_tokens", "cache_write_input_tokens", "output_tokens", "requests")
+
+
+def check_max_usd(max_usd: float | None) -> None:
+    """A cap must be a finite number >= 0: NaN compares false with everything and would turn the cap off."""
+    if max_usd is not None and not (isinstance(max_usd, (int, float)) and math.isfinite(max_usd) and max_usd >= 0):
+        raise PrbenchError(f"--max-usd must be a finite number of dollars >= 0, got {max_usd}")
+
+
 class Ledger:
-    """What one run spent (thread-safe): tokens, dollars, an optional cap (see module docstring)."""
+    """What one run spent (thread-safe): tokens, dollars, an optional cap (see module docstring).
+
+    Two parts: requests sent one by one (reserved and settled here, at the synchronous price, added to
+    what earlier invocations recorded in cost.json) and provider batches (`set_batch_usage`, at the
+    batch price, recomputed from the run folder's result files each time: never carried in memory)."""
 
     def __init__(self, price: Price | None, *, batch: bool = False, max_usd: float | None = None,
                  earlier: dict[str, Any] | None = None, label: str = "", peers: list[Ledger] | None = None):
+        check_max_usd(max_usd)
         if max_usd is not None and price is None:
             raise PrbenchError(f"--max-usd needs a price for {label or 'this model'}, and no price table names it: "
                                "add it to a prices file (--prices FILE or $PRBENCH_PRICES; layout of "
                                "prbench/prices/openai.json)")
-        if max_usd is not None and max_usd < 0:
-            raise PrbenchError(f"--max-usd must be >= 0, got {max_usd}")
         self.price, self.batch, self.max_usd, self.label = price, batch, max_usd, label
-        e = earlier or {}
-        self.input_tokens = int(e.get("input_tokens", 0))
-        self.cached_input_tokens = int(e.get("cached_input_tokens", 0))
-        self.output_tokens = int(e.get("output_tokens", 0))
-        self.requests = int(e.get("requests", 0))
+        e = _sync_part(earlier or {})
+        self.sync = {k: int(e.get(k) or 0) for k in USAGE_KEYS}
         self._earlier_usd = float(e.get("usd") or 0.0)  # at the prices of the time
-        self._base = (self.input_tokens, self.cached_input_tokens, self.output_tokens)
+        self._base = dict(self.sync)
+        self.batches: dict[str, int] = dict.fromkeys(USAGE_KEYS, 0)
         self.reserved = 0.0
         self.peers = peers if peers is not None else []  # the run's ledgers (one per engine): one cap for all
         self.peers.append(self)
-        self._lock = peers[0]._lock if len(self.peers) > 1 else threading.Lock()
+        self._lock: threading.Lock = self.peers[0]._lock if len(self.peers) > 1 else threading.Lock()
+
+    def total(self, key: str) -> int:
+        """One usage count (a `USAGE_KEYS` name) over both parts."""
+        return self.sync[key] + self.batches[key]
+
+    @property
+    def input_tokens(self) -> int:
+        return self.total("input_tokens")
+
+    @property
+    def requests(self) -> int:
+        return self.total("requests")
 
     def spent(self) -> float:
         """Dollars spent and in flight over all engines of the run."""
         return sum((p.usd or 0.0) + p.reserved for p in self.peers)
 
-    @property
-    def usd(self) -> float | None:
+    def _usd(self, part: dict[str, int], batch: bool) -> float:
+        assert self.price is not None
+        return self.price.usd(part["input_tokens"], part["cached_input_tokens"], part["output_tokens"], batch=batch,
+                              cache_write_tokens=part["cache_write_input_tokens"])
+
+    def parts_usd(self) -> tuple[float, float] | None:
+        """(synchronous, batch) dollars, or None without a price."""
         if self.price is None:
             return None
-        fresh = [a - b for a, b in zip((self.input_tokens, self.cached_input_tokens, self.output_tokens), self._base)]
-        return self._earlier_usd + self.price.usd(*fresh, batch=self.batch)
+        fresh = {k: self.sync[k] - self._base[k] for k in USAGE_KEYS}
+        return self._earlier_usd + self._usd(fresh, False), self._usd(self.batches, True)
+
+    @property
+    def usd(self) -> float | None:
+        parts = self.parts_usd()
+        return None if parts is None else parts[0] + parts[1]
 
     def reserve(self, prompt: Any, max_output_tokens: int) -> float:
         """Book one request's estimate before it is sent; BudgetExceeded if it could pass the cap."""
         if self.price is None:
             return 0.0
-        est = self.price.usd(estimate_input_tokens(prompt), 0, int(max_output_tokens), batch=self.batch)
+        est = self.price.usd(estimate_input_tokens(prompt), 0, int(max_output_tokens))
         with self._lock:
             if self.max_usd is not None and self.spent() + est > self.max_usd:
                 raise BudgetExceeded(
@@ -180,21 +231,35 @@ class Ledger:
         with self._lock:
             self.reserved = max(0.0, self.reserved - reservation)
             if usage is not None:
-                self.input_tokens += int(usage.get("input_tokens") or 0)
-                self.cached_input_tokens += int(usage.get("cached_input_tokens") or 0)
-                self.output_tokens += int(usage.get("output_tokens") or 0)
-                self.requests += 1
+                for k in USAGE_KEYS[:-1]:
+                    self.sync[k] += int(usage.get(k) or 0)
+                self.sync["requests"] += 1
+
+    def set_batch_usage(self, usage: dict[str, int]) -> None:
+        """The batches' spend as the run folder's files say (replaces, never adds: a re-read counts once)."""
+        with self._lock:
+            self.batches = {k: int(usage.get(k) or 0) for k in USAGE_KEYS}
 
     def summary(self) -> dict[str, Any]:
-        """The run summary's `cost` object."""
-        usd = self.usd
-        return {"usd": None if usd is None else round(usd, 10), "input_tokens": self.input_tokens,
-                "cached_input_tokens": self.cached_input_tokens, "output_tokens": self.output_tokens,
-                "requests": self.requests, "batch": self.batch,
+        """The run summary's `cost` object (`sync` and `batches`: its two parts, for the next invocation)."""
+        parts = self.parts_usd()
+        usd = None if parts is None else parts[0] + parts[1]
+        return {"usd": None if usd is None else round(usd, 10), **{k: self.total(k) for k in USAGE_KEYS},
+                "batch": self.batch,
                 "prices_as_of": self.price.as_of if self.price else None,
                 "price_source": self.price.source if self.price else None,
                 "priced_as": f"{self.price.provider}:{self.price.model}" if self.price else None,
-                "max_usd": self.max_usd}
+                "max_usd": self.max_usd,
+                "sync": {**self.sync, "usd": None if parts is None else round(parts[0], 10)},
+                "batches": {**self.batches, "usd": None if parts is None else round(parts[1], 10)}}
+
+
+def _sync_part(saved: dict[str, Any]) -> dict[str, Any]:
+    """What an earlier invocation spent one request at a time (its batches are re-read from their files).
+    An older cost.json without parts: all of it, unless it was a batch run (then its batches hold it all)."""
+    if isinstance(saved.get("sync"), dict):
+        return saved["sync"]
+    return {} if saved.get("batch") else saved
 
 
 def openai_usage(usage: dict[str, Any] | None) -> dict[str, int]:
@@ -202,7 +267,7 @@ def openai_usage(usage: dict[str, Any] | None) -> dict[str, int]:
     u = usage or {}
     details = u.get("prompt_tokens_details") or {}
     return {"input_tokens": int(u.get("prompt_tokens") or 0),
-            "cached_input_tokens": int(details.get("cached_tokens") or 0),
+            "cached_input_tokens": int(details.get("cached_tokens") or 0), "cache_write_input_tokens": 0,
             "output_tokens": int(u.get("completion_tokens") or 0)}
 
 
@@ -232,8 +297,7 @@ class RunCost:
         if len(parts) == 1:
             return parts[0]
         usd = self.usd
-        total = {k: sum(p[k] for p in parts) for k in ("input_tokens", "cached_input_tokens", "output_tokens",
-                                                      "requests")}
+        total = {k: sum(p[k] for p in parts) for k in USAGE_KEYS}
         return {"usd": None if usd is None else round(usd, 10), **total, "batch": parts[0]["batch"],
                 "prices_as_of": min(p["prices_as_of"] or "" for p in parts) or None,
                 "priced_as": ", ".join(p["priced_as"] or "?" for p in parts), "max_usd": parts[0]["max_usd"],
@@ -243,7 +307,13 @@ class RunCost:
 def _earlier(path: Path | None, label: str, single: bool) -> dict[str, Any] | None:
     if path is None or not path.is_file():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, found {type(data).__name__}")
+    except (OSError, ValueError, TypeError) as exc:
+        raise PrbenchError(f"{path}: damaged ({str(exc)[:80]}); it holds what earlier invocations spent one request "
+                           f"at a time: restore it, or move it away to count from zero") from None
     return (data.get("engines") or {}).get(label) or (data if single and "engines" not in data else None)
 
 
@@ -252,6 +322,7 @@ def tracking(models: Any, folder: str | Path | None, *, max_usd: float | None = 
              prices: str | Path | None = None) -> Iterator[RunCost | None]:
     """Attach a ledger to each API engine of `models` (one model or a list) for one run, under one cap;
     saved to `folder/cost.json` on the way out. Yields None when no model has an API engine."""
+    check_max_usd(max_usd)
     engines: list[Any] = []
     for m in models if isinstance(models, (list, tuple)) else [models]:
         engines += [e for e in engines_of(m) if all(e is not x for x in engines)]
@@ -288,15 +359,65 @@ def save(ledger: Ledger | RunCost | None, folder: str | Path | None) -> None:
 
 
 REPLY_TOKENS = 120  # a judge's or planner's typical reply (short rationale + verdict): the dry run's output estimate
+# Assumed share of the requests that find their shared start already cached, of those sent after the first of
+# their group: no provider publishes one. Synchronous followers go once the first reply is back (seconds apart,
+# well inside the 5-minute lifetime); batch requests are scheduled by the provider, often all at once, and a
+# batch may outlast the cache (docs.claude.com batch-processing: "batches may take more than 5 minutes").
+CACHE_HITS = {"sync": 0.9, "batch": 0.5}
+
+
+@dataclass(frozen=True)
+class PlannedCost:
+    """A planned run's dollars: synchronous, through batches, through batches with prompt caching, and the
+    caching verdict: `reason` (one of `CACHE_REASONS`), the start its calls share and the provider's minimum."""
+
+    sync: float
+    batch: float
+    batch_cache: float
+    reason: str
+    shared: int = 0
+    minimum: int | None = None
+
+
+CACHE_REASONS = {
+    "cached": "cached",
+    "route": "no caching on this route (Anthropic's OpenAI-compatible endpoint or prompt_cache off; use anthropic:)",
+    "table": "no prompt caching in the price table",
+    "alone": "no start shared between calls",
+    "short": "uncached: under the minimum cacheable prefix",
+}
+
+
+def cache_note(costs: list[PlannedCost]) -> str:
+    """One line for the planned runs of one model: why caching applies or not, with the shared starts."""
+    reasons = sorted({c.reason for c in costs})
+    shared = sorted({c.shared for c in costs if c.shared})
+    span = f"{shared[0]:,}" if len(shared) == 1 else f"{shared[0]:,}-{shared[-1]:,}" if shared else ""
+    minimum = next((c.minimum for c in costs if c.minimum), None)
+    text = "; ".join(CACHE_REASONS[r] for r in reasons)
+    return text + (f" (shared start {span} tokens, minimum {minimum:,})" if span and minimum else "")
 
 
 def planned_dollars(found: tuple[str, str] | None, calls: int, input_tokens: int,
-                    prices: str | Path | None = None) -> tuple[float, float] | None:
-    """(synchronous, batch) dollars of a planned run on the API model `found` (provider, model; see
-    `prbench.engines.providers.engine_provider`): its input tokens plus REPLY_TOKENS per call."""
+                    prices: str | Path | None = None, *, prefix_tokens: int = 0, calls_per_prefix: int = 1,
+                    caches: bool = True) -> PlannedCost | None:
+    """The dollars of a planned run on the API model `found` (provider, model; see
+    `prbench.engines.providers.engine_provider`): its input tokens plus REPLY_TOKENS per call. With caching,
+    groups of `calls_per_prefix` calls share `prefix_tokens` (a judge's both orders): the first writes, the
+    others read with probability `CACHE_HITS['batch']`; a start under the provider's minimum is uncached."""
     found = found if calls else None
     price = price_for(*found, prices) if found else None
     if price is None:
         return None
     out = calls * REPLY_TOKENS
-    return price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=True)
+    sync, batch = price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=True)
+    minimum = price.min_cache_prefix
+    reason = ("route" if not caches else "table" if minimum is None else
+              "alone" if calls_per_prefix < 2 or prefix_tokens <= 0 else "short" if prefix_tokens < minimum else "cached")
+    if reason != "cached":
+        return PlannedCost(sync, batch, batch, reason, prefix_tokens if reason == "short" else 0, minimum)
+    followers = calls * (calls_per_prefix - 1) / calls_per_prefix
+    read = round(followers * CACHE_HITS["batch"] * prefix_tokens)
+    written = round((calls - followers * CACHE_HITS["batch"]) * prefix_tokens) if price.cache_write else 0
+    return PlannedCost(sync, batch, price.usd(input_tokens, read, out, batch=True, cache_write_tokens=written),
+                       reason, prefix_tokens, minimum)

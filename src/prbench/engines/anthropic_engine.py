@@ -12,9 +12,13 @@ Request rules (sources: the anthropic client 2.10.0 `resources/messages/messages
   refused at any value: nothing of the sampling is sent and the run's `adjusted` counts it (the
   model samples at its own defaults). `api_version="2023-06-01"` sends temperature (capped at 1),
   or top_p alone on the models that refuse both.
-- `prompt_cache=True` asks for automatic prompt caching (`cache_control` ephemeral): repeated
-  prompts (both orders, retries, reruns without a cache) read the cache at a tenth of the price,
-  while a first write costs 1.25x input, so it is off by default.
+- Prompt caching (`prompt_cache`, on by default): when a caller marks the stable start of its prompt
+  (`engines.base.stable_prefix`: a judge's instructions, the person's context and the question, before
+  the responses), that block gets a `cache_control` breakpoint (`TextBlockParam.cache_control`, anthropic
+  2.16.0 `types/text_block_param.py`), so both orders of a pair and a judge's retries read it at 0.1x
+  input after one write at 1.25x. Unmarked prompts are not cached (a write that nothing reads costs
+  more). Prefixes under the model's minimum (1,024 tokens, more for some models) are not cached by
+  Anthropic: the usage then shows no cache tokens and the ledger bills plain input.
 - No logprobs: `judge --mode likelihood` and `lik:`/`pmi:` fail at once.
 """
 
@@ -24,8 +28,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from prbench.engines import providers
-from prbench.engines.base import GenParams, Messages
+from prbench.engines import batch, providers
+from prbench.engines.base import GenParams, Messages, plain, stable_prefix
 from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine
 from prbench.errors import SpecError
 from prbench.extras import require
@@ -38,7 +42,7 @@ class AnthropicOptions(HTTPOptions):
     """Options of Anthropic's native Messages API (`anthropic:` engines)."""
 
     api_version: str | None = None
-    prompt_cache: bool = False
+    prompt_cache: bool = True
 
 
 class AnthropicEngine(OpenAIEngine):
@@ -53,17 +57,17 @@ class AnthropicEngine(OpenAIEngine):
                            "default_params", "rpm", "tpm", "rate_limit_retries", "no_api_key"})
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = None,
-                 api_version: str | None = None, prompt_cache: bool = False, **transport: Any):
+                 api_version: str | None = None, prompt_cache: bool = True, **transport: Any):
         if not model:
             raise SpecError("anthropic engine needs a model name, e.g. anthropic:claude-sonnet-4-5")
         if unknown := sorted(set(transport) - self.TRANSPORT):
             raise TypeError(f"AnthropicEngine() got unexpected keyword arguments {unknown}")
         super().__init__(model, base_url=base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL,
-                         api_key_env=api_key_env or "ANTHROPIC_API_KEY", provider="anthropic", **transport)
+                         api_key_env=api_key_env or "ANTHROPIC_API_KEY", provider="anthropic",
+                         prompt_cache=prompt_cache, **transport)
         self.spec = f"anthropic:{model}"
         self._key_named = api_key_env is not None
         self.api_version = api_version
-        self.prompt_cache = bool(prompt_cache)
 
     def __repr__(self) -> str:
         return f"AnthropicEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
@@ -73,6 +77,10 @@ class AnthropicEngine(OpenAIEngine):
         if self.api_version:
             fp["api_version"] = self.api_version
         return fp  # prompt caching changes the price, not the reply
+
+    def batch_api(self) -> batch.BatchAPI:
+        """Message Batches (`/v1/messages/batches`)."""
+        return batch.AnthropicBatches(self)
 
     def _new_client(self, key: str) -> Any:
         anthropic = require("anthropic", "api")
@@ -88,11 +96,14 @@ class AnthropicEngine(OpenAIEngine):
     def _chat(self, messages: Messages, p: GenParams) -> tuple[dict[str, Any], dict[str, Any]]:
         """(Messages API body, sampling fields sent as extra_body under an API version that takes them)."""
         notes: dict[str, int] = {}
-        kwargs, _ = providers.chat_request(self.profile, self.model, messages, p, notes)
-        body = native_body(self.model, messages, kwargs["max_tokens"], kwargs.get("stop") or ())
-        if self.prompt_cache:
-            body["cache_control"] = {"type": "ephemeral"}
-        sampling = {k: kwargs[k] for k in ("temperature", "top_p") if k in kwargs}
+        kwargs, _ = providers.chat_request(self.profile, self.model, plain(messages), p, notes)
+        body = native_body(self.model, plain(messages), kwargs["max_tokens"], kwargs.get("stop") or ())
+        prefix = stable_prefix(messages)
+        last = body["messages"][-1] if body["messages"] else None
+        if self.prompt_cache and prefix and last is not None and last["content"] != prefix:
+            last["content"] = [{"type": "text", "text": prefix, "cache_control": {"type": "ephemeral"}},
+                               {"type": "text", "text": last["content"][len(prefix):]}]
+        sampling: dict[str, Any] = {k: kwargs[k] for k in ("temperature", "top_p") if k in kwargs}
         if self.api_version not in SAMPLING_VERSIONS and sampling:
             notes["sampling not sent (API version 2026-10-21 takes no temperature/top_p)"] = 1
             sampling = {}
@@ -104,7 +115,7 @@ class AnthropicEngine(OpenAIEngine):
         u = data.get("usage") or {}
         read, write = int(u.get("cache_read_input_tokens") or 0), int(u.get("cache_creation_input_tokens") or 0)
         return {"input_tokens": int(u.get("input_tokens") or 0) + read + write, "cached_input_tokens": read,
-                "output_tokens": int(u.get("output_tokens") or 0)}
+                "cache_write_input_tokens": write, "output_tokens": int(u.get("output_tokens") or 0)}
 
     def _reply(self, data: dict[str, Any]) -> tuple[Any, str, int | None]:
         blocks = data.get("content") or []
@@ -113,7 +124,7 @@ class AnthropicEngine(OpenAIEngine):
 
     def count_tokens(self, messages: Messages) -> int:
         """Input tokens of one prompt, counted by the provider (free; for dry runs and --max-usd estimates)."""
-        body = native_body(self.model, messages, 1, ())
+        body = native_body(self.model, plain(messages), 1, ())
         body.pop("max_tokens")
         return int(self._get_client().messages.count_tokens(**body).input_tokens)
 

@@ -18,6 +18,27 @@ from prbench.errors import SpecError
 Messages = list[dict[str, str]]
 
 
+PREFIX_KEY = "stable_prefix"  # a message may name the start of its content that other requests share
+
+
+def plain(messages: Messages) -> Messages:
+    """The messages as sent and keyed: role and content only (a `stable_prefix` mark changes neither the
+    reply nor the cache key: it only lets an API engine ask for prompt caching)."""
+    return [{k: v for k, v in m.items() if k != PREFIX_KEY} for m in messages]
+
+
+def stable_prefix(messages: Messages) -> str:
+    """The marked shared start of the last message's content ('' when unmarked or not a true prefix)."""
+    last = messages[-1] if messages else {}
+    prefix = last.get(PREFIX_KEY) or ""
+    return prefix if prefix and last.get("content", "").startswith(prefix) else ""
+
+
+class RequestFailed(Exception):
+    """An API request that failed for good (message safe to log and store); here, below every engine and
+    batch module, so none of them imports another for it."""
+
+
 @dataclass(frozen=True)
 class GenParams:
     """Sampling parameters of one request; temperature 0 means greedy."""

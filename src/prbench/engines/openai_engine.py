@@ -66,7 +66,17 @@ from urllib.parse import urlsplit, urlunsplit
 from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
 from prbench.engines import batch, providers
-from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
+from prbench.engines.base import (
+    Engine,
+    Generation,
+    GenParams,
+    Messages,
+    RequestFailed,
+    logsumexp,
+    plain,
+    stable_prefix,
+)
+from prbench.engines.batch import BatchAPI
 from prbench.engines.ratelimit import (
     Limiter,
     QuotaExhausted,
@@ -83,10 +93,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUS = frozenset({408, 409, 429})
 TOP_LOGPROBS = 20
 DEFERRED = "deferred to a batch"
-
-
-class RequestFailed(Exception):
-    """A request that failed for good (message safe to log and store)."""
 
 
 class _Retryable(Exception):
@@ -131,6 +137,7 @@ class HTTPOptions(KindOptions):
     tpm: float | None = None
     rate_limit_retries: int | None = None
     no_api_key: bool = False
+    prompt_cache: bool = True
 
 
 class OpenAIOptions(HTTPOptions):
@@ -156,7 +163,7 @@ class OpenAIEngine(Engine):
     error (None when it succeeded). `ledger` (a `prbench.cost.Ledger`, set per run) prices and caps requests.
     """
 
-    options_model = OpenAIOptions
+    options_model: type[HTTPOptions] = OpenAIOptions
     ledger: cost.Ledger | None = None
     batch: batch.Store | None = None  # batch mode (`prbench.engines.batch`): replies come from the run's batches
 
@@ -182,6 +189,7 @@ class OpenAIEngine(Engine):
         tpm: float | None = None,
         rate_limit_retries: int | None = None,
         no_api_key: bool = False,
+        prompt_cache: bool = True,
     ):
         if not model:
             raise SpecError("openai engine needs a model name, e.g. openai:gpt-4o-mini")
@@ -192,6 +200,7 @@ class OpenAIEngine(Engine):
         self.api_key_env = api_key_env or "OPENAI_API_KEY"
         self._key_named = api_key_env is not None
         self.no_api_key = bool(no_api_key)
+        self.prompt_cache = bool(prompt_cache)  # a marked stable prefix is sent for caching (see `_chat`)
         self.profile = providers.with_effort(providers.profile(provider, model, self.base_url), reasoning_effort)
         if max_tokens_param:
             self.profile = dataclasses.replace(self.profile, token_param=max_tokens_param)
@@ -273,6 +282,10 @@ class OpenAIEngine(Engine):
         return {"provider": self.profile.provider, "usage": dict(self.stats), "adjusted": dict(self.adjusted),
                 "concurrency_limits": list(self.limiter.history)}
 
+    def batch_api(self) -> BatchAPI:
+        """This engine's batch endpoints (`/v1/files` + `/v1/batches`)."""
+        return batch.OpenAIBatches(self)
+
     def _template_hash(self) -> str:
         template = getattr(self._get_tokenizer(), "chat_template", None) or ""
         return hashlib.sha256(str(template).encode("utf-8")).hexdigest()
@@ -336,8 +349,15 @@ class OpenAIEngine(Engine):
         return self._rng.uniform(0.0, min(self.backoff_max, self.backoff_base * (2**attempt)))
 
     def _chat(self, messages: Messages, p: GenParams) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The request body. OpenAI caches prompt prefixes of 1024+ tokens by itself; `prompt_cache_key` (the
+        openai client 3.57.0 `types/chat/completion_create_params.py`) routes the requests sharing a marked
+        prefix (both orders of a pair, a judge's retries) to the same cache. Gemini and vLLM cache prefixes
+        implicitly: the stable-first prompt is all they need."""
         notes: dict[str, int] = {}
-        kwargs, extra = providers.chat_request(self.profile, self.model, messages, p, notes)
+        kwargs, extra = providers.chat_request(self.profile, self.model, plain(messages), p, notes)
+        prefix = stable_prefix(messages)
+        if self.prompt_cache and prefix and self.profile.provider == "openai":
+            kwargs["prompt_cache_key"] = "prb-" + hashlib.sha256(prefix.encode("utf-8")).hexdigest()[:32]
         for key in self.omit_params:
             kwargs.pop(key, None)
             extra.pop(key, None)
@@ -398,7 +418,9 @@ class OpenAIEngine(Engine):
     def _post(self, endpoint: str, kwargs: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         """One request with retries, priced by the run's ledger (reserved before, settled after)."""
         if self.batch is not None:  # answered from the run's batch results, or deferred to the next batch
-            return self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra}, self.spec)
+            stored = self.batch.answer(batch.CURRENT.get(), endpoint, {**kwargs, **self.extra_body, **extra}, self.spec)
+            if stored is not None:
+                return stored  # billed from the folder's files (`batch.Store.usage`), never here
         if self.ledger is None:
             return self._send(endpoint, kwargs, extra)
         limit = int(kwargs.get(self.profile.token_param) or kwargs.get("max_tokens") or 0)
@@ -450,8 +472,12 @@ class OpenAIEngine(Engine):
             self._sleep(retry_wait)
             self._count("wait_s", retry_wait)
 
-    def _run(self, keys: list[str], work: Callable[[int], Any]) -> tuple[list[Any], list[str | None]]:
-        """Cached, deduplicated, concurrent execution of `work(i)` for each request index."""
+    def _run(self, keys: list[str], work: Callable[[int], Any],
+             groups: Sequence[str] | None = None) -> tuple[list[Any], list[str | None]]:
+        """Cached, deduplicated, concurrent execution of `work(i)` for each request index. Requests of one
+        `groups` value (a shared prompt prefix) go after the first of their group has returned, so the
+        provider's prompt cache holds the prefix when they arrive (a cache entry exists only once the first
+        reply has begun: simultaneous requests all miss)."""
         n = len(keys)
         values: list[Any] = [None] * n
         errors: list[str | None] = [None] * n
@@ -491,8 +517,15 @@ class OpenAIEngine(Engine):
         if todo:
             self._get_client()  # a missing key is one clear PrbenchError, not a failure per request
             self._stop.clear()
+            first: dict[str, str] = {}
+            for k, idx in todo.items():
+                if groups is not None and groups[idx[0]]:
+                    first.setdefault(groups[idx[0]], k)
+            leaders = [k for k in todo if groups is None or not groups[todo[k][0]] or first[groups[todo[k][0]]] == k]
+            led = set(leaders)
+            waves = [leaders, [k for k in todo if k not in led]]
             with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
-                for k, value, err in pool.map(one, list(todo)):
+                for k, value, err in (r for wave in waves for r in pool.map(one, wave)):
                     for i in todo[k]:
                         values[i], errors[i] = value, err
                     if err is not None and err != DEFERRED and not budget:  # a budget stop is one line, below
@@ -529,7 +562,8 @@ class OpenAIEngine(Engine):
         if len(plist) != len(prompts):
             raise SpecError(f"got {len(plist)} GenParams for {len(prompts)} prompts")
         fp = self.fingerprint()
-        keys = [content_key("chat", fp, list(m), p.as_dict()) for m, p in zip(prompts, plist)]
+        keys = [content_key("chat", fp, plain(list(m)), p.as_dict()) for m, p in zip(prompts, plist)]
+        groups = [stable_prefix(m) for m in prompts]
 
         def work(i: int) -> dict[str, Any]:
             from prbench.engines.transformers_engine import apply_stop
@@ -547,7 +581,7 @@ class OpenAIEngine(Engine):
                 "n_tokens": n_out,
             }
 
-        values, errors = self._run(keys, work)
+        values, errors = self._run(keys, work, groups)
         out: list[Generation] = []
         for v, err, hit in zip(values, errors, self._last_hits):
             if err is not None:
@@ -565,7 +599,7 @@ class OpenAIEngine(Engine):
         """First-token log-probs from top-20 logprobs; missing -> -inf, failed request -> NaN."""
         self.require("choice_logprobs", "logprobs")
         fp = self.fingerprint()
-        keys = [content_key("choices", fp, list(m), list(choices)) for m in prompts]
+        keys = [content_key("choices", fp, plain(list(m)), list(choices)) for m in prompts]
         probe = GenParams(max_new_tokens=1, temperature=0.0)
 
         def work(i: int) -> dict[str, float]:
@@ -582,7 +616,7 @@ class OpenAIEngine(Engine):
             top = list(dict(top).items())  # the sampled token may repeat a top entry
             return fold_top_logprobs(top, choices)
 
-        values, errors = self._run(keys, work)
+        values, errors = self._run(keys, work, [stable_prefix(m) for m in prompts])
         return [
             {c: math.nan for c in choices} if err is not None else {c: float(v[c]) for c in choices}
             for v, err in zip(values, errors)

@@ -198,6 +198,7 @@ def profile(provider: str | None, model: str, base_url: str = "") -> Profile:
         v = _version(m, "gemini")
         thinking = v is not None and v >= (2, 5)
         pro = "pro" in m
+        efforts: tuple[str, ...]
         if v is not None and v[0] >= 3:
             efforts = ("low", "high") if pro else ("none", "low", "medium", "high")
             effort = "low"
@@ -283,9 +284,9 @@ def chat_request(
         else:
             note("top_k not sent")
     if g.repetition_penalty != 1.0:
-        name = next((n for n in ("repetition_penalty", "repeat_penalty") if n in p.extra), None)
-        if name:
-            extra[name] = g.repetition_penalty
+        penalty = next((n for n in ("repetition_penalty", "repeat_penalty") if n in p.extra), None)
+        if penalty:
+            extra[penalty] = g.repetition_penalty
         else:
             note("repetition_penalty not sent")
     for name, value in p.neutral:
@@ -338,3 +339,14 @@ def engine_provider(spec: str, options: dict[str, Any] | None = None) -> tuple[s
     if parts[0] == "anthropic":
         return "anthropic", model
     return profile(opts.get("provider"), model, opts.get("base_url") or "").provider, model
+
+
+def caches_prompts(spec: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether the API engine behind `spec` can have prompts cached: not with `prompt_cache: false`, and not
+    Claude through Anthropic's OpenAI-compatible endpoint (prompt caching is native-API only:
+    docs.claude.com/en/api/openai-sdk)."""
+    found = engine_provider(spec, options)
+    if found is None or (options or {}).get("prompt_cache") is False:
+        return False
+    kind = next(p for p in spec.split(":") if p in ("openai", "anthropic"))
+    return not (found[0] == "anthropic" and kind == "openai")

@@ -100,8 +100,8 @@ def retry_hint(headers: Mapping[str, str] | None, body: Any = None) -> float | N
     m = _BODY_HINT.search(str(err.get("message") or ""))
     if m:
         return parse_duration(m.group(1))
-    resets = [parse_duration(v) for k, v in h.items() if k.startswith("x-ratelimit-reset")]
-    resets = [r for r in resets if r is not None]
+    parsed = [parse_duration(v) for k, v in h.items() if k.startswith("x-ratelimit-reset")]
+    resets = [r for r in parsed if r is not None]
     return max(resets) if resets else None
 
 

@@ -32,6 +32,15 @@ class Prompt:
     def fields(self) -> set[str]:
         return set(_FIELD.findall(self.text))
 
+    def head(self, before: frozenset[str]) -> Prompt:
+        """The template up to its first placeholder named in `before` (all of it when none is)."""
+        cut = min((m.start() for m in _FIELD.finditer(self.text) if m.group(1) in before), default=len(self.text))
+        return Prompt(self.name, self.text[:cut])
+
+    def bare(self) -> str:
+        """The template's own words, placeholders removed (what it adds to every prompt)."""
+        return _FIELD.sub("", self.text)
+
     def render(self, **values: str) -> str:
         """Fill every placeholder; a missing value is an error, never an empty string."""
         missing = self.fields - values.keys()

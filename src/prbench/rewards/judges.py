@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from prbench.cache import content_key
 from prbench.conditions import View
-from prbench.engines.base import Engine, Generation, GenParams, engine_keywords, load_engine
+from prbench.engines.base import PREFIX_KEY, Engine, Generation, GenParams, engine_keywords, load_engine
 from prbench.errors import SpecError
 from prbench.prompts import load_prompt
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
@@ -195,9 +195,9 @@ def parse_score(text: str, scale: tuple[float, float] = (1, 10)) -> float | None
             found = (fracs[-1].group(1), fracs[-1].group(2))
         else:
             lines = [ln for ln in body.strip().splitlines() if ln.strip()]
-            m = _SCORE_BARE.match(lines[-1].strip()) if lines else None
-            if m:
-                found = (m.group(1), None)
+            bare = _SCORE_BARE.match(lines[-1].strip()) if lines else None
+            if bare:
+                found = (bare.group(1), None)
     if found is None:
         return None
     try:
@@ -266,6 +266,9 @@ def question_of(view: View) -> str:
     return f"{view.transcript()}\n\nUser: {view.question}" if view.turns else view.question
 
 
+VARYING = frozenset({"response", "response_a", "response_b"})  # what differs between requests about one item
+
+
 class _Templates:
     """The built-in template pair for a role (with / without context), or one user template."""
 
@@ -278,15 +281,36 @@ class _Templates:
             self.without_ctx = load_prompt(f"{role}_nocontext")
 
     def render(self, view: View, **values: Any) -> str:
+        return "".join(self.parts(view, **values))
+
+    def parts(self, view: View, **values: Any) -> tuple[str, str]:
+        """(stable start, the rest) of the rendered prompt: the start ends where the first response is filled
+        in, so it holds the instructions, the person's context and the question, and every request about
+        one item under one condition (both orders, retries) shares it: what providers cache."""
         ctx = context_of(view)
         tpl = self.with_ctx if ctx else self.without_ctx
         fields = {"question": question_of(view), "context": ctx or NO_CONTEXT, **values}
-        return tpl.render(**{k: str(v) for k, v in fields.items() if k in tpl.fields})
+        filled = {k: str(v) for k, v in fields.items() if k in tpl.fields}
+        start = tpl.head(VARYING)
+        head = start.render(**{k: v for k, v in filled.items() if k in start.fields}) if start.text != tpl.text else ""
+        full = tpl.render(**filled)
+        return head, full[len(head):]
 
     def hashes(self) -> dict[str, str]:
         if self.with_ctx is self.without_ctx:
             return {f"{self.with_ctx.name}(user file)": self.with_ctx.hash}
         return {self.with_ctx.name: self.with_ctx.hash, self.without_ctx.name: self.without_ctx.hash}
+
+
+def template_tokens(mode: str = "pairwise", with_context: bool = True) -> tuple[int, int]:
+    """Estimated tokens of a built-in judge template's own words (no placeholders): (its stable start, the
+    rest). What a dry run adds per call, and the start is what every request about an item shares."""
+    from prbench.cost import estimate_input_tokens
+
+    tpl = load_prompt(_TEMPLATES[mode] + ("" if with_context else "_nocontext"))
+    start = tpl.head(VARYING)
+    head, rest = (estimate_input_tokens(t.bare()) for t in (start, type(tpl)(tpl.name, tpl.text[len(start.text):])))
+    return head, rest
 
 
 def derive_seed(seed: int, attempt: int) -> int:
@@ -347,8 +371,18 @@ class _JudgeBase:
         return {"judge_mode": self.mode, "prompt_hashes": self.templates.hashes(),
                 **{f"judge_{k}": v for k, v in self.counts.items()}, **engine_facts(self.engine, self.ignored_options)}
 
-    def _generate_with_retries(self, prompts: list[str], seeds: list[int], parse: Any) -> list[tuple[Generation, Any, int]]:
-        """Generate once for all prompts (one engine call), then retry parse failures as a batch."""
+    def messages(self, head: str, rest: str) -> list[dict[str, str]]:
+        """One user turn; for an engine that can cache prompts, its stable start is marked
+        (`engines.base.stable_prefix`): the text sent is the same either way."""
+        turn = {"role": "user", "content": head + rest}
+        if head and getattr(self.engine, "prompt_cache", False):
+            turn[PREFIX_KEY] = head
+        return [turn]
+
+    def _generate_with_retries(self, prompts: list[tuple[str, str]], seeds: list[int],
+                               parse: Any) -> list[tuple[Generation, Any, int]]:
+        """Generate once for all prompts ((stable start, rest) each; one engine call), then retry parse
+        failures as a batch."""
         results: list[tuple[Generation, Any, int] | None] = [None] * len(prompts)
         todo = list(range(len(prompts)))
         for attempt in range(self.retries + 1):
@@ -356,7 +390,7 @@ class _JudgeBase:
                 break
             if attempt:
                 self.counts["retried"] += len(todo)
-            gens = self.engine.generate([[{"role": "user", "content": prompts[i]}] for i in todo],
+            gens = self.engine.generate([self.messages(*prompts[i]) for i in todo],
                                         [self.params(seeds[i], attempt) for i in todo])
             still: list[int] = []
             for i, g in zip(todo, gens):
@@ -389,12 +423,15 @@ class PairwiseJudge(_JudgeBase, PairwiseRM):
         super().__init__(engine, mode="pairwise", **kw)
 
     def prompt(self, q: PairQuery) -> str:
-        return self.templates.render(q.view, response_a=q.response_a, response_b=q.response_b)
+        return "".join(self.parts(q))
+
+    def parts(self, q: PairQuery) -> tuple[str, str]:
+        return self.templates.parts(q.view, response_a=q.response_a, response_b=q.response_b)
 
     def compare(self, batch: Sequence[PairQuery]) -> list[Verdict]:
         if not batch:
             return []
-        outs = self._generate_with_retries([self.prompt(q) for q in batch], [q.seed for q in batch], parse_verdict)
+        outs = self._generate_with_retries([self.parts(q) for q in batch], [q.seed for q in batch], parse_verdict)
         verdicts = []
         for q, (g, winner, attempts) in zip(batch, outs):
             truncated = was_truncated(q.view) or bool(g.meta.get("truncated"))
@@ -421,16 +458,19 @@ class PointwiseJudge(_JudgeBase, PointwiseRM):
         return {"scale": list(self.scale), "seed": self.seed}
 
     def prompt(self, view: View, response: str) -> str:
+        return "".join(self.parts(view, response))
+
+    def parts(self, view: View, response: str) -> tuple[str, str]:
         fmt = (lambda x: str(int(x)) if x == int(x) else str(x))
-        return self.templates.render(view, response=response, scale_min=fmt(self.scale[0]),
-                                     scale_max=fmt(self.scale[1]))
+        return self.templates.parts(view, response=response, scale_min=fmt(self.scale[0]),
+                                    scale_max=fmt(self.scale[1]))
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
         if not batch:
             return []
         # Seed from content: the same (view, response) gets the same sampling seed in any batch.
         seeds = [int(content_key("pointwise", self.seed, v.key(), r)[:8], 16) for v, r in batch]
-        outs = self._generate_with_retries([self.prompt(v, r) for v, r in batch], seeds,
+        outs = self._generate_with_retries([self.parts(v, r) for v, r in batch], seeds,
                                            lambda t: parse_score(t, self.scale))
         scores = []
         for (view, _), (g, value, _) in zip(batch, outs):
@@ -484,8 +524,9 @@ class LikelihoodJudge(_JudgeBase, PairwiseRM):
         queries = list(batch)
         if self.debias_position:
             queries += [PairQuery(q.view, q.response_b, q.response_a, q.seed) for q in batch]
-        lps = self.engine.choice_logprobs([[{"role": "user", "content": self.prompt(q)}] for q in queries],
-                                          list(self.choices))
+        lps = self.engine.choice_logprobs([self.messages(*self.templates.parts(q.view, response_a=q.response_a,
+                                                                               response_b=q.response_b))
+                                           for q in queries], list(self.choices))
         self.counts["requests"] += len(queries)
         out = []
         for i, q in enumerate(batch):
@@ -502,6 +543,7 @@ class LikelihoodJudge(_JudgeBase, PairwiseRM):
                 out.append(Verdict(None, raw=json.dumps(lp), truncated=truncated, meta=meta,
                                    error="engine: no usable log-probabilities for A/B"))
                 continue
+            winner: Literal["A", "B", "tie"]
             if self.debias_position:
                 winner = "A" if p_a > 0.5 else "B" if p_a < 0.5 else "tie"
             else:
@@ -588,5 +630,6 @@ def engine_spec(rest: str, root: Path) -> str:
 
 load_judge.options_model = over_engine(JudgeOptions)  # type: ignore[attr-defined]
 load_judge.resolve_spec = engine_spec  # type: ignore[attr-defined]
-load_judge.model_class = (  # type: ignore[attr-defined]  the mode decides pointwise or pairwise
+load_judge.model_class = (  # type: ignore[attr-defined]
     lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(mode, PairwiseJudge))
+# (the mode decides pointwise or pairwise)

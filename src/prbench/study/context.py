@@ -48,6 +48,8 @@ class PlannedRun:
     model_calls: int
     tokens: int
     spec: str | None = None  # the model the calls go to (prices an API model's calls in the dry run)
+    prefix_tokens: int = 0  # tokens at the start of each call shared by `calls_per_prefix` calls (prompt caching)
+    calls_per_prefix: int = 1
 
 
 StageFn = Callable[[StudyContext], None]

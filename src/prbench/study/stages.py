@@ -59,15 +59,28 @@ def eval_limit(ctx: StudyContext, entry: ModelEntry, condition: str) -> int | No
     return min(limits) if limits else None
 
 
+def _judge_tokens(entry: ModelEntry, condition: str, top_k: int) -> tuple[int, int]:
+    """(tokens of one call, of its start shared by the calls about one item) for a built-in judge template:
+    the template's own words, the question and the condition's context come first, the responses last."""
+    from prbench.rewards.judges import template_tokens
+
+    mode = str(entry.options.get("mode", "pairwise"))
+    head, rest = template_tokens(mode, condition != "none") if not entry.options.get("prompt_file") else (0, 0)
+    start = head + _input_tokens(condition, top_k) - TOKENS["response"]
+    return start + rest + TOKENS["response"] * (2 if entry.pairwise else 1), start
+
+
 def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
     out = []
     for entry in ctx.cfg.models:
         for cond in model_conditions(ctx, entry):
             n = _item_count(ctx.data, eval_limit(ctx, entry, cond), ctx.cfg.format)
             per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
-            tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0))
+            per_call, start = (_judge_tokens(entry, cond, ctx.cfg.top_k) if entry.spec.startswith("judge") else
+                               (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0), 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
-            out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else tokens, entry.spec))
+            out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else n * per_item * per_call,
+                                  entry.spec, prefix_tokens=start, calls_per_prefix=per_item))
     for bench in ctx.cfg.benchmarks:  # pairs of other benchmarks (multi-response items count each pair)
         from prbench.data import iter_examples
 

@@ -12,7 +12,9 @@ them), never from prbench's provider module:
 - `POST /v1/messages/count_tokens`: `{"input_tokens": n}` (the stand-in's fake tokens).
 
 Replies carry `usage` (input tokens apart from cache reads and writes, as Anthropic counts them;
-output; cache read / creation tokens), `stop_reason` end_turn,
+output; cache read / creation tokens: the prompt up to its last `cache_control` mark is written once and read
+by later requests with the same prefix, never under `min_cache_tokens`, 1,024 by default as the prompt-
+caching page states for most models), `stop_reason` end_turn,
 max_tokens or stop_sequence. Faults, records and `reply_fn` work as in `openai_server`; the base
 URL for the anthropic client is `srv.root_url` (the client adds `/v1/...`).
 """
@@ -62,10 +64,12 @@ def _text(content: Any) -> str:
 class AnthropicServer(OpenAIServer):
     """The native Messages API on 127.0.0.1 (see module docstring)."""
 
-    def __init__(self, reply_fn: ReplyFn | None = None, **options: Any):
+    def __init__(self, reply_fn: ReplyFn | None = None, *, min_cache_tokens: int = 1024, **options: Any):
         super().__init__(reply_fn, **options)
         self.routes = {"/v1/messages": self.message_response, "/v1/messages/count_tokens": self.count_response}
         self.cache_reads = 0  # input tokens served from the prompt cache (a prefix seen before)
+        self.cache_writes = 0
+        self.min_cache_tokens = min_cache_tokens  # a shorter prefix is not cached (the documented minimum)
         self._cached_prefixes: set[str] = set()
 
     @property
@@ -84,6 +88,31 @@ class AnthropicServer(OpenAIServer):
         system = _text(body.get("system"))
         return len(fake_tokenize(system)) + sum(len(fake_tokenize(_text(m.get("content")))) for m in body["messages"])
 
+    def _cache(self, body: dict[str, Any], n_in: int) -> tuple[int, int]:
+        """(read, written) prompt-cache tokens: the prompt up to its last `cache_control` mark (top-level: all of
+        it), read when an earlier request wrote the same prefix, written otherwise; none under the minimum."""
+        prefix: Any = None
+        if body.get("cache_control"):
+            prefix = (body.get("system"), body["messages"])
+        for i, m in enumerate(body["messages"]):
+            blocks = m.get("content") if isinstance(m.get("content"), list) else []
+            for j, block in enumerate(blocks):
+                if isinstance(block, dict) and block.get("cache_control"):
+                    prefix = (body.get("system"), [*body["messages"][:i], {**m, "content": blocks[:j + 1]}])
+        if prefix is None:
+            return 0, 0
+        size = len(fake_tokenize(_text(prefix[0]))) + sum(len(fake_tokenize(_text(m.get("content"))))
+                                                           for m in prefix[1])
+        if size < self.min_cache_tokens:
+            return 0, 0
+        key = repr(prefix)
+        with self._lock:
+            hit = key in self._cached_prefixes
+            self._cached_prefixes.add(key)
+            self.cache_reads += size if hit else 0
+            self.cache_writes += 0 if hit else size
+        return (size, 0) if hit else (0, size)
+
     def count_response(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"input_tokens": self._prompt_tokens(body)}
 
@@ -99,14 +128,7 @@ class AnthropicServer(OpenAIServer):
         if len(tokens) > body["max_tokens"]:
             text, stop_reason, matched = "".join(tokens[: body["max_tokens"]]), "max_tokens", None
         n_in = self._prompt_tokens(body)
-        cached = 0
-        if body.get("cache_control"):  # automatic caching of the whole prompt: a repeat reads it
-            key = repr((body.get("system"), body["messages"]))
-            with self._lock:
-                cached = n_in if key in self._cached_prefixes else 0
-                self._cached_prefixes.add(key)
-                self.cache_reads += cached
-        created = n_in if body.get("cache_control") and not cached else 0
+        cached, created = self._cache(body, n_in)
         return {"id": f"msg_{self.n_posts:06d}", "type": "message", "role": "assistant", "model": body["model"],
                 "content": [{"type": "text", "text": text}], "stop_reason": stop_reason, "stop_sequence": matched,
                 "usage": {"input_tokens": n_in - cached - created, "output_tokens": len(fake_tokenize(text)),
@@ -116,7 +138,8 @@ class AnthropicServer(OpenAIServer):
 @contextlib.contextmanager
 def serve_anthropic(reply_fn: ReplyFn | None = None, **options: Any) -> Iterator[AnthropicServer]:
     """Run an `AnthropicServer` on 127.0.0.1 (ephemeral port) for the block."""
-    server = AnthropicServer(reply_fn, **options).start()
+    server = AnthropicServer(reply_fn, **options)
+    server.start()
     try:
         yield server
     finally:

@@ -14,6 +14,16 @@ Both servers take `timeline=(validating, in_progress, finalizing)` seconds (Anth
 `fail_fn` -> an error for that item, `expire_fn` -> the item expires (the batch ends `expired`).
 Results are written in reverse request order, so matching by position would fail. `batches` holds
 every created batch.
+
+Limits, enforced as the providers state them: OpenAI takes at most 50,000 requests and 200 MB per batch
+input file (openai 3.57.0 `resources/batches.py`, `input_file_id`), Anthropic 100,000 requests or 256 MB per
+batch (docs.claude.com batch-processing "Batch limitations"; the API reference's `requests` maxItems
+100000). `max_requests` / `max_bytes` lower them for a test. Over the limit, OpenAI's batch ends `failed`
+with an `errors` entry, Anthropic's create answers 400 (too many requests) or 413 `request_too_large`
+(the documented error type for an oversized request); the messages are the stand-in's own words.
+`fail_batch(n)` (n-th batch created, from 1) returns a reason to fail that whole batch with (OpenAI: a
+`failed` batch with that error; Anthropic: every item `errored` with it), or None. `mangle(lines)` edits
+the JSONL lines of each results file before it is served (duplicates, strangers, garbage).
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ from prbench.testing.anthropic_server import AnthropicServer, anthropic_error, n
 from prbench.testing.openai_server import OpenAIServer, refusal
 
 ItemFn = Callable[[str, int], bool]
+BatchFn = Callable[[int], "str | None"]
+MangleFn = Callable[[list[str]], list[str]]
+OPENAI_LIMITS = (50_000, 200 * 1024 * 1024)  # requests, bytes of the input file
+ANTHROPIC_LIMITS = (100_000, 256 * 1024 * 1024)  # requests, bytes of the create request
 OPENAI_ENDPOINTS = ("/v1/responses", "/v1/chat/completions", "/v1/embeddings", "/v1/completions",
                     "/v1/moderations", "/v1/images/generations", "/v1/images/edits", "/v1/videos")
 OPENAI_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
@@ -58,10 +72,14 @@ class _Batches:
     """What both stand-ins share: the timeline and the per-item schedules."""
 
     def _init_batches(self, timeline: tuple[float, float, float], fail_fn: ItemFn | None,
-                      expire_fn: ItemFn | None) -> None:
+                      expire_fn: ItemFn | None, limits: tuple[int, int], fail_batch: BatchFn | None,
+                      mangle: MangleFn | None) -> None:
         self.timeline = timeline
         self.fail_fn = fail_fn or (lambda cid, n: False)
         self.expire_fn = expire_fn or (lambda cid, n: False)
+        self.max_requests, self.max_bytes = limits
+        self.fail_batch = fail_batch or (lambda n: None)
+        self.mangle = mangle or (lambda lines: lines)
         self.batches: dict[str, Batch] = {}
         self.submitted: dict[str, int] = {}
         self._batch_lock = threading.Lock()
@@ -86,9 +104,11 @@ class OpenAIBatchServer(OpenAIServer, _Batches):
     """OpenAI's `/v1/files` + `/v1/batches` on 127.0.0.1; chat replies as `OpenAIServer` gives them."""
 
     def __init__(self, reply_fn: Any = None, *, timeline: tuple[float, float, float] = (0.2, 0.3, 0.1),
-                 fail_fn: ItemFn | None = None, expire_fn: ItemFn | None = None, **options: Any):
+                 fail_fn: ItemFn | None = None, expire_fn: ItemFn | None = None,
+                 max_requests: int = OPENAI_LIMITS[0], max_bytes: int = OPENAI_LIMITS[1],
+                 fail_batch: BatchFn | None = None, mangle: MangleFn | None = None, **options: Any):
         super().__init__(reply_fn, **options)
-        self._init_batches(timeline, fail_fn, expire_fn)
+        self._init_batches(timeline, fail_fn, expire_fn, (max_requests, max_bytes), fail_batch, mangle)
         self.files: dict[str, dict[str, Any]] = {}
         self.routes = {**self.routes, "/v1/files": self.upload, "/v1/batches": self.create_batch}
 
@@ -97,8 +117,9 @@ class OpenAIBatchServer(OpenAIServer, _Batches):
         if not ctype.startswith("multipart/form-data"):
             return super().parse_body(headers, raw)
         msg = email.parser.BytesParser().parsebytes(f"Content-Type: {ctype}\r\n\r\n".encode() + raw)
-        return {part.get_param("name", header="content-disposition"): part.get_payload(decode=True)
-                for part in msg.get_payload()}
+        parts: list[Any] = list(msg.get_payload())
+        return {str(part.get_param("name", header="content-disposition")): part.get_payload(decode=True)
+                for part in parts}
 
     def refuse(self, route: str, body: dict[str, Any], headers: Mapping[str, str]) -> tuple[int, Any] | None:
         if route == "/v1/files":
@@ -146,6 +167,13 @@ class OpenAIBatchServer(OpenAIServer, _Batches):
                 items.append(item)
         if f["purpose"] != "batch":
             errors.append({"code": "invalid_file", "line": None, "message": "the input file's purpose is not batch"})
+        if len(items) > self.max_requests or len(f["content"]) > self.max_bytes:
+            errors.append({"code": "batch_too_large", "line": None,
+                           "message": f"The batch input file holds {len(items)} requests and {len(f['content'])} "
+                                      f"bytes; a batch takes at most {self.max_requests} requests and "
+                                      f"{self.max_bytes} bytes."})
+        if not errors and (reason := self.fail_batch(len(self.batches) + 1)):
+            errors.append({"code": "batch_failed", "line": None, "message": reason})
         b = self._new_batch("batch_", [] if errors else items, endpoint=body["endpoint"],
                             input_file_id=body["input_file_id"], errors=errors, metadata=body.get("metadata"))
         return self._batch_object(b)
@@ -179,8 +207,8 @@ class OpenAIBatchServer(OpenAIServer, _Batches):
         for name, rows in (("output", ok), ("error", bad)):
             if rows:
                 fid = f"file-{next(_ids):06d}"
-                self.files[fid] = {"purpose": f"batch_{name}",
-                                   "content": "".join(json.dumps(r) + "\n" for r in rows).encode()}
+                lines = self.mangle([json.dumps(r) for r in rows])
+                self.files[fid] = {"purpose": f"batch_{name}", "content": "".join(ln + "\n" for ln in lines).encode()}
                 b.meta[f"{name}_file_id"] = fid
 
     def _batch_object(self, b: Batch) -> dict[str, Any]:
@@ -217,9 +245,11 @@ class AnthropicBatchServer(AnthropicServer, _Batches):
     """Anthropic's Message Batches (`/v1/messages/batches`) on 127.0.0.1, besides the Messages API."""
 
     def __init__(self, reply_fn: Any = None, *, timeline: tuple[float, float, float] = (0.2, 0.3, 0.1),
-                 fail_fn: ItemFn | None = None, expire_fn: ItemFn | None = None, **options: Any):
+                 fail_fn: ItemFn | None = None, expire_fn: ItemFn | None = None,
+                 max_requests: int = ANTHROPIC_LIMITS[0], max_bytes: int = ANTHROPIC_LIMITS[1],
+                 fail_batch: BatchFn | None = None, mangle: MangleFn | None = None, **options: Any):
         super().__init__(reply_fn, **options)
-        self._init_batches(timeline, fail_fn, expire_fn)
+        self._init_batches(timeline, fail_fn, expire_fn, (max_requests, max_bytes), fail_batch, mangle)
         self.routes = {**self.routes, "/v1/messages/batches": self.create_batch}
         self._version = ""  # the anthropic-version of the batch being created (its items are checked under it)
 
@@ -236,11 +266,18 @@ class AnthropicBatchServer(AnthropicServer, _Batches):
                 return anthropic_error(400, "requests: each needs exactly custom_id (^[a-zA-Z0-9_-]{1,64}$) and params")
         if len(set(ids)) != len(ids):
             return anthropic_error(400, "requests: custom_id values must be unique within a batch")
+        if len(ids) > self.max_requests:
+            return anthropic_error(400, f"requests: List should have at most {self.max_requests} items after "
+                                        f"validation, not {len(ids)}")
+        if len(json.dumps(body).encode()) > self.max_bytes:
+            return anthropic_error(413, f"Request exceeds the maximum allowed number of bytes ({self.max_bytes})",
+                                   "request_too_large")
         self._version = next((v for k, v in headers.items() if k.lower() == "anthropic-version"), "")
         return None
 
     def create_batch(self, body: dict[str, Any]) -> dict[str, Any]:
-        b = self._new_batch("msgbatch_", [dict(r) for r in body["requests"]], version=self._version)
+        b = self._new_batch("msgbatch_", [dict(r) for r in body["requests"]], version=self._version,
+                            reason=self.fail_batch(len(self.batches) + 1))
         return self._batch_object(b)
 
     def _finish(self, b: Batch) -> None:
@@ -252,6 +289,8 @@ class AnthropicBatchServer(AnthropicServer, _Batches):
             refused = native_refusal(it["params"], b.meta["version"])
             if self.expire_fn(cid, n):
                 result: dict[str, Any] = {"type": "expired"}
+            elif b.meta["reason"]:
+                result = {"type": "errored", "error": anthropic_error(500, b.meta["reason"], "api_error")[1]}
             elif self.fail_fn(cid, n) or refused is not None:
                 err = refused[1] if refused else anthropic_error(500, "Internal server error", "api_error")[1]
                 result = {"type": "errored", "error": err}
@@ -280,7 +319,7 @@ class AnthropicBatchServer(AnthropicServer, _Batches):
             if len(parts) == 4:
                 return 200, self._batch_object(b)
             if parts[4:] == ["results"] and b.results is not None:
-                return 200, "".join(json.dumps(r) + "\n" for r in b.results).encode()
+                return 200, "".join(ln + "\n" for ln in self.mangle([json.dumps(r) for r in b.results])).encode()
         return super().get(route)
 
 

@@ -356,6 +356,7 @@ class OpenAIServer:
         self.top_logprobs_fn = top_logprobs_fn or self._default_top_logprobs
         self.records: list[Record] = []
         self._lock = threading.Lock()
+        self._prompt_cache: dict[str, list[list[str]]] = {}  # prompt_cache_key -> earlier prompts' tokens
         self._posts = 0
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -496,6 +497,8 @@ class OpenAIServer:
             choice["logprobs"] = {"content": content}
         prompt_tokens = sum(len(fake_tokenize(str(m.get("content", "")))) for m in body.get("messages") or [])
         thought = thinking_tokens(self.provider, body)
+        usage_extra = {"prompt_tokens_details": {"cached_tokens": self._cached(body)}} if self.provider == "openai" \
+            else {}
         return {
             "id": f"chatcmpl-{self.n_posts}",
             "object": "chat.completion",
@@ -506,8 +509,24 @@ class OpenAIServer:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": len(tokens) + thought,
                 "total_tokens": prompt_tokens + len(tokens) + thought,
+                **usage_extra,
             },
         }
+
+    def _cached(self, body: dict[str, Any]) -> int:
+        """Prompt tokens OpenAI would serve from its cache: the longest start shared with an earlier prompt of
+        the same `prompt_cache_key`, counted from 1,024 tokens in steps of 128 (developers.openai.com/api/docs/
+        guides/prompt-caching: "enabled automatically for prompts that are 1024 tokens or longer", hits "in
+        128-token increments"); 0 below that."""
+        toks = [t for m in body.get("messages") or [] for t in fake_tokenize(str(m.get("content", "")))]
+        key = str(body.get("prompt_cache_key"))
+        with self._lock:
+            seen = self._prompt_cache.setdefault(key, [])
+            best = max((next((i for i, (a, b) in enumerate(zip(toks, old)) if a != b), min(len(toks), len(old)))
+                        for old in seen), default=0)
+            seen.append(toks)
+        best = min(best, len(toks) - 1)  # the last token is always computed
+        return 0 if best < 1024 else 1024 + (best - 1024) // 128 * 128
 
     def completion_response(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = body.get("prompt", "")

@@ -62,8 +62,8 @@ def claude_one_sampler(model: str) -> bool:
         m = re.search(rf"{family}-(\d+)(?:-(\d{{1,2}})(?!\d))?", name)
         if m:
             return (int(m.group(1)), int(m.group(2) or 0)) >= first
-    m = re.search(r"claude-(?:[a-z]+-)?(\d+)", name)
-    return bool(m) and int(m.group(1)) >= 5
+    major = re.search(r"claude-(?:[a-z]+-)?(\d+)", name)
+    return major is not None and int(major.group(1)) >= 5
 
 
 # Anthropic's OpenAI SDK compatibility page (docs.claude.com/en/api/openai-sdk, "Request fields" table,
