@@ -21,7 +21,7 @@ import numpy as np
 
 from prbench import cost, interrupt, metrics, validity
 from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view, no_context_failure, read_planner_file
+from prbench.conditions import build_view, no_context_failure, read_planner_file, require_fields
 from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
@@ -209,6 +209,7 @@ def evaluate(
     A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
     """
     if condition is not None and not isinstance(condition, str):  # a spec loads per run that needs scoring
+        _Items(data, EvalSettings.build(settings, **given), conditions=list(condition))  # every refusal before any scoring
         return [evaluate(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
                          overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
                          max_usd=max_usd, prices=prices, batch=batch, wait=wait, **given) for c in condition]
@@ -248,10 +249,12 @@ def evaluate(
 class _Items:
     """The benchmark's examples, read lazily in order (memory flat in the number of items); `order`: id -> place."""
 
-    def __init__(self, data: str | Sequence[Example], s: EvalSettings):
+    def __init__(self, data: str | Sequence[Example], s: EvalSettings, conditions: Sequence[str] | None = None):
         self.data, self.s = data, s
         self.name = data if isinstance(data, str) else "<in-memory>"
-        self.order = {ex.id: i for i, ex in enumerate(self.stream())}
+        planner = read_planner_file(s.planner_file) if s.planner_file else None
+        checked = require_fields(self.stream(), conditions or [s.condition], planner)  # oracle without a rubric: refused
+        self.order = {ex.id: i for i, ex in enumerate(checked)}
 
     def stream(self) -> Iterator[Example]:
         s = self.s

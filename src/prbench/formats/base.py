@@ -34,6 +34,9 @@ class Reader:
     fields: ClassVar[str] = ""  # the exact fields read, for docs and `prbench data formats`
     priority: ClassVar[int] = 50  # detection order: specific shapes (low) before general ones (high)
     syntax: ClassVar[str] = ""  # the options it takes after `NAME:` (empty: none; anything given is refused)
+    # The columns its rows must have, one tuple per row shape it reads: what `prbench data detect`
+    # names, with the missing ones, when no reader claims a row (`prbench.formats.nearest`).
+    shapes: ClassVar[tuple[tuple[str, ...], ...]] = ()
     # The headline rule, in words (`prbench data formats`); formats with a benchmark's own rule
     # say whose code they follow and set `format` on their records so `score` computes it.
     headline: ClassVar[str] = "accuracy: prbench's (ties 0.5), bootstrap CI"

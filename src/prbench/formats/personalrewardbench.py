@@ -33,6 +33,7 @@ class PersonalRewardBench(Reader):
     fields = "user_id, split, context[{role, content}], chosen{role, content}, rejected{role, content}, flip, id, " \
              "conversation_id, dataset"
     priority = 15
+    shapes = (("user_id", "split", "context", "chosen", "rejected"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

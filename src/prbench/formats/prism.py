@@ -60,6 +60,7 @@ class Prism(Reader):
              "user_id, conversation_type, generated_datetime, conversation_history[{turn, role, content, " \
              "within_turn_id, if_chosen, score}]"
     priority = 14
+    shapes = (("conversation_id", "user_id", "conversation_history"), ("user_id", "self_description"))
     syntax = "prism[:MODE[:SHARE[:SEED]]]"
 
     def __init__(self, rest: str = "", **options: Any):

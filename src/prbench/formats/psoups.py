@@ -38,6 +38,7 @@ class PSoups(Reader):
     source = "github.com/joeljang/RLPHF (training_reward_model.py, data/psoups/*_P1A_*.json)"
     fields = "user_input, completion_a, completion_b, preference (1|2, optional), dimension (or from file name)"
     priority = 24
+    shapes = (("user_input", "completion_a", "completion_b"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:
