@@ -209,7 +209,7 @@ def evaluate(
     A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
     """
     if condition is not None and not isinstance(condition, str):  # a spec loads per run that needs scoring
-        _Items(data, EvalSettings.build(settings, **given), conditions=list(condition))  # every refusal before any scoring
+        check_conditions(data, list(condition), EvalSettings.build(settings, **given))
         return [evaluate(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
                          overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
                          max_usd=max_usd, prices=prices, batch=batch, wait=wait, **given) for c in condition]
@@ -261,6 +261,14 @@ class _Items:
         src = (iter_examples(self.data, categories=s.categories, split=s.split, format=s.format)
                if isinstance(self.data, str) else iter(self.data))
         return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+
+
+def check_conditions(data: str | Sequence[Example], conditions: Sequence[str], s: EvalSettings) -> None:
+    """Refuse, before any run is scored, a condition that needs a field the data lacks (`oracle` without
+    a rubric, `planner` without planner output): one pass over the data (`conditions.require_fields`),
+    only when such a condition is asked for."""
+    if {"oracle", "planner"} & set(conditions):
+        _Items(data, s, conditions=conditions)
 
 
 def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:

@@ -105,6 +105,12 @@ def pair_evidence(pairs: Iterable[HistoryPair]) -> list[Evidence]:
     return out
 
 
+def choices_as_posts(pairs: Iterable[HistoryPair]) -> list[ProfilePost]:
+    """Earlier preference pairs as profile items (past choices), so the `profile` condition shows
+    them as judgments and `wrong-profile` swaps them whole; ids and prompts kept."""
+    return [ProfilePost(id=p.id, text=p.chosen, stance="chose", prompt=p.prompt, rejected=p.rejected) for p in pairs]
+
+
 def example_evidence(example: SourceItem) -> list[Evidence]:
     """All of an example's judgments: its profile's (posts, stances, past choices), then its history's."""
     return post_evidence(example.profile) + pair_evidence(example.history)

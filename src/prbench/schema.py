@@ -113,6 +113,11 @@ class ProfilePost(_Record):
         return self
 
     @property
+    def search_text(self) -> str:
+        """What a retriever ranks: the text, after what was asked when the item answers a prompt."""
+        return f"{self.prompt}\n{self.text}" if self.prompt else self.text
+
+    @property
     def is_choice(self) -> bool:
         """A past choice: `text` was chosen over `rejected` (in answer to `prompt`, when known)."""
         return self.rejected is not None

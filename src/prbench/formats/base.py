@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from prbench import metrics
 from prbench.errors import DataError
-from prbench.schema import Message, SourceItem
+from prbench.schema import Example, HistoryPair, Message, SourceItem
 
 ROLE_ALIASES = {"user": "user", "human": "user", "assistant": "assistant", "model": "assistant", "gpt": "assistant",
                 "bot": "assistant", "system": "system"}
@@ -175,6 +175,15 @@ class Skips:
                   for reason, where in self.dropped.items()]
         if parts:
             warnings.warn(f"{src}: {name} left out " + "; ".join(parts), stacklevel=3)
+
+
+def with_past_choices(example: Example, history: Sequence[HistoryPair]) -> Example:
+    """`example` with its user's earlier pairs as its profile (past choices): what the `profile`
+    condition may show of them (never the judged pair, never a later one: `eligible_history`)."""
+    from prbench.conditions import eligible_history
+    from prbench.judgments import choices_as_posts
+
+    return example.model_copy(update={"profile": choices_as_posts(eligible_history(example, history))})
 
 
 def build(cls: type, file: str, line: int, **fields: Any) -> Any:
