@@ -89,7 +89,8 @@ def test_a_condition_needing_a_missing_field_is_one_line_before_scoring(tmp_path
 def test_oracle_runs_where_every_record_has_a_rubric(tmp_path: Path, capsys) -> None:
     rows = [{**r, "rubric_aspects": [{"aspect": "names a concrete project"}]} for r in _minimal()]
     path = _write(tmp_path / "rubric.jsonl", rows)
-    code, _, err = run_cli(capsys, "eval", "-m", "baseline:lexical", "--data", str(path), "-c", "oracle", "-q")
+    code, _, err = run_cli(capsys, "eval", "-m", "baseline:lexical", "--data", str(path), "-c", "oracle",
+                           "--out", str(tmp_path / "runs"), "-q")
     assert code == 0, err
 
 
