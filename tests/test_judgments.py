@@ -208,3 +208,11 @@ def test_view_evidence_keeps_to_the_character_budget() -> None:
     view = View("x", "q?", "profile", posts=posts, max_context_chars=len(JUDGMENTS_HEADER) + 70)
     assert 0 < view.shown_posts < 5
     assert len(view.evidence()) == view.shown_posts and view.context_texts() == []
+
+
+def test_stats_count_each_verdict_of_a_judgment_profile() -> None:
+    from prbench.data.stats import dataset_stats
+
+    s = dataset_stats([_mixed_example()])
+    assert s["profile_stances"] == {"agree": 1, "chose": 1, "disagree": 2, "pass": 1, "post": 1}
+    assert "profile_stances" not in dataset_stats(load_examples("sample"))  # plain posts: nothing to count

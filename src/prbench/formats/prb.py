@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from prbench.formats.base import Reader
 
@@ -22,7 +22,7 @@ class PRB(Reader):
     fields = "id, question, profile[text | {id, text, stance, category} | {prompt, chosen, rejected}], chosen, " \
              "rejected; optional: user_id, category, rubric_aspects[{aspect, reason, evidence}], narrative, split"
     priority = 10
-    shapes = (("id", "question", "profile", "chosen", "rejected"),)
+    shapes: ClassVar[tuple[tuple[str, ...], ...]] = (("id", "question", "profile", "chosen", "rejected"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:
