@@ -216,3 +216,11 @@ def test_stats_count_each_verdict_of_a_judgment_profile() -> None:
     s = dataset_stats([_mixed_example()])
     assert s["profile_stances"] == {"agree": 1, "chose": 1, "disagree": 2, "pass": 1, "post": 1}
     assert "profile_stances" not in dataset_stats(load_examples("sample"))  # plain posts: nothing to count
+
+
+def test_a_past_choice_is_retrieved_by_what_was_asked() -> None:
+    posts = [ProfilePost(id="a", text="Weekend plans: hiking in the hills."),
+             ProfilePost(id="b", text="Trams.", stance="chose", prompt="How should the council fund public transport?",
+                         rejected="Buses.")]
+    top = BM25.top_k("What public transport should the council fund?", posts, 1)
+    assert [p.id for p in top] == ["b"]  # its answer alone ("Trams.") shares no word with the question
