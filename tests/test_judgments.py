@@ -147,6 +147,7 @@ def test_personalrewardbench_context_is_a_profile_of_past_choices() -> None:
 def test_prism_profile_is_earlier_choices_only() -> None:
     for ex in load_examples(FIX / "prism", format="prism"):
         assert ex.profile, ex.id
+        assert len(example_evidence(ex)) == 2 * len(ex.history)  # a pair in profile and history counts once
         by_id = {h.id: h for h in ex.history}
         for p in ex.profile:
             h = by_id[p.id]

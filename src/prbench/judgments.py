@@ -112,19 +112,17 @@ def choices_as_posts(pairs: Iterable[HistoryPair]) -> list[ProfilePost]:
 
 
 def example_evidence(example: SourceItem) -> list[Evidence]:
-    """All of an example's judgments: its profile's (posts, stances, past choices), then its history's."""
-    return post_evidence(example.profile) + pair_evidence(example.history)
+    """All of an example's judgments: its profile's (posts, stances, past choices), then its history's
+    pairs that the profile does not already hold as choices (readers put a user's earlier pairs in both)."""
+    held = {(p.prompt, p.text, p.rejected) for p in example.profile if p.is_choice}
+    return post_evidence(example.profile) + pair_evidence(
+        h for h in example.history if (h.prompt, h.chosen, h.rejected) not in held)
 
 
 def endorsed_texts(posts: Iterable[ProfilePost]) -> list[str]:
-    """The texts the user stands behind (sign +1), one per post: what an embedding or overlap scorer
-    may treat as "like this user"; a rejected or unvoted text is never among them."""
-    return [text for post in posts for text, sign in [_verdict(post)] if sign > 0]
-
-
-def _verdict(post: ProfilePost) -> tuple[str, float]:
-    stance, text = stance_of(post)
-    return text, sign_of(stance)
+    """The texts the user stands behind (sign +1): what an embedding or overlap scorer may treat as
+    "like this user"; a rejected, disagreed or unvoted text is never among them."""
+    return [e.text for e in post_evidence(posts) if e.sign > 0]
 
 
 def has_judgments(posts: Iterable[ProfilePost]) -> bool:
