@@ -159,3 +159,15 @@ def test_train_cli_trains_on_train_rows_only(tmp_path: Path, capsys) -> None:
                            "--epochs", "1", "--out", str(tmp_path / "m"), "--json")
     assert code == 0, err
     assert json.loads((tmp_path / "m" / "config.json").read_text())["train"]["pairs"] == 4  # not the 2 test rows
+
+
+def test_the_documented_minimal_record_validates(tmp_path: Path) -> None:
+    """docs/formats.md's minimal personalized record is a valid record (the page stays true)."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text(encoding="utf-8")
+    section = page[page.index("## Your own personalized data"):]
+    record = json.loads(re.search(r"```json\n(.*?)```", section, re.DOTALL).group(1))
+    assert set(record) == set(MINIMAL)
+    [item] = load_examples(_write(tmp_path / "doc.jsonl", [record]))
+    assert [p.stance for p in item.profile] == [None, "agree", "disagree", "chose"]
