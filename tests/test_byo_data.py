@@ -171,3 +171,10 @@ def test_the_documented_minimal_record_validates(tmp_path: Path) -> None:
     assert set(record) == set(MINIMAL)
     [item] = load_examples(_write(tmp_path / "doc.jsonl", [record]))
     assert [p.stance for p in item.profile] == [None, "agree", "disagree", "chose"]
+
+
+def test_training_under_oracle_without_a_rubric_is_refused(tmp_path: Path, capsys) -> None:
+    path = _write(tmp_path / "mine.jsonl", _minimal())
+    code, _, err = run_cli(capsys, "train", "bt", "--data", str(path), "--condition", "oracle", "--frozen-encoder",
+                           "--no-protocol", "--epochs", "1", "--out", str(tmp_path / "m"))
+    assert code == 2 and err.count("\n") == 1 and "condition 'oracle' needs rubric_aspects, which 6 of 6" in err, err

@@ -352,6 +352,6 @@ def pair_views(
     if condition not in TRAINABLE_CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(TRAINABLE_CONDITIONS)})")
     ret = load_retriever(retriever) if isinstance(retriever, str) else retriever
-    sources = [p.to_source() for p in pairs]
+    sources = list(require_fields((p.to_source() for p in pairs), [condition], planner))  # never train `oracle` on nothing
     return [build_view(s, condition, retriever=ret, top_k=top_k, planner=planner, pool=sources, seed=seed,
                        max_context_chars=max_context_chars, cache=cache) for s in sources]
