@@ -21,7 +21,7 @@ import numpy as np
 
 from prbench import cost, interrupt, metrics, validity
 from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view, no_context_failure, read_planner_file
+from prbench.conditions import build_view, no_context_failure, read_planner_file, require_fields
 from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
@@ -209,6 +209,7 @@ def evaluate(
     A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
     """
     if condition is not None and not isinstance(condition, str):  # a spec loads per run that needs scoring
+        check_conditions(data, list(condition), EvalSettings.build(settings, **given))
         return [evaluate(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
                          overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
                          max_usd=max_usd, prices=prices, batch=batch, wait=wait, **given) for c in condition]
@@ -248,16 +249,26 @@ def evaluate(
 class _Items:
     """The benchmark's examples, read lazily in order (memory flat in the number of items); `order`: id -> place."""
 
-    def __init__(self, data: str | Sequence[Example], s: EvalSettings):
+    def __init__(self, data: str | Sequence[Example], s: EvalSettings, conditions: Sequence[str] | None = None):
         self.data, self.s = data, s
         self.name = data if isinstance(data, str) else "<in-memory>"
-        self.order = {ex.id: i for i, ex in enumerate(self.stream())}
+        planner = read_planner_file(s.planner_file) if s.planner_file else None
+        checked = require_fields(self.stream(), conditions or [s.condition], planner)  # oracle without a rubric: refused
+        self.order = {ex.id: i for i, ex in enumerate(checked)}
 
     def stream(self) -> Iterator[Example]:
         s = self.s
         src = (iter_examples(self.data, categories=s.categories, split=s.split, format=s.format)
                if isinstance(self.data, str) else iter(self.data))
         return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+
+
+def check_conditions(data: str | Sequence[Example], conditions: Sequence[str], s: EvalSettings) -> None:
+    """Refuse, before any run is scored, a condition that needs a field the data lacks (`oracle` without
+    a rubric, `planner` without planner output): one pass over the data (`conditions.require_fields`),
+    only when such a condition is asked for."""
+    if {"oracle", "planner"} & set(conditions):
+        _Items(data, s, conditions=conditions)
 
 
 def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:

@@ -17,19 +17,28 @@ Conditions (the paper's, plus a control):
   example id): controls, like `wrong-profile`.
 `narrative` never reaches a reward model under any condition. Multi-turn items carry their
 dialogue so far in `View.turns`; RMs render `View.messages()` with their chat template.
+
+Profiles made of judgments (stances, past choices; `prbench.judgments`) are shown as judgments:
+text-reading RMs and judges read "agreed with: ...", "disagreed with: ...", "chose: ... over:
+..." (`View.context`); embedding and overlap scorers get only what the user endorsed
+(`View.context_texts`); personalized methods get the signed evidence (`View.evidence`).
+`wrong-profile` swaps the whole profile, judgments and all. A condition whose field a record
+lacks (`oracle` without `rubric_aspects`, `planner` without planner output for it) is refused
+in one line before anything is scored (`require_fields`).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prbench.cache import Cache, content_key
 from prbench.errors import DataError, PrbenchError
+from prbench.judgments import Evidence, describe, endorsed_texts, has_judgments, pair_evidence, post_evidence
 from prbench.retrieval import Retriever, load_retriever
 from prbench.schema import HistoryPair, Message, ProfilePost, RubricAspect, SourceItem
 
@@ -38,6 +47,7 @@ CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")  # the pa
 HISTORY_CONDITIONS = ("history", "persona", "wrong-history", "wrong-persona")
 ALL_CONDITIONS = CONDITIONS + HISTORY_CONDITIONS
 PROFILE_HEADER = "Earlier posts by this user (most relevant first):"
+JUDGMENTS_HEADER = "What this user wrote and judged before (most relevant first):"
 HISTORY_HEADER = "Earlier choices of this user (most relevant first):"
 PERSONA_HEADER = "What this user says about themselves and what they want:"
 ASPECTS_HEADER = {
@@ -69,13 +79,21 @@ class View:
 
     def context_texts(self) -> list[str]:
         """The shown user context as separate texts the user stands behind (aspects aside): posts,
-        the answers they preferred in history pairs, or their persona. Embedding and overlap scorers
-        compare a response with each."""
+        statements they agreed with, answers they chose (in past choices or history pairs), or their
+        persona. Embedding and overlap scorers compare a response with each; what the user
+        disagreed with or passed over is never among them (`evidence` has it, signed)."""
         if self.pairs:
             return [p.chosen for p in self.pairs[: self.shown_posts]]
         if self.persona:
             return [self.persona]
-        return [p.text for p in self.posts[: self.shown_posts]]
+        return endorsed_texts(self.posts[: self.shown_posts])
+
+    def evidence(self) -> list[Evidence]:
+        """The shown user context as signed evidence (`prbench.judgments`), within the character
+        budget: what personalized methods learn from. Aspects and personas carry no verdict: []."""
+        if self.pairs:
+            return pair_evidence(self.pairs[: self.shown_posts])
+        return post_evidence(self.posts[: self.shown_posts])
 
     def context(self, n_posts: int | None = None) -> str:
         """The user context as text; `n_posts` keeps only the most relevant pieces (token budgets)."""
@@ -91,8 +109,9 @@ class View:
         posts = self.posts if n_posts is None else self.posts[:n_posts]
         if not posts:
             return ""
-        lines = [f"- [{p.category}] {p.text}" if p.category else f"- {p.text}" for p in posts]
-        return "\n".join([PROFILE_HEADER, *lines])
+        # Plain posts read exactly as they always have; a judgment reads as one (prbench.judgments.describe).
+        lines = [f"- [{p.category}] {describe(p)}" if p.category else f"- {describe(p)}" for p in posts]
+        return "\n".join([JUDGMENTS_HEADER if has_judgments(posts) else PROFILE_HEADER, *lines])
 
     @property
     def shown_posts(self) -> int:
@@ -276,6 +295,38 @@ def no_context_failure(condition: str, n_no_context: int, n_total: int) -> str |
     return f"condition {condition!r}: all {n_total} records were scored without context ({hint}); use -c none"
 
 
+# What each condition reads from a record, when the record may lack it (an own file without a rubric).
+_NEEDS = {"oracle": "rubric_aspects"}
+
+
+def require_fields(examples: Iterable[SourceItem], conditions: Sequence[str],
+                   planner: Mapping[str, Sequence[RubricAspect]] | None = None) -> Iterator[SourceItem]:
+    """`examples`, passed through; at their end, a `PrbenchError` in one line when a condition needs a
+    field some records lack: `oracle` their `rubric_aspects`, `planner` planner output for their id.
+
+    Why before scoring: such a record would be scored with nothing shown, under the condition's name
+    (an `oracle` number that is partly `none`). Read in the pass that validates the data.
+    """
+    lacking: dict[str, list[str]] = {c: [] for c in conditions if c in _NEEDS or c == "planner"}
+    n = 0
+    for ex in examples:
+        n += 1
+        for c, ids in lacking.items():
+            if c == "planner":
+                if planner is not None and ex.id not in planner:
+                    ids.append(ex.id)
+            elif not getattr(ex, _NEEDS[c]):
+                ids.append(ex.id)
+        yield ex
+    if "planner" in lacking and planner is None:
+        raise PrbenchError("condition 'planner' needs planner output: give --planner-file (written by prbench plan)")
+    for c, ids in lacking.items():
+        if ids:
+            field_name = _NEEDS.get(c, "planner output")
+            raise PrbenchError(f"condition {c!r} needs {field_name}, which {len(ids)} of {n} records lack (first: "
+                               f"{ids[0]!r}); run the others (none, profile, wrong-profile) or add {field_name}")
+
+
 def build_views(examples: Sequence[SourceItem], condition: str, **kwargs) -> list[View]:
     """Views for every example; the examples themselves are the wrong-profile donor pool."""
     kwargs.setdefault("pool", examples)
@@ -301,6 +352,6 @@ def pair_views(
     if condition not in TRAINABLE_CONDITIONS:
         raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(TRAINABLE_CONDITIONS)})")
     ret = load_retriever(retriever) if isinstance(retriever, str) else retriever
-    sources = [p.to_source() for p in pairs]
+    sources = list(require_fields((p.to_source() for p in pairs), [condition], planner))  # never train `oracle` on nothing
     return [build_view(s, condition, retriever=ret, top_k=top_k, planner=planner, pool=sources, seed=seed,
                        max_context_chars=max_context_chars, cache=cache) for s in sources]

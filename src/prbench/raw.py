@@ -45,8 +45,12 @@ def _loc(error: dict[str, Any]) -> str:
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    err = errors[0]
     msg = err["msg"]
+    missing = [e["loc"] for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
+    if err["type"] == "missing" and len(missing) > 1:  # every missing field of the record at once, not one a run
+        return ", ".join(_loc({"loc": loc}) for loc in missing), "missing required fields"
     if err["type"] == "missing":
         msg = "missing required field"
     elif err["type"] == "value_error":
@@ -211,8 +215,12 @@ def iter_raw(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, A
     raise DataError(text, None, None, "no such file, folder, built-in sample or hub dataset id")
 
 
-def parse_record(raw: Any, cls: type[BaseModel], file: str, line: int, any_category: bool = False) -> Any:
-    """Validate one raw record, raising a DataError that names file, line and field."""
+def parse_record(raw: Any, cls: type[BaseModel], file: str, line: int, any_category: bool = True) -> Any:
+    """Validate one raw record, raising a DataError that names file, line and field.
+
+    Any category is accepted (a personalized file of one's own has its own topics, or none);
+    LaMP-QA's spellings map to its config names. `any_category=False` keeps the LaMP-QA three only.
+    """
     if not isinstance(raw, dict):
         raise DataError(file, line, None, f"a record must be a JSON object, got {type(raw).__name__}")
     if isinstance(raw.get("category"), str):

@@ -34,11 +34,11 @@ class Retriever(ABC):
         if not posts:
             return []
         cache = cache or NullCache()
-        key = content_key("rank", self.spec, question, [p.text for p in posts])
+        key = content_key("rank", self.spec, question, [p.search_text for p in posts])
         hit = cache.get(key)
         if hit is not None:
             return hit
-        s = np.asarray(self.scores(question, [p.text for p in posts]), dtype=float)
+        s = np.asarray(self.scores(question, [p.search_text for p in posts]), dtype=float)
         order = [int(i) for i in np.argsort(-s, kind="stable")]
         cache.put(key, order)
         return order

@@ -2,7 +2,11 @@
 
 Field names follow the released dataset: `id`, `question`, `profile`, `rubric_aspects`,
 `narrative`, `category`, `chosen`, `rejected`. `narrative` and `rubric_aspects` are the
-answer key: only `prbench.conditions` may put them in front of a reward model.
+answer key: only `prbench.conditions` may put them in front of a reward model. Both are
+optional, and `category` is any text (`uncategorized` when absent): a personalized file of
+one's own needs only `id, question, profile, chosen, rejected` (and `user_id` to name the
+person). A profile item is a post (`{id, text}` or a plain string), a stance on a text
+(`{text, stance}`) or a past choice (`{prompt, chosen, rejected}`); see `ProfilePost`.
 
 Other formats (`prbench.formats`) read into the same records through optional fields that
 today's files never set, so those load unchanged:
@@ -17,7 +21,7 @@ today's files never set, so those load unchanged:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The three LaMP-QA categories of the paper; aliases map human spellings to config names.
 CATEGORIES = (
@@ -54,6 +58,10 @@ def _nonblank(value: str) -> str:
     return value
 
 
+def _nonblank_opt(value: str | None) -> str | None:
+    return None if value is None else _nonblank(value)
+
+
 class _Record(BaseModel):
     # Unknown fields are kept (datasets grow columns), never fatal; ints/floats are not text.
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
@@ -64,11 +72,17 @@ def _id_text(value: object) -> object:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+NO_CATEGORY = "uncategorized"  # the group of records that name no category
+
+
 class ProfilePost(_Record):
     """One past post of the user: the raw material of personalization.
 
     `stance` marks a judgment rather than a post: the user's verdict on `text` (agree, disagree,
     wrote, ...; see `prbench.judgments`). Without it a post is something the user wrote.
+    A past choice keeps what was asked (`prompt`) and what was passed over (`rejected`), with
+    `text` the chosen answer and `stance` "chose"; in a file it is written `{prompt, chosen,
+    rejected}` (see `profile_items`).
     """
 
     id: str
@@ -76,8 +90,60 @@ class ProfilePost(_Record):
     category: str = ""
     text: str
     stance: str | None = None
+    prompt: str | None = None
+    rejected: str | None = None
 
     _text = field_validator("text")(_nonblank)
+    _choice = field_validator("prompt", "rejected")(_nonblank_opt)
+
+    @field_validator("stance")
+    @classmethod
+    def _stance(cls, value: str | None) -> str | None:
+        # Why refuse unknown words: a typo ("disagre") would read as "no verdict" to every method.
+        from prbench.judgments import STANCE_SIGNS
+
+        if value is not None and value.strip().lower() not in STANCE_SIGNS:
+            raise ValueError(f"unknown stance {value!r} (use {', '.join(STANCE_SIGNS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _choice_is_chosen(self) -> ProfilePost:
+        if self.rejected is not None and (self.stance or "").strip().lower() not in ("chose", "chosen"):
+            raise ValueError(f"a past choice (with rejected) has stance 'chose', got {self.stance!r}")
+        return self
+
+    @property
+    def search_text(self) -> str:
+        """What a retriever ranks: the text, after what was asked when the item answers a prompt."""
+        return f"{self.prompt}\n{self.text}" if self.prompt else self.text
+
+    @property
+    def is_choice(self) -> bool:
+        """A past choice: `text` was chosen over `rejected` (in answer to `prompt`, when known)."""
+        return self.rejected is not None
+
+
+def profile_items(value: object) -> object:
+    """A profile as a list of `ProfilePost` fields: plain strings become posts, a past choice
+    `{prompt, chosen, rejected}` becomes a "chose" post, and an item without an id gets its place
+    (`p0`, `p1`, ...). Anything else is left for validation to refuse with its location."""
+    if not isinstance(value, list):
+        return value
+    out: list[object] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            item = {"text": item}
+        if isinstance(item, dict):
+            if ("chosen" in item) != ("rejected" in item) and "text" not in item:
+                raise ValueError(f"item {i}: a past choice needs both chosen and rejected")
+            if "chosen" in item and "text" not in item:
+                item = {k: v for k, v in item.items() if k != "chosen"} | {"text": item["chosen"]}
+            if "rejected" in item and "stance" not in item:
+                item = {**item, "stance": "chose"}
+            if "id" not in item:
+                item = {"id": f"p{i}", **item}
+        out.append(item)
+    return out
 
 
 class RubricAspect(_Record):
@@ -131,9 +197,9 @@ class SourceItem(_Record):
     id: str
     question: str
     profile: list[ProfilePost]
-    rubric_aspects: list[RubricAspect]
+    rubric_aspects: list[RubricAspect] = Field(default_factory=list)
     narrative: str = ""
-    category: str
+    category: str = NO_CATEGORY
     user_id: str | None = None
     gold_answer: str | None = None
     context: list[Message] = Field(default_factory=list)
@@ -143,6 +209,7 @@ class SourceItem(_Record):
 
     _id = field_validator("id", mode="before")(_id_text)
     _nonblank_fields = field_validator("id", "question", "category")(_nonblank)
+    _profile = field_validator("profile", mode="before")(profile_items)
 
 
 RULES = ("pair", "best-of-n", "ties", "matrix", "strict", "beats-all")

@@ -98,6 +98,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench import InvalidRunError, evaluate, invalid_failure
+    from prbench._evaluate import check_conditions
     from prbench.cache import NullCache
     from prbench.engines.batch import BatchPending
     from prbench.preflight import check_conditions, check_data, model_specs
@@ -112,6 +113,7 @@ def eval_cmd(
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
+    check_conditions(data, conds, settings)  # `-c none,oracle` on data without a rubric: refused before `none` runs
     summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:

@@ -62,20 +62,21 @@ def iter_examples(
     kind: Kind | None = "benchmark",
     categories: Iterable[str] | None = None,
     split: str = "test",
-    any_category: bool = False,
+    any_category: bool = True,
     format: str | None = None,
 ) -> Iterator[SourceItem]:
     """Validated records in file order; duplicate ids are an error naming both places.
 
     `format` names a reader of `prbench.formats` (`rewardbench2`, `prism:user`...); without it
-    the format is detected from the first row's columns, and today's files (`prb`, `lamp-qa`)
-    read exactly as before (LaMP-QA categories only). Named, every format keeps its own
-    categories, so `--format prb` reads back what `prbench data convert` wrote from another
-    format. `kind=None` takes the kind the format holds (pairs or sources).
+    the format is detected from the first row's columns (a shape no reader knows is refused,
+    naming the closest formats and what each misses). Every format keeps its own categories;
+    `any_category=False` holds a `prb` / `lamp-qa` file to LaMP-QA's three. `kind=None` takes
+    the kind the format holds (pairs or sources). Rows of a `prb` file that name a `split`
+    are read only in that split (`split_rows`).
 
     A source with no records is an error ("no records"), and so is a `categories` filter that
-    keeps none of them (or, for the known categories, names one that does not exist): a run
-    over nothing must never look like a finished run.
+    names a category no record has: a run over nothing (or over less than asked for) must never
+    look like a finished run.
     """
     from prbench.formats import resolve
 
@@ -88,8 +89,8 @@ def iter_examples(
     if (format or not native) and reader.kind != kind:
         raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items "
                                                  f"(read them as such: --kind {reader.kind})")
-    if format or not native:
-        any_category = True  # named formats keep their own categories (a converted file: --format prb)
+    if not native:
+        any_category = True  # other formats name their own categories
     cls = _record_class(kind)
     wanted = {normalize_category(c) for c in categories} if categories else None
     if wanted and not any_category:
@@ -102,7 +103,7 @@ def iter_examples(
     kept = 0
     if native:
         records: Iterable[tuple[str, int, Any]] = (
-            (file, line, _native(raw, cls, file, line, any_category)) for file, line, raw in iter_raw(src, split))
+            (file, line, _native(raw, cls, file, line, any_category)) for file, line, raw in split_rows(src, split))
     else:
         records = reader.read(src, split)
     for file, line, rec in records:
@@ -115,10 +116,42 @@ def iter_examples(
             yield rec
     if not seen:
         raise DataError(str(src), None, None, "no records (the source is empty)")
-    if not kept:
+    if wanted and (absent := wanted - found):  # a misspelt category must not shrink a run silently
         raise DataError(str(src), None, "categories",
-                        f"no records in {', '.join(sorted(map(short_text, wanted or ())))} "
+                        f"no records in {', '.join(sorted(map(short_text, absent)))} "
                         f"(the data has: {', '.join(sorted(map(short_text, found)))})")
+
+
+def split_rows(src: str | Path, split: str) -> Iterator[tuple[str, int, Any]]:
+    """The raw rows of `split` in a `prb` / pair file: rows that name a `split` are read only in it.
+
+    Why: a row marked `split: test` must never be trained on (nor a `train` row scored). A file
+    whose rows name no split is one part, read whole in any split (as always). Some rows naming a
+    split and others not is refused (which part would the others be?), and so is a split no row has.
+    """
+    marked: bool | None = None
+    present: set[str] = set()
+    n_rows = 0
+    for file, line, raw in iter_raw(src, split):
+        n_rows += 1
+        has = isinstance(raw, dict) and "split" in raw
+        if marked is None:
+            marked = has
+        elif has != marked:
+            raise DataError(file, line, "split", "some rows name a split and others do not: give every row one "
+                                                 "(train, test, ...) or none")
+        if not has:
+            yield file, line, raw
+            continue
+        part = raw["split"]
+        if not isinstance(part, str) or not part.strip():
+            raise DataError(file, line, "split", f"must be the name of a split, got {short_text(part)}")
+        present.add(part)
+        if part == split:
+            yield file, line, raw
+    if marked and n_rows and split not in present:
+        raise DataError(str(src), None, "split", f"no rows in split {split!r} (the data has: "
+                                                 f"{', '.join(sorted(present))})")
 
 
 def _native(raw: Any, cls: type, file: str, line: int, any_category: bool) -> Any:
@@ -154,7 +187,7 @@ def load_examples(
     limit: int | None = None,
     shuffle_seed: int | None = None,
     split: str = "test",
-    any_category: bool = False,
+    any_category: bool = True,
     format: str | None = None,
 ) -> list[Any]:
     """Load and validate `src` (file, folder, hub id, or `sample` / `sample:source`).

@@ -21,8 +21,18 @@ from pydantic import Field, field_validator
 
 from prbench.cache import content_key
 from prbench.errors import DataError, PrbenchError
-from prbench.raw import iter_raw, parse_record
-from prbench.schema import Example, ProfilePost, RubricAspect, SourceItem, _id_text, _nonblank, _Record
+from prbench.raw import parse_record
+from prbench.schema import (
+    NO_CATEGORY,
+    Example,
+    ProfilePost,
+    RubricAspect,
+    SourceItem,
+    _id_text,
+    _nonblank,
+    _Record,
+    profile_items,
+)
 
 
 class PreferencePair(_Record):
@@ -43,6 +53,7 @@ class PreferencePair(_Record):
 
     _ids = field_validator("user_id", "id", mode="before")(_id_text)
     _texts = field_validator("user_id", "prompt", "chosen", "rejected")(_nonblank)
+    _profile = field_validator("profile", mode="before")(profile_items)
 
     @property
     def key(self) -> str:
@@ -53,7 +64,7 @@ class PreferencePair(_Record):
         """The pair as a source item, so `conditions.build_view` can build its RM view."""
         return SourceItem(
             id=self.key, question=self.prompt, profile=list(self.profile),
-            rubric_aspects=list(self.rubric_aspects), category=self.category or "unknown",
+            rubric_aspects=list(self.rubric_aspects), category=self.category or NO_CATEGORY,
             user_id=self.user_id,
         )
 
@@ -93,8 +104,10 @@ def iter_pairs(src: str | Path, split: str = "test", format: str | None = None) 
 
         yield from (pair_from_example(ex) for ex in iter_examples(src, "benchmark", split=split, format=format))
         return
+    from prbench.data.loaders import split_rows
+
     seen: dict[str, str] = {}
-    for file, line, raw in iter_raw(src, split):
+    for file, line, raw in split_rows(src, split):  # a row marked `split: test` is never a train pair
         if _is_benchmark_record(raw):
             pair = pair_from_example(parse_record(raw, Example, file, line))
         else:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from prbench.judgments import stance_of
 from prbench.schema import Example, SourceItem
 
 
@@ -33,6 +34,9 @@ def dataset_stats(items: Sequence[SourceItem]) -> dict[str, Any]:
         "rubric_aspects": _describe([len(it.rubric_aspects) for it in items]),
         "question_words": _describe([words(it.question) for it in items]),
     }
+    stances = Counter(stance_of(p)[0] for it in items for p in it.profile)
+    if set(stances) - {"post"}:  # a profile of judgments: how many of each verdict (a sign-blind method would miss them)
+        out["profile_stances"] = dict(sorted(stances.items()))
     if any(it.context for it in items):
         out["context_turns"] = _describe([len(it.context) for it in items])
     if any(it.history for it in items):

@@ -49,10 +49,12 @@ def _claims(row: Any) -> str | None:
 
 
 def detect(src: str | Path, split: str = "test") -> str:
-    """The name of the format whose columns the first row has (`prb` when none claims it).
+    """The name of the format whose columns the first row has.
 
     In a folder, files are tried in name order until one's first row is claimed (a LaMP
-    folder's gold-output file is not an array of rows, its questions file is).
+    folder's gold-output file is not an array of rows, its questions file is). A row no reader
+    claims is refused, never guessed: the error names the closest formats and every column
+    each of them misses (`nearest`).
     """
     from prbench.raw import SUFFIXES
 
@@ -61,16 +63,61 @@ def detect(src: str | Path, split: str = "test") -> str:
         is_dir = path.is_dir()
     except (OSError, ValueError):  # a name too long, a NUL byte: the loader reports it with its location
         return "prb"
-    if is_dir:
-        for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
-            try:
-                name = _claims(_first_row(f, split)[2])
-            except DataError:
-                continue  # the reader (or today's loader) reports it with its location
-            if name:
-                return name
-        return "prb"
-    return _claims(_first_row(src, split)[2]) or "prb"
+    if not is_dir:
+        file, line, row = _first_row(src, split)
+        return _claims(row) or _unclaimed(file, line, row)
+    first: tuple[str, int, Any] | None = None
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
+        try:
+            found = _first_row(f, split)
+        except DataError:
+            continue  # the reader (or today's loader) reports it with its location
+        if name := _claims(found[2]):
+            return name
+        first = first or found
+    if first is None:
+        return "prb"  # no readable file: the loader names the folder's problem
+    return _unclaimed(*first)
+
+
+def nearest(row: Any, n: int = 3) -> list[tuple[str, list[str]]]:
+    """The formats whose columns (`Reader.shapes`) are closest to the row's: (name, missing columns),
+    most columns shared first, then fewest missing; only formats sharing a column with the row."""
+    from prbench.registry import FORMATS
+
+    keys = set(row) if isinstance(row, dict) else set()
+    scored = []
+    for name in FORMATS.names():
+        cls = FORMATS.get(name)
+        for shape in getattr(cls, "shapes", ()):
+            have = keys & set(shape)
+            if have:
+                missing = [c for c in shape if c not in keys]
+                scored.append(((-len(have), len(missing), getattr(cls, "priority", 50), name), missing))
+    best: dict[str, tuple[tuple[Any, ...], list[str]]] = {}
+    for key, missing in sorted(scored):
+        best.setdefault(key[-1], (key, missing))
+    return [(key[-1], missing) for key, missing in sorted(best.values())[:n]]
+
+
+def _unclaimed(file: str, line: int, row: Any) -> str:
+    """Refuse a row no reader claims, in one line: the closest formats and every column each misses."""
+    if not isinstance(row, dict):
+        raise DataError(file, line, None, f"a record must be a JSON object, got {type(row).__name__}")
+    cols = ", ".join(list(row)[:12]) + (", ..." if len(row) > 12 else "")
+    close = nearest(row)
+    if not close:
+        raise DataError(file, line, None, f"no known format has these columns ({cols or 'none'}): see `prbench "
+                                          "data formats`, or name the reader with --format")
+    (name, missing), others = close[0], close[1:]
+    also = "; also near: " + ", ".join(f"{o} (missing {', '.join(m) or 'nothing: check the column types'})"
+                                       for o, m in others) if others else ""
+    if not missing:
+        raise DataError(file, line, None, f"the columns of format {name!r} are there ({cols}) but their types are "
+                                          f"not its own: see `prbench data formats`{also}")
+    raise DataError(file, line, ", ".join(missing),
+                    f"missing required field{'s' if len(missing) > 1 else ''} of format {name!r}, the closest to this "
+                    f"row's columns ({cols}){also}; or name the reader with --format")
 
 
 def resolve(src: str | Path, spec: str | None, split: str = "test") -> Reader:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from prbench import metrics
 from prbench.errors import DataError
-from prbench.schema import Message, SourceItem
+from prbench.schema import Example, HistoryPair, Message, SourceItem
 
 ROLE_ALIASES = {"user": "user", "human": "user", "assistant": "assistant", "model": "assistant", "gpt": "assistant",
                 "bot": "assistant", "system": "system"}
@@ -34,6 +34,9 @@ class Reader:
     fields: ClassVar[str] = ""  # the exact fields read, for docs and `prbench data formats`
     priority: ClassVar[int] = 50  # detection order: specific shapes (low) before general ones (high)
     syntax: ClassVar[str] = ""  # the options it takes after `NAME:` (empty: none; anything given is refused)
+    # The columns its rows must have, one tuple per row shape it reads: what `prbench data detect`
+    # names, with the missing ones, when no reader claims a row (`prbench.formats.nearest`).
+    shapes: ClassVar[tuple[tuple[str, ...], ...]] = ()
     # The headline rule, in words (`prbench data formats`); formats with a benchmark's own rule
     # say whose code they follow and set `format` on their records so `score` computes it.
     headline: ClassVar[str] = "accuracy: prbench's (ties 0.5), bootstrap CI"
@@ -172,6 +175,15 @@ class Skips:
                   for reason, where in self.dropped.items()]
         if parts:
             warnings.warn(f"{src}: {name} left out " + "; ".join(parts), stacklevel=3)
+
+
+def with_past_choices(example: Example, history: Sequence[HistoryPair]) -> Example:
+    """`example` with its user's earlier pairs as its profile (past choices): what the `profile`
+    condition may show of them (never the judged pair, never a later one: `eligible_history`)."""
+    from prbench.conditions import eligible_history
+    from prbench.judgments import choices_as_posts
+
+    return example.model_copy(update={"profile": choices_as_posts(eligible_history(example, history))})
 
 
 def build(cls: type, file: str, line: int, **fields: Any) -> Any:

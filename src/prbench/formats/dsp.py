@@ -53,6 +53,7 @@ class DSP(Reader):
     headline = ("DSP's 'Preference total Acc' (trainer.py compute_metrics): each pair in both orientations, so an "
                 "RM tie is 0.5, which is prbench's accuracy; label ties left out, counted")
     priority = 25
+    shapes = (("query", "responses"), ("text", "score"))
     syntax = "dsp[:DOMAIN,...][:skip]"
 
     def __init__(self, rest: str = "", **options: Any):

@@ -41,6 +41,7 @@ class HHRLHF(Reader):
     source = "github.com/anthropics/hh-rlhf (jsonl.gz per split); MIT"
     fields = "chosen (full transcript), rejected (full transcript), id (optional)"
     priority = 30
+    shapes = (("chosen", "rejected"),)
     syntax = "hh-rlhf[:skip]"
 
     def __init__(self, rest: str = "", **options: Any):

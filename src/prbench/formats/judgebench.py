@@ -43,6 +43,7 @@ class JudgeBench(Reader):
     headline = ("JudgeBench's: correct pairs / pairs; a pair is correct when its decisions over both orders favour "
                 "the labelled response (+1 each, -1 against, tie 0); an RM score tie is wrong")
     priority = 15
+    shapes = (("pair_id", "question", "response_A", "response_B", "label"),)
 
     def __init__(self, rest: str = "", **options: Any):
         super().__init__(rest, **options)

@@ -43,6 +43,7 @@ class LaMP(Reader):
     fields = "id, input, profile[{id, title|text|abstract|description|reviewText|summary, tag|category}], " \
              "output (or gold file {task, golds[{id, output}]}), user_id|reviewerId|author|name"
     priority = 40
+    shapes = (("id", "input", "profile"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

@@ -10,7 +10,9 @@ SynthesizeMe shows the pair in; prbench draws its own seeded order), optional `i
 
 `--split` picks the rows evaluated (default test). Each such pair's `history` is every
 `train` row of the same user (prompt = its last user turn): the data gives no timestamps,
-so "earlier" means "in the training part", as SynthesizeMe's own split.
+so "earlier" means "in the training part", as SynthesizeMe's own split. The same pairs are its
+`profile`, as past choices (SynthesizeMe's user context): the `profile` condition shows them as
+"chose ... over ...", `wrong-profile` another user's; never the judged pair itself.
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError
-from prbench.formats.base import Reader, build, message, messages, row_id, rows, split_last_user, text
+from prbench.formats.base import (
+    Reader,
+    build,
+    message,
+    messages,
+    row_id,
+    rows,
+    split_last_user,
+    text,
+    with_past_choices,
+)
 from prbench.schema import Example, HistoryPair
 
 SPLITS = ("train", "val", "test")
@@ -33,6 +45,7 @@ class PersonalRewardBench(Reader):
     fields = "user_id, split, context[{role, content}], chosen{role, content}, rejected{role, content}, flip, id, " \
              "conversation_id, dataset"
     priority = 15
+    shapes = (("user_id", "split", "context", "chosen", "rejected"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:
@@ -68,7 +81,7 @@ class PersonalRewardBench(Reader):
             raise DataError(str(src), None, "split", f"no rows in split {split!r} (the data has: {', '.join(present)})")
         for file, line, row, user, part, context, question, chosen, rejected, rid in kept:
             extra = {"flip": row["flip"]} if isinstance(row.get("flip"), bool) else {}
-            yield file, line, build(
-                Example, file, line, id=rid, question=question, context=context, chosen=chosen, rejected=rejected,
-                user_id=user, category=str(row.get("dataset") or "personalrewardbench"), history=history[user],
-                profile=[], rubric_aspects=[], **extra)
+            ex = build(Example, file, line, id=rid, question=question, context=context, chosen=chosen,
+                       rejected=rejected, user_id=user, category=str(row.get("dataset") or "personalrewardbench"),
+                       history=history[user], profile=[], rubric_aspects=[], **extra)
+            yield file, line, with_past_choices(ex, history[user])

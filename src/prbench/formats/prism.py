@@ -18,6 +18,9 @@ Splits (`--format prism[:MODE[:SHARE[:SEED]]]`, `--split test|train`):
   id) are test, the rest train; `history` = that user's train pairs earlier than the pair.
 - `user`: a seeded SHARE of users are test (user-disjoint); their history is empty by
   construction (use `persona`).
+`profile` holds the same earlier pairs as past choices (the reply the user rated highest over
+each other reply of a turn: PRISM's ratings as judgments), so the `profile` condition shows
+"chose ... over ..." and `wrong-profile` another user's choices.
 Licence: human-written text CC BY 4.0, model responses CC BY-NC 4.0 (the data card).
 """
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import DataError, SpecError
-from prbench.formats.base import Reader, build, rows, text
+from prbench.formats.base import Reader, build, rows, text, with_past_choices
 from prbench.schema import Example, HistoryPair, Message
 
 MODES = ("within", "user")
@@ -60,6 +63,7 @@ class Prism(Reader):
              "user_id, conversation_type, generated_datetime, conversation_history[{turn, role, content, " \
              "within_turn_id, if_chosen, score}]"
     priority = 14
+    shapes = (("conversation_id", "user_id", "conversation_history"), ("user_id", "self_description"))
     syntax = "prism[:MODE[:SHARE[:SEED]]]"
 
     def __init__(self, rest: str = "", **options: Any):
@@ -111,8 +115,9 @@ class Prism(Reader):
         for file, line, conv, ex in pairs:
             if (conv in test) != (split == "test"):
                 continue
-            yield file, line, build(Example, file, line, **ex, persona=personas.get(ex["user_id"], ""),
-                                    history=history[ex["user_id"]], profile=[], rubric_aspects=[])
+            rec = build(Example, file, line, **ex, persona=personas.get(ex["user_id"], ""),
+                        history=history[ex["user_id"]], profile=[], rubric_aspects=[])
+            yield file, line, with_past_choices(rec, history[ex["user_id"]])
 
     def _test_conversations(self, convs: list[tuple[str, int, Mapping[str, Any]]]) -> set[str]:
         by_user: dict[str, list[tuple[str, str]]] = defaultdict(list)

@@ -52,6 +52,7 @@ class RewardBench(Reader):
                 "weighted mean of its subsets' strict accuracies (ties 0); absent section 0, unmapped subsets ignored")
     fields = "id, prompt, chosen, rejected (text), subset"
     priority = 20
+    shapes = (("prompt", "chosen", "rejected", "subset"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

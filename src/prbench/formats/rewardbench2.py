@@ -53,6 +53,7 @@ class RewardBench2(Reader):
     headline = ("RewardBench 2's: mean over subsets; best-of-4 item 1/(number tied at the top) when chosen scores "
                 "highest; Ties by its weighted accuracy-and-margin rule (pointwise RMs only)")
     priority = 21
+    shapes = (("prompt", "chosen", "rejected", "subset", "num_correct"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

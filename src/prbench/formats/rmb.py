@@ -68,6 +68,7 @@ class RMB(Reader):
     headline = ("RMB's: pairwise set, correct pairs / pairs (chosen scores strictly higher); best-of-N set, items "
                 "whose best answer beats every loser / items; a tie is wrong")
     priority = 16
+    shapes = (("pair_uid", "conversation_input", "chosen", "reject"), ("bon_uid", "conversation_input", "bon_best", "loser_list"))
     syntax = "rmb[:skip]"
 
     @classmethod

@@ -64,6 +64,7 @@ class RMBench(Reader):
                 "domains of the 3x3 strict-win grid's upper right / diagonal / lower left; score = mean of domain "
                 "averages")
     priority = 19  # before rewardbench2: a per-domain row also has subset and chosen/rejected lists
+    shapes = (("prompt", "chosen", "rejected", "domain"),)
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

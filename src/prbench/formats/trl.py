@@ -64,6 +64,7 @@ class TRL(Reader):
     fields = "prompt (text or messages, optional: implicit prompt), chosen, rejected (text or messages), id, user_id"
     headline = "accuracy: prbench's (ties 0.5), bootstrap CI (TRL defines a data format, not a score)"
     priority = 90
+    shapes = (("chosen", "rejected"),)  # prompt optional: implicit in chosen / rejected
 
     @classmethod
     def matches(cls, row: Mapping[str, Any]) -> bool:

@@ -103,8 +103,9 @@ TEXT_FILES: dict[str, tuple[str, dict[str, Any]]] = {
                                    {"line": 2, "field": "rubric_aspects[1].aspect", "reason": "missing required field"}),
     "aspect_empty_title.jsonl": (with_defect(2, 1, lambda r: r["rubric_aspects"][0].__setitem__("aspect", "")),
                                  {"line": 2, "field": "rubric_aspects[0].aspect", "reason": "must not be empty"}),
-    "unknown_category.jsonl": (with_defect(3, 1, _set("category", "Cooking")),
-                               {"line": 2, "field": "category", "reason": "unknown category 'Cooking'"}),
+    # any category is a category now (#37); a misspelt stance would read as "no verdict": refused
+    "unknown_stance.jsonl": (with_defect(3, 1, lambda r: r["profile"][0].__setitem__("stance", "disagre")),
+                             {"line": 2, "field": "profile[0].stance", "reason": "unknown stance 'disagre'"}),
     "huge_integer.jsonl": (line(record(0)) + '{"id": ' + "9" * 5000 + "}\n",
                            {"line": 2, "field": None, "reason": "invalid JSON"}),
     "deep_nesting.jsonl": ("[" * 20000 + "]" * 20000 + "\n", {"line": 1, "field": None, "reason": "nested too deeply"}),
