@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from prbench.conditions import ALL_CONDITIONS
+from prbench.config import EvalSettings
 from prbench.errors import PrbenchError, SpecError
 from prbench.hub import no_such_folder
 from prbench.registry import REWARDS
@@ -25,7 +26,7 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def check_conditions(conditions: Sequence[str], known: Sequence[str] = ALL_CONDITIONS) -> list[str]:
+def check_condition_names(conditions: Sequence[str], known: Sequence[str] = ALL_CONDITIONS) -> list[str]:
     """`conditions` if every one is known, else one line naming the first unknown one."""
     for cond in conditions:
         if cond not in known:
@@ -57,13 +58,14 @@ def model_specs(specs: Sequence[str], root: Path | None = None) -> dict[str, str
     return out
 
 
-def check_data(data: str | Path, settings: object) -> int:
-    """Read and validate the whole data source once (as the run will), before any model loads.
-
-    `settings` is the command's settings object (`split`, `format`); returns the number of records.
-    """
+def check_data(data: str | Path, settings: EvalSettings, conditions: Sequence[str] = ()) -> None:
+    """Read and validate the whole data source once (as the run will), before any model loads; a condition
+    that needs a field the data lacks (`oracle` without a rubric) is refused here too."""
+    from prbench._evaluate import check_conditions
     from prbench.data import iter_examples
 
-    split = getattr(settings, "split", "test")
-    fmt = getattr(settings, "format", None)
-    return sum(1 for _ in iter_examples(str(data), split=split, format=fmt))
+    if {"oracle", "planner"} & set(conditions):
+        check_conditions(str(data), conditions, settings)  # reads every record and checks the fields
+    else:
+        for _ in iter_examples(str(data), split=settings.split, format=settings.format):
+            pass

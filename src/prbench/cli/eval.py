@@ -98,22 +98,20 @@ def eval_cmd(
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench import InvalidRunError, evaluate, invalid_failure
-    from prbench._evaluate import check_conditions
     from prbench.cache import NullCache
     from prbench.engines.batch import BatchPending
-    from prbench.preflight import check_conditions, check_data, model_specs
+    from prbench.preflight import check_condition_names, check_data, model_specs
     from prbench.rewards import load_rm
 
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
-    conds = check_conditions(split_csv(condition) or ["none"])
+    conds = check_condition_names(split_csv(condition) or ["none"])
     model = list(dict.fromkeys(model_specs(model).values()))  # one identity per model, however written
-    check_data(data, settings)
+    check_data(data, settings, conds)  # `-c none,oracle` on data without a rubric: refused before `none` runs
     per_model = model_options(model, model_option, mode=mode, max_length=max_length,
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
-    check_conditions(data, conds, settings)  # `-c none,oracle` on data without a rubric: refused before `none` runs
     summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
