@@ -52,7 +52,7 @@ def mc_items(values: list[float], probs: list[float], *, per_user: int, icc: flo
     """The n (items) at which the simulated power crosses `power`: power measured at users counts around the
     guess, then the crossing interpolated linearly (20,000 replicates per point)."""
     rng = np.random.default_rng(seed)
-    grid = sorted({max(int(round(guess * f / per_user)), 2) for f in (0.85, 0.92, 1.0, 1.08, 1.15)})
+    grid = sorted({max(round(guess * f / per_user), 2) for f in (0.85, 0.92, 1.0, 1.08, 1.15)})
     pw = [mc_power(simulate(values, probs, users=u, per_user=per_user, icc=icc, reps=20_000, rng=rng)) for u in grid]
     ns = np.array(grid, float) * per_user
     assert pw[0] < power < pw[-1], f"simulated power {pw} does not bracket {power} on {ns}"
@@ -137,7 +137,7 @@ def test_resolvable_of_a_finished_run() -> None:
     assert resolvable(_records([1.0] * 50, ["u"] * 50)) > 0  # a spread of 0 falls back to the binary bound
 
 
-@pytest.mark.parametrize("bad", [dict(discordance=0.0, diff=0.0), dict(discordance=0.1, diff=0.2)])
+@pytest.mark.parametrize("bad", [{"discordance": 0.0, "diff": 0.0}, {"discordance": 0.1, "diff": 0.2}])
 def test_impossible_designs_refused(bad: dict) -> None:
     with pytest.raises(PrbenchError):
         paired_design(**bad)

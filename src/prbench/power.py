@@ -130,7 +130,7 @@ def _user(rec: Mapping[str, Any]) -> str:
     return str(rec.get("user_id") or f"item:{rec['id']}")
 
 
-def intra_user_correlation(scores: Sequence[float], users: Sequence[str]) -> tuple[float, float]:
+def intra_user_correlation(scores: Sequence[float] | np.ndarray, users: Sequence[str]) -> tuple[float, float]:
     """(ICC, m_eff): one-way ANOVA estimator of the intra-user correlation (clipped to [0, 1]) and sum(m^2)/sum(m).
 
     ANOVA estimator with unequal groups (Donner 1986, Int. Stat. Rev. 54:67): n0 = (N - sum m^2/N)/(k-1).

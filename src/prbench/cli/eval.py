@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -68,6 +68,11 @@ def eval_cmd(
                         "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")] = False,
     no_wait: Annotated[bool, typer.Option(
         "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")] = False,
+    until: Annotated[str | None, typer.Option(
+        help="Stop early: ci=W (every run's accuracy known to +-W) or decided[=M] (every pair of models separated "
+             "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
+             "a rerun with a tighter rule extends the same folders.")] = None,
+    until_max: Annotated[int | None, typer.Option(help="With --until: score at most N items per run.", min=1)] = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -84,6 +89,20 @@ def eval_cmd(
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
+    if until is not None or until_max is not None:
+        summaries = _eval_until(model, conds, per_model, settings, data, out, until, until_max, no_wait,
+                                {"overwrite": overwrite, "retry_failed": retry_failed, "repair": repair,
+                                 "cache": NullCache() if no_cache else None, "max_usd": max_usd, "prices": prices,
+                                 "batch": batch}, quiet or json_out)
+        failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
+        if json_out:
+            emit_json(summaries)
+        elif not quiet:
+            _print_runs(summaries)
+            typer.echo(f"stopped: {summaries[0]['sequential']['stopped']}")
+        if failures:
+            raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
+        return
     summaries, failures, pending = [], [], []
     with progress(quiet or json_out) as bar:
         for spec in model:
@@ -115,6 +134,37 @@ def eval_cmd(
                            "run the same command again to collect them")
     if failures:
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
+
+
+def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
+                out: Path, until: str | None, until_max: int | None, no_wait: bool, kw: dict, quiet: bool
+                ) -> list[dict]:
+    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.sequential`)."""
+    from prbench import evaluate
+    from prbench.rewards import load_rm
+    from prbench.sequential import StopRule, record_outcome, run_until
+
+    if no_wait:
+        raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
+    if settings.limit is not None:
+        raise PrbenchError("--until grows the number of items itself; cap it with --until-max instead of --limit")
+    rule = StopRule.parse(until or "decided")
+    distributed = settings.workers > 1 or settings.ray_address is not None
+    rms = {spec: spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed,
+                                                           **per_model[spec]}) for spec in specs}
+    jobs = [(spec, cond) for spec in specs for cond in conds]
+    labels = [(str(getattr(rms[spec], "name", spec)), cond) for spec, cond in jobs]
+    with progress(quiet) as bar:
+        tasks = [bar.add_task(escape(f"{m} [{c}]"), total=None) for m, c in labels]
+
+        def at(i: int, n: int) -> Any:
+            spec, cond = jobs[i]
+            return evaluate(rms[spec], data, cond, settings=settings, out=out, model_options=per_model[spec],
+                            seeded_order=True, limit=n, **kw,
+                            on_progress=lambda d, t, task=tasks[i]: bar.update(task, completed=d, total=t))
+
+        outcome = run_until(labels, at, rule, until_max=until_max)
+    return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, record_outcome(outcome), strict=True)]
 
 
 def _print_runs(summaries: list[dict]) -> None:
