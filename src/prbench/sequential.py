@@ -95,18 +95,21 @@ def confidence_sequence(x: Sequence[float] | np.ndarray, *, alpha: float = ALPHA
     var_prev = np.concatenate([[0.25], var_hat[:-1]])
     lam = np.sqrt(2 * math.log(2 / alpha) / (var_prev * t * np.log1p(t)))  # PrPl-EB bet, eq. (26)
     m = np.linspace(0.0, 1.0, grid + 1)[:, None]
+    f32 = np.float32  # the (grid x T) work in single precision: capitals are compared on a log scale to ~6
     if population is None:
-        mu_t = np.broadcast_to(m, (len(m), T))
+        mu_t = np.broadcast_to(m.astype(f32), (len(m), T))
     else:  # the mean of what is left under the null (Sec. 6)
         s_prev = np.concatenate([[0.0], csum[:-1]])
-        mu_t = (population * m - s_prev) / (population - t + 1)
+        mu_t = ((population * m - s_prev) / (population - t + 1)).astype(f32)
     possible = (mu_t >= 0) & (mu_t <= 1)
     mu_c = np.clip(mu_t, 0.0, 1.0)
+    lam32, x32 = lam.astype(f32), x.astype(f32)
     with np.errstate(divide="ignore"):
-        lam_pos = np.minimum(lam, 0.5 / mu_c)
-        lam_neg = np.minimum(lam, 0.5 / (1 - mu_c))
-    log_pos = np.cumsum(np.log1p(lam_pos * (x - mu_c)), axis=1)
-    log_neg = np.cumsum(np.log1p(-lam_neg * (x - mu_c)), axis=1)
+        lam_pos = np.minimum(lam32, f32(0.5) / mu_c)
+        lam_neg = np.minimum(lam32, f32(0.5) / (1 - mu_c))
+    dev = x32 - mu_c
+    log_pos = np.cumsum(np.log1p(lam_pos * dev), axis=1, dtype=np.float64)
+    log_neg = np.cumsum(np.log1p(-lam_neg * dev), axis=1, dtype=np.float64)
     ever_impossible = np.logical_or.accumulate(~possible, axis=1)
     idx = ts - 1
     inside = (np.maximum(log_pos[:, idx], log_neg[:, idx]) < math.log(2 / alpha)) & ~ever_impossible[:, idx]
@@ -216,20 +219,32 @@ def comparison_pairs(labels: Sequence[tuple[str, str]]) -> list[tuple[int, int]]
     return [(i, j) for i, j in combinations(range(len(labels)), 2) if labels[i][1] == labels[j][1]]
 
 
+def stop_groups(labels: Sequence[tuple[str, str]], rule: StopRule) -> list[list[int]]:
+    """Runs that stop together: under `ci` each run alone; under `decided` the models of one condition (with one
+    model, all its conditions), so a condition whose ranking is known stops while another still runs."""
+    if rule.kind == "ci":
+        return [[i] for i in range(len(labels))]
+    if len({m for m, _ in labels}) == 1:
+        return [list(range(len(labels)))]
+    conds = list(dict.fromkeys(c for _, c in labels))
+    return [[i for i, (_, c) in enumerate(labels) if c == cond] for cond in conds]
+
+
 def look(records: Sequence[Sequence[dict[str, Any]]], labels: Sequence[tuple[str, str]], population: int,
-         rule: StopRule, *, times: Sequence[int] = (), alpha: float = ALPHA) -> Look:
-    """Every run's CS (and, for `decided`, every pair's) at the current prefix, and the rule's verdict."""
+         rule: StopRule, *, times: Sequence[int] = (), alpha: float = ALPHA, pair_alpha: float | None = None) -> Look:
+    """Every run's CS (and, for `decided`, every pair's at `pair_alpha`, default alpha over the pairs) at the
+    current prefix, and the rule's verdict."""
     n = max((len(metrics.collapse_items(r)) for r in records), default=0)
     pairs = comparison_pairs(labels) if rule.kind == "decided" else []
-    level = alpha / max(len(pairs), 1) if rule.kind == "decided" else alpha
+    level = pair_alpha if pair_alpha is not None else alpha / max(len(pairs), 1)
     runs = [accuracy_interval(r, population, alpha=alpha, times=times) for r in records]
     out = Look(n, runs)
     name = [f"{m} [{c}]" for m, c in labels]
     if rule.kind == "ci":
         wide = [f"{name[i]} +-{iv.half_width:.3f}" for i, iv in enumerate(runs) if iv.half_width > rule.value]
         out.met = not wide
-        out.why = (f"every run's accuracy is within +-{rule.value:g} (widest +-{max(iv.half_width for iv in runs):.3f})"
-                   if out.met else "; ".join(wide))
+        out.why = (f"accuracy within +-{rule.value:g} (+-{max(iv.half_width for iv in runs):.3f})"
+                   if out.met else "wider: " + "; ".join(wide))
         return out
     if not pairs:  # one run: decided against chance
         iv = runs[0]
@@ -247,7 +262,7 @@ def look(records: Sequence[Sequence[dict[str, Any]]], labels: Sequence[tuple[str
         else:
             open_pairs.append(f"{name[i]} vs {name[j]} [{iv.low:+.3f}, {iv.high:+.3f}]")
     out.met = not open_pairs
-    out.why = ("every pair decided: " + "; ".join(said)) if out.met else "open: " + "; ".join(open_pairs)
+    out.why = ("decided: " + "; ".join(said)) if out.met else "open: " + "; ".join(open_pairs)
     return out
 
 
@@ -261,54 +276,96 @@ def schedule(n_max: int, first: int = FIRST_STEP, growth: float = GROWTH) -> lis
 
 
 @dataclass
+class Stop:
+    """How one group of runs ended: its runs (global indices), last look, items used and why."""
+
+    runs: list[int]
+    last: Look
+    n_used: int
+    stopped: str
+
+
+@dataclass
 class Outcome:
-    """How a sequential evaluation ended: the last results, the look that ended it, and the record for summaries."""
+    """How a sequential evaluation ended: every run's last result and its group's stop."""
 
     results: list[Any]
-    last: Look
+    stops: list[Stop]
     rule: StopRule
-    n_used: int
     n_items: int
-    stopped: str
+    labels: list[tuple[str, str]]
+
+    def stop_of(self, index: int) -> Stop:
+        return next(s for s in self.stops if index in s.runs)
+
+    @property
+    def n_used(self) -> int:
+        """The most items any run used."""
+        return max(s.n_used for s in self.stops)
+
+    @property
+    def met(self) -> bool:
+        return all(s.last.met for s in self.stops)
+
+    @property
+    def stopped(self) -> str:
+        return " | ".join(s.stopped for s in self.stops)
 
     def block(self, index: int) -> dict[str, Any]:
         """What run `index`'s summary records under `sequential`."""
-        iv = self.last.runs[index]
-        pairs = {f"{j if i == index else i}": {"diff": p.estimate if i == index else -p.estimate,
-                                               "low": p.low if i == index else -p.high,
-                                               "high": p.high if i == index else -p.low}
-                 for (i, j), p in self.last.pairs.items() if index in (i, j)}
-        return {"rule": str(self.rule), "n_used": self.n_used, "n_items": self.n_items, "stopped": self.stopped,
+        stop = self.stop_of(index)
+        local = stop.runs.index(index)
+        iv = stop.last.runs[local]
+        name = [f"{m} [{c}]" for m, c in self.labels]
+        pairs = {name[stop.runs[j if i == local else i]]: {
+            "diff": p.estimate if i == local else -p.estimate,
+            "low": p.low if i == local else -p.high, "high": p.high if i == local else -p.low}
+            for (i, j), p in stop.last.pairs.items() if local in (i, j)}
+        return {"rule": str(self.rule), "n_used": stop.n_used, "n_items": self.n_items, "stopped": stop.stopped,
                 "confidence_sequence": asdict(iv), "level": 1 - ALPHA,
                 "method": "betting CS, Waudby-Smith & Ramdas 2024 (hedged capital, without replacement)",
-                **({"pairs": pairs} if pairs else {})}
+                **({"versus": pairs} if pairs else {})}
 
 
 def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int], Any], rule: StopRule, *,
               until_max: int | None = None, first: int = FIRST_STEP) -> Outcome:
-    """Evaluate every run on a growing prefix of the seeded order until `rule` is met, `until_max` items are
-    scored, or the benchmark runs out. `evaluate_at(run index, n)` returns that run's `EvalResult` on the first
-    n items (each look extends the run folders; a stopped run resumes and extends like `--limit`)."""
+    """Evaluate every run on a growing prefix of the seeded order until its group meets `rule` (`stop_groups`),
+    `until_max` items are scored, or the benchmark runs out. `evaluate_at(run index, n)` returns that run's
+    `EvalResult` on the first n items (each look extends the run folders; a stopped run resumes and extends like
+    `--limit`). Pair intervals use alpha over all pairs of the evaluation, so the whole ranking holds at 95%."""
     if not labels:
         raise PrbenchError("nothing to evaluate")
+    groups = stop_groups(labels, rule)
+    pair_alpha = ALPHA / max(len(comparison_pairs(labels)), 1)
+    results: list[Any] = [None] * len(labels)
+    stops: dict[int, Stop] = {}
     n, looked, n_all = first, [], None
-    while True:
-        results = [evaluate_at(i, n) for i in range(len(labels))]
+    while len(stops) < len(groups):
+        for g, runs in enumerate(groups):
+            if g not in stops:
+                for i in runs:
+                    results[i] = evaluate_at(i, n)
         if n_all is None:
             n_all = int(results[0].summary.get("order", {}).get("n_items") or results[0].summary["n_total"])
         cap = min(n_all, until_max) if until_max else n_all
         looked.append(min(n, n_all))
-        state = look([r.records for r in results], labels, n_all, rule, times=looked)
-        if state.met:
-            stopped = f"{rule} met at {state.n} of {n_all} items: {state.why}"
-        elif state.n >= n_all:
-            stopped = f"all {n_all} items scored ({rule} not met: {state.why})"
-        elif state.n >= cap:
-            stopped = f"--until-max {cap} reached ({rule} not met: {state.why})"
-        else:
-            n = next(s for s in schedule(cap, first) if s > state.n)
-            continue
-        return Outcome(results, state, rule, state.n, n_all, stopped)
+        for g, runs in enumerate(groups):
+            if g in stops:
+                continue
+            state = look([results[i].records for i in runs], [labels[i] for i in runs], n_all, rule, times=looked,
+                         pair_alpha=pair_alpha)
+            if state.met:
+                why = f"{rule} met at {state.n} of {n_all} items: {state.why}"
+            elif state.n >= n_all:
+                why = f"all {n_all} items scored ({rule} not met: {state.why})"
+            elif state.n >= cap:
+                why = f"--until-max {cap} reached ({rule} not met: {state.why})"
+            else:
+                continue
+            stops[g] = Stop(runs, state, state.n, why)
+        if len(stops) < len(groups):
+            n = next(s for s in schedule(cap, first) if s > looked[-1])
+    return Outcome(results, [stops[g] for g in range(len(groups))], rule, int(n_all or 0), list(labels))
 
 
 def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:
@@ -329,3 +386,112 @@ def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:
                 run.close()
         out.append({**res.summary, "sequential": block})
     return out
+
+
+# -- simulation: what `--until decided` saves on a study of a given shape ----------------------------
+@dataclass(frozen=True)
+class StudyShape:
+    """A study to simulate: judges x conditions on `items` pairs from `users` users.
+
+    The default is the Personalized RewardBench preset's shape (2,830 pairs, 3 judges, 5 conditions): judges
+    a few points apart whose order holds in every condition, conditions moving every judge together, each run's
+    accuracy jittered, all within 0.55-0.75. `spread` instead draws every run's accuracy independently and
+    uniformly from it (no structure: close pairs are common, the hard case for `decided`).
+    """
+
+    items: int = 2830
+    users: int = 283
+    judges: tuple[float, ...] = (0.57, 0.64, 0.71)
+    """Each judge's accuracy before the condition's shift."""
+    shifts: tuple[float, ...] = (-0.02, 0.0, 0.01, 0.04, -0.01)
+    """Each condition's shift of every judge's accuracy."""
+    jitter: float = 0.01
+    """Standard deviation of each run's own deviation."""
+    spread: tuple[float, float] | None = None
+    """Draw every run's accuracy uniformly from this range instead."""
+    user_share: float = 0.05
+    """Share of the latent variance common to a user's items (the intra-user correlation of the latent)."""
+    item_share: float = 0.30
+    """Share common to an item across judges and conditions (hard items are hard for every judge)."""
+    margin: float = DEFAULT_MARGIN
+
+    @property
+    def models(self) -> int:
+        return len(self.judges)
+
+    @property
+    def conditions(self) -> int:
+        return len(self.shifts)
+
+    def accuracies(self, rng: np.random.Generator) -> np.ndarray:
+        """One study's run accuracies, judge-major within each condition (run r = condition r // judges)."""
+        k = self.models * self.conditions
+        if self.spread is not None:
+            return rng.uniform(*self.spread, size=k)
+        base = np.add.outer(np.asarray(self.shifts), np.asarray(self.judges)).ravel()
+        return np.clip(base + self.jitter * rng.standard_normal(k), 0.01, 0.99)
+
+
+@dataclass(frozen=True)
+class SimulatedStudy:
+    """One simulated study under `--until decided` (each condition's models stop together)."""
+
+    call_fraction: float
+    """Judge calls spent, as a share of the full study's."""
+    n_stop: tuple[int, ...]
+    """Items each condition used."""
+    ranking_reached: bool
+    """Every pair declared separated is in the full study's order, every pair declared tied is within the margin."""
+    runs_covered: bool
+    """Every run's 95% sequence covered its full-study accuracy at every look up to its stop."""
+    pairs_covered: bool
+    """Every pair's sequence (at its Bonferroni level) covered the full-study difference at every look up to its stop."""
+
+
+def simulate_study(shape: StudyShape, rng: np.random.Generator, *, grid: int = 200) -> SimulatedStudy:
+    """Draw one study's credits (latent Gaussian with user and item components, thresholded at each run's
+    accuracy), put the items in a random order and run `--until decided` over the looks of `schedule`."""
+    from scipy.stats import norm
+
+    n, k = shape.items, shape.models * shape.conditions
+    user = rng.integers(0, shape.users, n)
+    latent = (math.sqrt(shape.user_share) * rng.standard_normal(shape.users)[user]
+              + math.sqrt(shape.item_share) * rng.standard_normal(n)
+              + math.sqrt(1 - shape.user_share - shape.item_share) * rng.standard_normal((k, n)))
+    acc = shape.accuracies(rng)
+    credits = (latent < norm.ppf(acc)[:, None]).astype(float)[:, rng.permutation(n)]
+    labels = [(f"m{r % shape.models}", f"c{r // shape.models}") for r in range(k)]
+    level = ALPHA / max(len(comparison_pairs(labels)), 1)
+    times = schedule(n)
+    stops, reached, runs_ok, pairs_ok = [], True, True, True
+    for runs in stop_groups(labels, StopRule("decided", shape.margin)):
+        pairs = [(runs[i], runs[j]) for i, j in comparison_pairs([labels[r] for r in runs])]
+        truth = {p: credits[p[0]].mean() - credits[p[1]].mean() for p in pairs}
+        for horizon in sorted({min(600, n), min(1500, n), n}):  # a sequence at t needs only the first t items
+            ts = [t for t in times if t <= horizon]
+            bounds = {p: [2 * b - 1 for b in confidence_sequence((credits[p[0]][:horizon] - credits[p[1]][:horizon]
+                                                                  + 1) / 2, alpha=level, population=n, times=ts,
+                                                                 grid=grid)] for p in pairs}
+            at = next((i for i in range(len(ts)) if all(
+                lo[i] > 0 or hi[i] < 0 or (lo[i] >= -shape.margin and hi[i] <= shape.margin)
+                for lo, hi in bounds.values())), None)
+            if at is not None or horizon == n:
+                at = len(ts) - 1 if at is None else at
+                break
+        reached &= all((lo[at] > 0 and truth[p] > 0) or (hi[at] < 0 and truth[p] < 0)
+                       or (lo[at] <= 0 <= hi[at] and abs(truth[p]) <= shape.margin) for p, (lo, hi) in bounds.items())
+        pairs_ok &= all(bool(np.all((lo[:at + 1] <= truth[p] + 1e-12) & (hi[:at + 1] >= truth[p] - 1e-12)))
+                        for p, (lo, hi) in bounds.items())
+        for r in runs:  # the runs' own sequences on the prefix they used
+            lo, hi = confidence_sequence(credits[r][:times[at]], population=n, times=times[:at + 1], grid=grid)
+            runs_ok &= bool(np.all((lo <= credits[r].mean() + 1e-12) & (hi >= credits[r].mean() - 1e-12)))
+        stops.append(times[at])
+    return SimulatedStudy(sum(stops) / (n * len(stops)), tuple(stops), reached, runs_ok, pairs_ok)
+
+
+def expected_call_fraction(shape: StudyShape | None = None, *, studies: int = 100, seed: int = 0) -> float:
+    """The expected share of a full study's judge calls that `--until decided` spends, by simulating `studies`
+    studies of `shape` (the dry run's "expected dollars under --until decided" multiplies by it)."""
+    shape = shape or StudyShape()
+    rng = np.random.default_rng(seed)
+    return float(np.mean([simulate_study(shape, rng).call_fraction for _ in range(studies)]))
