@@ -200,3 +200,23 @@ def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--until 'soon'" in err
     code, _, err = run_cli(capsys, *args, "--until", "decided", "--limit", "50")
     assert code == 2 and "--until-max" in err
+
+
+def test_study_eval_stage_until(tmp_path: Path) -> None:
+    """A study's `until`: the eval stage stops each condition's models together and records why."""
+    from prbench.study.config import load_study_config, parse_study
+    from prbench.study.runner import run_study
+
+    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_records(400)), encoding="utf-8")
+    (tmp_path / "study.yaml").write_text(
+        "name: seq\ndata: bench.jsonl\nout: study-out\nconditions: [none, oracle]\nuntil: decided\n"
+        "models:\n  - spec: baseline:length\n  - spec: baseline:short\nstages: [eval]\n", encoding="utf-8")
+    cfg, root = load_study_config(tmp_path / "study.yaml")
+    ctx = run_study(cfg, root, quiet=True)
+    got = ctx.outputs["eval"]
+    assert len(got) == 4 and {r["sequential"]["n_used"] for r in got} == {100}
+    assert all("decided=0.02 met at 100 of 400 items" in r["sequential"]["stopped"] for r in got)
+    stored = json.loads((Path(got[0]["path"]) / "summary.json").read_text())
+    assert stored["sequential"]["rule"] == "decided=0.02" and stored["n_total"] == 100
+    with pytest.raises(Exception, match="until"):
+        parse_study("name: x\nuntil: soon\nmodels:\n  - spec: baseline:length\n", "study.yaml")
