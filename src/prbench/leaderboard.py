@@ -23,6 +23,7 @@ import numpy as np
 from prbench import metrics
 from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
+from prbench.power import resolvable
 from prbench.runkinds import NotARun, Run, open_run, scan_runs
 from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORY_SHORT
@@ -92,6 +93,13 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
         row = rows.setdefault(key, {"data": s["data"], "model": s["model"], "spec": spec, "options": options,
                                     "cells": {}})
         row["cells"][cond] = cell
+        try:  # the smallest difference this run resolves (prbench.power)
+            mde = resolvable(run.records)
+        except DataError as exc:  # damaged records: the accuracy still shows, this column does not
+            log.warning("no resolvable difference: %s", exc)
+            mde = None
+        if mde is not None:
+            row.setdefault("resolvable", {})[cond] = mde
         if (s.get("cost") or {}).get("usd") is not None:  # API spend of the row's runs, all conditions
             row["usd"] = row.get("usd", 0.0) + s["cost"]["usd"]
         if isinstance(s.get("validity"), dict):  # the personalization validity card (prbench.validity)
@@ -155,6 +163,11 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
         head.append("personalization gain")
         for r, line in zip(rows, body):
             line.append(_gain_cell(r.get("validity") or {}))
+    if any(r.get("resolvable") for r in rows):  # 80% power at level 0.05 against a fixed value (prbench.power)
+        head.append("resolves (pts)")
+        for r, line in zip(rows, body):
+            v = sorted((r.get("resolvable") or {}).values())
+            line.append("-" if not v else f"{100 * v[0]:.1f}" if v[0] == v[-1] else f"{100 * v[0]:.1f}-{100 * v[-1]:.1f}")
     if any("usd" in r for r in rows):  # a cost column once any run spent API money
         head.append("$")
         for r, line in zip(rows, body):
