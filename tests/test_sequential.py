@@ -179,9 +179,12 @@ def test_until_max_caps_and_says_so(judges, tmp_path: Path) -> None:
 def test_seeded_and_plain_runs_never_share_a_folder(judges, tmp_path: Path) -> None:
     data, opts = judges
     out = tmp_path / "runs"
-    evaluate("judge:openai:coin", data, "none", out=out, model_options=opts, seeded_order=True, limit=20, n_boot=20)
-    with pytest.raises(PrbenchError, match="different config.*order"):
-        evaluate("judge:openai:coin", data, "none", out=out, model_options=opts, limit=20, n_boot=20)
+    seeded = evaluate("judge:openai:coin", data, "none", out=out, model_options=opts, seeded_order=True, limit=20,
+                      n_boot=20)
+    plain = evaluate("judge:openai:coin", data, "none", out=out, model_options=opts, limit=20, n_boot=20)
+    assert seeded.path != plain.path and json.loads((seeded.path / "config.json").read_text())["order"] == "seeded"
+    assert [r["id"] for r in plain.records] == [f"ex-{i:03d}" for i in range(20)]  # the plain run: the first 20
+    assert [r["id"] for r in seeded.records] != [r["id"] for r in plain.records]
 
 
 def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -300,11 +300,13 @@ def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | 
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
         config["format"] = s.format
-    if seeded:  # another order keeps other items under a limit: a named config change, never mixed records
+    if seeded:
         config["order"] = "seeded"
     if isinstance(data, str) and (digest := data_digest(data)):
         config["data_digest"] = digest  # other or edited data under the same name: a named change, never old numbers
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
+    if seeded:  # the seeded order keeps other items under a limit: another folder beside the plain run
+        identity = {**identity, "order": "seeded"}
     path = run_path(out, spec, data_name, s.condition, identity)
     if not overwrite:
         config["limit"] = _wider_limit(path, s.limit)  # a larger --limit extends the run, a smaller one reads it
