@@ -203,6 +203,11 @@ def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--until 'soon'" in err
     code, _, err = run_cli(capsys, *args, "--until", "decided", "--limit", "50")
     assert code == 2 and "--until-max" in err
+    code, _, err = run_cli(capsys, *args, "--until-max", "50")
+    assert code == 2 and "--until-max caps a sequential run" in err
+    code, out, err = run_cli(capsys, *args[:-2], "--until", "ci=0.2")  # the table, then why each run stopped
+    assert code == 0, err
+    assert out.count("stopped: ci=0.2 met at 100 of 300 items") == 2
 
 
 def test_study_eval_stage_until(tmp_path: Path) -> None:

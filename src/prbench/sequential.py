@@ -243,7 +243,7 @@ def look(records: Sequence[Sequence[dict[str, Any]]], labels: Sequence[tuple[str
     if rule.kind == "ci":
         wide = [f"{name[i]} +-{iv.half_width:.3f}" for i, iv in enumerate(runs) if iv.half_width > rule.value]
         out.met = not wide
-        out.why = (f"accuracy within +-{rule.value:g} (+-{max(iv.half_width for iv in runs):.3f})"
+        out.why = (f"{', '.join(name)} accuracy within +-{rule.value:g} (+-{max(iv.half_width for iv in runs):.3f})"
                    if out.met else "wider: " + "; ".join(wide))
         return out
     if not pairs:  # one run: decided against chance

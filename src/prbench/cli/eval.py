@@ -99,7 +99,10 @@ def eval_cmd(
             emit_json(summaries)
         elif not quiet:
             _print_runs(summaries)
-            typer.echo(f"stopped: {summaries[0]['sequential']['stopped']}")
+            for why in dict.fromkeys(s["sequential"]["stopped"] for s in summaries):  # one line per group that stopped
+                typer.echo(f"stopped: {why}")
+            typer.echo("(the 95% CI column is the fixed-n bootstrap; the stopping rule used anytime-valid "
+                       "confidence sequences, in each summary's `sequential`)")
         if failures:
             raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
         return
@@ -148,7 +151,9 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
         raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
     if settings.limit is not None:
         raise PrbenchError("--until grows the number of items itself; cap it with --until-max instead of --limit")
-    rule = StopRule.parse(until or "decided")
+    if until is None:
+        raise PrbenchError("--until-max caps a sequential run: give --until ci=W or --until decided with it")
+    rule = StopRule.parse(until)
     distributed = settings.workers > 1 or settings.ray_address is not None
     rms = {spec: spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed,
                                                            **per_model[spec]}) for spec in specs}
