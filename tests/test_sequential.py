@@ -228,3 +228,17 @@ def test_study_eval_stage_until(tmp_path: Path) -> None:
     assert stored["sequential"]["rule"] == "decided=0.02" and stored["n_total"] == 100
     with pytest.raises(Exception, match="until"):
         parse_study("name: x\nuntil: soon\nmodels:\n  - spec: baseline:length\n", "study.yaml")
+
+
+def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
+    """`expected_call_fraction`: the share of a full study's calls `--until decided` spends, by simulation."""
+    from prbench.sequential import StudyShape, expected_call_fraction, simulate_study
+
+    far = StudyShape(items=600, users=60, judges=(0.55, 0.85), shifts=(0.0, 0.02))
+    near = StudyShape(items=600, users=60, judges=(0.69, 0.71), shifts=(0.0, 0.02))
+    sim = simulate_study(far, np.random.default_rng(0))
+    assert sim.ranking_reached and sim.pairs_covered and len(sim.n_stop) == 2
+    assert sim.call_fraction == pytest.approx(sum(sim.n_stop) / (2 * 600))
+    f_far = expected_call_fraction(far, studies=3, seed=1)
+    f_near = expected_call_fraction(near, studies=3, seed=1)
+    assert f_far < 0.5 < f_near <= 1.0
