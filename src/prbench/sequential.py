@@ -475,9 +475,8 @@ def simulate_study(shape: StudyShape, rng: np.random.Generator, *, grid: int = 2
                                                                  grid=grid)] for p in pairs}
             at = next((i for i in range(len(ts)) if all(
                 lo[i] > 0 or hi[i] < 0 or (lo[i] >= -shape.margin and hi[i] <= shape.margin)
-                for lo, hi in bounds.values())), None)
-            if at is not None or horizon == n:
-                at = len(ts) - 1 if at is None else at
+                for lo, hi in bounds.values())), len(ts) - 1)
+            if at < len(ts) - 1 or horizon == n:
                 break
         reached &= all((lo[at] > 0 and truth[p] > 0) or (hi[at] < 0 and truth[p] < 0)
                        or (lo[at] <= 0 <= hi[at] and abs(truth[p]) <= shape.margin) for p, (lo, hi) in bounds.items())
