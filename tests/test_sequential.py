@@ -94,7 +94,7 @@ def test_rule_refused(text: str) -> None:
 
 
 def test_schedule_and_pairs() -> None:
-    assert schedule(300) == [100, 125, 157, 197, 247, 300]
+    assert schedule(300) == [100, 111, 123, 136, 150, 165, 182, 201, 222, 245, 270, 297, 300]
     assert schedule(40) == [40]
     labels = [("a", "none"), ("b", "none"), ("a", "profile"), ("b", "profile")]
     assert comparison_pairs(labels) == [(0, 1), (2, 3)]  # models within a condition

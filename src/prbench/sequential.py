@@ -41,7 +41,7 @@ from prbench.errors import PrbenchError
 ALPHA = 0.05
 DEFAULT_MARGIN = 0.02
 FIRST_STEP = 100  # items before the first look
-GROWTH = 1.25  # each look scores 25% more items: at most a quarter past the stopping time
+GROWTH = 1.1  # each look scores 10% more items: at most a tenth past the stopping time
 
 
 # -- the seeded order ---------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def look(records: Sequence[Sequence[dict[str, Any]]], labels: Sequence[tuple[str
 
 
 def schedule(n_max: int, first: int = FIRST_STEP, growth: float = GROWTH) -> list[int]:
-    """The prefix lengths looked at: `first`, then 25% more each time, ending at `n_max`."""
+    """The prefix lengths looked at: `first`, then 10% more each time, ending at `n_max`."""
     steps, n = [], min(first, n_max)
     while n < n_max:
         steps.append(n)
