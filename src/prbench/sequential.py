@@ -124,7 +124,7 @@ def confidence_sequence(x: Sequence[float] | np.ndarray, *, alpha: float = ALPHA
     hi = np.where(any_in, m[len(m) - 1 - np.argmax(inside[::-1], axis=0), 0] + step, 1.0)
     if population is not None:  # what the items seen already fix, whatever the rest are
         lo = np.maximum(lo, csum[idx] / population)
-        hi = np.minimum(hi, 1 - (ts - csum[idx]) / population)
+        hi = np.minimum(hi, (csum[idx] + population - ts) / population)  # at the last item: lo == hi == the mean
     lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
     return np.maximum.accumulate(lo), np.minimum.accumulate(hi)
 
