@@ -6,7 +6,7 @@ of models is separated (the interval of their difference excludes 0) or proven w
 after every step costs no coverage: the hedged-capital betting CS of Waudby-Smith & Ramdas (2024),
 "Estimating means of bounded random variables by betting", JRSS-B 86(1):1-27 (theta = 1/2, bets truncated
 at 1/2 of their bound), with their aGRAPA bets (the approximate Kelly bet against each candidate mean:
-on the Personalized RewardBench shape they stop `decided` at ~0.58 of the items where the predictable
+on the Personalized RewardBench shape they stop `decided` at ~0.57 of the items where the predictable
 plug-in bets needed ~0.75, benchmarks/RESULTS_sequential.md) and their without-replacement martingale:
 items come in a uniformly random order (a hash of the
 seed and the item id), so a prefix is a sample without replacement of the benchmark and the
