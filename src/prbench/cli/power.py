@@ -40,7 +40,11 @@ def power_cmd(
     alpha: Annotated[float, typer.Option(help="Two-sided level.")] = 0.05,
     json_out: Json = False,
 ) -> None:
-    """Pairs and users needed to detect an accuracy difference (paired, clustered by user), or the reverse."""
+    """Pairs needed to detect a difference.
+
+    Pairs and users needed to detect an accuracy difference between two RMs (paired, clustered by user) or
+    against chance; or the reverse: the smallest difference finished runs resolve.
+    """
     from prbench import power as pw
     from prbench.cli.output import emit_json
 
