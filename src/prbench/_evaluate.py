@@ -196,6 +196,7 @@ def evaluate(
     prices: str | Path | None = None,
     batch: bool = False,
     wait: bool = True,
+    seeded_order: bool = False,
     **given: Any,
 ) -> EvalResult:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
@@ -207,19 +208,22 @@ def evaluate(
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
     `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
     A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
+    `seeded_order`: items in one order drawn from the seed (`prbench.sequential.seeded_prefix`), so `limit` keeps a
+    random sample that a larger limit extends: what `--until` grows (the folder records the order).
     """
     if condition is not None and not isinstance(condition, str):  # a spec loads per run that needs scoring
         check_conditions(data, list(condition), EvalSettings.build(settings, **given))
         return [evaluate(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
                          overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
-                         max_usd=max_usd, prices=prices, batch=batch, wait=wait, **given) for c in condition]
+                         max_usd=max_usd, prices=prices, batch=batch, wait=wait, seeded_order=seeded_order, **given)
+                for c in condition]
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     t0 = time.time()
     options = _plain_options(model_options)
     spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
-    items = _Items(data, s)  # pass 1: ids only (validates everything)
+    items = _Items(data, s, seeded_order)  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
-    run = _open_run(out, model, spec, data, s, options, overwrite, repair) if out else None
+    run = _open_run(out, model, spec, data, s, options, overwrite, repair, seeded_order) if out else None
     narrow = run is not None and run.config.get("limit") != s.limit  # fewer items than the folder holds: read them
     if run and retry_failed:
         run.rewrite([r for r in run.records() if r.get("credit") is not None])
@@ -241,6 +245,8 @@ def evaluate(
         fresh = _append_all(batches, run, s.condition, len(done), items.order, on_progress, ledger)
     records = _in_order(run, fresh, items.order, keep_others=narrow)
     summary = _summary(records, rm, spec, items.name, s, started=t0, resumed_from=len(done), ledger=ledger)
+    if items.n_all is not None:
+        summary["order"] = {"kind": "seeded", "seed": s.seed, "n_items": items.n_all}
     if run and not narrow:  # the folder's summary describes all its items
         validity.settle(run, summary, records, seed=s.seed, n_boot=s.n_boot)  # with the card once a control sits beside it
     return EvalResult(summary, records, run.path if run else None)
@@ -249,18 +255,31 @@ def evaluate(
 class _Items:
     """The benchmark's examples, read lazily in order (memory flat in the number of items); `order`: id -> place."""
 
-    def __init__(self, data: str | Sequence[Example], s: EvalSettings, conditions: Sequence[str] | None = None):
-        self.data, self.s = data, s
+    def __init__(self, data: str | Sequence[Example], s: EvalSettings, seeded: bool = False,
+                 conditions: Sequence[str] | None = None):
+        self.data, self.s, self.seeded = data, s, seeded
         self.name = data if isinstance(data, str) else "<in-memory>"
+        self.n_all: int | None = None  # items in the whole seeded order
         planner = read_planner_file(s.planner_file) if s.planner_file else None
-        checked = require_fields(self.stream(), conditions or [s.condition], planner)  # oracle without a rubric: refused
-        self.order = {ex.id: i for i, ex in enumerate(checked)}
+        needs = conditions or [s.condition]  # oracle without a rubric: refused (conditions.require_fields)
+        if seeded:
+            from prbench.sequential import seeded_prefix
+
+            self.n_all, self.order = seeded_prefix(((ex.id, getattr(ex, "item_id", None) or ex.id)
+                                                    for ex in require_fields(self._all(), needs, planner)),
+                                                   s.seed, s.limit)
+        else:
+            self.order = {ex.id: i for i, ex in enumerate(require_fields(self.stream(), needs, planner))}
+
+    def _all(self) -> Iterator[Any]:
+        s = self.s
+        return (iter_examples(self.data, categories=s.categories, split=s.split, format=s.format)
+                if isinstance(self.data, str) else iter(self.data))
 
     def stream(self) -> Iterator[Example]:
-        s = self.s
-        src = (iter_examples(self.data, categories=s.categories, split=s.split, format=s.format)
-               if isinstance(self.data, str) else iter(self.data))
-        return take_items(src, s.limit)  # items, not pairs: a multi-response item is never cut
+        if self.seeded:  # the seeded prefix, read in benchmark order (records are put in seeded order after)
+            return (ex for ex in self._all() if ex.id in self.order)
+        return take_items(self._all(), self.s.limit)  # items, not pairs: a multi-response item is never cut
 
 
 def check_conditions(data: str | Sequence[Example], conditions: Sequence[str], s: EvalSettings) -> None:
@@ -284,7 +303,7 @@ def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | Sequence[Example], s: EvalSettings,
-              options: dict[str, Any], overwrite: bool, repair: bool) -> RunDir:
+              options: dict[str, Any], overwrite: bool, repair: bool, seeded: bool = False) -> RunDir:
     """The run folder, its config.json being what decides the results (batch size, workers and Ray do not)."""
     data_name = data if isinstance(data, str) else "<in-memory>"
     config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker"},
@@ -294,9 +313,13 @@ def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | 
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
         config["format"] = s.format
+    if seeded:
+        config["order"] = "seeded"
     if isinstance(data, str) and (digest := data_digest(data)):
         config["data_digest"] = digest  # other or edited data under the same name: a named change, never old numbers
     identity = {**options, "both_orders": True} if s.both_orders else options  # both orders: another run
+    if seeded:  # the seeded order keeps other items under a limit: another folder beside the plain run
+        identity = {**identity, "order": "seeded"}
     path = run_path(out, spec, data_name, s.condition, identity)
     if not overwrite:
         config["limit"] = _wider_limit(path, s.limit)  # a larger --limit extends the run, a smaller one reads it

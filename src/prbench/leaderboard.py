@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from prbench import metrics
 from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
+from prbench.power import resolvable
 from prbench.records import Accuracy, EvalSummary
 from prbench.runkinds import NotARun, Run, open_run, scan_runs
 from prbench.runs import write_json_atomic
@@ -122,6 +123,13 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
             row.setdefault("validity", {})[s.condition] = s.validity.model_dump()
         for cat, g in (m.categories.groups if m.categories else {}).items():
             row["cells"][f"{s.condition}/{CATEGORY_SHORT.get(cat, cat)}"] = _cell(g)
+        try:  # the smallest difference this run resolves (prbench.power)
+            mde = resolvable(run.records)
+        except DataError as exc:  # damaged records: the accuracy still shows, this column does not
+            log.warning("no resolvable difference: %s", exc)
+            mde = None
+        if mde is not None:
+            row.setdefault("resolvable", {})[s.condition] = mde
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows.values():
         by_model.setdefault((r["data"], r["model"]), []).append(r)
@@ -189,6 +197,11 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
         head.append("personalization gain")
         for r, line in zip(rows, body):
             line.append(_gain_cell(r["validity"]) if "validity" in r else "-")
+    if any("resolvable" in r for r in rows):  # 80% power at level 0.05 against a fixed value (prbench.power)
+        head.append("resolves (pts)")
+        for r, line in zip(rows, body):
+            v = sorted(r["resolvable"].values()) if "resolvable" in r else []
+            line.append("-" if not v else f"{100 * v[0]:.1f}" if v[0] == v[-1] else f"{100 * v[0]:.1f}-{100 * v[-1]:.1f}")
     if any("usd" in r for r in rows):  # a cost column once any run spent API money
         head.append("$")
         for r, line in zip(rows, body):

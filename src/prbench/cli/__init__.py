@@ -60,7 +60,7 @@ def _register() -> None:
 
 
 # Modules that add top-level commands to `app` when imported.
-_COMMAND_MODULES: list[str] = ["eval", "study"]
+_COMMAND_MODULES: list[str] = ["eval", "study", "power"]
 # Modules that expose register(app).
 _REGISTER_MODULES: list[str] = ["downstream", "rgd", "meta", "export"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import typer
 from rich.markup import escape
@@ -34,6 +34,19 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
 from prbench.errors import PrbenchError
+
+MaxInvalid = Annotated[float, typer.Option(help="Fail (exit 1) when the share of invalid records is above this (0-1). "
+                                                "A run with every record invalid always fails.")]
+Batch = Annotated[bool, typer.Option(
+    "--batch", help="Send API requests as provider batches (half price; OpenAI /v1/batches, Anthropic Message "
+                    "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")]
+NoWait = Annotated[bool, typer.Option(
+    "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")]
+Until = Annotated[str | None, typer.Option(
+    help="Stop early: ci=W (every run's accuracy known to +-W) or decided[=M] (every pair of models separated "
+         "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
+         "a rerun with a tighter rule extends the same folders.")]
+UntilMax = Annotated[int | None, typer.Option(help="With --until: score at most N items per run.", min=1)]
 
 
 class EvalHelp(GroupedHelp):
@@ -83,16 +96,13 @@ def eval_cmd(
     repair: Repair = False,
     no_cache: NoCache = False,
     model_option: ModelOptions = None,
-    max_invalid: Annotated[float, typer.Option(
-        help="Fail (exit 1) when the share of invalid records is above this (0-1). A run with every "
-             "record invalid always fails.")] = 1.0,
+    max_invalid: MaxInvalid = 1.0,
     max_usd: MaxUsd = None,
     prices: Prices = None,
-    batch: Annotated[bool, typer.Option(
-        "--batch", help="Send API requests as provider batches (half price; OpenAI /v1/batches, Anthropic Message "
-                        "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")] = False,
-    no_wait: Annotated[bool, typer.Option(
-        "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")] = False,
+    batch: Batch = False,
+    no_wait: NoWait = False,
+    until: Until = None,
+    until_max: UntilMax = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -113,8 +123,13 @@ def eval_cmd(
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
+    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.sequential)
+        summaries = _eval_until(model, conds, per_model, settings, data, out, until, until_max, no_wait, {
+            "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
+            "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
+        failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
     with progress(quiet or json_out) as bar:
-        for spec in model:
+        for spec in model if until is None and until_max is None else ():
             opts = per_model[spec]
             distributed = settings.workers > 1 or settings.ray_address is not None
             rm = spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed, **opts})
@@ -145,6 +160,39 @@ def eval_cmd(
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 
 
+def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
+                out: Path, until: str | None, until_max: int | None, no_wait: bool, kw: dict, quiet: bool
+                ) -> list[dict]:
+    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.sequential`)."""
+    from prbench import evaluate
+    from prbench.rewards import load_rm
+    from prbench.sequential import StopRule, record_outcome, run_until
+
+    if no_wait:
+        raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
+    if settings.limit is not None:
+        raise PrbenchError("--until grows the number of items itself; cap it with --until-max instead of --limit")
+    if until is None:
+        raise PrbenchError("--until-max caps a sequential run: give --until ci=W or --until decided with it")
+    rule = StopRule.parse(until)
+    distributed = settings.workers > 1 or settings.ray_address is not None
+    rms = {spec: spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed,
+                                                           **per_model[spec]}) for spec in specs}
+    jobs = [(spec, cond) for spec in specs for cond in conds]
+    labels = [(str(getattr(rms[spec], "name", spec)), cond) for spec, cond in jobs]
+    with progress(quiet) as bar:
+        tasks = [bar.add_task(escape(f"{m} [{c}]"), total=None) for m, c in labels]
+
+        def at(i: int, n: int) -> Any:
+            spec, cond = jobs[i]
+            return evaluate(rms[spec], data, cond, settings=settings, out=out, model_options=per_model[spec],
+                            seeded_order=True, limit=n, **kw,
+                            on_progress=lambda d, t, task=tasks[i]: bar.update(task, completed=d, total=t))
+
+        outcome = run_until(labels, at, rule, until_max=until_max)
+    return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, record_outcome(outcome), strict=True)]
+
+
 def _print_runs(summaries: list[dict]) -> None:
     """The accuracy table of the runs, then each benchmark's own headline (RewardBench sections, RM-Bench grid)."""
     rows = []
@@ -154,6 +202,11 @@ def _print_runs(summaries: list[dict]) -> None:
         acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
         rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
     table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+    for why in dict.fromkeys(s["sequential"]["stopped"] for s in summaries if "sequential" in s):  # one per group
+        typer.echo(f"stopped: {why}")
+    if any("sequential" in s for s in summaries):
+        typer.echo("(the 95% CI column is the fixed-n bootstrap; the stopping rule used anytime-valid confidence "
+                   "sequences, in each summary's `sequential`)")
     for s in summaries:
         fs = s["metrics"].get("format_score")
         if fs and fs.get("value") is not None:

@@ -55,6 +55,7 @@ from prbench.meta.stats import (
     SUMMARIES,
     agreement_row,
     cross_benchmark,
+    judge_agreement,
     paper_b,
     summary_comparison,
 )
@@ -195,7 +196,8 @@ def meta_evaluate(
                      "min_rms": MIN_RMS, "match_condition": False},
         "definitions": _definitions(),
         "benchmarks": [{"label": f"{d} [{c}]", "data": d, "condition": c, "rms": sorted(g),
-                        "runs": {rm: str(r.path) for rm, r in sorted(g.items())}} for (d, c), g in sorted(groups.items())],
+                        "runs": {rm: str(r.path) for rm, r in sorted(g.items())},
+                        "judge_agreement": judge_agreement(g)} for (d, c), g in sorted(groups.items())],
         "settings": [s.describe() for s in settings],
         "rows": rows,
         "paper_b": paper_b(rows, settings, opts),

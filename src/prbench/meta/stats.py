@@ -330,3 +330,79 @@ def cross_benchmark(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+
+
+# -- judge agreement ---------------------------------------------------------------------------
+# Cohen's kappa and Krippendorff's alpha are a few lines of counting; scikit-learn (`cohen_kappa_score`) is only
+# a dev dependency and the `krippendorff` package is not one at all, so both are computed here and checked
+# against them (and against Krippendorff's worked example) in tests/test_agreement.py.
+def cohen_kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
+    """Cohen's (1960) kappa of two raters over the same units: (p_o - p_e) / (1 - p_e); None when undefined
+    (no units, or both raters constant on one and the same category)."""
+    if len(a) != len(b):
+        raise ValueError("two raters must rate the same units")
+    if not a:
+        return None
+    cats = sorted({*a, *b}, key=str)
+    n = len(a)
+    p_o = sum(x == y for x, y in zip(a, b, strict=True)) / n
+    p_e = sum((sum(x == c for x in a) / n) * (sum(y == c for y in b) / n) for c in cats)
+    return None if p_e == 1 else (p_o - p_e) / (1 - p_e)
+
+
+def krippendorff_alpha(units: Sequence[Sequence[Any]]) -> float | None:
+    """Krippendorff's alpha, nominal, over units each rated by any number of raters (None = missing):
+    1 - D_o / D_e from the coincidence matrix (Krippendorff 2011, "Computing Krippendorff's alpha-reliability").
+    Units with fewer than two ratings are not pairable and drop out; None when undefined."""
+    coincide: dict[tuple[Any, Any], float] = {}
+    for unit in units:
+        vals = [v for v in unit if v is not None]
+        m = len(vals)
+        if m < 2:
+            continue
+        for i, x in enumerate(vals):
+            for j, y in enumerate(vals):
+                if i != j:
+                    coincide[(x, y)] = coincide.get((x, y), 0.0) + 1 / (m - 1)
+    n_c: dict[Any, float] = {}
+    for (x, _), w in coincide.items():
+        n_c[x] = n_c.get(x, 0.0) + w
+    n = float(sum(n_c.values()))
+    if n <= 1:
+        return None
+    d_o = sum(w for (x, y), w in coincide.items() if x != y) / n
+    d_e = sum(n_c[x] * n_c[y] for x in n_c for y in n_c if x != y) / (n * (n - 1))
+    return None if d_e == 0 else 1 - d_o / d_e
+
+
+def judge_agreement(runs: Mapping[str, Run]) -> dict[str, Any] | None:
+    """Agreement of the pairwise judges of one benchmark (data x condition), None with no judge.
+
+    Between judges: Cohen's kappa on the side each picked (chosen, rejected, tie) over the items both judged
+    validly, and Krippendorff's alpha (nominal) over all of them. With the labels: Cohen's kappa between the
+    position the judge picked (first order) and the position the labelled chosen answer was shown in, which
+    (unlike accuracy) gives a judge that always answers "A" nothing for the pairs where A happened to win.
+    """
+    judges = {k: r for k, r in sorted(runs.items()) if any("verdicts" in rec for rec in r.records)}
+    if not judges:
+        return None
+    sides = {k: {rec["id"]: rec["credit"] for rec in r.records if rec.get("credit") is not None}
+             for k, r in judges.items()}
+    with_labels = []
+    for k, r in judges.items():
+        shown = [(rec["verdicts"][0], rec["chosen_position"]) for rec in r.records
+                 if rec.get("verdicts") and rec["verdicts"][0] is not None and rec.get("chosen_position")]
+        with_labels.append({"judge": k, "kappa": _clean(cohen_kappa([v for v, _ in shown], [c for _, c in shown])),
+                            "n": len(shown)})
+    pairs = []
+    names = list(judges)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = sorted(sides[a].keys() & sides[b].keys())
+            pairs.append({"a": a, "b": b, "n": len(shared), "agree": _clean(
+                float(np.mean([sides[a][x] == sides[b][x] for x in shared])) if shared else None),
+                "kappa": _clean(cohen_kappa([sides[a][x] for x in shared], [sides[b][x] for x in shared]))})
+    items = sorted(set().union(*(s.keys() for s in sides.values())))
+    alpha = krippendorff_alpha([[sides[k].get(x) for k in names] for x in items]) if len(names) > 1 else None
+    return {"judges": names, "with_labels": with_labels, "pairs": pairs, "krippendorff_alpha": _clean(alpha),
+            "n_items": len(items)}

@@ -155,6 +155,7 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
             rows.append(row)
         body.append(table(head, rows, row_classes=["baseline" if base[m] else "" for m in models]))
         body.append(_by_category(runs, models, conds, cell, base, seed, n_boot))
+        body.append(stats_panel(runs))
     return section("leaderboard", "Leaderboard", explain, "".join(body))
 
 
@@ -395,3 +396,39 @@ def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: 
                          numc('<span class="yes">yes</span>' if inside else '<span class="no">no</span>'),
                          text(run.data)])
     return section("published", "Published numbers", explain, table(head, rows))
+
+
+def stats_panel(runs: list[Run]) -> str:
+    """How far the numbers above can be trusted: where sequential runs stopped and why (`prbench.sequential`),
+    the smallest difference each run resolves (`prbench.power`), and the judges' agreement (`prbench.meta.stats`)."""
+    from prbench.meta.stats import judge_agreement
+    from prbench.power import resolvable
+
+    out = []
+    seqs = [(r.summary or {}).get("sequential") for r in runs]
+    stops = {seq["stopped"]: seq for seq in seqs if isinstance(seq, dict)}
+    for why, seq in stops.items():
+        out.append(f'<p class="explain">Stopped early (<code>--until {esc(seq.get("rule", ""))}</code>, '
+                   f'{fnum(seq.get("n_used"))} of {fnum(seq.get("n_items"))} items in one seeded order): {esc(why)}. '
+                   "Intervals are anytime-valid confidence sequences (betting, Waudby-Smith &amp; Ramdas 2024).</p>")
+    res = [v for v in (resolvable(r.records) for r in runs) if v is not None]
+    if res:
+        worst, best = max(res), min(res)
+        out.append(f'<p class="explain">Smallest accuracy difference these runs resolve (80% power, level 0.05, '
+                   f"against a fixed value; users as clusters): {100 * best:.1f}"
+                   + (f"-{100 * worst:.1f}" if worst > best else "") + " points. Smaller differences between rows "
+                   "are not evidence; <code>prbench power</code> sizes a study that can see them.</p>")
+    for cond in conditions_of(runs):
+        agree = judge_agreement({r.key: r for r in runs if r.condition == cond})
+        if not agree or not agree["judges"]:
+            continue
+        rows: list[list[Cell | str]] = [[display_name(runs, x["judge"]), text("labels"), numc(fnum(x["kappa"], 2)),
+                                         numc(fnum(x["n"]))] for x in agree["with_labels"]]
+        rows += [[display_name(runs, x["a"]), text(display_name(runs, x["b"])), numc(fnum(x["kappa"], 2)),
+                  numc(fnum(x["n"]))] for x in agree["pairs"]]
+        alpha = agree["krippendorff_alpha"]
+        out.append(table(["judge", "with", Cell("Cohen's kappa", "num"), Cell("n", "num")], rows,
+                         caption=f"judge agreement [{esc(cond)}]: with labels = the position picked vs the position "
+                                 "of the chosen answer; between judges = the side picked"
+                         + (f"; Krippendorff's alpha {alpha:.2f}" if alpha is not None else "")))
+    return "".join(out)

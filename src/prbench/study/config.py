@@ -256,6 +256,8 @@ class StudyConfig(_Strict):
     out: str = "prbench-study"
     seed: Seed = 0
     limit: Limit = None
+    until: str | None = None  # eval stage: stop early (ci=W or decided[=M], prbench.sequential); `limit` caps it
+    until_max: Limit = None  # with `until`: at most this many items per run
     categories: list[str] | None = None
     conditions: list[str] = Field(default_factory=lambda: ["none", "profile", "oracle", "wrong-profile"])
     top_k: Count(10_000) = 10
@@ -280,6 +282,18 @@ class StudyConfig(_Strict):
         return ModelEntry._known(v) or []
 
     _format = field_validator("format")(lambda cls, v: _check_format(v))
+
+    @field_validator("until")
+    @classmethod
+    def _rule(cls, v: str | None) -> str | None:
+        from prbench.sequential import StopRule
+
+        if v is None:
+            return v
+        try:
+            return str(StopRule.parse(v))
+        except PrbenchError as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="before")
     @classmethod

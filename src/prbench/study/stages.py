@@ -99,8 +99,8 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
 @stage("eval", _plan_eval, order=20)
 def run_eval(ctx: StudyContext) -> None:
     bar = ctx.outputs.get("progress")
-    results: list[dict[str, Any]] = []
-    for entry in ctx.cfg.models:
+    results: list[dict[str, Any]] = _eval_until(ctx) if ctx.cfg.until else []
+    for entry in ctx.cfg.models if not ctx.cfg.until else ():
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
             res = evaluate(
@@ -126,6 +126,29 @@ def run_eval(ctx: StudyContext) -> None:
                 results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
                                 "accuracy": res.summary["accuracy"]})
     ctx.outputs["eval"] = results
+
+
+def _eval_until(ctx: StudyContext) -> list[dict[str, Any]]:
+    """The study's main runs under `until` (`prbench.sequential`): one growing seeded prefix, each condition's
+    models stopping together; `until_max` (else `limit`) caps the items."""
+    from prbench.sequential import StopRule, record_outcome, run_until
+
+    jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
+
+    def at(i: int, n: int) -> Any:
+        entry, cond = jobs[i]
+        cap = eval_limit(ctx, entry, cond)
+        return evaluate(entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=min(n, cap or n),
+                        seeded_order=True, categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
+                        retriever=ctx.cfg.retriever, planner_file=planner_file(ctx) if cond == "planner" else None,
+                        both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size, model_options=entry.options,
+                        format=ctx.cfg.format, batch=entry.batch, max_usd=entry.max_usd)
+
+    outcome = run_until([(e.spec, c) for e, c in jobs], at, StopRule.parse(str(ctx.cfg.until)),
+                        until_max=ctx.cfg.until_max or ctx.cfg.limit)
+    summaries = record_outcome(outcome)
+    return [{"spec": e.spec, "condition": c, "path": str(r.path), "accuracy": s["accuracy"],
+             "sequential": s["sequential"]} for (e, c), r, s in zip(jobs, outcome.results, summaries, strict=True)]
 
 
 def _eval_specs(ctx: StudyContext) -> list[str]:
