@@ -162,6 +162,17 @@ class Capabilities(_Open):
     is_control: bool = False
 
 
+class SequentialStop(_Open):
+    """Where a sequential run (`--until`, `prbench.sequential`) stopped, under which rule, and why."""
+
+    rule: str
+    n_used: int = Field(ge=0)
+    n_items: int = Field(ge=0)
+    stopped: str
+    level: float | None = None
+    method: str = ""
+
+
 class EvalSummary(_Open):
     """What every reader of an eval run relies on."""
 
@@ -179,6 +190,7 @@ class EvalSummary(_Open):
     metrics: EvalMetrics
     cost: CostSummary | None = None  # API runs only
     validity: ValidityCard | None = None  # the personalization validity card, when its control ran
+    sequential: SequentialStop | None = None  # `--until` runs: the rule, the items used and why it stopped
     capabilities: Capabilities | None = None  # what the RM kind can do (runs before they were recorded: none)
     model_info: dict[str, Any] = {}  # free-form per RM kind (fingerprint, prompt and template hashes)
     versions: dict[str, str | None] = {}

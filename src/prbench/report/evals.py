@@ -405,11 +405,11 @@ def stats_panel(runs: list[Run]) -> str:
     from prbench.power import resolvable
 
     out = []
-    seqs = [(r.summary or {}).get("sequential") for r in runs]
-    stops = {seq["stopped"]: seq for seq in seqs if isinstance(seq, dict)}
+    seqs = [ev(r).sequential for r in runs]
+    stops = {seq.stopped: seq for seq in seqs if seq is not None}
     for why, seq in stops.items():
-        out.append(f'<p class="explain">Stopped early (<code>--until {esc(seq.get("rule", ""))}</code>, '
-                   f'{fnum(seq.get("n_used"))} of {fnum(seq.get("n_items"))} items in one seeded order): {esc(why)}. '
+        out.append(f'<p class="explain">Stopped early (<code>--until {esc(seq.rule)}</code>, '
+                   f'{fnum(seq.n_used)} of {fnum(seq.n_items)} items in one seeded order): {esc(why)}. '
                    "Intervals are anytime-valid confidence sequences (betting, Waudby-Smith &amp; Ramdas 2024).</p>")
     res = [v for v in (resolvable(r.records) for r in runs) if v is not None]
     if res:
