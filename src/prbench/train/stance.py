@@ -7,8 +7,8 @@ Each training person contributes their signed judgments: the profile's evidence 
 of the rest as the evidence, the size spread so the model works with the ten posts an eval shows
 as with thirty. Bradley-Terry on `scale` x margin, minibatches, Adam. All `members` projections
 are trained on the same draws from different random starts (the ensemble of the reward).
-A person with no -1 item anywhere (a profile of plain posts) still trains on their labelled pairs:
-the rejected answer is the held-out -1.
+A person whose profile holds no -1 item (plain posts) still trains: their labelled pairs' rejected
+answers are the -1 items.
 Seconds to a few minutes on CPU for hundreds of people (the frozen encoder runs once per text).
 """
 
@@ -93,8 +93,6 @@ def train_stance(pairs: Sequence[PreferencePair], out: str | Path, config: Stanc
     readouts = cfg.readouts()
     embed = start_training("train_stance", pairs, cfg.seed, cfg.encoder, cache)
     people = judgments_by_user(pairs)
-    if not any(any(s < 0 for _, s in v) and any(s > 0 for _, s in v) for v in people.values()):
-        raise PrbenchError("train_stance: no person has both an endorsed and a rejected item")
     texts = list(dict.fromkeys(t for v in people.values() for t, _ in v))
     table = torch.from_numpy(embed(texts))
     index = {t: i for i, t in enumerate(texts)}
