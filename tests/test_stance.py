@@ -43,7 +43,7 @@ def planted_votes(people: int, seed: int = 0) -> list[PreferencePair]:
                     [(t, "disagree") for t in SIDES[other] if t != rejected]
             rng.shuffle(votes)
             profile = [ProfilePost(id=f"{camp}{i}-{j}", text=f"I {s}: {t}") for j, (t, s) in enumerate(votes[:6])]
-            out.append(PreferencePair(user_id=f"{camp}-{i}", prompt="What should the city do about traffic?",
+            out.append(PreferencePair(user_id=f"{camp}-{i}", prompt=f"What should the city do about traffic? ({i % 4})",
                                       chosen=chosen, rejected=rejected, profile=profile, id=f"{camp}-{i}"))
     return out
 
