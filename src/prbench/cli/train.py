@@ -49,7 +49,8 @@ TrainSplit = Annotated[str, typer.Option(
                     "benchmark scores).")]
 
 
-def _load(data: str, eval_data: str | None, format_: str | None = None, split: str = "train"):
+def _load(data: str, eval_data: str | None, format_: str | None = None, split: str = "train"
+          ) -> tuple[list[Any], list[Any]]:
     """Training pairs from the `split` part; --eval-data pairs from the test part (held out)."""
     from prbench.data.pairs import load_pairs, load_training_pairs
 
@@ -57,7 +58,7 @@ def _load(data: str, eval_data: str | None, format_: str | None = None, split: s
             load_pairs(eval_data, format=format_) if eval_data else [])
 
 
-def _planner(path: Path | None):
+def _planner(path: Path | None) -> Any:
     if path is None:
         return None
     from prbench.conditions import read_planner_file
@@ -65,7 +66,7 @@ def _planner(path: Path | None):
     return read_planner_file(path)
 
 
-def _report(result, json_out: bool, protocol: dict | None = None, method: str | None = None,
+def _report(result: Any, json_out: bool, protocol: dict | None = None, method: str | None = None,
             eval_data: str | None = None) -> None:
     last = result.log[-1] if result.log else {}
     loads_as = _loads_as(result.out)
@@ -94,7 +95,7 @@ def _report(result, json_out: bool, protocol: dict | None = None, method: str | 
                    "--out runs" + ("" if eval_data else "   (HELD_OUT: pairs of users it was not trained on)"))
 
 
-def _pct(v) -> str:
+def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
@@ -117,7 +118,7 @@ def _protocol_table(protocol: dict) -> None:
     table("protocol: accuracy % per user, mean [95% CI over users]", ["measure", "mean", "worst decile", "users"], rows)
 
 
-def _loads_as(out) -> str | None:
+def _loads_as(out: str | Path) -> str | None:
     import json
 
     try:
@@ -138,7 +139,7 @@ class Check(Settings):
 
 
 def _run(method: str, data: str, out: Path, options: dict, check: Check, json_out: bool, format_: str | None = None,
-         split: str = "train", **extra) -> None:
+         split: str = "train", **extra: Any) -> None:
     from prbench.train import is_main_process
     from prbench.train.methods import train_method
 
@@ -152,7 +153,7 @@ def _run(method: str, data: str, out: Path, options: dict, check: Check, json_ou
     _report(result, json_out, report, method, check.eval_data)
 
 
-def _score_eval(method: str, out: Path, pairs, options: dict) -> dict:
+def _score_eval(method: str, out: Path, pairs: list[Any], options: dict) -> dict:
     """Accuracy of the saved model on --eval-data pairs, per user (under the method's condition)."""
     from prbench.rewards import load_rm
     from prbench.train.methods import spec_for
@@ -269,7 +270,7 @@ def bt(
     from prbench.train.bt import train_bt
 
     cfg = BTConfig.build(settings, **set_options(epochs=epochs, lr=lr, batch_size=batch_size))  # None: BTConfig's
-    result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
+    result = train_bt(pairs, out, str(base_model), cfg, eval_pairs=held, planner=planner)  # set: checked above
     from prbench.train import is_main_process
 
     if is_main_process():  # rank 0 alone reports a launched run

@@ -45,7 +45,7 @@ def build_stance(config: dict[str, Any]) -> Any:
     torch = require("torch", "hf")
     nn = torch.nn
 
-    class StanceModel(nn.Module):
+    class StanceModel(nn.Module):  # type: ignore[name-defined]  # torch is imported lazily
         """M projections P_m of the frozen features; `readout` turns similarities into a reward."""
 
         def __init__(self, dim: int, rank: int, members: int, readouts: Sequence[str], tau: float):

@@ -218,7 +218,7 @@ class SynthesizeMeReward(PointwiseRM):
                 self.fitted[key] = self.synth.synthesize(f"history:{key}", shown_pairs(view))["persona"]
             return self.fitted[key]
         u = view_user(view)
-        found = self.adapted.get(u) or self.personas.get(u or "")
+        found = self.adapted.get(u or "") or self.personas.get(u or "")
         return (found or {}).get("persona", "")
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:

@@ -59,12 +59,12 @@ class Method:
     recommend: bool = False
     command: bool = True  # `prbench train NAME` is its settings model and nothing else (bt, pal have their own)
 
-    def load(self) -> tuple[Callable[..., TrainResult], type]:
+    def load(self) -> tuple[Callable[..., TrainResult], Any]:
         from prbench.registry import resolve
 
         return resolve(self.train), resolve(self.config)
 
-    def settings(self) -> type:
+    def settings(self) -> Any:
         """The settings model alone (the CLI builds a command from it without importing the trainer)."""
         from prbench.registry import resolve
 
@@ -166,7 +166,7 @@ def train_method(
         report.update(measured)
     elif run_protocol_check:
         try:
-            split = split_protocol(pairs, pcfg, **({"item_key": item_key} if item_key else {}))
+            split = split_protocol(pairs, pcfg, item_key=item_key) if item_key else split_protocol(pairs, pcfg)
         except PrbenchError as exc:
             split = None
             report["skipped"] = f"protocol not run: {exc}"
@@ -286,10 +286,15 @@ def recommend(pairs: Sequence[PreferencePair], candidates: Sequence[str] | None 
             continue
         users = sorted(set(own[row["method"]]) & set(own[best["method"]]))
         diff = np.array([own[row["method"]][u] - own[best["method"]][u] for u in users])
-        low, high = metrics.bootstrap_ci(diff, seed=pcfg.seed, n_boot=pcfg.n_boot) if diff.size else (None, None)
-        gain = f"{100 * diff.mean():+.1f} points per unseen user [{100 * low:.1f}, {100 * high:.1f}]" \
-            if low is not None else "no common unseen user"
-        if low is not None and low > 0:
+        if not diff.size:
+            why += f"; {row['method']} shares no unseen user with {best['method']}"
+            continue
+        low, high = metrics.bootstrap_ci(diff, seed=pcfg.seed, n_boot=pcfg.n_boot)
+        if low is None or high is None:  # one user only: no interval, so no evidence beyond chance
+            why += f"; {row['method']} is measured on too few unseen users to beat {best['method']}"
+            continue
+        gain = f"{100 * diff.mean():+.1f} points per unseen user [{100 * low:.1f}, {100 * high:.1f}]"
+        if low > 0:
             why = f"{row['method']}: best on unseen users, {gain} over {best['method']}"
             best = row
         else:
