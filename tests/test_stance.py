@@ -9,6 +9,7 @@ are the same for both camps: only the signs ("I agree:" / "I disagree:") tell th
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,7 @@ def test_stance_trains_on_pairs_without_rubric_narrative_or_category(tmp_path: P
 # --------------------------------------------------------------------------- recommendation by the protocol
 
 
-CHEAP = ProtocolConfig(ks=(0,), draws=1, n_boot=200, holdout_users=0.3, controls=True)
+CHEAP = ProtocolConfig(ks=(0,), draws=1, n_boot=200, holdout_users=0.3, controls=False)
 
 
 def test_recommend_keeps_stance_where_people_differ_in_what_they_endorse(minilm_cache: Any) -> None:
@@ -137,3 +138,20 @@ def test_recommend_keeps_style_where_people_differ_in_how_they_write(minilm_cach
     rows = {r["method"]: r for r in rec.rows}
     assert rec.method == "style", rec.why
     assert rows["style"]["unseen"] >= rows["stance"]["unseen"], rows
+
+
+def test_cli_train_without_a_method_falls_back_to_the_default_when_the_protocol_cannot_run(tmp_path: Path) -> None:
+    """Three people cannot be split into seen and unseen: the default method trains, and the CLI says why."""
+    from typer.testing import CliRunner
+
+    from prbench.cli import _register, app
+    from prbench.train.methods import DEFAULT_METHOD
+
+    _register()
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(p.model_dump_json(exclude_none=True) + "\n" for p in planted_votes(6)[:3]),
+                    encoding="utf-8")
+    res = CliRunner().invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "m"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["method"] == DEFAULT_METHOD
+    assert "no recommendation by measurement" in res.output and "at least 4 users" in res.output

@@ -186,8 +186,6 @@ def default(
         if data is None and out is None:
             raise typer.Exit(0)
         raise PrbenchError("prbench train: give both --data and --out (or a method: prbench train lore --help)")
-    import warnings
-
     from prbench.train import is_main_process
     from prbench.train.methods import DEFAULT_METHOD, METHODS, options_for, recommend, train_method
 
@@ -202,7 +200,7 @@ def default(
     except PrbenchError as exc:
         if "at least 4 users" not in str(exc):
             raise
-        warnings.warn(f"no recommendation by measurement ({exc}); training {DEFAULT_METHOD}", stacklevel=1)
+        typer.echo(f"warning: no recommendation by measurement ({exc}); training {DEFAULT_METHOD}", err=True)
         _run(DEFAULT_METHOD, data, out, options_for(DEFAULT_METHOD, options), Check(), json_out, format_=format_,
              split=split)
         return
