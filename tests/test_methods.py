@@ -174,7 +174,9 @@ def test_cli_default_trains_the_recommended_method_and_eval_reports_the_protocol
     res = runner.invoke(app, ["train", "--data", str(data), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    assert report["method"] == DEFAULT_METHOD and report["loads_as"] == f"{METHODS[DEFAULT_METHOD].spec}:{out}"
+    rec = report["recommendation"]  # no method named: the candidates measured on held-out people of the file
+    assert {r["method"] for r in rec["rows"]} == {m for m in METHODS.names() if METHODS[m].recommend}
+    assert rec["why"].startswith(report["method"]) and report["loads_as"] == f"{METHODS[report['method']].spec}:{out}"
     assert {"train", "seen", "unseen_k0", "baseline:lexical"} <= set(report["protocol"])
     protocol = json.loads((out / "protocol.json").read_text())
     assert [c["k"] for c in protocol["unseen"]["curve"]] == [0, 1, 2, 4, 8, 16]
@@ -276,3 +278,30 @@ def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(minilm_cache, tmp_path)
 
     shown = build_view(unseen[0], "history", retriever=load_retriever("bm25"))
     assert context_units(shown) == [h.chosen for h in shown.pairs]  # the baselines compare with what they preferred
+
+
+def test_training_methods_are_one_registry_and_the_cli_list_is_derived_from_it():
+    """A plug-in `Method` (here registered at run time, as an entry point of `prbench.methods` would be) gets a
+    `prbench train NAME` command and a config; an entry point that is not a Method is refused in one line."""
+    from prbench.cli.train import _simple_methods
+    from prbench.train.methods import Method
+
+    names = [name for name, _, _ in _simple_methods()]
+    assert names == [m for m in METHODS.names() if METHODS[m].command]
+    assert "stance" in names and "pal" not in names  # pal and bt have commands of their own
+    mine = Method("mine", "prbench.train.stance:train_stance", "prbench.train.stance:StanceConfig", "stance",
+                  "Train mine.", cost=1.5)
+    METHODS.register("mine", mine)
+    METHODS.register("broken", "prbench.train.methods:DEFAULT_METHOD")
+    try:
+        assert METHODS["mine"] is mine and make_config("mine", {"rank": 8}).rank == 8
+        assert ("mine", METHODS["mine"].settings(), "Train mine.") in _simple_methods()
+        with pytest.raises(PrbenchError, match="'broken': its entry point gives a str, not a"):
+            METHODS["broken"]
+        with pytest.warns(UserWarning, match="prbench train broken: not available"):
+            assert "broken" not in [n for n, _, _ in _simple_methods()]
+    finally:
+        METHODS.unregister("mine")
+        METHODS.unregister("broken")
+    with pytest.raises(PrbenchError, match="unknown training method 'mien'"):
+        make_config("mien", {})

@@ -381,3 +381,56 @@ def test_synthesizeme_runs_offline_on_smollm2(tmp_path):
     rm = load_rm(spec_for("synthesizeme", tmp_path / "m"))
     scores = rm.score([(View(example_id="x", question=pairs[0].prompt, condition="profile", user_id="u0"), pairs[0].chosen)])
     assert len(scores) == 1 and rm.counts["with_persona"] == 1
+    # a local engine reads its score by likelihood (auto): a number, where the text route read none (#32)
+    assert type(rm.judge).__name__ == "ScoreByLikelihood" and scores[0].valid and 1 <= scores[0].value <= 9
+
+
+def test_synthesizeme_likelihood_route_verifies_personas_with_a_tiny_model(tiny_lm, tmp_path):
+    """Every held-out pair gets a reading (a random tiny model writes no "Score: N"), so personas are verified."""
+    from prbench.conditions import View
+    from prbench.rewards import load_rm
+
+    pairs = _planted_pairs(2, 4)
+    fn, _ = METHODS["synthesizeme"].load()
+    fn(pairs, tmp_path / "m", make_config("synthesizeme", {"engine": f"hf:{tiny_lm}", "candidates": 2,
+                                                           "max_new_tokens": 8}))
+    personas = json.loads((tmp_path / "m" / "personas.json").read_text())
+    assert all(p["verified_on"] == 2 and p["verify_accuracy"] is not None for p in personas.values())
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["unverified_users"] == 0
+    rm = load_rm(spec_for("synthesizeme", tmp_path / "m"))
+    view = View(example_id="x", question=pairs[0].prompt, condition="profile", user_id="u0")
+    scores = rm.score([(view, pairs[0].chosen), (view, pairs[0].rejected)])
+    assert all(s.valid and 1 <= s.value <= 9 for s in scores) and rm.fingerprint()["route"] == "likelihood"
+
+
+def test_synthesizeme_score_route_choice():
+    """auto: likelihood for local engines, text for API judges; a folder from before the route reads text."""
+    from prbench.rewards.synthesizeme import ScoreByLikelihood, judge_route
+
+    assert judge_route({"engine": "builtin:smollm2-135m-instruct", "judge_route": "auto"}) == "likelihood"
+    assert judge_route({"engine": "hf:/models/x", "judge_route": "auto"}) == "likelihood"
+    assert judge_route({"engine": "openai:gpt-5.1", "judge_route": "auto"}) == "text"
+    assert judge_route({"engine": "openai:gpt-5.1", "judge_route": "likelihood"}) == "likelihood"
+    assert judge_route({"engine": "builtin:smollm2-135m-instruct"}) == "text"
+    with pytest.raises(PrbenchError, match="judge_route"):
+        judge_route({"engine": "hf:x", "judge_route": "logits"})
+    inf = float("-inf")
+    half = -0.6931471805599453
+    assert ScoreByLikelihood.expected({"1": half, "9": half, **{str(i): inf for i in range(2, 9)}}) == pytest.approx(5)
+    assert ScoreByLikelihood.expected({str(i): inf for i in range(1, 10)}) is None
+    assert ScoreByLikelihood.expected({"3": 0.0}) == 3  # digits the engine did not report count as impossible
+
+
+def test_synthesizeme_likelihood_route_refuses_an_engine_without_token_probabilities(tmp_path):
+    from prbench.engines.base import Engine
+    from prbench.errors import SpecError
+    from prbench.rewards.synthesizeme import ScoreByLikelihood
+
+    class TextOnly(Engine):
+        spec = "textonly:x"
+
+        def generate(self, prompts, params):  # pragma: no cover - never reached
+            raise AssertionError
+
+    with pytest.raises(SpecError, match="choice_logprobs"):
+        ScoreByLikelihood(TextOnly())

@@ -475,6 +475,9 @@ class SynthesizeMeConfig(MethodView):
     max_chars: int = count(600, "Characters kept of each question and answer in the induction prompt.", 10**6)
     max_new_tokens: int = count(160, "Token limit of a persona.", 1 << 16)
     judge_tokens: int = count(128, "Token limit of a judge's reply.", 1 << 16)
+    judge_route: Literal["auto", "text", "likelihood"] = opt(
+        "auto", "How the judge's score is read: text (it writes 'Score: N'), likelihood (expected digit from its "
+                "first-token probabilities), auto (likelihood for local engines, text for API judges).", metavar="NAME")
     base_url: str | None = EngineAccess.model_fields["base_url"]
     api_key_env: str | None = EngineAccess.model_fields["api_key_env"]
 

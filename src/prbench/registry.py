@@ -127,6 +127,7 @@ REWARDS = Registry("reward model", "prbench.rewards", {
     "lore": "prbench.rewards.lore:LoReReward",
     "vpl": "prbench.rewards.vpl:VPLReward",
     "style": "prbench.rewards.style:StyleReward",
+    "stance": "prbench.rewards.stance:StanceReward",
     "pref": "prbench.rewards.pref:PReFReward",
     "gpo": "prbench.rewards.gpo:GPOReward",
     "synthesizeme": "prbench.rewards.synthesizeme:SynthesizeMeReward",

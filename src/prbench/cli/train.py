@@ -26,16 +26,9 @@ from prbench.config import (
     ENCODER,
     ENCODER_FIELD,
     BTConfig,
-    FinetuneConfig,
-    GPOConfig,
-    LoReConfig,
     MethodView,
     PALConfig,
-    PReFConfig,
     Settings,
-    StyleConfig,
-    SynthesizeMeConfig,
-    VPLConfig,
     opt,
 )
 from prbench.errors import PrbenchError
@@ -56,7 +49,8 @@ TrainSplit = Annotated[str, typer.Option(
                     "benchmark scores).")]
 
 
-def _load(data: str, eval_data: str | None, format_: str | None = None, split: str = "train"):
+def _load(data: str, eval_data: str | None, format_: str | None = None, split: str = "train"
+          ) -> tuple[list[Any], list[Any]]:
     """Training pairs from the `split` part; --eval-data pairs from the test part (held out)."""
     from prbench.data.pairs import load_pairs, load_training_pairs
 
@@ -64,7 +58,7 @@ def _load(data: str, eval_data: str | None, format_: str | None = None, split: s
             load_pairs(eval_data, format=format_) if eval_data else [])
 
 
-def _planner(path: Path | None):
+def _planner(path: Path | None) -> Any:
     if path is None:
         return None
     from prbench.conditions import read_planner_file
@@ -72,7 +66,7 @@ def _planner(path: Path | None):
     return read_planner_file(path)
 
 
-def _report(result, json_out: bool, protocol: dict | None = None, method: str | None = None,
+def _report(result: Any, json_out: bool, protocol: dict | None = None, method: str | None = None,
             eval_data: str | None = None) -> None:
     last = result.log[-1] if result.log else {}
     loads_as = _loads_as(result.out)
@@ -82,7 +76,7 @@ def _report(result, json_out: bool, protocol: dict | None = None, method: str | 
     if json_out:
         emit_json({"out": str(result.out), "method": method, "loads_as": loads_as, "final": last,
                    "epochs": result.log, "protocol": (protocol or {}).get("headline"), "eval_data": (protocol or {}).get("eval_data"),
-                   "warnings": warnings})
+                   "recommendation": (protocol or {}).get("recommendation"), "warnings": warnings})
         return
     keys = [k for k in ("loss", "accuracy", "eval_accuracy") if any(k in r for r in result.log)]
     step = max(1, len(result.log) // 10)  # at most about ten rows; the whole log is in train_log.jsonl
@@ -101,7 +95,7 @@ def _report(result, json_out: bool, protocol: dict | None = None, method: str | 
                    "--out runs" + ("" if eval_data else "   (HELD_OUT: pairs of users it was not trained on)"))
 
 
-def _pct(v) -> str:
+def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
@@ -124,7 +118,7 @@ def _protocol_table(protocol: dict) -> None:
     table("protocol: accuracy % per user, mean [95% CI over users]", ["measure", "mean", "worst decile", "users"], rows)
 
 
-def _loads_as(out) -> str | None:
+def _loads_as(out: str | Path) -> str | None:
     import json
 
     try:
@@ -145,7 +139,7 @@ class Check(Settings):
 
 
 def _run(method: str, data: str, out: Path, options: dict, check: Check, json_out: bool, format_: str | None = None,
-         split: str = "train", **extra) -> None:
+         split: str = "train", **extra: Any) -> None:
     from prbench.train import is_main_process
     from prbench.train.methods import train_method
 
@@ -159,7 +153,7 @@ def _run(method: str, data: str, out: Path, options: dict, check: Check, json_ou
     _report(result, json_out, report, method, check.eval_data)
 
 
-def _score_eval(method: str, out: Path, pairs, options: dict) -> dict:
+def _score_eval(method: str, out: Path, pairs: list[Any], options: dict) -> dict:
     """Accuracy of the saved model on --eval-data pairs, per user (under the method's condition)."""
     from prbench.rewards import load_rm
     from prbench.train.methods import spec_for
@@ -179,9 +173,12 @@ def default(
     split: TrainSplit = "train",
     seed: Seed = 0,
     encoder: Annotated[str, typer.Option(help=ENCODER_FIELD.description)] = ENCODER,
+    candidates: Annotated[str | None, typer.Option(
+        help="Methods the recommendation measures, comma-separated, or 'all' (default: the cheap ones, "
+             "`Method.recommend`).", metavar="LIST")] = None,
     json_out: Json = False,
 ) -> None:
-    """With no method: train the recommended method (see `prbench.train.methods.DEFAULT_METHOD`)."""
+    """With no method: measure the candidates by the protocol on held-out people of --data, train the best."""
     if ctx.invoked_subcommand is not None:
         return
     if data is None or out is None:
@@ -189,13 +186,41 @@ def default(
         if data is None and out is None:
             raise typer.Exit(0)
         raise PrbenchError("prbench train: give both --data and --out (or a method: prbench train lore --help)")
-    from prbench.train.methods import DEFAULT_METHOD
+    from prbench.train import is_main_process
+    from prbench.train.methods import DEFAULT_METHOD, METHODS, options_for, recommend, train_method
 
-    if not json_out:
-        typer.echo(f"training the recommended method: {DEFAULT_METHOD} (best on unseen users in our held-out check; "
-                   "see docs on personalized methods)")
+    names = None
+    if candidates:
+        names = [m for m in METHODS.names() if METHODS[m].command or m == "context-bt"] \
+            if candidates.strip() == "all" else split_csv(candidates)
+    pairs, _ = _load(data, None, format_, split)
     options = {"seed": seed, **({"encoder": encoder} if encoder != ENCODER else {})}  # the default may read no encoder
-    _run(DEFAULT_METHOD, data, out, options, Check(), json_out, format_=format_, split=split)
+    try:
+        rec = recommend(pairs, names, options)
+    except PrbenchError as exc:
+        if "at least 4 users" not in str(exc):
+            raise
+        typer.echo(f"warning: no recommendation by measurement ({exc}); training {DEFAULT_METHOD}", err=True)
+        _run(DEFAULT_METHOD, data, out, options_for(DEFAULT_METHOD, options), Check(), json_out, format_=format_,
+             split=split)
+        return
+    if not json_out:
+        _recommend_table(rec.rows)
+        typer.echo(f"recommended: {rec.why}")
+    result, report = train_method(rec.method, pairs, out, options_for(rec.method, options),
+                                  measured={**rec.reports[rec.method],
+                                            "recommendation": {"rows": rec.rows, "why": rec.why}})
+    if is_main_process():
+        _report(result, json_out, report, rec.method, None)
+
+
+def _recommend_table(rows: list[dict]) -> None:
+    table("recommendation: each candidate by the protocol on held-out people (accuracy %, mean over users)",
+          ["method", "unseen users [95% CI]", "seen users", "wrong-profile", "swap drop (p)", "cost", "train s"],
+          [(r["method"], f"{_pct(r['unseen'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]", _pct(r["seen"]),
+            _pct(r["wrong_profile"]),
+            "-" if r["swap_drop"] is None else f"{_pct(r['swap_drop'])} (p={r['swap_p']:.2g})", r["cost"],
+            r["train_seconds"]) for r in rows])
 
 
 @app.command()
@@ -243,7 +268,7 @@ def bt(
     from prbench.train.bt import train_bt
 
     cfg = BTConfig.build(settings, **set_options(epochs=epochs, lr=lr, batch_size=batch_size))  # None: BTConfig's
-    result = train_bt(pairs, out, base_model, cfg, eval_pairs=held, planner=planner)
+    result = train_bt(pairs, out, str(base_model), cfg, eval_pairs=held, planner=planner)  # set: checked above
     from prbench.train import is_main_process
 
     if is_main_process():  # rank 0 alone reports a launched run
@@ -261,36 +286,37 @@ def pal(data: Data, out: Out, settings: PALConfig, check: Check, format_: Format
     _run("pal", data, out, settings.model_dump(), check, json_out, format_=format_, split=split, **extra)
 
 
-# Methods whose command is their settings model and nothing else: `prbench train NAME`, evaluated as NAME:OUT
-# (one declaration, so each keeps the same common options in the same order).
-SIMPLE_METHODS: tuple[tuple[str, type, str], ...] = (
-    ("lore", LoReConfig,
-     "Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT."),
-    ("vpl", VPLConfig,
-     "Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT."),
-    ("style", StyleConfig,
-     "Train the persona space. Lexical + stylometric features of profile and response, a learned map; style:OUT."),
-    ("pref", PReFConfig,
-     "Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT."),
-    ("gpo", GPOConfig,
-     "Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT."),
-    ("synthesizeme", SynthesizeMeConfig,
-     "Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; synthesizeme:OUT."),
-    ("finetune", FinetuneConfig,
-     "Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT."),
-)
-
-
-def _method_command(method: str, model: type, doc: str):
+def _method_command(method: str, model: type, doc: str) -> Any:
     def command(data: Data, out: Out, settings: Any, check: Check, format_: Format = None,
                 split: TrainSplit = "train", json_out: Json = False) -> None:
         _run(method, data, out, settings.model_dump(), check, json_out, format_=format_, split=split)
 
-    command.__name__, command.__doc__ = method, doc
+    command.__name__, command.__doc__ = method.replace("-", "_"), doc
     return app.command(method)(settings_command(settings=model, check=Check)(command))
 
 
-lore, vpl, style, pref, gpo, synthesizeme, finetune = (_method_command(*m) for m in SIMPLE_METHODS)
+def _simple_methods() -> tuple[tuple[str, type, str], ...]:
+    """Methods whose command is their settings model and nothing else (`Method.command`), from the one registry
+    (built-ins and `prbench.methods` plug-ins): `prbench train NAME`, evaluated as SPEC:OUT. A plug-in that fails
+    to load is named on stderr and left out; the other commands still work."""
+    import warnings
+
+    from prbench.errors import SpecError
+    from prbench.train.methods import METHODS
+
+    out = []
+    for name in METHODS.names():
+        try:
+            method = METHODS[name]
+            if method.command:
+                out.append((name, method.settings(), method.doc or f"Train {name}; {method.spec}:OUT."))
+        except (SpecError, PrbenchError, ImportError, AttributeError) as exc:
+            warnings.warn(f"prbench train {name}: not available ({exc})", stacklevel=2)
+    return tuple(out)
+
+
+SIMPLE_METHODS = _simple_methods()
+COMMANDS = {name: _method_command(name, model, doc) for name, model, doc in SIMPLE_METHODS}
 
 
 def synth_users(

@@ -9,8 +9,15 @@
    (`verify_share`); every candidate is judged on the held-out pairs, and the candidate with
    the best held-out accuracy (first on ties) is the user's persona. A user with one pair
    induces on it with no verification (recorded);
-3. *judge*: a pointwise judge (`judge:` engine, 1-10 score) scores each response with the
-   persona shown as the user context (`View.persona`) in place of what the view showed.
+3. *judge*: a pointwise judge scores each response with the persona shown as the user context
+   (`View.persona`) in place of what the view showed. Two routes (`judge_route`):
+   `text`: the `judge:` pointwise judge writes its reasoning and "Score: N" (1-10), parsed;
+   `likelihood`: no generation; the engine's probabilities of the reply's first token being
+   each digit 1-9 give the expected score sum_i i p(i) / sum_i p(i) (`ScoreByLikelihood`), as
+   the `judge:` likelihood mode reads A / B. A small local model (SmolLM2-135M) writes no
+   readable score on real text (0 of 192 verification pairs, benchmarks/RESULTS_methods.md) but
+   still has a distribution over the digits. `auto` (default): likelihood for local engines
+   (`hf:`, `builtin:`, `vllm:`), text for API judges (`openai:`, `anthropic:`).
 A user without a persona (an unseen user, k = 0) is scored with the view as it is (the plain
 judge on the condition's context). `adapt(user, pairs)` runs 1-2 for a new user; under
 `history` the shown pairs are induced from. Any engine: `openai:*` endpoints, `builtin:smollm2-*`.
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,13 +97,87 @@ class Synthesizer:
                 "induced_on": len(induce), "verified_on": len(held)}
 
 
+SCORE_PROMPT = """What we know about the person:
+{context}
+
+The person's question:
+{question}
+
+An answer they were given:
+<answer>
+{response}
+</answer>
+
+How well does this answer suit this person, from 1 (not at all) to 9 (perfectly)? Reply with one digit."""
+DIGITS = tuple(str(i) for i in range(1, 10))
+LOCAL_ENGINES = ("hf", "builtin", "vllm")
+
+
+class ScoreByLikelihood(PointwiseRM):
+    """A 1-9 rating read from the engine's first-token probabilities of the digits: the expected digit.
+
+    No generation, so nothing to parse: the score is sum_i i p(i) / sum_i p(i) over i = 1..9. An
+    engine that gave no usable probabilities (all -inf or NaN) gives Score(nan) with the reason.
+    """
+
+    def __init__(self, engine: Any):
+        engine.require("choice_logprobs", "first-token probabilities (the likelihood score route)")
+        self.engine = engine
+        self.spec = f"score-likelihood:{engine.spec}"
+
+    @staticmethod
+    def prompt(view: View, response: str) -> str:
+        from prbench.rewards.judges import NO_CONTEXT
+
+        return SCORE_PROMPT.format(context=view.context() or NO_CONTEXT, question=view.question, response=response)
+
+    @staticmethod
+    def expected(logprobs: dict[str, float]) -> float | None:
+        values = [(int(d), logprobs.get(d, math.nan)) for d in DIGITS]
+        finite = [(i, lp) for i, lp in values if math.isfinite(lp)]
+        if not finite:
+            return None
+        top = max(lp for _, lp in finite)
+        weights = [(i, math.exp(lp - top)) for i, lp in finite]
+        return sum(i * w for i, w in weights) / sum(w for _, w in weights)
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        if not batch:
+            return []
+        lps = self.engine.choice_logprobs([[{"role": "user", "content": self.prompt(v, r)}] for v, r in batch],
+                                          list(DIGITS))
+        out = []
+        for lp in lps:
+            value = self.expected(lp)
+            out.append(Score(math.nan, error="engine gave no probability for any digit") if value is None
+                       else Score(value))
+        return out
+
+    def fingerprint(self) -> dict[str, Any]:
+        from prbench.cache import content_key as key
+
+        return {"spec": self.spec, "engine": self.engine.fingerprint(), "prompt": key(SCORE_PROMPT)[:16]}
+
+
+def judge_route(config: dict[str, Any]) -> str:
+    """`text` or `likelihood` for a folder's settings (`auto`: likelihood for local engines, module docstring)."""
+    route = config.get("judge_route") or "text"  # folders written before the likelihood route read text
+    if route == "auto":
+        return "likelihood" if config["engine"].partition(":")[0] in LOCAL_ENGINES else "text"
+    if route not in ("text", "likelihood"):
+        raise PrbenchError(f"synthesizeme judge_route must be auto, text or likelihood, got {route!r}")
+    return route
+
+
 def open_parts(config: dict[str, Any]) -> tuple[Any, Any]:
-    """(engine, pointwise judge over it) from a folder's or a training run's settings."""
+    """(engine, pointwise judge over it: the text or the likelihood route) from a folder's or a run's settings."""
     from prbench.engines.base import load_engine
     from prbench.rewards.judges import load_judge
 
     access = {k: v for k, v in (config.get("engine_options") or {}).items() if v is not None}
     engine = load_engine(config["engine"], **access)
+    if judge_route(config) == "likelihood":
+        return engine, ScoreByLikelihood(engine)
     judge = load_judge(engine, mode="pointwise", max_new_tokens=config.get("judge_tokens", 128), seed=config["seed"])
     return engine, judge
 
@@ -136,7 +218,7 @@ class SynthesizeMeReward(PointwiseRM):
                 self.fitted[key] = self.synth.synthesize(f"history:{key}", shown_pairs(view))["persona"]
             return self.fitted[key]
         u = view_user(view)
-        found = self.adapted.get(u) or self.personas.get(u or "")
+        found = self.adapted.get(u or "") or self.personas.get(u or "")
         return (found or {}).get("persona", "")
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
@@ -158,6 +240,7 @@ class SynthesizeMeReward(PointwiseRM):
 
     def fingerprint(self) -> dict[str, Any]:
         return {"spec": self.spec, "arch": "synthesizeme", "judge": self.judge.fingerprint(),
+                "route": judge_route(self.config),
                 "personas": content_key(self.personas)[:16],
                 "adapted": content_key({u: v.get("persona") for u, v in sorted(self.adapted.items())})[:16]}
 

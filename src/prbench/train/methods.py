@@ -23,52 +23,104 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import numpy as np
 
 from prbench.cache import Cache
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
+from prbench.registry import Registry
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
-DEFAULT_METHOD = "style"
+DEFAULT_METHOD = "style"  # what runs when the data has too few users for the recommendation's protocol
 
 
 @dataclass(frozen=True)
 class Method:
+    """One trainable personalized RM: how to train it, its settings, the RM prefix its folder loads with.
+
+    A plug-in declares one in its entry points: `[project.entry-points."prbench.methods"]
+    mine = "pkg.mod:METHOD"`; `prbench train mine` is then a command (from `config`'s fields) and the
+    recommendation can measure it. `cost` orders methods for ties (lower is cheaper; about CPU
+    minutes for a few hundred users); `recommend` puts it among the default candidates of `prbench
+    train` with no method named.
+    """
+
     name: str
     train: str  # "module:function"
     config: str  # "module:Class", a `prbench.config.Settings` model
     spec: str  # the RM prefix its folder loads with
+    doc: str = ""  # the CLI command's help
     refit: bool = True
+    cost: float = 1.0
+    recommend: bool = False
+    command: bool = True  # `prbench train NAME` is its settings model and nothing else (bt, pal have their own)
 
-    def load(self) -> tuple[Callable[..., TrainResult], type]:
+    def load(self) -> tuple[Callable[..., TrainResult], Any]:
         from prbench.registry import resolve
 
         return resolve(self.train), resolve(self.config)
 
+    def settings(self) -> Any:
+        """The settings model alone (the CLI builds a command from it without importing the trainer)."""
+        from prbench.registry import resolve
 
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore"),
-    Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style"),
-    Method("pref", "prbench.train.pref:train_pref", "prbench.config:PReFConfig", "pref"),
-    Method("gpo", "prbench.train.gpo:train_gpo", "prbench.config:GPOConfig", "gpo"),
+        return resolve(self.config)
+
+
+class MethodRegistry(Registry):
+    """The training methods: built-ins below, plug-ins from the `prbench.methods` entry-point group."""
+
+    def __getitem__(self, name: str) -> Method:
+        method = self.get(name)
+        if not isinstance(method, Method):
+            raise PrbenchError(f"training method {name!r}: its entry point gives a {type(method).__name__}, "
+                               "not a prbench.train.methods.Method")
+        return method
+
+    def methods(self) -> list[Method]:
+        return [self[name] for name in self.names()]
+
+
+BUILTIN = SimpleNamespace(**{m.name: m for m in (
+    Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore",
+           "Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT.",
+           cost=2),
+    Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl",
+           "Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT.",
+           cost=3),
+    Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style",
+           "Train the persona space. Lexical + stylometric features of profile and response, a learned map; "
+           "style:OUT.", cost=0.5, recommend=True),
+    Method("stance", "prbench.train.stance:train_stance", "prbench.train.stance:StanceConfig", "stance",
+           "Train the stance space. Frozen sentence features, a learned projection; the answer is compared with "
+           "what the person agreed with and rejected; stance:OUT.", cost=1, recommend=True),
+    Method("pref", "prbench.train.pref:train_pref", "prbench.config:PReFConfig", "pref",
+           "Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT.",
+           cost=2),
+    Method("gpo", "prbench.train.gpo:train_gpo", "prbench.config:GPOConfig", "gpo",
+           "Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT.", cost=3),
     Method("synthesizeme", "prbench.train.synthesizeme:train_synthesizeme", "prbench.config:SynthesizeMeConfig",
-           "synthesizeme"),
-    Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl"),
-    Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal"),
-    Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal"),
+           "synthesizeme", "Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; "
+           "synthesizeme:OUT.", cost=100),
     Method("finetune", "prbench.train.finetune:train_finetune", "prbench.config:FinetuneConfig", "finetune",
-           refit=False),
-)}
+           "Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT.",
+           refit=False, cost=30),
+    Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal", cost=2, command=False),
+    Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal", cost=2,
+           command=False),
+)})
+METHODS = MethodRegistry("training method", "prbench.methods",
+                         {name: f"prbench.train.methods:BUILTIN.{name}" for name in vars(BUILTIN)})
 
 
 def make_config(method: str, options: dict[str, Any]) -> Any:
     """The method's settings with `options` set (None: the default); an unknown option names the closest."""
     if method not in METHODS:
-        from prbench.registry import Registry
-
-        raise PrbenchError(Registry("training method", "-", dict.fromkeys(METHODS, "")).unknown(method))
+        raise PrbenchError(METHODS.unknown(method))
     _, cls = METHODS[method].load()
     return cls.build(**{k: v for k, v in options.items() if v is not None})
 
@@ -88,8 +140,12 @@ def train_method(
     refit: bool | None = None,
     item_key: Callable[[PreferencePair], str] | None = None,
     cache: Cache | None = None,
+    measured: dict[str, Any] | None = None,
 ) -> tuple[TrainResult, dict[str, Any]]:
-    """Train `method` with the protocol (see module docstring); returns (result, protocol dict)."""
+    """Train `method` with the protocol (see module docstring); returns (result, protocol dict).
+
+    `measured`: a protocol report `recommend` already made for this method on these pairs; it is kept
+    as is and the final model is trained on all pairs (never the protocol's model: refit)."""
     from prbench.rewards import load_rm
     from prbench.train import is_main_process, launched
 
@@ -101,14 +157,16 @@ def train_method(
         condition = "profile"  # PAL ignores context; the protocol still shows it the same views
     pcfg = protocol or ProtocolConfig(condition=condition if condition != "none" else "profile",
                                       top_k=getattr(cfg, "top_k", None) or 10, seed=getattr(cfg, "seed", 0))
-    refit = METHODS[method].refit if refit is None else refit
+    refit = (METHODS[method].refit if refit is None else refit) or measured is not None
     if refit and run_protocol_check and launched():  # two trainings: the launcher's process group ends after one
         raise PrbenchError(f"{method} under torchrun / accelerate launch trains once: add --no-refit (keep the "
                            "protocol's model) or --no-protocol")
     report: dict[str, Any] = {"method": method, "refit": refit}
-    if run_protocol_check:
+    if measured is not None:  # the recommendation already ran this protocol (same split and settings)
+        report.update(measured)
+    elif run_protocol_check:
         try:
-            split = split_protocol(pairs, pcfg, **({"item_key": item_key} if item_key else {}))
+            split = split_protocol(pairs, pcfg, item_key=item_key) if item_key else split_protocol(pairs, pcfg)
         except PrbenchError as exc:
             split = None
             report["skipped"] = f"protocol not run: {exc}"
@@ -150,3 +208,95 @@ def _rm_options(method: str, cache: Cache | None) -> dict[str, Any]:
     if METHODS[method].spec == "synthesizeme":
         return {}
     return {"encoder_cache": cache} if cache is not None else {}
+
+
+# --------------------------------------------------------------------------- recommendation
+
+
+@dataclass
+class Recommendation:
+    """What `recommend` measured: the winner, one row per candidate (protocol headline and cost), and why."""
+
+    method: str
+    rows: list[dict[str, Any]]
+    why: str
+    reports: dict[str, dict[str, Any]]
+
+
+def options_for(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The common options (seed, encoder ...) that `method`'s settings have; the others are not its own."""
+    fields = METHODS[method].settings().model_fields
+    return {k: v for k, v in options.items() if k in fields}
+
+
+def recommend(pairs: Sequence[PreferencePair], candidates: Sequence[str] | None = None,
+              options: dict[str, Any] | None = None, *, protocol: ProtocolConfig | None = None,
+              cache: Cache | None = None) -> Recommendation:
+    """Run the protocol for each candidate on held-out people of `pairs` and keep the best on unseen users.
+
+    Every candidate sees the same split (seen vs unseen users, train vs test items; `protocol`'s
+    seed). The winner is the best mean over unseen users at k = 0; a pricier method (`Method.cost`)
+    wins over a cheaper one only when its per-user advantage on the same unseen users has a 95%
+    bootstrap CI above 0, so ties go to the cheaper. Why: a fixed default that is right on one kind
+    of data (style on DSP's writing personas) is at chance on another (votes), and the protocol on the
+    user's own people is the measurement that tells them apart. Fewer than 4 users: an error (the
+    caller falls back to DEFAULT_METHOD and says so).
+    """
+    import time
+
+    from prbench import metrics
+    from prbench.rewards import load_rm
+    from prbench.train.protocol import pair_credits, per_user
+
+    names = list(dict.fromkeys(candidates or [m.name for m in METHODS.methods() if m.recommend]))
+    for name in names:
+        if name not in METHODS:
+            raise PrbenchError(METHODS.unknown(name))
+    pcfg = protocol or ProtocolConfig(seed=int((options or {}).get("seed") or 0))
+    split = split_protocol(pairs, pcfg)
+    rows, reports, own = [], {}, {}
+    for name in names:
+        cfg = make_config(name, options_for(name, dict(options or {})))
+        fn, _ = METHODS[name].load()
+        scratch = Path(tempfile.mkdtemp(prefix=f"prbench-recommend-{name}-"))
+        try:
+            start = time.perf_counter()
+            fn(split.train, scratch / "model", cfg, cache=cache)
+            seconds = time.perf_counter() - start
+            rm = load_rm(spec_for(name, scratch / "model"), **_rm_options(name, cache))
+            report = run_protocol(rm, split, pcfg, encoder=getattr(cfg, "encoder", None), cache=cache)
+            report["headline"] = headline(report)
+            own[name] = per_user(*pair_credits(rm, split.unseen_test, pcfg.condition, pcfg))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        reports[name] = report
+        zero = report["unseen"]["curve"][0]
+        rows.append({"method": name, "cost": METHODS[name].cost, "train_seconds": round(seconds, 1),
+                     "unseen": zero["mean"], "ci_low": zero["ci_low"], "ci_high": zero["ci_high"],
+                     "seen": (report.get("seen") or {}).get("mean"),
+                     "wrong_profile": ((report.get("controls") or {}).get("wrong_profile") or {}).get("mean"),
+                     "swap_drop": (report.get("swap") or {}).get("drop"),
+                     "swap_p": (report.get("swap") or {}).get("p_value")})
+    ranked = sorted(rows, key=lambda r: (METHODS[r["method"]].cost, r["method"]))
+    best = ranked[0]
+    why = f"{best['method']}: the cheapest candidate"
+    for row in ranked[1:]:
+        if row["unseen"] is None or (best["unseen"] is not None and row["unseen"] <= best["unseen"]):
+            why += f"; {row['method']} scored no higher on unseen users"
+            continue
+        users = sorted(set(own[row["method"]]) & set(own[best["method"]]))
+        diff = np.array([own[row["method"]][u] - own[best["method"]][u] for u in users])
+        if not diff.size:
+            why += f"; {row['method']} shares no unseen user with {best['method']}"
+            continue
+        low, high = metrics.bootstrap_ci(diff, seed=pcfg.seed, n_boot=pcfg.n_boot)
+        if low is None or high is None:  # one user only: no interval, so no evidence beyond chance
+            why += f"; {row['method']} is measured on too few unseen users to beat {best['method']}"
+            continue
+        gain = f"{100 * diff.mean():+.1f} points per unseen user [{100 * low:.1f}, {100 * high:.1f}]"
+        if low > 0:
+            why = f"{row['method']}: best on unseen users, {gain} over {best['method']}"
+            best = row
+        else:
+            why += f"; {row['method']} is not better beyond chance ({gain}), so the cheaper {best['method']} is kept"
+    return Recommendation(best["method"], rows, why, reports)
