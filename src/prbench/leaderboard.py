@@ -96,8 +96,10 @@ def _identity(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
     return ident, {k: getattr(cfg, k) for k in SETTINGS}
 
 
-def _setting(k: str, v: Any) -> str:
-    return f"{k}={'default' if v is None else v if isinstance(v, str) else json.dumps(v)}"
+def setting_text(k: str, *values: Any) -> str:
+    """`top_k=5`, or `top_k=5/10` for several values; None reads 'default'."""
+    shown = ("default" if v is None else v if isinstance(v, str) else json.dumps(v) for v in values)
+    return f"{k}={'/'.join(shown)}"
 
 
 def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str:
@@ -194,7 +196,7 @@ def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _settings_text(row: dict[str, Any], keys: Sequence[str]) -> str:
-    return ", ".join(_setting(k, row.get("settings", {}).get(k)) for k in keys)
+    return ", ".join(setting_text(k, row.get("settings", {}).get(k)) for k in keys)
 
 
 def _normal_mode(path: Path) -> None:
