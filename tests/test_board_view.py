@@ -136,3 +136,18 @@ def test_three_model_report_in_headless_chromium(tmp_path: Path, width: int) -> 
     found = re.search(r"data-layout=\"([^\"]*)\"", out)
     assert found, "the layout probe did not run"
     assert json.loads(found.group(1).replace("&quot;", '"')) == []
+
+
+def test_two_runs_differing_only_in_top_k_are_two_rows_not_one(tmp_path: Path) -> None:
+    """The demo (top_k 5) and the quick start (top_k 10) under one folder: before, one row kept whichever came last."""
+    from prbench.leaderboard import leaderboard, render_rows
+
+    for sub, k in (("demo", 5), ("quick", 10)):
+        run = write_eval_run(tmp_path / sub, "baseline:lexical", [1.0] * k + [0.0] * 4, condition="profile",
+                             data="sample", n_boot=20)
+        cfg = json.loads((run / "config.json").read_text())
+        (run / "config.json").write_text(json.dumps({**cfg, "top_k": k}))
+    rows = leaderboard(tmp_path)
+    assert sorted((r["settings"]["top_k"], r["cells"]["profile"]["n_total"]) for r in rows) == [(5, 9), (10, 14)]
+    head, body = render_rows(rows)
+    assert head[:3] == ["model", "n", "settings"] and sorted(b[2] for b in body) == ["top_k=10", "top_k=5"]
