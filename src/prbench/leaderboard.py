@@ -3,7 +3,10 @@
 Rows are models (baselines included), columns are condition x category; each cell is
 accuracy (ties 0.5) with its bootstrap 95% CI. A row is one run identity: data, spec and the
 options that decide results (`model_options`, `both_orders`), so two runs of one model with
-different options are two rows, labelled with the options that differ. The columns are the
+different options are two rows, labelled with the options that differ. Run settings that change
+a number (`top_k`, `retriever`, `max_context_chars`, `planner_file`, `both_orders`) are part of the
+identity too, and a table shows them where they differ between its rows; a row whose runs scored
+different numbers of pairs says so in its n column. The columns are the
 conditions the runs hold (history and persona conditions included), known ones first. Runs are
 read through `prbench.runkinds.scan_runs`: a damaged run folder is skipped with the one warning
 line meta and the report give too (file, line and the fix); the other runs still show.
@@ -14,6 +17,8 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +42,10 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model_options: dict[str, Any] = {}
     both_orders: bool = False
+    top_k: int | None = None
+    retriever: str | None = None
+    max_context_chars: int | None = None
+    planner_file: str | None = None
 
     @field_validator("model_options", mode="before")
     @classmethod
@@ -75,13 +84,23 @@ def _text(acc: float | None, lo: float | None, hi: float | None) -> str:
 log = logging.getLogger(__name__)
 
 
-def _identity(run: Run) -> dict[str, Any]:
-    """The options of a run that decide its results (from its config.json, read by the checked reader)."""
+SETTINGS = ("top_k", "retriever", "max_context_chars", "planner_file", "both_orders")
+"""Run settings that change a number (the context a model sees, how a judge is asked); shown where they differ."""
+
+
+def _identity(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(model options, run settings) of a run that decide its results (config.json, read by the checked reader)."""
     cfg = RunConfig.model_validate(run.config)
     ident = dict(cfg.model_options)
     if cfg.both_orders:
         ident["both_orders"] = True
-    return ident
+    return ident, {k: getattr(cfg, k) for k in SETTINGS}
+
+
+def setting_text(k: str, *values: Any) -> str:
+    """`top_k=5`, or `top_k=5/10` for several values; None reads 'default'."""
+    shown = ("default" if v is None else v if isinstance(v, str) else json.dumps(v) for v in values)
+    return f"{k}={'/'.join(shown)}"
 
 
 def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str:
@@ -90,10 +109,11 @@ def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str
     return f"{model} ({', '.join(parts)})" if parts else model
 
 
-def _cell(m: Accuracy, path: Path | None = None, n_invalid: int | None = None) -> dict[str, Any]:
+def _cell(m: Accuracy, path: Path | None = None, n_invalid: int | None = None,
+          n_total: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"accuracy": m.accuracy, "n": m.n}
     if path is not None:
-        out.update(ci_low=m.ci_low, ci_high=m.ci_high, n_invalid=n_invalid, path=str(path))
+        out.update(ci_low=m.ci_low, ci_high=m.ci_high, n_invalid=n_invalid, n_total=n_total, path=str(path))
     return out
 
 
@@ -106,17 +126,18 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     for run in evals:
         try:
-            options = _identity(run)
+            options, settings = _identity(run)
         except (DataError, ValidationError) as exc:  # a damaged config.json: the run's identity is unknown
             log.warning("skipped: %s", exc if isinstance(exc, DataError) else f"{run.path / 'config.json'}: {exc}")
             continue
         s = run.summary_as(EvalSummary)
         m = s.metrics
-        key = (s.data, s.rm, json.dumps(options, sort_keys=True, default=str))
+        key = (s.data, s.rm, json.dumps([options, settings], sort_keys=True, default=str))
         if key not in rows:
-            rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "options": options, "cells": {}}
+            rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "options": options,
+                         "settings": settings, "cells": {}}
         row = rows[key]
-        row["cells"][s.condition] = _cell(m, run.path, m.n_invalid)
+        row["cells"][s.condition] = _cell(m, run.path, m.n_invalid, s.n_total)
         if s.cost is not None and s.cost.usd is not None:  # API spend of the row's runs, all conditions
             row["usd"] = row["usd"] + s.cost.usd if "usd" in row else s.cost.usd
         if s.validity is not None:  # the personalization validity card (prbench.validity)
@@ -133,7 +154,7 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows.values():
         by_model.setdefault((r["data"], r["model"]), []).append(r)
-    for group in by_model.values():
+    for group in by_model.values():  # rows of one model: labelled with what tells them apart
         keys = sorted({k for r in group for k in r["options"]})
         differing = [k for k in keys if len({json.dumps(r["options"].get(k), sort_keys=True) for r in group}) > 1]
         for r in group:
@@ -167,36 +188,76 @@ def _name(row: dict[str, Any]) -> str:
     return row["label"] if "label" in row else row["model"]
 
 
+def n_pairs(row: dict[str, Any]) -> list[int]:
+    """The distinct numbers of pairs the row's runs scored (one per condition run); more than one is a mixed row."""
+    return sorted({c["n_total"] for k, c in row["cells"].items() if "/" not in k and c.get("n_total") is not None})
+
+
+def _n_text(row: dict[str, Any]) -> str:
+    ns = n_pairs(row)
+    return "-" if not ns else str(ns[0]) if len(ns) == 1 else f"MIXED {', '.join(map(str, ns))}"
+
+
+def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The run settings (SETTINGS) whose values differ between these rows: numbers not comparable as they stand."""
+    return [k for k in SETTINGS if len({json.dumps(r.get("settings", {}).get(k)) for r in rows}) > 1]
+
+
+def _settings_text(row: dict[str, Any], keys: Sequence[str]) -> str:
+    return ", ".join(setting_text(k, row.get("settings", {}).get(k)) for k in keys)
+
+
+def _normal_mode(path: Path) -> None:
+    """The mode a plain open() gives under the umask (mkstemp's temp file, renamed, is 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
 def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
-    """leaderboard.csv (accuracy and CI columns) and leaderboard.json (everything)."""
+    """leaderboard.csv (accuracy and CI columns, n, settings) and leaderboard.json (everything), one file mode."""
     out = Path(out_dir)
     cols = columns(rows)
     csv_path, json_path = out / "leaderboard.csv", out / "leaderboard.json"
     with csv_path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        head = ["data", "model"]
+        head = ["data", "model", "n"]
         for c in cols:
             head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
-        w.writerow([*head, "personalization gain", "usd"])
+        w.writerow([*head, *SETTINGS, f"personalization gain ({GAIN})", "usd"])
         for r in rows:
-            line: list[Any] = [r["data"], _name(r)]
+            line: list[Any] = [r["data"], _name(r), " ".join(map(str, n_pairs(r)))]
             for c in cols:
                 acc, lo, hi = _at(r, c)
                 line += [acc, lo, hi] if "/" not in c else [acc]
-            w.writerow([*line, _gain_cell(r["validity"]) if "validity" in r else None, r.get("usd")])
+            sets = [r.get("settings", {}).get(k) for k in SETTINGS]
+            w.writerow([*line, *sets, _gain_cell(r["validity"]) if "validity" in r else None, r.get("usd")])
     write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
+    _normal_mode(json_path)
     return csv_path, json_path
 
 
+GAIN = "condition - wrong-profile"
+"""What the gain column holds: the condition's accuracy minus its wrong-user control's, in points."""
+
+
 def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -> tuple[list[str], list[list[str]]]:
+    """(head, body): model, n (pairs per run; MIXED when the row's runs differ), the settings that differ
+    between these rows, accuracy per condition, then gain and cost where any row has them."""
     cols = [c for c in columns(rows) if with_categories or "/" not in c]
-    body = [[_name(r), *[_text(*_at(r, c)) for c in cols]] for r in rows]
-    head = ["model", *cols]
-    if any("validity" in r for r in rows):  # personalization gain: condition minus its wrong-user control
-        head.append("personalization gain")
+    keys = differing_settings(rows)
+    body = [[_name(r), _n_text(r), *([_settings_text(r, keys)] if keys else []),
+             *[_text(*_at(r, c)) for c in cols]] for r in rows]
+    head = ["model", "n", *(["settings"] if keys else []), *cols]
+    gains = sorted({(c, card["control"]) for r in rows for c, card in r.get("validity", {}).items()})
+    for cond, control in gains:  # personalization gain: a condition minus its wrong-user control, in points
+        head.append(f"gain: {cond} - {control}")
         for r, line in zip(rows, body):
-            line.append(_gain_cell(r["validity"]) if "validity" in r else "-")
+            card = r.get("validity", {}).get(cond)
+            g = card["gain"] if card else None
+            line.append("-" if not g else f"{100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, "
+                                          f"{100 * g['ci_high']:.1f}] p={g['p_value']:.2g}")
     if any("resolvable" in r for r in rows):  # 80% power at level 0.05 against a fixed value (prbench.power)
         head.append("resolves (pts)")
         for r, line in zip(rows, body):
@@ -214,9 +275,21 @@ def _gain_cell(cards: dict[str, Any]) -> str:
     for cond, card in sorted(cards.items()):
         g = card["gain"]  # a ValidityCard's dump: every field present
         if g:
-            parts.append(f"{cond} {100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}] "
-                         f"p={g['p_value']:.2g}")
+            parts.append(f"{cond} - {card['control']} {100 * g['diff']:+.1f} "
+                         f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}] p={g['p_value']:.2g}")
     return "; ".join(parts) or "-"
+
+
+def wrap_name(name: str, width: int = 20) -> str:
+    """A model name in lines of at most `width` where it can break after ':' or '/', so a narrow terminal
+    wraps it there and never mid-word ("baseline:embeddi / ng"); a part longer than `width` stays whole."""
+    parts = re.findall(r"[^:/]+[:/]?|[:/]", name)
+    lines = [""]
+    for part in parts:
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
 
 
 def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False
@@ -230,7 +303,7 @@ def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False
     for data in dict.fromkeys(r["data"] for r in rows):
         group = [r for r in rows if r["data"] == data]
         head, body = render_rows(group)
-        body = [[row[0], *(c.replace(" [", "\n[") for c in row[1:])] for row in body]  # CI under: fits 100 columns
+        body = [[wrap_name(row[0]), *(c.replace(" [", "\n[") for c in row[1:])] for row in body]  # CI under
         out.append((f"{data}: accuracy % [95% CI]", head, body))
         if with_categories and any("/" in k for r in group for k in r["cells"]):
             out.append((f"{data}: accuracy % by category", *_category_rows(group)))

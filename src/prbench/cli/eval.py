@@ -240,7 +240,7 @@ def leaderboard_cmd(
         return
     if not quiet:
         for title, head, body in render_tables(rows, categories):
-            table(title, head, body)
+            table(title, head, body, keep_first=True)  # model names break only where wrap_name put lines
         typer.echo(f"wrote {csv_path} and {json_path}")
 
 

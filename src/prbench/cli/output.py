@@ -21,10 +21,11 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], keep_first: bool = False) -> None:
+    """keep_first: the first column's lines are never folded (names broken where the caller chose)."""
     t = Table(title=title, min_width=len(title))  # the title on one line
-    for c in columns:
-        t.add_column(str(c), overflow="fold")  # a long model name wraps, never "baselin..."
+    for i, c in enumerate(columns):
+        t.add_column(str(c), overflow="fold", no_wrap=keep_first and i == 0)  # a long name wraps, never "baselin..."
     for r in rows:
         t.add_row(*["" if v is None else escape(str(v)) for v in r])
     out = Console()

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from prbench import metrics
 from prbench.errors import DataError, PrbenchError
-from prbench.leaderboard import RunConfig
+from prbench.leaderboard import SETTINGS, RunConfig, setting_text
 from prbench.records import Accuracy, LengthBias, PairwiseStats, ValidityCard
 from prbench.report import plots
 from prbench.report.data import ReportData, category_stats, conditions_of, ev, model_order
@@ -81,6 +81,27 @@ def display_name(runs: list[Run], key: str) -> str:
     return f"{name} (both orders)" if both and "both orders" not in name else name
 
 
+def _run_settings(r: Run) -> dict[str, Any]:
+    """A run's settings that change its number (leaderboard.SETTINGS); a damaged config.json gives none."""
+    try:
+        cfg = RunConfig.model_validate(r.config)
+    except (DataError, ValidationError):  # named under provenance
+        return {}
+    return {k: getattr(cfg, k) for k in SETTINGS}
+
+
+def settings_texts(runs: list[Run], models: list[str]) -> dict[str, str] | None:
+    """Per model, the settings that differ between the table's runs ("top_k=5"; "top_k=5/10" where one model's
+    runs differ); None when every run of the table used the same, so the column only appears when it matters."""
+    per = {m: [_run_settings(r) for r in runs if r.key == m] for m in models}
+    every = [st for sts in per.values() for st in sts]
+    keys = [k for k in SETTINGS if len({repr(st.get(k)) for st in every}) > 1]
+    if not keys:
+        return None
+    return {m: ", ".join(setting_text(k, *sorted({st.get(k) for st in per[m]}, key=repr)) for k in keys)
+            for m in models}
+
+
 def _best_per_condition(cell: dict, models: list[str], base: dict[str, bool], conds: list[str]) -> dict[str, str | None]:
     """The best non-baseline per column, only when it is above every baseline there and its CI above chance."""
     best: dict[str, str | None] = {}
@@ -139,11 +160,15 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
         base = {r.key: is_baseline(r) for r in runs}
         body.append(f"<h3>Data: {esc(data)}</h3>")
         best_per_cond = _best_per_condition(cell, models, base, conds)
+        sets = settings_texts(runs, models)
         head = ["model", Cell("pairs", "num", "items scored per run"),
+                *([Cell("settings", "", "run settings that differ between rows: numbers not comparable as they "
+                                        "stand")] if sets else []),
                 *[Cell(f'{esc(c)}', "num", CONDITION_HELP.get(c, "")) for c in conds]]
         rows = []
         for m in models:
-            row: list[Cell | str] = [model_cell(display_name(runs, m), base[m]), numc(_pairs(runs, m))]
+            row: list[Cell | str] = [model_cell(display_name(runs, m), base[m]), numc(_pairs(runs, m)),
+                                     *([Cell(esc(sets[m]), "settings")] if sets else [])]
             for c in conds:
                 if (m, c) not in cell:
                     row.append(numc("–"))

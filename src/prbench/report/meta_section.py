@@ -79,8 +79,9 @@ def cross_benchmark_html(entries: Sequence[Mapping[str, Any]]) -> str:
                     continue
                 ci = (f'<span class="ci">[{v.ci_low:.2f}, {v.ci_high:.2f}]</span>'
                       if v.ci_low is not None and v.ci_high is not None else "")
-                badge = ' <span class="badge ref">best</span>' if c["best"][m] == e["benchmark"] else ""
-                cells.append(numc(f"{v.value:.3f}{badge}{ci}{_p_span(v.p_value)}"))
+                # the badge on its own line under the number: beside it, it pushed the number out of alignment
+                badge = '<span class="badge ref under">best</span>' if c["best"][m] == e["benchmark"] else ""
+                cells.append(numc(f"{v.value:.3f}{ci}{_p_span(v.p_value)}{badge}"))
             label = e["benchmark"] + (" (best overall)" if e["benchmark"] == c["best_overall"] else "")
             body_rows.append([text(label, "nowrap"), numc(fnum(e["n_rms"])), *cells])
         note = "" if c["same_rms"] else ' <span class="warn">(benchmarks compared over different RM sets)</span>'

@@ -60,6 +60,13 @@ def short_name(name: str, width: int = 28) -> str:
     return core if len(core) <= width else core[: width - 1] + "\u2026"
 
 
+def tick_label(name: str) -> str:
+    """A bar's x label: the whole name (hub owner and `builtin:` dropped), in lines broken after ':' or '/'."""
+    from prbench.leaderboard import wrap_name
+
+    return wrap_name(short_name(name, 10**6), 18)
+
+
 def grouped_bars(
     models: Sequence[str],
     groups: Sequence[str],
@@ -72,11 +79,29 @@ def grouped_bars(
     """Bars per model (x) and group (hue) with CI whiskers; `values[(model, group)] = (value, lo, hi)`."""
     if not available() or not models or not groups:
         return None
+    return _png(bars_figure(models, groups, values, ylabel=ylabel, chance=chance, colors=colors))
+
+
+def bars_figure(
+    models: Sequence[str],
+    groups: Sequence[str],
+    values: Mapping[tuple[str, str], tuple[float | None, float | None, float | None]],
+    *,
+    ylabel: str,
+    chance: float | None = None,
+    colors: Mapping[str, str] | None = None,
+) -> Any:
+    """The figure of `grouped_bars`. Each model's slot is as wide as its longest label line (9 pt DejaVu Sans:
+    ~0.075 inch a character) so labels sit side by side, whole and unrotated, never overlapping or cut."""
     plt = _plt()
     import numpy as np
 
+    labels = [tick_label(m) for m in models]
+    longest = max(len(line) for lab in labels for line in lab.split("\n"))
+    slot = max(0.45 * max(1, len(groups)), 0.075 * longest + 0.35)
     width = 0.8 / len(groups)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(models) * max(1, len(groups)) * 0.45 + 2), 3.4))
+    fig, ax = plt.subplots(figsize=(max(6.0, slot * len(models) + 1.6), 3.4 + 0.15 * max(
+        lab.count("\n") for lab in labels)))
     x = np.arange(len(models))
     for j, g in enumerate(groups):
         vals, err_lo, err_hi = [], [], []
@@ -94,12 +119,11 @@ def grouped_bars(
                     color="#777", ha="left", va="bottom")
     ax.set_xlim(-0.6, len(models) - 0.4)
     ax.set_xticks(x)
-    ax.set_xticklabels([short_name(m) for m in models], rotation=20 if len(models) > 4 else 0, ha="right"
-                       if len(models) > 4 else "center")
+    ax.set_xticklabels(labels, ha="center")
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, 100)
     ax.legend(ncol=min(len(groups), 5), loc="upper center", bbox_to_anchor=(0.5, 1.14))
-    return _png(fig)
+    return fig
 
 
 def bon_curves(
