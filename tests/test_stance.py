@@ -10,6 +10,7 @@ are the same for both camps: only the signs ("I agree:" / "I disagree:") tell th
 from __future__ import annotations
 
 import json
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -32,16 +33,22 @@ SIDES = {
 FAST = {"epochs": 8, "members": 2}  # stance-only settings: the other candidates keep their defaults
 
 
-def planted_votes(people: int, seed: int = 0) -> list[PreferencePair]:
-    """Mirrored records of two camps (module docstring): person i of camp A and of camp B judge the same pair."""
+SHARED = "The city should publish its traffic counts every month."
+
+
+def planted_votes(people: int, seed: int = 0, agrees: bool = True) -> list[PreferencePair]:
+    """Mirrored records of two camps (module docstring): person i of camp A and of camp B judge the same pair.
+    `agrees=False` keeps the disagree votes and one agree vote both camps share: what a person endorses says
+    nothing of their camp, so a method that reads endorsed texts (style, the baselines) has nothing to go on
+    and only the signs tell the camps apart."""
     rng = random.Random(seed)
     out = []
     for i in range(people // 2):
         a, b = rng.choice(SIDES["transit"]), rng.choice(SIDES["cars"])
         for camp, (chosen, rejected) in (("transit", (a, b)), ("cars", (b, a))):
             other = "cars" if camp == "transit" else "transit"
-            votes = [(t, "agree") for t in SIDES[camp] if t != chosen] + \
-                    [(t, "disagree") for t in SIDES[other] if t != rejected]
+            votes = [(t, "agree") for t in SIDES[camp] if t != chosen] if agrees else [(SHARED, "agree")]
+            votes += [(t, "disagree") for t in SIDES[other] if t != rejected]
             rng.shuffle(votes)
             profile = [ProfilePost(id=f"{camp}{i}-{j}", text=f"I {s}: {t}") for j, (t, s) in enumerate(votes[:6])]
             out.append(PreferencePair(user_id=f"{camp}-{i}", prompt=f"What should the city do about traffic? ({i % 4})",
@@ -122,7 +129,8 @@ CHEAP = ProtocolConfig(ks=(0,), draws=1, n_boot=200, holdout_users=0.3, controls
 
 
 def test_recommend_keeps_stance_where_people_differ_in_what_they_endorse(minilm_cache: Any) -> None:
-    rec = recommend(planted_votes(48), ["style", "stance"], {"seed": 0, **FAST}, protocol=CHEAP, cache=minilm_cache)
+    rec = recommend(planted_votes(48, agrees=False), ["style", "stance"], {"seed": 0, **FAST},
+                    protocol=dataclasses.replace(CHEAP, holdout_users=0.5), cache=minilm_cache)
     rows = {r["method"]: r for r in rec.rows}
     assert rec.method == "stance", rec.why
     assert rows["stance"]["unseen"] > 0.85 and rows["style"]["unseen"] < 0.7

@@ -250,12 +250,12 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     body = [[_name(r), _n_text(r), *([_settings_text(r, keys)] if keys else []),
              *[_text(*_at(r, c)) for c in cols]] for r in rows]
     head = ["model", "n", *(["settings"] if keys else []), *cols]
-    gains = sorted({(c, card["control"]) for r in rows for c, card in r.get("validity", {}).items()})
+    gains = sorted({(c, card["control"]) for r in rows if "validity" in r for c, card in r["validity"].items()})
     for cond, control in gains:  # personalization gain: a condition minus its wrong-user control, in points
         head.append(f"gain: {cond} - {control}")
         for r, line in zip(rows, body):
-            card = r.get("validity", {}).get(cond)
-            g = card["gain"] if card else None
+            cards = r["validity"] if "validity" in r else {}
+            g = cards[cond]["gain"] if cond in cards else None
             line.append("-" if not g else f"{100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, "
                                           f"{100 * g['ci_high']:.1f}] p={g['p_value']:.2g}")
     if any("resolvable" in r for r in rows):  # 80% power at level 0.05 against a fixed value (prbench.power)
