@@ -29,12 +29,16 @@ class Retriever(ABC):
     @abstractmethod
     def scores(self, question: str, texts: Sequence[str]) -> np.ndarray: ...
 
+    def cache_id(self) -> str:
+        """What rankings are cached under: the spec, plus anything else that changes the scores."""
+        return self.spec
+
     def rank(self, question: str, posts: Sequence[ProfilePost], cache: Cache | None = None) -> list[int]:
         """Post indices, most relevant first; ties keep profile order (stable)."""
         if not posts:
             return []
         cache = cache or NullCache()
-        key = content_key("rank", self.spec, question, [p.text for p in posts])
+        key = content_key("rank", self.cache_id(), question, [p.text for p in posts])
         hit = cache.get(key)
         if hit is not None:
             return hit
@@ -77,11 +81,16 @@ class DenseRetriever(Retriever):
         self.spec = f"dense:{model}"
         self.model = model
 
+    def cache_id(self) -> str:
+        from prbench.engines.builtin import ENCODING  # rankings of an earlier encoding are never read back
+
+        return f"{self.spec}:{ENCODING}"
+
     def scores(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        from prbench.engines.builtin import encode_alone, load_sentence_encoder
+        from prbench.engines.builtin import encode_texts, load_sentence_encoder
 
         enc = load_sentence_encoder(self.model)
-        q, d = encode_alone(enc, [question]), encode_alone(enc, texts)  # a post's rank never depends on its neighbours
+        q, d = encode_texts(enc, [question]), encode_texts(enc, texts)  # batch-invariant: a rank never depends on neighbours
         return (d @ q.T)[:, 0]
 
 
