@@ -11,6 +11,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +120,7 @@ class ContrieverRetriever(Retriever):
 
 
 @lru_cache(maxsize=2)
-def _auto_encoder(model: str):
+def _auto_encoder(model: str) -> tuple[Any, Any]:
     from prbench.extras import require
 
     transformers = require("transformers", "hf")

@@ -289,8 +289,9 @@ def _encode_chunk(torch: Any, encoder: Any, texts: Sequence[str]) -> Any:
     pad_id = getattr(encoder.tokenizer, "pad_token_id", None) or 0
     device = encoder.device
     out = np.empty((len(texts), embedding_dim(encoder)), dtype=np.float32)
-    for batch in bucketed_batches(lengths, ENCODE_TOKENS, ENCODE_ROWS, fixed_rows=pads_rows(device)):
-        rows = batch.index + [batch.index[0]] * (batch.rows - len(batch.index))  # filler rows repeat the first
+    for batch in bucketed_batches(lengths, ENCODE_TOKENS, ENCODE_ROWS, fixed_rows=pads_rows(device),
+                                  row_multiple=_row_multiple(encoder)):
+        rows = batch.index + [batch.index[-1]] * (batch.rows - len(batch.index))  # filler rows repeat the last
         part = {}
         for key, value in features.items():
             if isinstance(value, torch.Tensor) and value.shape[:2] == mask.shape:
@@ -303,6 +304,15 @@ def _encode_chunk(torch: Any, encoder: Any, texts: Sequence[str]) -> Any:
             emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
         out[batch.index] = emb[: len(batch.index)].cpu().numpy()
     return out
+
+
+def _row_multiple(encoder: Any) -> int:
+    """1 when every module works per token or pools (MiniLM), else ROW_TILE: a Dense module after
+    pooling multiplies one row per text, which must come in whole tiles (`prbench.engines.buckets`)."""
+    from prbench.engines.buckets import ROW_TILE
+
+    per_token = {"Transformer", "Pooling", "Normalize"}
+    return 1 if all(type(m).__name__ in per_token for m in encoder) else ROW_TILE
 
 
 def _to_width(torch: Any, value: Any, width: int, fill: int) -> Any:
