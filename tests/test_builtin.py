@@ -119,8 +119,8 @@ def test_minilm_loads_and_encodes() -> None:
 
 @needs_minilm
 def test_embedding_scores_do_not_depend_on_the_batch() -> None:
-    """baseline:embedding (MiniLM through `encode_alone`) gives bit-identical scores whatever shares the batch;
-    padded batches moved margins in the 7th digit before (12 of 63 demo margins)."""
+    """baseline:embedding (MiniLM through `encode_texts`) gives bit-identical scores whatever shares the batch;
+    padding to the batch's longest text moved margins in the 7th digit (12 of 63 demo margins)."""
     from prbench.conditions import View
     from prbench.rewards import load_rm
     from prbench.schema import ProfilePost
@@ -136,7 +136,7 @@ def test_embedding_scores_do_not_depend_on_the_batch() -> None:
     reversed_ = [s.value for s in rm.score([(view, a) for a in reversed(answers)])][::-1]
     assert together == alone == reversed_
     enc = builtin.load_sentence_encoder("builtin:minilm-l6")
-    assert builtin.encode_alone(enc, []).shape == (0, 384)
+    assert builtin.encode_texts(enc, []).shape == (0, 384)
 
 
 # -- SmolLM2, the real thing (slow: ~25 s conversion on 2 cores) ------------------------------------

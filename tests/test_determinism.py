@@ -100,24 +100,14 @@ def test_batch_size_does_not_change_a_byte(data: Path, tmp_path: Path, judge: An
     assert outs[0] == outs[1]
 
 
-SCORE_FIELDS = ("score_chosen", "score_rejected", "margin")
-
-
 def test_batch_size_and_the_hf_classifier(data: Path, tmp_path: Path, tiny_rm: Path) -> None:
-    """A transformer's float32 kernels differ in the last bits with batch shape (padding, GEMM blocking):
-    everything but the scores is identical, scores agree to 1e-5, and so do decisions on clear margins."""
+    """A transformer classifier RM too: each sequence is computed in a shape fixed by its own length
+    (prbench.engines.buckets), so batch sizes 1, 3 and 16 give the same bytes, scores included
+    (before: scores 1e-5 apart, #42 item 17)."""
     for cond in ("none", "oracle", "profile"):
-        runs = [records(run(f"hf:{tiny_rm}", data, tmp_path / f"{cond}{bs}", condition=cond, batch_size=bs))
+        outs = [examples_bytes(run(f"hf:{tiny_rm}", data, tmp_path / f"{cond}{bs}", condition=cond, batch_size=bs))
                 for bs in (1, 3, 16)]
-        for other in runs[1:]:
-            assert list(other) == list(runs[0])
-            for i, rec in runs[0].items():
-                strip = lambda r: {k: v for k, v in r.items() if k not in SCORE_FIELDS + ("credit",)}
-                assert strip(other[i]) == strip(rec)
-                for f in SCORE_FIELDS:
-                    assert other[i][f] == pytest.approx(rec[f], rel=1e-5, abs=1e-5), (cond, i, f)
-                if abs(rec["margin"]) > 1e-4:
-                    assert other[i]["credit"] == rec["credit"]
+        assert outs[0] == outs[1] == outs[2], cond
 
 
 def test_file_order_and_limit_do_not_change_a_record(data: Path, tmp_path: Path, tiny_rm: Path) -> None:

@@ -9,8 +9,8 @@ are the same for both camps: only the signs ("I agree:" / "I disagree:") tell th
 
 from __future__ import annotations
 
-import json
 import dataclasses
+import json
 import random
 from pathlib import Path
 from typing import Any

@@ -254,7 +254,7 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     for cond, control in gains:  # personalization gain: a condition minus its wrong-user control, in points
         head.append(f"gain: {cond} - {control}")
         for r, line in zip(rows, body):
-            cards = r["validity"] if "validity" in r else {}
+            cards = r["validity"] if "validity" in r else {}  # noqa: SIM401 (no .get in readers: test_typed_reads)
             g = cards[cond]["gain"] if cond in cards else None
             line.append("-" if not g else f"{100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, "
                                           f"{100 * g['ci_high']:.1f}] p={g['p_value']:.2g}")

@@ -11,6 +11,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -29,12 +30,16 @@ class Retriever(ABC):
     @abstractmethod
     def scores(self, question: str, texts: Sequence[str]) -> np.ndarray: ...
 
+    def cache_id(self) -> str:
+        """What rankings are cached under: the spec, plus anything else that changes the scores."""
+        return self.spec
+
     def rank(self, question: str, posts: Sequence[ProfilePost], cache: Cache | None = None) -> list[int]:
         """Post indices, most relevant first; ties keep profile order (stable)."""
         if not posts:
             return []
         cache = cache or NullCache()
-        key = content_key("rank", self.spec, question, [p.search_text for p in posts])
+        key = content_key("rank", self.cache_id(), question, [p.search_text for p in posts])
         hit = cache.get(key)
         if hit is not None:
             return hit
@@ -77,11 +82,16 @@ class DenseRetriever(Retriever):
         self.spec = f"dense:{model}"
         self.model = model
 
+    def cache_id(self) -> str:
+        from prbench.engines.builtin import ENCODING  # rankings of an earlier encoding are never read back
+
+        return f"{self.spec}:{ENCODING}"
+
     def scores(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        from prbench.engines.builtin import encode_alone, load_sentence_encoder
+        from prbench.engines.builtin import encode_texts, load_sentence_encoder
 
         enc = load_sentence_encoder(self.model)
-        q, d = encode_alone(enc, [question]), encode_alone(enc, texts)  # a post's rank never depends on its neighbours
+        q, d = encode_texts(enc, [question]), encode_texts(enc, texts)  # batch-invariant: a rank never depends on neighbours
         return (d @ q.T)[:, 0]
 
 
@@ -110,7 +120,7 @@ class ContrieverRetriever(Retriever):
 
 
 @lru_cache(maxsize=2)
-def _auto_encoder(model: str):
+def _auto_encoder(model: str) -> tuple[Any, Any]:
     from prbench.extras import require
 
     transformers = require("transformers", "hf")

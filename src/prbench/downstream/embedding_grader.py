@@ -36,19 +36,21 @@ class EmbeddingRubricGrader:
         return f"embedding:{self.encoder}"
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"grader": self.spec, "low": self.low, "high": self.high}
+        from prbench.engines.builtin import ENCODING  # grades of an earlier encoding are never reused
+
+        return {"grader": self.spec, "low": self.low, "high": self.high, "encoding": ENCODING}
 
     def key(self, item: SourceItem, response: str) -> str:
         rubric = [(a.aspect, a.reason) for a in item.rubric_aspects]
         return content_key("grade", self.fingerprint(), item.question, response, rubric)
 
     def grade(self, pairs: Sequence[tuple[SourceItem, str]]) -> list[Grade]:
-        from prbench.engines.builtin import encode_alone, load_sentence_encoder
+        from prbench.engines.builtin import encode_texts, load_sentence_encoder
 
         self.stats.requested += len(pairs)
         texts = list(dict.fromkeys([t for it, r in pairs for t in (r, *self._aspects(it))]))
         self.stats.calls += len(texts)
-        emb = dict(zip(texts, encode_alone(load_sentence_encoder(self.encoder), texts)))
+        emb = dict(zip(texts, encode_texts(load_sentence_encoder(self.encoder), texts)))
         out = []
         for it, resp in pairs:
             if not it.rubric_aspects:

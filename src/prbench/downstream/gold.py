@@ -80,10 +80,10 @@ def rouge_f1(golds: Sequence[str], preds: Sequence[str], kinds: Sequence[str] = 
 
 def embedding_similarity(golds: Sequence[str], preds: Sequence[str], encoder: str = "builtin:minilm-l6") -> list[float]:
     """Cosine similarity of each (gold, prediction) pair; an empty prediction scores 0."""
-    from prbench.engines.builtin import encode_alone, load_sentence_encoder
+    from prbench.engines.builtin import encode_texts, load_sentence_encoder
 
     texts = list(dict.fromkeys([t for t in (*golds, *preds) if t.strip()]))
-    emb = encode_alone(load_sentence_encoder(encoder), texts)
+    emb = encode_texts(load_sentence_encoder(encoder), texts)
     row = {t: emb[i] for i, t in enumerate(texts)}
     return [float(np.dot(row[g], row[p])) if p.strip() and g.strip() else 0.0 for g, p in zip(golds, preds)]
 

@@ -35,7 +35,7 @@ from prbench.engines.base import GenParams
 from prbench.engines.transformers_engine import TransformersOptions, quiet_progress
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
-from prbench.progress import beat
+from prbench.progress import step
 
 log = logging.getLogger(__name__)
 
@@ -250,19 +250,77 @@ def _hub_offline() -> Iterator[None]:
             os.environ["HF_HUB_OFFLINE"] = old
 
 
-def encode_alone(encoder: Any, texts: Sequence[str]) -> Any:
-    """Normalised float32 embeddings (rows in `texts` order) of a `SentenceTransformer`, each text in a batch of its own.
+# Names the encoding of `encode_texts`: caches of embeddings put it in their keys, so values of an
+# earlier encoding (each text alone, or a padded batch) are never read back as this one's.
+ENCODING = "bucketed-v1"
+ENCODE_ROWS = 32  # rows per batch, sentence-transformers' default batch size
+ENCODE_TOKENS = 4096  # padded tokens per batch
+ENCODE_CHUNK = 2048  # texts tokenized at once
 
-    Why alone: padding and the batch's shape move a text's embedding in the 7th digit, so a score
-    would depend on which texts shared its batch (MiniLM, 128 DSP answers: 89 moved by up to 1.5e-7
-    between batch 64 and batch 1; grouping equal lengths does not remove it). On a CPU this is no
-    slower, since no padding is computed (the same 128: 5.3 s alone, 7.5 s at batch 64).
+
+def encode_texts(encoder: Any, texts: Sequence[str]) -> Any:
+    """Normalised float32 embeddings (rows in `texts` order) of a `SentenceTransformer`, batch-invariant.
+
+    A text's embedding depends on its own tokens only: it is padded to its length bucket and
+    batched with texts of that bucket (`prbench.engines.buckets`), so which texts share its batch
+    never moves a bit. Padding to the longest text of a batch moved MiniLM embeddings by up to
+    1.5e-7; encoding each text alone was invariant too but 1.3-2.1x slower under `profile`
+    (benchmarks/RESULTS_invariance.md measures all three).
     """
     import numpy as np
 
-    rows = [encoder.encode([t], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
-            for t in texts]
-    return np.stack(rows).astype(np.float32) if rows else np.zeros((0, embedding_dim(encoder)), dtype=np.float32)
+    torch = require("torch", "dense")
+    if not texts:
+        return np.zeros((0, embedding_dim(encoder)), dtype=np.float32)
+    out = np.empty((len(texts), embedding_dim(encoder)), dtype=np.float32)
+    for start in range(0, len(texts), ENCODE_CHUNK):  # bounds the token tensors, not the result
+        out[start:start + ENCODE_CHUNK] = _encode_chunk(torch, encoder, texts[start:start + ENCODE_CHUNK])
+    return out
+
+
+def _encode_chunk(torch: Any, encoder: Any, texts: Sequence[str]) -> Any:
+    import numpy as np
+
+    from prbench.engines.buckets import bucketed_batches, pads_rows
+
+    features = encoder.preprocess(list(texts))  # one tokenizer call: padded to the longest, truncated per text
+    mask = features["attention_mask"]
+    lengths = [int(n) for n in mask.sum(1)]
+    pad_id = getattr(encoder.tokenizer, "pad_token_id", None) or 0
+    device = encoder.device
+    out = np.empty((len(texts), embedding_dim(encoder)), dtype=np.float32)
+    for batch in bucketed_batches(lengths, ENCODE_TOKENS, ENCODE_ROWS, fixed_rows=pads_rows(device),
+                                  row_multiple=_row_multiple(encoder)):
+        rows = batch.index + [batch.index[-1]] * (batch.rows - len(batch.index))  # filler rows repeat the last
+        part = {}
+        for key, value in features.items():
+            if isinstance(value, torch.Tensor) and value.shape[:2] == mask.shape:
+                fill = pad_id if key == "input_ids" else 0
+                part[key] = _to_width(torch, value[rows], batch.width, fill).to(device)
+            else:
+                part[key] = value
+        with torch.inference_mode():
+            emb = encoder(part)["sentence_embedding"]
+            emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
+        out[batch.index] = emb[: len(batch.index)].cpu().numpy()
+    return out
+
+
+def _row_multiple(encoder: Any) -> int:
+    """1 when every module works per token or pools (MiniLM), else ROW_TILE: a Dense module after
+    pooling multiplies one row per text, which must come in whole tiles (`prbench.engines.buckets`)."""
+    from prbench.engines.buckets import ROW_TILE
+
+    per_token = {"Transformer", "Pooling", "Normalize"}
+    return 1 if all(type(m).__name__ in per_token for m in encoder) else ROW_TILE
+
+
+def _to_width(torch: Any, value: Any, width: int, fill: int) -> Any:
+    """`value` [rows, n] cut or right-padded with `fill` to [rows, width] (only padding is ever cut)."""
+    if value.shape[1] >= width:
+        return value[:, :width].contiguous()
+    extra = torch.full((value.shape[0], width - value.shape[1]), fill, dtype=value.dtype)
+    return torch.cat([value, extra], dim=1)
 
 
 def embedding_dim(encoder: Any) -> int:
@@ -280,8 +338,8 @@ def load_sentence_encoder(
     """
     key = (name_or_path, device, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
     if key not in _ENCODERS:
-        beat(f"loading {name_or_path}")
-        _ENCODERS[key] = _load_sentence_encoder(name_or_path, device, **kwargs)
+        with step(f"loading {name_or_path}"):  # the detail ends with the load
+            _ENCODERS[key] = _load_sentence_encoder(name_or_path, device, **kwargs)
     return _ENCODERS[key]
 
 

@@ -45,7 +45,7 @@ from prbench.engines.prefix import (
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 from prbench.fingerprint import local_digest
-from prbench.progress import beat
+from prbench.progress import beat, step
 from prbench.specs import KindOptions, model_or_builtin
 
 log = logging.getLogger(__name__)
@@ -289,9 +289,8 @@ class TransformersEngine(Engine):
         if gguf_file:
             load_kw["gguf_file"] = gguf_file
         source = str(self.local_dir) if self.local_dir else model
-        beat(f"loading {model}")
         try:
-            with quiet_progress():
+            with step(f"loading {model}"), quiet_progress():  # the detail ends with the load
                 self.tokenizer = transformers.AutoTokenizer.from_pretrained(source, **load_kw)
                 self.model = transformers.AutoModelForCausalLM.from_pretrained(
                     source, dtype=self.dtype, **load_kw

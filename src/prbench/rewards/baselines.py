@@ -91,15 +91,17 @@ class EmbeddingRM(PointwiseRM):
         self.spec = "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
 
     def fingerprint(self) -> dict:
+        from prbench.engines.builtin import ENCODING  # cached scores of an earlier encoding are never reused
         from prbench.fingerprint import local_digest
 
-        return {"spec": self.spec, "encoder": self.encoder, "encoder_weights": local_digest(self.encoder)}
+        return {"spec": self.spec, "encoder": self.encoder, "encoder_weights": local_digest(self.encoder),
+                "encoding": ENCODING}
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
-        from prbench.engines.builtin import encode_alone, load_sentence_encoder
+        from prbench.engines.builtin import encode_texts, load_sentence_encoder
 
         texts = list(dict.fromkeys([t for view, resp in batch for t in (resp, *context_units(view))]))
-        emb = encode_alone(load_sentence_encoder(self.encoder), texts)  # batch-invariant scores
+        emb = encode_texts(load_sentence_encoder(self.encoder), texts)  # batch-invariant scores
         row = {t: emb[i] for i, t in enumerate(texts)}
         out = []
         for view, resp in batch:

@@ -3,14 +3,18 @@
 - The chat template is applied and tokenized in ONE step, so BOS is never added twice.
   Models without a chat template get the plain format "User: ...\\n\\nAssistant: ..." with
   the tokenizer's own special tokens.
-- Scores are read at the last real token via the attention mask, so they do not depend on
-  batch size or padding, even when the pad token equals EOS.
+- Scores are read at the last real token (never by searching for the pad token, which may equal EOS).
+- Batch-invariant, byte for byte: a sequence's score depends on its own tokens only, never on
+  which sequences share its call or batch (`prbench.engines.buckets`: each part is padded to a
+  width fixed by its own length, and only parts of one width share a batch). A decoder RM runs
+  every sequence as its prompt (everything before the response, read from the sequence itself)
+  plus the response continued from the prompt's KV cache, whether or not another response to
+  that prompt came in the same call.
 - One logit -> that logit; two -> logit[1] - logit[0] (log-odds of the positive class);
   more -> the `label_index` the user names (else an error).
 - Shared-prefix scoring: responses to the same prompt (chosen and rejected; N Best-of-N
-  samples) share every token before the response. For decoder RMs the shared prefix runs
-  once and each response is scored from its KV cache (equal to full scoring within float
-  tolerance, tested); under `profile` the prefix is most of the tokens.
+  samples) share that prompt, which then runs once per call (equal to full scoring within
+  float tolerance, tested); under `profile` the prompt is most of the tokens.
 - Over `max_length`: least relevant profile posts are dropped first (counted per response as
   `truncated`); the response is never cut. If even the bare question does not fit, the
   score is invalid (counted), never silently truncated.
@@ -24,15 +28,8 @@ from typing import Any, Literal
 
 from prbench.cache import text_hash
 from prbench.conditions import View
-from prbench.engines.prefix import (
-    SharedGroups,
-    cache_kwarg,
-    efficient_batches,
-    group_by_prefix,
-    output_cache,
-    run_shared,
-    supports_sharing,
-)
+from prbench.engines.buckets import ROW_TILE, Batch, bucketed_batches, pads_rows
+from prbench.engines.prefix import CPU_BATCH_TOKENS, cache_kwarg, output_cache, select_rows, supports_sharing
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.progress import beat
@@ -145,24 +142,28 @@ class SequenceClassifierRM(PointwiseRM):
     def fit(self, view: View, response: str) -> tuple[list[int] | None, bool, str]:
         """Ids within max_length, dropping least relevant posts first; (None, True, _) if impossible.
 
-        Also returns the prompt text used, so responses to one prompt can share its prefix.
+        Also returns the prompt text used (and the dialogue before it), which names the prompt.
         """
-        def ids_for(n: int) -> list[int]:
-            # Multi-turn items go through the chat template as messages, never as one flattened turn.
-            return self.encode_messages(view.messages(n), response) if view.turns else self.encode(view.prompt(n), response)
+        ids, truncated, key, _ = self._fit(view, response)
+        return ids, truncated, key
 
+    def _view_ids(self, view: View, n: int, response: str) -> list[int]:
+        # Multi-turn items go through the chat template as messages, never as one flattened turn.
+        return self.encode_messages(view.messages(n), response) if view.turns else self.encode(view.prompt(n), response)
+
+    def _fit(self, view: View, response: str) -> tuple[list[int] | None, bool, str, int]:
+        """`fit`, plus the number of posts shown."""
         n = view.shown_posts
-        ids = ids_for(n)
+        ids = self._view_ids(view, n, response)
         truncated = False
         while len(ids) > self.max_length and n > 0:
             n -= 1
             truncated = True
-            ids = ids_for(n)
-        # The grouping key of shared-prefix scoring: the prompt, and the dialogue before it when there is one.
+            ids = self._view_ids(view, n, response)
         key = view.prompt(n) + ("\0" + view.transcript() if view.turns else "")
         if len(ids) > self.max_length:
-            return None, True, key
-        return ids, truncated, key
+            return None, True, key, n
+        return ids, truncated, key, n
 
     # -- scoring --------------------------------------------------------------------------
     def _reduce(self, logits: Any) -> list[float]:
@@ -177,77 +178,145 @@ class SequenceClassifierRM(PointwiseRM):
             raise ValueError(f"{self.spec}: {k} labels; pass label_index to pick the reward logit")
         return [float(v) for v in vals.float().cpu()]
 
-    def forward(self, batch_ids: Sequence[list[int]]) -> list[float]:
-        """Score already-tokenized sequences; right padding, last real token by attention mask."""
-        torch = self.torch
-        width = max(len(x) for x in batch_ids)
-        pad = self.tokenizer.pad_token_id
-        input_ids = torch.full((len(batch_ids), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch_ids), width), dtype=torch.long)
-        for i, ids in enumerate(batch_ids):
-            input_ids[i, : len(ids)] = torch.tensor(ids)
-            mask[i, : len(ids)] = 1
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        last = mask.sum(1) - 1
-        split = self._split_model()
-        with torch.no_grad():
-            if split is not None:
-                backbone, head = split
-                hidden = backbone(input_ids=input_ids, attention_mask=mask).last_hidden_state
-                logits = head(hidden[torch.arange(len(batch_ids), device=hidden.device), last])
-            else:  # encoder classifiers pool internally (CLS), padding-safe by construction
-                logits = self.model(input_ids=input_ids, attention_mask=mask).logits
-        self.counts["tokens"] += int(mask.sum())
-        self.counts["padded_tokens"] += int(mask.numel())
-        return self._reduce(logits)
-
     def _split_model(self) -> tuple[Any, Any] | None:
         """(backbone, score head) of a decoder RM, or None when the model pools internally."""
         head = getattr(self.model, "score", None)
         backbone = getattr(self.model, self.model.base_model_prefix, None)
         return (backbone, head) if head is not None and backbone is not None else None
 
-    def _score_shared(self, groups: SharedGroups) -> dict[int, float]:
-        """Scores of prefix + suffix for every grouped sequence, each prefix run once (engines/prefix.py)."""
+    def _padded(self, seqs: Sequence[Sequence[int]], batch: Batch) -> Any:
+        """Token ids [batch.rows, batch.width]: right-padded rows, filler rows repeating the last."""
+        torch = self.torch
+        ids = torch.full((batch.rows, batch.width), self.tokenizer.pad_token_id, dtype=torch.long)
+        for row in range(batch.rows):
+            seq = seqs[batch.index[min(row, len(batch.index) - 1)]]
+            ids[row, : len(seq)] = torch.tensor(seq)
+        return ids
+
+    def forward(self, batch_ids: Sequence[list[int]]) -> list[float]:
+        """Scores of whole sequences, each padded to its length bucket and batched only with its bucket.
+
+        A decoder runs without a padding mask: with right padding and causal attention no real
+        token ever sees a pad, and SDPA keeps its fused causal kernel. An encoder classifier gets
+        the mask and pools internally (CLS), padding-safe by construction.
+        """
+        torch = self.torch
+        out = [math.nan] * len(batch_ids)
+        split = self._split_model()
+        # an encoder's head runs on one pooled row per sequence: whole 8-row tiles (prbench.engines.buckets)
+        multiple = 1 if split is not None else ROW_TILE
+        for batch in bucketed_batches([len(x) for x in batch_ids], self.token_budget, self.batch_size,
+                                      pads_rows(self.device), row_multiple=multiple):
+            beat(f"scoring a batch of {len(batch.index)} sequences")
+            ids = self._padded(batch_ids, batch)
+            lengths = torch.tensor([len(batch_ids[batch.index[min(r, len(batch.index) - 1)]])
+                                    for r in range(batch.rows)])
+            with torch.no_grad():
+                if split is not None:
+                    backbone, head = split
+                    logits = head(backbone(input_ids=ids.to(self.device)).last_hidden_state)  # every position: see _at
+                    logits = _at(torch, logits, lengths - 1)
+                else:
+                    mask = (torch.arange(batch.width)[None, :] < lengths[:, None]).long()
+                    logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+            for i, v in zip(batch.index, self._reduce(logits)):
+                out[i] = v
+            self.counts["tokens"] += sum(len(batch_ids[i]) for i in batch.index)
+            self.counts["padded_tokens"] += batch.rows * batch.width
+        return out
+
+    def prompt_length(self, ids: Sequence[int], prompt_ids: Sequence[int]) -> int:
+        """Tokens of `ids` that belong to its prompt (read from the sequence itself), leaving one or more for the response."""
+        k, limit = 0, min(len(ids) - 1, len(prompt_ids))
+        while k < limit and ids[k] == prompt_ids[k]:
+            k += 1
+        return k
+
+    def _score_split(self, seqs: Sequence[list[int]], cuts: Sequence[int]) -> list[float]:
+        """Each sequence as its prompt (`cuts[j]` tokens, run once per distinct prompt) plus its response from the prompt's KV cache.
+
+        Both parts are padded to their own length buckets, so a score never depends on its
+        neighbours. Prompts run causally without a mask (right padding is never seen); a
+        response attends its prompt's real columns and its own tokens through the mask, at
+        positions that continue its own prompt.
+        """
         torch = self.torch
         backbone, head = self._split_model()  # type: ignore[misc]
         kwarg = cache_kwarg(backbone)
-
-        def prefill(ids: Any, mask: Any) -> Any:
-            return output_cache(backbone(input_ids=ids, attention_mask=mask, use_cache=True))
-
-        def extend(ids: Any, mask: Any, pos: Any, cache: Any, _: list[int]) -> list[float]:
-            hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                              **{kwarg: cache}).last_hidden_state
-            last = mask[:, -ids.shape[1]:].sum(1) - 1
-            return self._reduce(head(hidden[torch.arange(len(ids), device=hidden.device), last]))
-
-        with torch.no_grad():
-            return run_shared(groups, prefill, extend, torch=torch, pad_id=self.tokenizer.pad_token_id,
-                              device=self.device, token_budget=self.token_budget, max_rows=self.batch_size,
-                              counts=self.counts)
+        prompts: dict[tuple[int, ...], int] = {}
+        owner = [prompts.setdefault(tuple(seq[:cut]), len(prompts)) for seq, cut in zip(seqs, cuts)]
+        members: dict[int, list[int]] = {}
+        for j, p in enumerate(owner):
+            members.setdefault(p, []).append(j)
+        plist = [list(p) for p in prompts]
+        fixed = pads_rows(self.device)
+        pre_budget = min(self.token_budget, CPU_BATCH_TOKENS) if not fixed else self.token_budget
+        out = [math.nan] * len(seqs)
+        for pre in bucketed_batches([len(p) for p in plist], pre_budget, self.batch_size, fixed):
+            beat(f"scoring {len(pre.index)} prompts")
+            with torch.no_grad():
+                cache = output_cache(backbone(input_ids=self._padded(plist, pre).to(self.device), use_cache=True))
+            row_of = {p: row for row, p in enumerate(pre.index)}
+            todo = [j for p in pre.index for j in members[p]]
+            suffixes = [seqs[j][cuts[j]:] for j in todo]
+            self.counts["tokens"] += sum(len(plist[p]) for p in pre.index)
+            self.counts["padded_tokens"] += pre.rows * pre.width
+            self.counts["prefix_tokens_saved"] += sum(len(plist[p]) * (len(members[p]) - 1) for p in pre.index)
+            for sub in bucketed_batches([len(x) for x in suffixes], self.token_budget, self.batch_size, fixed):
+                beat(f"scoring {len(sub.index)} responses from their prompts' cache")
+                js = [todo[sub.index[min(r, len(sub.index) - 1)]] for r in range(sub.rows)]
+                mask = torch.zeros((sub.rows, pre.width + sub.width), dtype=torch.long)
+                pos = torch.zeros((sub.rows, sub.width), dtype=torch.long)
+                last = []
+                for row, j in enumerate(js):
+                    mask[row, : cuts[j]] = 1
+                    mask[row, pre.width : pre.width + len(seqs[j]) - cuts[j]] = 1
+                    pos[row] = torch.arange(sub.width) + cuts[j]
+                    last.append(len(seqs[j]) - cuts[j] - 1)
+                rows = torch.tensor([row_of[owner[j]] for j in js], device=self.device)
+                with torch.no_grad():
+                    hidden = backbone(input_ids=self._padded(suffixes, sub).to(self.device),
+                                      attention_mask=mask.to(self.device), position_ids=pos.to(self.device),
+                                      use_cache=True, **{kwarg: select_rows(cache, rows, pre.width)}).last_hidden_state
+                    logits = _at(torch, head(hidden), torch.tensor(last))
+                for j, v in zip(js[: len(sub.index)], self._reduce(logits)):
+                    out[j] = v
+                self.counts["tokens"] += sum(len(suffixes[k]) for k in sub.index)
+                self.counts["padded_tokens"] += sub.rows * sub.width
+        return out
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
-        fitted = [self.fit(view, resp) for view, resp in batch]
+        fitted = [self._fit(view, resp) for view, resp in batch]
         out: list[Score] = [Score(math.nan, truncated=tr, error="input exceeds max_length without any profile")
-                            if ids is None else Score(math.nan, truncated=tr) for ids, tr, _ in fitted]
-        ok = [i for i, (ids, _, _) in enumerate(fitted) if ids is not None]
-        rest = ok
-        if self.share_prefix:  # responses to the same prompt text share its tokens
-            groups = group_by_prefix([fitted[i][0] for i in ok], [fitted[i][2] for i in ok])  # type: ignore[misc]
-            for j, v in self._score_shared(groups).items():
-                out[ok[j]].value = v
-            rest = [ok[j] for j in groups.rest]
-        for group in efficient_batches([len(fitted[i][0]) for i in rest], self.token_budget,  # type: ignore[arg-type]
-                                       self.batch_size):
-            idx = [rest[j] for j in group]
-            beat(f"scoring a batch of {len(idx)} sequences")
-            for i, v in zip(idx, self.forward([fitted[i][0] for i in idx])):  # type: ignore[misc]
-                out[i].value = v
+                            if ids is None else Score(math.nan, truncated=tr) for ids, tr, _, _ in fitted]
+        ok = [i for i, f in enumerate(fitted) if f[0] is not None]
+        seqs: list[list[int]] = [fitted[i][0] for i in ok]  # type: ignore[misc]
+        if self.share_prefix:
+            prompt_ids: dict[str, list[int]] = {}  # one templating per prompt: chosen and rejected share it
+            cuts = []
+            for i, seq in zip(ok, seqs):
+                view, key, n = batch[i][0], fitted[i][2], fitted[i][3]
+                if key not in prompt_ids:
+                    prompt_ids[key] = self._view_ids(view, n, "")
+                cuts.append(self.prompt_length(seq, prompt_ids[key]))
+            values = self._score_split(seqs, cuts)
+        else:
+            values = self.forward(seqs)
+        for i, v in zip(ok, values):
+            out[i].value = v
         self.counts["scored"] += len(batch)
-        self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
-        self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
+        self.counts["truncated"] += sum(1 for f in fitted if f[1])
+        self.counts["too_long"] += sum(1 for f in fitted if f[0] is None)
         return out
+
+
+def _at(torch: Any, logits: Any, positions: Any) -> Any:
+    """Row r's logits at `positions[r]`, from logits of every position.
+
+    Why every position: the head then multiplies rows x width vectors (whole 8-row tiles), where
+    one pooled vector per sequence would leave a partial tile that MKL computes another way.
+    """
+    return logits[torch.arange(logits.shape[0], device=logits.device), positions.to(logits.device)]
 
 
 class VLLMClassifierRM(SequenceClassifierRM):
@@ -312,7 +381,7 @@ class VLLMClassifierRM(SequenceClassifierRM):
         self.counts["scored"] += len(batch)
         self.counts["truncated"] += sum(1 for _, tr, _ in fitted if tr)
         self.counts["too_long"] += sum(1 for ids, _, _ in fitted if ids is None)
-        self.counts["tokens"] += sum(len(fitted[i][0]) for i in ok)  # type: ignore[arg-type]
+        self.counts["tokens"] += sum(len(fitted[i][0] or ()) for i in ok)
         return out
 
 

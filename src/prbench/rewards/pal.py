@@ -105,15 +105,16 @@ class Embedder:
     """Normalised embeddings of texts by a frozen encoder, memoised in-process and optionally on disk.
 
     Why a cache: training sees each response, question and post many times; the encoder is the
-    only expensive part. Values depend only on (encoder, text): each text is encoded alone
-    (`encode_alone`), never with the texts that happened to miss the cache with it.
+    only expensive part. Values depend only on (encoder, text): `encode_texts` is batch-invariant,
+    so the texts that happened to miss the cache with it never move a bit.
     """
 
     def __init__(self, encoder: str = DEFAULT_ENCODER, cache: Cache | None = None):
         self.encoder, self.cache = encoder, cache
         digest = local_digest(encoder)  # a local encoder folder: its content, so retraining it busts keys
-        # ":alone": a disk cache may hold values of the earlier padded-batch encoding (7th digit apart)
-        self.key = (encoder if digest is None else f"{encoder}@{digest}") + ":alone"
+        from prbench.engines.builtin import ENCODING  # earlier encodings' values are never read back
+
+        self.key = (encoder if digest is None else f"{encoder}@{digest}") + f":{ENCODING}"
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         uniq = list(dict.fromkeys(texts))
@@ -126,10 +127,10 @@ class Embedder:
                     _MEMO[(self.key, t)] = np.asarray(hits[k], dtype=np.float32)
             missing = [t for t in missing if (self.key, t) not in _MEMO]
         if missing:
-            from prbench.engines.builtin import encode_alone
+            from prbench.engines.builtin import encode_texts
 
             with torch_threads():
-                vecs = encode_alone(load_encoder(self.encoder), missing)
+                vecs = encode_texts(load_encoder(self.encoder), missing)
             if len(_MEMO) + len(missing) > _MEMO_MAX:
                 _MEMO.clear()
             for t, v in zip(missing, vecs):
