@@ -369,12 +369,14 @@ def test_pal_loads_safetensors_only(tmp_path: Path) -> None:
     import torch
 
     from prbench.errors import PrbenchError
+    from prbench.manifest import seal
     from prbench.rewards.pal import build_model, load_folder, save_folder
 
     config = {"arch": "pal-a", "embed_dim": 8, "hidden": 0, "dim": 4, "k_prototypes": 2, "users": ["u1", "u2"],
               "encoder": "unused"}
     torch.manual_seed(0)
     folder = save_folder(tmp_path / "pal", config, build_model(config))
+    seal(folder)  # as `prbench train pal` leaves it: a folder without its manifest is refused (#42 item 10a)
     marker = tmp_path / "pal-pickle-ran"
     for name in ("pytorch_model.bin", "model.pt", "model.pkl", "training_args.bin"):
         (folder / name).write_bytes(pickle.dumps(_Evil(marker)))

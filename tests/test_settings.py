@@ -36,8 +36,12 @@ COMMANDS = [
 
 
 def _resolve(target: str):
+    from prbench.cli import train
     from prbench.registry import resolve
 
+    module, _, name = target.partition(":")
+    if module == "prbench.cli.train" and name in train.COMMANDS:  # built from the method registry, one per method
+        return train.COMMANDS[name]
     return resolve(target)
 
 

@@ -24,16 +24,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from prbench.schema import HistoryPair, ProfilePost, SourceItem
+from prbench.schema import STANCE_SIGNS, HistoryPair, ProfilePost, SourceItem
 
-# Stance words and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
-STANCE_SIGNS: dict[str, float] = {
-    "agree": 1.0, "agreed": 1.0, "like": 1.0, "liked": 1.0, "upvote": 1.0, "chose": 1.0, "chosen": 1.0,
-    "wrote": 1.0, "endorse": 1.0,
-    "disagree": -1.0, "disagreed": -1.0, "dislike": -1.0, "disliked": -1.0, "downvote": -1.0,
-    "rejected": -1.0, "reject": -1.0,
-    "pass": 0.0, "neutral": 0.0, "unsure": 0.0,
-}
 _PREFIX = re.compile(r"^\s*I\s+(agree|disagree|wrote|like|dislike)\s*:\s*", re.IGNORECASE)
 
 

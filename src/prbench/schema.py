@@ -62,6 +62,16 @@ def _nonblank_opt(value: str | None) -> str | None:
     return None if value is None else _nonblank(value)
 
 
+# Stance words (`prbench.judgments`) and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
+STANCE_SIGNS: dict[str, float] = {
+    "agree": 1.0, "agreed": 1.0, "like": 1.0, "liked": 1.0, "upvote": 1.0, "chose": 1.0, "chosen": 1.0,
+    "wrote": 1.0, "endorse": 1.0,
+    "disagree": -1.0, "disagreed": -1.0, "dislike": -1.0, "disliked": -1.0, "downvote": -1.0,
+    "rejected": -1.0, "reject": -1.0,
+    "pass": 0.0, "neutral": 0.0, "unsure": 0.0,
+}
+
+
 class _Record(BaseModel):
     # Unknown fields are kept (datasets grow columns), never fatal; ints/floats are not text.
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
@@ -100,8 +110,6 @@ class ProfilePost(_Record):
     @classmethod
     def _stance(cls, value: str | None) -> str | None:
         # Why refuse unknown words: a typo ("disagre") would read as "no verdict" to every method.
-        from prbench.judgments import STANCE_SIGNS
-
         if value is not None and value.strip().lower() not in STANCE_SIGNS:
             raise ValueError(f"unknown stance {value!r} (use {', '.join(STANCE_SIGNS)})")
         return value

@@ -189,7 +189,7 @@ def serve_reward(
     idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle keep-alive connection is closed.")] = 5.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
-    """Serve an RM over HTTP for RL frameworks: POST /score, /get_reward (OpenRLHF), /classify and /pooling
+    """Serve an RM over HTTP for RL frameworks. POST /score, /get_reward (OpenRLHF), /classify and /pooling
     (vLLM's pooling API, verl's Reward Loop); GET /v1/models, /health, /stats."""
     from prbench.serve.batcher import Batching
     from prbench.serve.guard import Limits

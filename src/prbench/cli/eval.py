@@ -107,7 +107,7 @@ def eval_cmd(
     json_out: Json = False,
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
-    from prbench import InvalidRunError, evaluate, invalid_failure
+    from prbench import evaluate, invalid_failure
     from prbench.cache import NullCache
     from prbench.engines.batch import BatchPending
     from prbench.preflight import check_condition_names, check_data, model_specs
@@ -149,6 +149,14 @@ def eval_cmd(
                     failures.append(failure)
                 if res.reused and not quiet:
                     _say_reused(res)
+    _finish(summaries, pending, failures, quiet, json_out)
+
+
+def _finish(summaries: list[dict], pending: list[str], failures: list[str], quiet: bool, json_out: bool) -> None:
+    """Print the runs, then exit for batches still pending (code 4) or runs with too many invalid records (1)."""
+    from prbench import InvalidRunError
+    from prbench.engines.batch import BatchPending
+
     if json_out:
         emit_json(summaries)
     elif not quiet:

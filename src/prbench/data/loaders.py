@@ -25,6 +25,7 @@ from prbench.raw import (  # noqa: F401  (the loader's public names, as before t
     parse_record,
     sample_path,
     short_text,
+    split_rows,
 )
 from prbench.schema import CATEGORIES, SourceItem, normalize_category
 
@@ -122,36 +123,6 @@ def iter_examples(
                         f"(the data has: {', '.join(sorted(map(short_text, found)))})")
 
 
-def split_rows(src: str | Path, split: str) -> Iterator[tuple[str, int, Any]]:
-    """The raw rows of `split` in a `prb` / pair file: rows that name a `split` are read only in it.
-
-    Why: a row marked `split: test` must never be trained on (nor a `train` row scored). A file
-    whose rows name no split is one part, read whole in any split (as always). Some rows naming a
-    split and others not is refused (which part would the others be?), and so is a split no row has.
-    """
-    marked: bool | None = None
-    present: set[str] = set()
-    n_rows = 0
-    for file, line, raw in iter_raw(src, split):
-        n_rows += 1
-        has = isinstance(raw, dict) and "split" in raw
-        if marked is None:
-            marked = has
-        elif has != marked:
-            raise DataError(file, line, "split", "some rows name a split and others do not: give every row one "
-                                                 "(train, test, ...) or none")
-        if not has:
-            yield file, line, raw
-            continue
-        part = raw["split"]
-        if not isinstance(part, str) or not part.strip():
-            raise DataError(file, line, "split", f"must be the name of a split, got {short_text(part)}")
-        present.add(part)
-        if part == split:
-            yield file, line, raw
-    if marked and n_rows and split not in present:
-        raise DataError(str(src), None, "split", f"no rows in split {split!r} (the data has: "
-                                                 f"{', '.join(sorted(present))})")
 
 
 def _native(raw: Any, cls: type, file: str, line: int, any_category: bool) -> Any:

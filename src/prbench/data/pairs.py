@@ -104,7 +104,7 @@ def iter_pairs(src: str | Path, split: str = "test", format: str | None = None) 
 
         yield from (pair_from_example(ex) for ex in iter_examples(src, "benchmark", split=split, format=format))
         return
-    from prbench.data.loaders import split_rows
+    from prbench.raw import split_rows
 
     seen: dict[str, str] = {}
     for file, line, raw in split_rows(src, split):  # a row marked `split: test` is never a train pair

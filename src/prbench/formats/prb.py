@@ -30,8 +30,7 @@ class PRB(Reader):
         return "chosen" in row and "rejected" in row and ("question" in row or ("user_id" in row and "prompt" in row))
 
     def read(self, src: str | Path, split: str = "test") -> Iterator[Any]:
-        from prbench.data.loaders import split_rows
-        from prbench.raw import _record_class, parse_record
+        from prbench.raw import _record_class, parse_record, split_rows
 
         for file, line, raw in split_rows(src, split):
             yield file, line, parse_record(raw, _record_class(self.kind), file, line)
