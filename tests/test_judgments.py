@@ -20,8 +20,6 @@ from prbench.testing.records import make_records
 
 FIX = Path(__file__).parent / "data" / "formats"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data beside the checkout
-if not SHARED.is_dir():
-    SHARED = Path("/work/shared/data")  # worktrees of the project's main checkout
 POLIS = SHARED / "polis-dev"
 BM25 = load_retriever("bm25")
 
