@@ -56,7 +56,10 @@ demo: $(DEMO_STAMP)
 	$(HOW_TO_RUN)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --ignore=tests/test_readme.py
+	# The site's pages run in a pytest process of their own: after the rest of the suite in one worker, the
+	# docs run was seen closing pytest's capture file (a flake not yet found; it passes on its own).
+	$(PY) -m pytest -q tests/test_readme.py
 	$(HOW_TO_RUN)
 
 lint: $(STAMP)
