@@ -4,7 +4,7 @@ Measured in one run, same RMs, same items, same machine:
 - `new`: `prbench serve-reward` as it is now (`prbench.serve`: a plain ASGI app, bodies validated
   from bytes, one loop wake-up per batch, cross-request batching in a worker thread);
 - `today`: the server on main before `prbench.serve` (FastAPI routes, json.loads then pydantic,
-  one loop wake-up per request), kept verbatim in `benchmarks/baseline_serve/` (efb137a);
+  one loop wake-up per request), read from git history at efb137a (`baseline_package`);
 - `null`: a server that does no work at all (GPU-shaped rows only): what the clients themselves
   can send on this machine, the ceiling every server's wall-clock rate is read against;
 - `openrlhf`: a loop like OpenRLHF 0.11.2's own `serve_rm` (`openrlhf/cli/serve_rm.py`, lines
@@ -36,6 +36,24 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+BASELINE_COMMIT = "efb137a"  # main before the reward server became `prbench.serve` (#39)
+
+
+def baseline_package(root: Path) -> Path:
+    """`root` holding `baseline_serve/`: `prbench.downstream.{server,batcher,chat,items}` as they were at
+    BASELINE_COMMIT, read with `git show` (a baseline from history, not a second copy in the tree), with
+    their imports of each other made local. Needs the git checkout."""
+    import re
+
+    pkg = root / "baseline_serve"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    for name in ("server", "batcher", "chat", "items"):
+        text = subprocess.run(["git", "-C", str(HERE.parent), "show", f"{BASELINE_COMMIT}:src/prbench/downstream/{name}.py"],
+                              check=True, capture_output=True, text=True).stdout
+        text = re.sub(r"\bprbench\.downstream\.(server|batcher|chat|items)\b", r"baseline_serve.\1", text)
+        (pkg / f"{name}.py").write_text(text, encoding="utf-8")
+    return root
 KINDS = ("new", "today", "openrlhf", "null")
 LEVELS = (1, 64, 512, 2048)
 FIXED_FORWARD_S = 0.01
@@ -128,8 +146,8 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
         batching = Batching() if max_wait_ms is None else Batching(max_wait_ms=max_wait_ms)
         app = create_app(rm, "none", max_batch=64, batching=batching)
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
-    elif kind == "today":  # main's server, kept in benchmarks/baseline_serve/
-        sys.path.insert(0, str(HERE))
+    elif kind == "today":  # main's server before `prbench.serve`, read from git history
+        sys.path.insert(0, str(baseline_package(Path(tempfile.mkdtemp(prefix="baseline-serve-")))))
         from baseline_serve.batcher import Batching as OldBatching
         from baseline_serve.server import Limits as OldLimits
         from baseline_serve.server import check_fd_limit as old_fd_limit
