@@ -15,6 +15,7 @@ from prbench.errors import DataError
 from prbench.formats import detect
 from prbench.schema import NO_CATEGORY
 from prbench.testing.cli import run_cli
+from prbench.train.methods import METHODS, spec_for
 
 MINIMAL = ("id", "user_id", "question", "profile", "chosen", "rejected")
 
@@ -178,3 +179,43 @@ def test_training_under_oracle_without_a_rubric_is_refused(tmp_path: Path, capsy
     code, _, err = run_cli(capsys, "train", "bt", "--data", str(path), "--condition", "oracle", "--frozen-encoder",
                            "--no-protocol", "--epochs", "1", "--out", str(tmp_path / "m"))
     assert code == 2 and err.count("\n") == 1 and "condition 'oracle' needs rubric_aspects, which 6 of 6" in err, err
+
+
+def _judge(body: dict[str, Any]) -> str:
+    """SynthesizeMe's engine: a persona from the shown choices when asked for one, else a middling score."""
+    text = body["messages"][-1]["content"]
+    return "This person favours green city projects." if "describe this person" in text else "Fair.\nScore: 6"
+
+
+def _method_options(method: str, tmp_path: Path, request: pytest.FixtureRequest) -> list[str]:
+    """The least each method needs to train in seconds (the others train with their defaults)."""
+    if method == "synthesizeme":
+        srv = request.getfixturevalue("fake_openai")(_judge)
+        key_env = request.getfixturevalue("api_key_env")[0]
+        return ["--engine", "openai:judge", "--base-url", srv.base_url, "--api-key-env", key_env, "--no-protocol"]
+    if method == "finetune":
+        return ["--base-model", str(request.getfixturevalue("tiny_rm")), "--max-steps", "2", "--no-protocol"]
+    return {"context-bt": ["--frozen-encoder"], "gpo": ["--steps", "20"]}.get(method, [])
+
+
+def _command(method: str) -> str:
+    """`context-bt` trains through `prbench train bt --frozen-encoder`; every other method is its own command."""
+    return "bt" if method == "context-bt" else method
+
+
+@pytest.mark.parametrize("method", sorted(METHODS.names()))
+def test_every_method_trains_on_the_minimal_file_and_evaluates(method: str, tmp_path: Path, capsys,
+                                                               request: pytest.FixtureRequest) -> None:
+    """#37's acceptance: a file with only the minimal fields trains every method, and the trained folder
+    evaluates under none / profile / wrong-profile."""
+    path = _write(tmp_path / "mine.jsonl", _minimal(8))
+    out = tmp_path / "rm"
+    code, _, err = run_cli(capsys, "train", _command(method), "--data", str(path), "--out", str(out),
+                           *_method_options(method, tmp_path, request))
+    assert code == 0, err
+    code, stdout, err = run_cli(capsys, "eval", "-m", spec_for(method, out), "--data", str(path), "-c",
+                                "none,profile,wrong-profile", "--out", str(tmp_path / "runs"), "--json")
+    assert code == 0, err
+    rows = json.loads(stdout)
+    assert sorted(r["condition"] for r in rows) == ["none", "profile", "wrong-profile"]
+    assert all(r["n"] == 8 for r in rows), rows

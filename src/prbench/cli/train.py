@@ -66,6 +66,10 @@ def _planner(path: Path | None) -> Any:
     return read_planner_file(path)
 
 
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
 def _report(result: Any, json_out: bool, protocol: dict | None = None, method: str | None = None,
             eval_data: str | None = None) -> None:
     last = result.log[-1] if result.log else {}
@@ -81,8 +85,8 @@ def _report(result: Any, json_out: bool, protocol: dict | None = None, method: s
     keys = [k for k in ("loss", "accuracy", "eval_accuracy") if any(k in r for r in result.log)]
     step = max(1, len(result.log) // 10)  # at most about ten rows; the whole log is in train_log.jsonl
     shown = [r for i, r in enumerate(result.log) if i % step == 0 or i == len(result.log) - 1]
-    table(f"trained -> {result.out}", ["epoch", *keys],
-          [(r.get("epoch"), *(f"{r[k]:.4f}" if k in r else "" for k in keys)) for r in shown])
+    table(f"trained -> {result.out}", ["epoch", *keys],  # None: not measured (a user too small to verify)
+          [(r.get("epoch"), *(_cell(r.get(k)) for k in keys)) for r in shown])
     if protocol and protocol.get("headline"):
         _protocol_table(protocol)
     if protocol and protocol.get("eval_data"):
