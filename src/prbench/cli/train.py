@@ -33,8 +33,8 @@ from prbench.config import (
 )
 from prbench.errors import PrbenchError
 
-app = typer.Typer(help="Train personalized reward models. LoRe, VPL, fine-tuning, BT or PAL; with no method, the "
-                       "recommended one (prbench train --data D --out DIR).",
+app = typer.Typer(help="Train personalized reward models, one command per method. With no method (prbench train "
+                       "--data D --out DIR), the candidates are measured on held-out people of D and the best kept.",
                   invoke_without_command=True)
 Epochs = Annotated[float | None, typer.Option(help="Training epochs (default depends on the model).")]
 Lr = Annotated[float | None, typer.Option(help="Learning rate (default depends on the model).")]
