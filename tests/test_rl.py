@@ -190,3 +190,27 @@ def test_cli_and_study_share_one_rl_config(tmp_path, capsys) -> None:
     assert json.loads(study_run.read_text()) == cli_cfg  # one default per option, everywhere
     with pytest.raises(PrbenchError, match="num_generations"):
         train_rl(f"hf:{lm}", "baseline:length", str(data), tmp_path / "x", num_generations=5000)
+
+
+def test_judgments_survive_the_training_row() -> None:
+    """A stance or a past choice written into a row reaches the reward's view as a judgment, not as a post
+    the person wrote (#37: every condition hands methods signed evidence)."""
+    from prbench.schema import ProfilePost
+
+    it = short_items(1)[0].model_copy(update={"profile": [
+        ProfilePost(id="a", text="Rent caps help tenants.", stance="agree"),
+        ProfilePost(id="b", text="Build more roads.", stance="disagree"),
+        ProfilePost(id="c", text="Short answers.", stance="chose", prompt="How should replies read?",
+                    rejected="Long answers.")]})
+    ret = load_retriever("bm25")
+    [row] = _rows([it], [build_view(it, "profile", retriever=ret, top_k=3)], "profile", load_prompt("policy_answer"),
+                  100)
+    json.dumps(row)  # a row stays plain JSON
+    rm = Recorder()
+    reward = RMReward(rm, "profile", retriever=ret, top_k=3)
+    reward([row["prompt"]], ["an answer"], example_id=[row["example_id"]], question=[row["question"]],
+           profile=[row["profile"]], rubric_aspects=[None])
+    [seen] = rm.views
+    assert {p.id: (p.stance, p.rejected) for p in seen.posts} == {
+        "a": ("agree", None), "b": ("disagree", None), "c": ("chose", "Long answers.")}
+    assert seen.prompt() == build_view(it, "profile", retriever=ret, top_k=3).prompt()

@@ -21,6 +21,9 @@ today's files never set, so those load unchanged:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # The three LaMP-QA categories of the paper; aliases map human spellings to config names.
@@ -129,6 +132,22 @@ class ProfilePost(_Record):
     def is_choice(self) -> bool:
         """A past choice: `text` was chosen over `rejected` (in answer to `prompt`, when known)."""
         return self.rejected is not None
+
+
+def posts_to_wire(posts: Sequence[ProfilePost]) -> list[dict[str, Any]]:
+    """A profile as a training row or a reward request carries it: every judgment field kept, since a
+    stance dropped on the way would reach the RM as a post the person wrote."""
+    return [p.model_dump(exclude_none=True) for p in posts]
+
+
+def posts_from_wire(value: object) -> list[ProfilePost]:
+    """`posts_to_wire` read back (also strings and past choices, as in a file); a missing or null
+    category is ''. Malformed items raise ValueError (pydantic's) or TypeError."""
+    if not isinstance(value, list):
+        raise TypeError(f"a profile is a list, got {type(value).__name__}")
+    items = cast("list[object]", profile_items(value))
+    return [ProfilePost.model_validate({**p, "category": p.get("category") or ""} if isinstance(p, dict) else p)
+            for p in items]
 
 
 def profile_items(value: object) -> object:

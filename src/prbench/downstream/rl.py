@@ -57,7 +57,7 @@ from prbench.prompts import load_prompt
 from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
 from prbench.runs import write_json_atomic
-from prbench.schema import ProfilePost, RubricAspect, SourceItem
+from prbench.schema import RubricAspect, SourceItem, posts_from_wire, posts_to_wire
 from prbench.scoring import score_cached
 from prbench.sources import resolve_policy
 
@@ -123,8 +123,7 @@ class RMReward:
         if example_id not in self._views:
             item = SourceItem(
                 id=example_id, question=question, category="rl",
-                profile=[ProfilePost(id=str(p["id"]), category=p.get("category") or "", text=p["text"])
-                         for p in profile or []],
+                profile=posts_from_wire(list(profile or [])),
                 rubric_aspects=[RubricAspect(aspect=a["aspect"], reason=a.get("reason") or "")
                                 for a in rubric_aspects or []],
             )
@@ -180,7 +179,7 @@ def _rows(items: Sequence[SourceItem], views: Sequence[View], condition: str, pr
             "prompt": policy_messages(v, prompt, max_words),
             "example_id": it.id,
             "question": it.question,
-            "profile": [{"id": p.id, "category": p.category, "text": p.text} for p in it.profile],
+            "profile": posts_to_wire(it.profile),
         }
         if condition == "oracle":
             row["rubric_aspects"] = [{"aspect": a.aspect, "reason": a.reason} for a in it.rubric_aspects]
