@@ -43,7 +43,7 @@ def covotes(people: int, seed: int) -> list[PreferencePair]:
             votes = [f"I agree: {t}" for t in CAMPS[camp] if t != chosen]
             votes += [f"I disagree: {t}" for t in CAMPS[other] if t != rejected]
             rng.shuffle(votes)
-            out.append(PreferencePair(user_id=f"{camp}-{seed}-{i}", prompt="What should the town do next year?",
+            out.append(PreferencePair(user_id=f"{camp}-{seed}-{i}", prompt=f"What should the town do next year? ({i % 4})",
                                       chosen=chosen, rejected=rejected, id=f"{camp}-{seed}-{i}",
                                       profile=[ProfilePost(id=f"{camp}{i}-{j}", text=v) for j, v in enumerate(votes)]))
     return out
@@ -124,3 +124,11 @@ def test_eval_shows_the_items_the_model_asks_for_unless_top_k_is_given() -> None
 @pytest.mark.parametrize("bad", [0, True, "40", None])
 def test_view_top_k_ignores_what_is_not_a_count(bad: Any) -> None:
     assert view_top_k(_Counts(bad)) is None
+
+
+def test_recommend_measures_each_candidate_on_the_views_it_asks_for(minilm_cache: Any) -> None:
+    from prbench.train.methods import recommend
+
+    rec = recommend(covotes(16, seed=0), ["style", "stance"], {"seed": 0, **BRIEF}, cache=minilm_cache)
+    views = {name: report["config"]["top_k"] for name, report in rec.reports.items()}
+    assert views == {"style": 10, "stance": make_config("stance", {}).top_k}
