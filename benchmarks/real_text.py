@@ -75,7 +75,7 @@ class CovoteNN:
         return out
 
 
-def _one(root: str, variant: str, method: str, cache_path: str, options: dict, top_k: int = 10) -> dict:
+def _one(root: str, variant: str, method: str, cache_path: str, options: dict, top_k: int | None = None) -> dict:
     import resource
     import warnings
 
@@ -102,6 +102,9 @@ def _one(root: str, variant: str, method: str, cache_path: str, options: dict, t
             print(f"{variant} {method}: trained in {row['train_s']} s", file=sys.stderr, flush=True)
             extra = {"device": "cpu"} if METHODS[method].spec == "finetune" else {"encoder_cache": cache}
             rm = load_rm(spec_for(method, Path(tmp) / "m"), **extra)
+        from prbench.rewards.base import DEFAULT_TOP_K, view_top_k
+
+        top_k = top_k or view_top_k(rm) or DEFAULT_TOP_K  # as `prbench eval`: the folder's own view unless given
         cfg = ProtocolConfig(top_k=top_k)
         row["top_k"] = top_k
         for cond in CONDITIONS:
@@ -123,7 +126,8 @@ def main() -> None:
     ap.add_argument("--methods", default="style,baseline:lexical,baseline:embedding,lore,pref,gpo,vpl,pal,context-bt")
     ap.add_argument("--options", default="{}", help="JSON options for every trained method")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "prbench-real-text-emb.sqlite"))
-    ap.add_argument("--top-k", type=int, default=10, help="Profile posts each view shows (eval's --top-k).")
+    ap.add_argument("--top-k", type=int, default=0, help="Profile posts each view shows (eval's --top-k; 0: the "
+                                                      "model's own view, else 10, as eval).")
     ap.add_argument("--one", nargs=2, metavar=("VARIANT", "METHOD"))
     args = ap.parse_args()
     if args.one:

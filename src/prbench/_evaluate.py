@@ -31,9 +31,11 @@ from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
+    DEFAULT_TOP_K,
     RewardModel,
     capabilities,
     load_rm,
+    view_top_k,
 )
 from prbench.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.schema import Example
@@ -218,6 +220,8 @@ def evaluate(
                          max_usd=max_usd, prices=prices, batch=batch, wait=wait, seeded_order=seeded_order, **given)
                 for c in condition]
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
+    if s.top_k is None:  # the model's own view (a trained folder that asks for one), else the benchmark's 10
+        s = s.model_copy(update={"top_k": view_top_k(model) or DEFAULT_TOP_K})
     t0 = time.time()
     options = _plain_options(model_options)
     spec = model if isinstance(model, str) else getattr(model, "name", model.spec)

@@ -184,6 +184,8 @@ class EvalSettings(DataSpec, ContextSpec, RunSpec):
 
     conditions: ClassVar[tuple[str, ...]] = ALL_CONDITIONS
     condition: str = opt("none", f"What the RM sees: {', '.join(ALL_CONDITIONS)}.", "-c", metavar="NAME")
+    top_k: int | None = count(None, "Profile posts kept after retrieval (default: the number a trained model's folder "
+                                    "asks for, e.g. stance's whole profile of judgments; else 10).", 10_000)
     format: str | None = opt(None, "Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: "
                                    "detected). See `prbench data formats`.", "-F", metavar="NAME")
     both_orders: bool = opt(False, "Any judge that compares two answers (pairwise or likelihood mode): ask in both "

@@ -160,11 +160,14 @@ def _run(method: str, data: str, out: Path, options: dict, check: Check, json_ou
 def _score_eval(method: str, out: Path, pairs: list[Any], options: dict) -> dict:
     """Accuracy of the saved model on --eval-data pairs, per user (under the method's condition)."""
     from prbench.rewards import load_rm
+    from prbench.rewards.base import DEFAULT_TOP_K, view_top_k
     from prbench.train.methods import spec_for
     from prbench.train.protocol import ProtocolConfig, distribution, pair_credits, per_user
 
-    cfg = ProtocolConfig(condition=options.get("condition") or "profile", top_k=options.get("top_k") or 10)
-    credits, users = pair_credits(load_rm(spec_for(method, out)), pairs, cfg.condition, cfg)
+    rm = load_rm(spec_for(method, out))
+    cfg = ProtocolConfig(condition=options.get("condition") or "profile",
+                         top_k=options.get("top_k") or view_top_k(rm) or DEFAULT_TOP_K)
+    credits, users = pair_credits(rm, pairs, cfg.condition, cfg)
     return distribution(per_user(credits, users), seed=0)
 
 

@@ -121,6 +121,33 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
     return rm
 
 
+DEFAULT_TOP_K = 10  # profile items a view shows when neither the user nor the model says otherwise
+
+
+def view_top_k(model: str | RewardModel) -> int | None:
+    """How many profile items the model asks each view to show, if it asks: its `view_top_k`, or for a
+    spec `PREFIX:FOLDER` of a prbench-trained folder the `view_top_k` of its config.json.
+
+    Why: a method that reads a person's judgments needs all of them, while the benchmark's default view keeps
+    the 10 items a retriever ranks first; the trained folder says so instead of each user passing --top-k."""
+    if not isinstance(model, str):
+        value = getattr(model, "view_top_k", None)
+    else:
+        import json
+        from pathlib import Path
+
+        from prbench.rewards.folders import trained_meta
+
+        folder = Path(model.partition(":")[2]).expanduser()
+        if trained_meta(folder) is None:
+            return None
+        try:
+            value = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("view_top_k")
+        except (OSError, ValueError, AttributeError):
+            return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a reward-model kind needs and costs, and whether it scores or compares, known without loading."""

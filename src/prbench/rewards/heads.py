@@ -154,6 +154,11 @@ class HeadReward(PointwiseRM):
         """One state per list of labelled pairs (prompt, chosen, rejected); each kind fits its own."""
         raise NotImplementedError
 
+    @property
+    def view_top_k(self) -> int | None:
+        """The profile items the trainer asked each view to show (`prbench.rewards.base.view_top_k`), if any."""
+        return self.config.get("view_top_k")
+
     def seen_users(self) -> set[str]:
         """Users the weights were trained on (the eval's seen/unseen split reads this)."""
         return set(self.users)

@@ -17,10 +17,24 @@ With c_j = z_m(y) . z_m(e_j):
     nearest readout:  r_m(y) = tau lse_j+(c_j / tau) - tau lse_j-(c_j / tau)
                       (soft maximum similarity to an agreed item minus to a rejected one)
 
-and r(y) = mean_m r_m(y) summed over the chosen readouts. No evidence: every score 0 (a tie),
+and r(y) = mean_m r_m(y) summed over the chosen readouts, plus w_v r_votes(y) (below). No evidence:
+every score 0 (a tie),
 so `none` is chance by construction and `wrong-profile` reads another person's stances.
 k shots (`adapt`, or the pairs a `history` view shows) add their chosen answer as +1 and the
-rejected one as -1 evidence. Nothing per training user is stored but their names.
+rejected one as -1 evidence.
+
+Co-vote factors (`votes` readout, added for polis-dev, docs/methods.md). What the projection
+cannot learn from text alone is which statements the *same people* agreed with. From the
+training people's signed judgments, V (texts x people, +1 / -1, 0 unjudged), each row divided
+by the square root of its number of judgments, a rank-R SVD gives each judged text a factor
+q_i (U_R S_R). A text y borrows the factor of the training text nearest to it in the frozen
+feature space when their cosine is at least `votes_match` (the same statement: 1.0), else
+q(y) = 0. The person's evidence is regressed on the factors (ridge, `votes_l2`):
+w = (Q_e^T Q_e + l2 I)^-1 Q_e^T s, and r_votes(y) = q(y) . w: a latent user vector fitted from
+their signed judgments, read at the candidate. It knows only texts the training people judged
+(or near-duplicates of them); elsewhere it is 0 and the projection decides. Stored per training
+person: nothing (the factors are per text; the people's columns are dropped); per judged text its
+frozen feature and its factor.
 Training (`prbench.train.stance`): Bradley-Terry on leave-two-out draws from each training
 person's judgments: one agreed and one rejected item are held out, a random subset of the rest is
 the evidence, the margin r(agreed) - r(rejected) is pushed up.
@@ -48,18 +62,25 @@ def build_stance(config: dict[str, Any]) -> Any:
     class StanceModel(nn.Module):  # type: ignore[name-defined]  # torch is imported lazily
         """M projections P_m of the frozen features; `readout` turns similarities into a reward."""
 
-        def __init__(self, dim: int, rank: int, members: int, readouts: Sequence[str], tau: float):
+        def __init__(self, dim: int, rank: int, members: int, readouts: Sequence[str], tau: float,
+                     votes: dict[str, Any]):
             super().__init__()
             self.proj = nn.Parameter(torch.randn(members, dim, rank) / dim**0.5)
             self.readouts, self.tau = tuple(readouts), float(tau)
+            texts, factors = int(votes.get("texts", 0)), int(votes.get("rank", 0))
+            self.register_buffer("vote_keys", torch.zeros(texts, dim))  # frozen features of the judged texts
+            self.register_buffer("vote_factors", torch.zeros(texts, factors))  # their co-vote factors q_i
+            self.votes_weight = float(votes.get("weight", 0.0))
+            self.votes_l2, self.votes_match = float(votes.get("l2", 1.0)), float(votes.get("match", 1.0))
 
         def space(self, phi: Any) -> Any:
             """(M, n, B): each member's normalised view of the texts `phi` (n, d)."""
             z = torch.einsum("nd,mdb->mnb", phi, self.proj)
             return z / (z.norm(dim=-1, keepdim=True) + 1e-6)
 
-        def reward(self, y: Any, ev: Any, sign: Any, mask: Any) -> Any:
-            """r(y) per row: `y` (n, d) responses, `ev` (n, J, d) evidence, `sign`/`mask` (n, J)."""
+        def reward(self, y: Any, ev: Any, sign: Any, mask: Any, votes: bool = True) -> Any:
+            """r(y) per row: `y` (n, d) responses, `ev` (n, J, d) evidence, `sign`/`mask` (n, J).
+            `votes` False: the projection's readouts alone (training fits them; the factors are fixed)."""
             n, j, d = ev.shape
             zy = self.space(y)  # (M, n, B)
             ze = self.space(ev.reshape(n * j, d)).reshape(zy.shape[0], n, j, -1)
@@ -69,7 +90,25 @@ def build_stance(config: dict[str, Any]) -> Any:
                 out = out + (sim * sign * mask).sum(-1) / mask.sum(-1).clamp(min=1)
             if "nearest" in self.readouts:
                 out = out + self._nearest(sim, sign, mask)
-            return out.mean(0)
+            out = out.mean(0)
+            if votes and self.votes_weight and self.vote_factors.numel():
+                out = out + self.votes_weight * self.covote(y, ev, sign, mask)
+            return out
+
+        def factors(self, phi: Any) -> Any:
+            """q(t) of each row of `phi` (..., d): the nearest judged text's factor if close enough, else 0."""
+            cos = phi @ self.vote_keys.T
+            best, at = cos.max(-1)
+            return torch.where((best >= self.votes_match).unsqueeze(-1), self.vote_factors[at],
+                               torch.zeros((), dtype=self.vote_factors.dtype))
+
+        def covote(self, y: Any, ev: Any, sign: Any, mask: Any) -> Any:
+            """r_votes(y): the ridge fit of the person's signs on their evidence's factors, read at y."""
+            qe = self.factors(ev) * mask.unsqueeze(-1)  # (n, J, R)
+            eye = torch.eye(qe.shape[-1], dtype=qe.dtype)
+            gram = qe.transpose(1, 2) @ qe + self.votes_l2 * eye
+            w = torch.linalg.solve(gram, (qe * (sign * mask).unsqueeze(-1)).sum(1))
+            return (self.factors(y) * w).sum(-1)
 
         def _nearest(self, sim: Any, sign: Any, mask: Any) -> Any:
             big = torch.finfo(sim.dtype).min
@@ -81,7 +120,35 @@ def build_stance(config: dict[str, Any]) -> Any:
             return parts[0] - parts[1]
 
     return StanceModel(config["feature_dim"], config["rank"], config["members"], config["readouts"],
-                       config["tau"])
+                       config["tau"], config.get("votes") or {})
+
+
+def covote_factors(people: Sequence[Sequence[tuple[str, float]]], rank: int) -> tuple[list[str], Any]:
+    """(judged texts, their factors (T, R)): rank-R SVD of the row-normalised texts x people sign matrix
+    (module docstring). R is capped below min(T, people); texts nobody signed are left out."""
+    import numpy as np
+
+    texts = list(dict.fromkeys(t for items in people for t, s in items if s))
+    index = {t: i for i, t in enumerate(texts)}
+    rows, cols, vals = [], [], []
+    for j, items in enumerate(people):
+        for t, s in dict(items).items():
+            if s:
+                rows.append(index[t])
+                cols.append(j)
+                vals.append(float(np.sign(s)))
+    r = min(rank, len(texts) - 1, len(people) - 1)
+    if r < 1:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.linalg import svds
+
+    v = csr_matrix((vals, (rows, cols)), shape=(len(texts), len(people)), dtype=np.float64)
+    norm = np.sqrt(np.asarray(abs(v).sum(1)).ravel())
+    v = csr_matrix(v.multiply(1.0 / norm[:, None]))
+    u, sv, _ = svds(v, k=r, random_state=0) if r < min(v.shape) - 1 else np.linalg.svd(v.toarray(), False)
+    order = np.argsort(-sv)[:r]
+    return texts, (u[:, order] * sv[order]).astype(np.float32)
 
 
 def signed(evidence: Sequence[Evidence]) -> list[tuple[str, float]]:

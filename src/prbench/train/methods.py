@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -258,15 +258,17 @@ def recommend(pairs: Sequence[PreferencePair], candidates: Sequence[str] | None 
     for name in names:
         cfg = make_config(name, options_for(name, dict(options or {})))
         fn, _ = METHODS[name].load()
+        # each candidate is measured on the views it asks for (stance: the whole profile of judgments)
+        mcfg = pcfg if protocol is not None else replace(pcfg, top_k=getattr(cfg, "top_k", None) or pcfg.top_k)
         scratch = Path(tempfile.mkdtemp(prefix=f"prbench-recommend-{name}-"))
         try:
             start = time.perf_counter()
             fn(split.train, scratch / "model", cfg, cache=cache)
             seconds = time.perf_counter() - start
             rm = load_rm(spec_for(name, scratch / "model"), **_rm_options(name, cache))
-            report = run_protocol(rm, split, pcfg, encoder=getattr(cfg, "encoder", None), cache=cache)
+            report = run_protocol(rm, split, mcfg, encoder=getattr(cfg, "encoder", None), cache=cache)
             report["headline"] = headline(report)
-            own[name] = per_user(*pair_credits(rm, split.unseen_test, pcfg.condition, pcfg))
+            own[name] = per_user(*pair_credits(rm, split.unseen_test, mcfg.condition, mcfg))
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         reports[name] = report

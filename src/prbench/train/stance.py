@@ -8,7 +8,9 @@ of the rest as the evidence, the size spread so the model works with the ten pos
 as with thirty. Bradley-Terry on `scale` x margin, minibatches, Adam. All `members` projections
 are trained on the same draws from different random starts (the ensemble of the reward).
 A person whose profile holds no -1 item (plain posts) still trains: their labelled pairs' rejected
-answers are the -1 items.
+answers are the -1 items. The co-vote factors (`votes_rank` > 0) are an SVD of the same judgments,
+computed once after the projection is trained (the projection never sees them: a training person's
+own votes are in the factors, so they would only teach it to trust them).
 Seconds to a few minutes on CPU for hundreds of people (the frozen encoder runs once per text).
 """
 
@@ -26,7 +28,7 @@ from prbench.errors import PrbenchError
 from prbench.judgments import post_evidence
 from prbench.rewards.heads import save_head
 from prbench.rewards.pal import torch_threads
-from prbench.rewards.stance import READOUTS, build_stance, pad_evidence, signed
+from prbench.rewards.stance import READOUTS, build_stance, covote_factors, pad_evidence, signed
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 
@@ -48,6 +50,13 @@ class StanceConfig(MethodView):
     lr: float = opt(1e-3, "Learning rate.", gt=0)
     scale: float = opt(5.0, "Margin scale inside the Bradley-Terry loss (similarities lie in [-1, 1]).", gt=0)
     batch_size: int = count(64, "Samples per optimisation step.", 1 << 20)
+    top_k: int = count(100, "Profile items each view shows; a person's judgments are the evidence, so all of them "
+                            "(eval uses the folder's number unless --top-k is given).", 10_000)
+    votes_rank: int = count(64, "Rank of the co-vote factors of the training people's judgments (0: none).", 4096,
+                            lo=0)
+    votes_l2: float = opt(0.3, "Ridge penalty of the person's fit on the co-vote factors.", gt=0)
+    votes_weight: float = opt(1.0, "Weight of the co-vote readout beside the projection's.", ge=0)
+    votes_match: float = opt(0.95, "Cosine of frozen features at which a text counts as a judged one.", gt=0, le=1)
 
     def readouts(self) -> tuple[str, ...]:
         parts = tuple(dict.fromkeys(p.strip() for p in self.readout.split(",") if p.strip()))
@@ -111,8 +120,8 @@ def train_stance(pairs: Sequence[PreferencePair], out: str | Path, config: Stanc
             for start in range(0, len(samples), cfg.batch_size):
                 chunk = samples[start:start + cfg.batch_size]
                 ev, sign, mask = pad_evidence([s[2] for s in chunk], table, index)
-                margin = (model.reward(table[[index[s[0]] for s in chunk]], ev, sign, mask)
-                          - model.reward(table[[index[s[1]] for s in chunk]], ev, sign, mask))
+                margin = (model.reward(table[[index[s[0]] for s in chunk]], ev, sign, mask, votes=False)
+                          - model.reward(table[[index[s[1]] for s in chunk]], ev, sign, mask, votes=False))
                 loss = -torch.nn.functional.logsigmoid(cfg.scale * margin).mean()
                 opt.zero_grad()
                 loss.backward()
@@ -122,9 +131,24 @@ def train_stance(pairs: Sequence[PreferencePair], out: str | Path, config: Stanc
             log.append({"epoch": epoch, "loss": total / max(len(samples), 1),
                         "accuracy": pair_accuracy(torch.cat(margins)) if margins else float("nan"),
                         "samples": len(samples)})
+    votes = _votes(model, list(people.values()), cfg, embed)
+    model_cfg.update({"votes": votes, "view_top_k": cfg.top_k})
     model_cfg.update({"condition": cfg.condition, "retriever": cfg.retriever, "top_k": cfg.top_k,
                       "train": {**cfg.model_dump(), "pairs": len(pairs), "users": len(users), "prbench": __version__,
                                 "judgments_mean": sum(len(v) for v in people.values()) / max(len(people), 1)}})
     path = save_head(out, model_cfg, model, kind="stance")
     write_log(path, log)
     return TrainResult(path, log)
+
+
+def _votes(model: Any, people: Sequence[list[tuple[str, float]]], cfg: StanceConfig, embed: Any) -> dict[str, Any]:
+    """Fill the model's co-vote buffers (`covote_factors`); returns what its config records of them."""
+    import torch
+
+    texts, factors = covote_factors(people, cfg.votes_rank) if cfg.votes_rank else ([], None)
+    if not texts:
+        return {"texts": 0, "rank": 0, "weight": 0.0}
+    model.vote_keys = torch.from_numpy(embed(texts))
+    model.vote_factors = torch.from_numpy(factors)
+    return {"texts": len(texts), "rank": int(factors.shape[1]), "weight": cfg.votes_weight, "l2": cfg.votes_l2,
+            "match": cfg.votes_match}
