@@ -19,7 +19,7 @@ from prbench.version import __version__
 _EXPORTS = {
     "evaluate": "prbench._evaluate:evaluate",
     "EvalResult": "prbench._evaluate:EvalResult",
-    "InvalidRunError": "prbench._evaluate:InvalidRunError",
+    "InvalidRunError": "prbench.errors:InvalidRunError",
     "invalid_failure": "prbench._evaluate:invalid_failure",
     "run_path": "prbench._evaluate:run_path",
     "summarize": "prbench._evaluate:summarize",

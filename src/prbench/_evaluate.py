@@ -26,7 +26,10 @@ from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.engines.batch import ReadOnly
-from prbench.errors import PrbenchError
+from prbench.errors import (
+    InvalidRunError,  # noqa: F401  (re-exported: its home before prbench.errors)
+    PrbenchError,
+)
 from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
@@ -55,12 +58,6 @@ class EvalResult:
     """The run folder (None without `out`)."""
     reused: bool = False
     """Finished earlier: returned from the folder, nothing scored now."""
-
-
-class InvalidRunError(PrbenchError):
-    """A run that finished but cannot be trusted: too many invalid records (exit 1, not a usage error)."""
-
-    exit_code = 1
 
 
 def invalid_failure(summary: dict[str, Any], max_invalid: float | None = 1.0,

@@ -87,7 +87,7 @@ def main() -> None:
         if _DEBUG["on"]:
             raise
         print(f"error: {_one_line(str(exc))}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
+        sys.exit(exc.exit_code)
     except (typer.Exit, getattr(errors, "Exit", typer.Exit)) as exc:
         sys.exit(getattr(exc, "exit_code", 0))
     except errors.NoArgsIsHelpError as exc:  # `prbench` or `prbench data` alone: the help was shown

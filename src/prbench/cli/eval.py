@@ -33,7 +33,7 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
-from prbench.errors import PrbenchError
+from prbench.errors import BatchPending, InvalidRunError, PrbenchError
 
 MaxInvalid = Annotated[float, typer.Option(help="Fail (exit 1) when the share of invalid records is above this (0-1). "
                                                 "A run with every record invalid always fails.")]
@@ -109,7 +109,6 @@ def eval_cmd(
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench import evaluate, invalid_failure
     from prbench.cache import NullCache
-    from prbench.engines.batch import BatchPending
     from prbench.preflight import check_condition_names, check_data, model_specs
     from prbench.rewards import load_rm
 
@@ -154,8 +153,6 @@ def eval_cmd(
 
 def _finish(summaries: list[dict], pending: list[str], failures: list[str], quiet: bool, json_out: bool) -> None:
     """Print the runs, then exit for batches still pending (code 4) or runs with too many invalid records (1)."""
-    from prbench import InvalidRunError
-    from prbench.engines.batch import BatchPending
 
     if json_out:
         emit_json(summaries)

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
-from prbench.errors import DataError, PrbenchError
+from prbench.errors import DataError, NotARun, PrbenchError
 from prbench.records import newer_format, run_kind, typed_summary
 from prbench.runs import read_json, read_records, regular_file
 
@@ -32,10 +32,6 @@ RECORDS_FIX = ("rerun the command that wrote this run with --repair (it keeps th
 MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
 RECORDS = "examples.jsonl"  # a folder holding only records is a run that lost (or never wrote) its summary
 T = TypeVar("T", bound=BaseModel)
-
-
-class NotARun(PrbenchError):
-    """A folder holding none of the files a run kind reads (skipped quietly when scanning)."""
 
 
 @dataclass
