@@ -633,3 +633,13 @@ load_judge.resolve_spec = engine_spec  # type: ignore[attr-defined]
 load_judge.model_class = (  # type: ignore[attr-defined]
     lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(mode, PairwiseJudge))
 # (the mode decides pointwise or pairwise)
+
+
+def _judge_run_name(rest: str, mode: str = "pairwise", debias_position: bool = False, **_: Any) -> str:
+    """The judge's `name` without building it (what `_JudgeBase` and `LikelihoodJudge` set)."""
+    if mode == "likelihood" and debias_position:
+        return f"judge[likelihood-debiased]:{rest}"
+    return f"judge:{rest}" if mode == "pairwise" else f"judge[{mode}]:{rest}"
+
+
+load_judge.run_name = _judge_run_name  # type: ignore[attr-defined]
