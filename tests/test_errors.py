@@ -57,6 +57,6 @@ def test_the_cli_exits_with_the_errors_own_code(name):
               "@app.command('boom')\n"
               f"def boom() -> None:\n    raise errors.{name}('it broke')\n"
               "sys.argv = ['prbench', 'boom']; main()\n")
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == getattr(errors, name).exit_code, res.stderr
     assert res.stderr == "error: it broke\n"

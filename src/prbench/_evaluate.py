@@ -253,7 +253,7 @@ def evaluate(
     random sample that a larger limit extends: what `--until` grows (the folder records the order).
     """
     if isinstance(model, str):  # options checked once; the RM built at the first run that needs it
-        model = ModelHandle(model, model_options)
+        model = ModelHandle(model, _plain_options(model_options))  # plain values first: they name the run
     if condition is not None and not isinstance(condition, str):
         check_conditions(data, list(condition), EvalSettings.build(settings, **given))
         return [_evaluate_one(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,

@@ -57,6 +57,24 @@ def _register() -> None:
         __import__(f"prbench.cli.{module}")
     for module in _REGISTER_MODULES:
         importlib.import_module(f"prbench.cli.{module}").register(app)
+    _kind_commands()
+
+
+def _kind_commands() -> None:
+    """`prbench NAME` for each plug-in run kind that declares a `command` (the built-in kinds' commands are the
+    modules above). Only installed or registered kinds are read, so a bare `prbench` imports no built-in kind."""
+    from prbench.registry import RUNKINDS, resolve
+
+    taken = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    taken |= {g.name for g in app.registered_groups}
+    for name in [n for n in RUNKINDS.added_names() if n not in taken]:
+        try:
+            target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
+        except PrbenchError as exc:  # a broken plug-in: every other command still works; this line says why
+            print(f"warning: {exc}", file=sys.stderr)
+            continue
+        if target is not None:
+            app.command(name)(resolve(target) if isinstance(target, str) else target)
 
 
 # Modules that add top-level commands to `app` when imported.

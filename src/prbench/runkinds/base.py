@@ -177,6 +177,15 @@ class RunKind:
     # "module:function" rendering the kind's part of the report. A downstream kind's block is called
     # (report data, kind) inside the "rl-rgd" section; eval, build and bon own sections with fixed ids.
     report_section: ClassVar[str | None] = None
+    # What makes a run of this kind, so one registration (RUNKINDS) is the whole extension:
+    # `settings_model` (its pydantic settings: the study section and the command's options), `driver`
+    # ("module:function" writing one run), `stage` (a `prbench.study.context.Stage` or its "module:attr":
+    # `prbench.registry.STAGES` lists it under the Stage's name) and `command` (a typer command function or its
+    # "module:function": `prbench <name>`, registered by `prbench.cli` for every kind whose name is no command yet).
+    settings_model: ClassVar[Any] = None
+    driver: ClassVar[str | None] = None
+    stage: ClassVar[Any] = None
+    command: ClassVar[Any] = None
 
     def check(self, run: Run) -> None:
         """Validate what the readers rely on: the summary against the kind's model, each record against its model."""

@@ -10,6 +10,9 @@ from prbench.runkinds.downstream import BonSummary, DownstreamKind
 
 class BonKind(DownstreamKind):
     name = "bon"
+    settings_model = "prbench.config:BonSettings"
+    driver = "prbench.downstream.bon:best_of_n"
+    stage = "prbench.study.stages:run_bon"
     title = "Best-of-N"
     setting = "bon"
     short = "BoN"
