@@ -154,3 +154,37 @@ def test_no_module_level_import_circle():
     found = cycles(module_graph())
     assert found == [], found
     assert cycles({"x.a": {"x.b"}, "x.b": {"x.c"}, "x.c": {"x.a"}}) == [["x.a", "x.b", "x.c"]]
+
+
+BOTTOM_FLOOR = ("prbench.errors", "prbench.registry")  # import nothing of prbench but errors: never a cycle
+# Files another open change is rewriting now; the entry goes when that lands (issue 40).
+LAZY_FLOOR_ALLOWED = {"rewards/classifier.py"}
+
+
+def test_no_function_level_import_of_a_bottom_floor_module():
+    """A bottom-floor module is imported at the top: hiding it in a function hides nothing and costs a lookup."""
+    found = []
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found += [f"{rel}:{s.lineno} {s.module}" for s in ast.walk(node)
+                          if isinstance(s, ast.ImportFrom) and not s.level and s.module in BOTTOM_FLOOR
+                          and rel not in LAZY_FLOOR_ALLOWED]
+    assert found == []
+
+
+MYPY_DEBT_CAP = 47  # modules still excused from the type checker (pyproject.toml); lower it as they are fixed
+STRICT_CORE = ("prbench._evaluate", "prbench.records", "prbench.runkinds.*", "prbench.study.*", "prbench.meta.*",
+               "prbench.report.*", "prbench.leaderboard", "prbench.eee", "prbench.cli.*")
+
+
+def test_the_type_checker_is_strict_on_the_core_and_its_debt_only_shrinks():
+    import tomllib
+
+    cfg = tomllib.loads((SRC.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["mypy"]
+    strict = [o for o in cfg["overrides"] if o.get("disallow_untyped_defs")]
+    debt = [m for o in cfg["overrides"] if o.get("ignore_errors") for m in o["module"]]
+    assert len(strict) == 1 and set(STRICT_CORE) <= set(strict[0]["module"])
+    assert len(debt) <= MYPY_DEBT_CAP, f"{len(debt)} modules excused from mypy: fix one rather than add one"
+    assert cfg["files"] == ["src/prbench"]

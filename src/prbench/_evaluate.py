@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice, repeat, takewhile
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -156,9 +156,9 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- driver ---------------------------------------------------------------------------------
-def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Example]:
+def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Any]:
     """Every item of the data's split (no --limit, no --categories): the donors of the wrong-* controls."""
-    return list(iter_examples(data, split=s.split, format=s.format) if isinstance(data, str) else data)
+    return list(iter_examples(data, split=s.split, format=s.format)) if isinstance(data, str) else list(data)
 
 
 def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
@@ -223,7 +223,7 @@ def evaluate(model: ModelArg, data: str | Sequence[Example], condition: list[str
 def evaluate(
     model: ModelArg,
     data: str | Sequence[Example] = "sample",
-    condition: str | None = None,
+    condition: str | Sequence[str] | None = None,
     *,
     settings: EvalSettings | None = None,
     out: str | Path | None = None,
@@ -285,9 +285,9 @@ def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example
     done = run.done_ids() if run else set()
     n_todo = sum(1 for i in items.order if i not in done)
     previous = run.previous_summary() if run else None  # a damaged summary is recomputed
-    if previous and not n_todo and previous.get("n_total") == len(items.order):
+    if run and previous and not n_todo and previous.get("n_total") == len(items.order):
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
-    if previous and not n_todo and narrow:
+    if run and previous and not n_todo and narrow:
         return _first_items(previous, run, items.order, s)
     if on_progress:
         on_progress(len(items.order) - n_todo, len(items.order))  # data read and valid: the count is known before the model loads
@@ -295,7 +295,8 @@ def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example
                                               keep_retrieval=out is not None)
     with cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch) as ledger, \
             _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
-                     lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
+                     lambda: [chunk_records(_built(rm), exs, vs, s.seed, s.both_orders,
+                                            cast(Cache, ReadOnly(cache)))  # reads like a Cache, keeps nothing
                               for exs, vs in make_chunks()]):
         fresh = _append_all(batches, run, s.condition, len(done), items.order, on_progress, ledger)
     records = _in_order(run, fresh, items.order, keep_others=narrow)
@@ -419,7 +420,7 @@ def _score_batches(model: RewardModel | ModelHandle, s: EvalSettings, options: d
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
     rm_options = {"batch_size": s.batch_size, "seed": s.seed, **options}
     rm = None if distributed else (model if isinstance(model, RewardModel) else model.get(s.batch_size, s.seed))
-    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
+    view_args: dict[str, Any] = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
                  "max_context_chars": s.max_context_chars,
                  "cache": Cache(namespace="retrieval") if keep_retrieval and not isinstance(cache, NullCache) else None,
@@ -436,12 +437,20 @@ def _score_batches(model: RewardModel | ModelHandle, s: EvalSettings, options: d
         return ((part, [build_view(ex, s.condition, **view_args) for ex in part]) for part in parts)
 
     if not distributed:
-        return rm, make_chunks, (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in make_chunks())
+        return rm, make_chunks, (chunk_records(_built(rm), exs, vs, s.seed, s.both_orders, cache)
+                                 for exs, vs in make_chunks())
     from prbench.distributed import ray_chunks
 
     return None, make_chunks, ray_chunks(model.spec, rm_options, make_chunks(), workers=max(s.workers, 1), seed=s.seed,
                             both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
+
+
+def _built(rm: RewardModel | None) -> RewardModel:
+    """The RM of a run scored in this process (None only where Ray actors score, which never calls this)."""
+    if rm is None:
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    return rm
 
 
 def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: str, n_done: int,

@@ -249,10 +249,11 @@ class StageRegistry(Registry):
         """Stage name -> Stage of every registered run kind that declares one."""
         if self._of_kinds is None:
             found: dict[str, Any] = {}
-            for name in self.kinds.names() if self.kinds is not None else ():
-                target = getattr(self.kinds.get(name), "stage", None)
+            kinds = self.kinds
+            for name in kinds.names() if kinds is not None else ():
+                target = getattr(kinds.get(name), "stage", None) if kinds is not None else None
                 if target is not None:
-                    stage = resolve(target) if isinstance(target, str) else target
+                    stage: Any = resolve(target) if isinstance(target, str) else target
                     found[stage.name] = stage
             self._of_kinds = found
         return self._of_kinds

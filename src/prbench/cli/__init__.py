@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from prbench import __version__
+from prbench import __version__, interrupt
 from prbench.errors import PrbenchError
+from prbench.registry import RUNKINDS, resolve
 
 app = typer.Typer(
     name="prbench",
@@ -63,10 +64,8 @@ def _register() -> None:
 def _kind_commands() -> None:
     """`prbench NAME` for each plug-in run kind that declares a `command` (the built-in kinds' commands are the
     modules above). Only installed or registered kinds are read, so a bare `prbench` imports no built-in kind."""
-    from prbench.registry import RUNKINDS, resolve
-
     taken = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
-    taken |= {g.name for g in app.registered_groups}
+    taken |= {g.name or "" for g in app.registered_groups}
     for name in [n for n in RUNKINDS.added_names() if n not in taken]:
         try:
             target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
@@ -90,8 +89,6 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _register()
-    from prbench import interrupt
-
     errors = _click_exceptions()
     restore = interrupt.sigterm_as_interrupt()
     try:
@@ -130,7 +127,7 @@ def main() -> None:
         restore()
 
 
-def _exit_interrupted(stopped) -> None:
+def _exit_interrupted(stopped: interrupt.Interrupted) -> NoReturn:
     """One line, then exit 130 / 143. Worker threads (an engine's pool) would keep computing and
     hold up the interpreter's exit, so with any still running the process ends at once: every
     finished record is already fsynced."""
@@ -145,13 +142,12 @@ def _exit_interrupted(stopped) -> None:
     sys.exit(stopped.exit_code)
 
 
-def _click_exceptions():
+def _click_exceptions() -> Any:
     """The exception module of the click that typer runs on (typer >= 0.2x vendors its own)."""
     try:
-        from typer._click import exceptions
+        return importlib.import_module("typer._click.exceptions")
     except ImportError:
-        from click import exceptions
-    return exceptions
+        return importlib.import_module("click.exceptions")
 
 
 def _command_line() -> str:
@@ -188,7 +184,7 @@ def _usage_error(exc: Exception) -> str:
     return f"{usage}\nerror: {message} (see '{path} --help')"
 
 
-def _metavars(command) -> None:
+def _metavars(command: Any) -> None:
     """Name option values as users expect (SPEC, PATH, N) instead of typer's <str> / <int>."""
     import typing
     from pathlib import Path

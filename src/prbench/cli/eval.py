@@ -223,7 +223,7 @@ def _print_runs(summaries: list[dict]) -> None:
                        f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
 
 
-def _say_reused(res) -> None:
+def _say_reused(res: Any) -> None:
     """One line for a run returned as stored: nothing was scored now, and how to score it again."""
     n_bad, n_all = res.summary["metrics"]["n_invalid"], res.summary["n_total"]
     typer.echo(f"reused: {res.path} finished earlier with "

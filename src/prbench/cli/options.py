@@ -10,6 +10,8 @@ import typer
 from typer.core import TyperCommand
 
 from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, opt
+from prbench.errors import SpecError
+from prbench.registry import ENGINES, REWARDS
 
 
 class RMView(Settings):
@@ -105,8 +107,6 @@ def engine_options(spec: str, **flags: object) -> dict[str, object]:
 
     A grader spec that names no engine (`embedding:...`) gets none.
     """
-    from prbench.registry import ENGINES
-
     if spec.partition(":")[0] not in ENGINES:
         return {}
     return _for_kind(ENGINES, spec, set_options(**flags))
@@ -125,8 +125,6 @@ def model_options(specs: list[str], pairs: list[str] | None, **flags: object) ->
 
     A `-M` key that none of the models' kinds takes is refused, naming the closest known option.
     """
-    from prbench.errors import SpecError
-    from prbench.registry import REWARDS
     from prbench.rewards.base import checked_options
     from prbench.specs import declared, options_model, parse_value, unknown_option
 

@@ -31,7 +31,7 @@ from prbench.config import (
     Settings,
     opt,
 )
-from prbench.errors import PrbenchError
+from prbench.errors import PrbenchError, SpecError
 
 app = typer.Typer(help="Train personalized reward models. LoRe, VPL, fine-tuning, BT or PAL; with no method, the "
                        "recommended one (prbench train --data D --out DIR).",
@@ -301,7 +301,6 @@ def _simple_methods() -> tuple[tuple[str, type, str], ...]:
     to load is named on stderr and left out; the other commands still work."""
     import warnings
 
-    from prbench.errors import SpecError
     from prbench.train.methods import METHODS
 
     out = []

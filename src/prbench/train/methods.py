@@ -31,7 +31,7 @@ import numpy as np
 from prbench.cache import Cache
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.registry import REWARDS, Registry
+from prbench.registry import REWARDS, Registry, resolve
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
@@ -61,14 +61,10 @@ class Method:
     rm: str | None = None  # a plug-in's RM factory ("module:attr"): REWARDS loads its folders as `spec:FOLDER`
 
     def load(self) -> tuple[Callable[..., TrainResult], Any]:
-        from prbench.registry import resolve
-
         return resolve(self.train), resolve(self.config)
 
     def settings(self) -> Any:
         """The settings model alone (the CLI builds a command from it without importing the trainer)."""
-        from prbench.registry import resolve
-
         return resolve(self.config)
 
 
