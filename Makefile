@@ -79,4 +79,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build site *.egg-info src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache build site *.egg-info src/*.egg-info
