@@ -56,6 +56,7 @@ demo: $(DEMO_STAMP)
 	$(HOW_TO_RUN)
 
 test: $(STAMP)
+	$(PY) -m mypy  # [tool.mypy] in pyproject.toml: src/prbench, zero errors
 	$(PY) -m pytest -q -n 2 --dist loadfile --ignore=tests/test_readme.py
 	# The site's pages run in a pytest process of their own: after the rest of the suite in one worker, the
 	# docs run was seen closing pytest's capture file (a flake not yet found; it passes on its own).
@@ -78,4 +79,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/throughput.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build site *.egg-info src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache build site *.egg-info src/*.egg-info

@@ -1,14 +1,17 @@
-"""A third-party downstream metric and study stage, installed as a dist-info on the path (issue 28, deliverable 2).
+"""A third-party downstream metric as one module, installed as a dist-info on the path (issues 28 and 40).
 
-The plug-in is three pieces, as docs/extending.md shows: a driver (`run_agree`), its settings
-model (`AgreeSettings`) and its run kind (`AgreeKind`), plus the study stage that runs the driver.
-It is found through the entry-point groups `prbench.runkinds` and `prbench.stages`; meta and the
-report pick its runs up with no change to prbench.
+The module is docs/extending.md's, taken from the page: settings (`AgreeSettings`), driver (`run_agree`), study
+stage, command, and the run kind (`AgreeKind`) carrying them, declared by one entry point in `prbench.runkinds`.
+The study runs its stage, `prbench agree` is a command, meta ranks on it and the report shows it, with no change
+to prbench.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,56 +20,11 @@ import pytest
 from prbench.registry import RUNKINDS, STAGES
 from prbench.testing.records import make_records
 
-PLUGIN = '''
-"""agree: per pair, does the RM prefer the user's chosen response (its eval credit), as a downstream metric."""
-from pydantic import BaseModel, ConfigDict
+DOC = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
+_SECTION = DOC.read_text(encoding="utf-8").split("## A run kind, and a downstream metric", 1)[1].split("\n## ", 1)[0]
+PLUGIN = re.search(r"```python\n(.*?)```", _SECTION, re.DOTALL).group(1)  # the doc's module, as written there
+ENTRY_POINTS = re.search(r"```toml\n(.*?)```", _SECTION, re.DOTALL).group(1)  # and its one entry point
 
-from prbench.downstream.results import DownstreamResult, write_downstream
-from prbench.runkinds.downstream import DownstreamKind
-from prbench.study.context import PlannedRun, Stage
-
-
-class AgreeSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rms: list[str]
-    condition: str = "none"
-
-
-def run_agree(rm, data, out, settings):
-    from prbench import evaluate
-
-    res = evaluate(rm, data, settings.condition)
-    vals = {str(r["id"]): float(r["credit"]) for r in res.records if r.get("credit") is not None}
-    mean = sum(vals.values()) / len(vals)
-    return write_downstream(out, DownstreamResult(
-        rm=rm, setting="agree", k=[1], first_k=[mean], expected=[mean], ci_low=[None], ci_high=[None],
-        per_item={i: {"1": v} for i, v in vals.items()}, grader="none", n_items=len(vals), scale="credit, 0-1",
-        extra={"condition": settings.condition}))
-
-
-class AgreeKind(DownstreamKind):
-    name = "agree"
-    title = "Agreement with the user"
-    setting = "agree"
-    short = "Agree"
-    value_definition = "1 when the RM prefers the chosen response, 0.5 tie, 0 otherwise"
-
-
-KIND = AgreeKind()
-
-
-def _plan(ctx):
-    return [PlannedRun("agree", rm, 0, 0) for rm in ctx.cfg.sections["agree"].rms]
-
-
-def _run(ctx):
-    s = ctx.cfg.sections["agree"]
-    ctx.outputs["agree"] = [str(run_agree(rm, ctx.data, ctx.runs / "downstream" / "agree" / rm.replace(":", "_"), s))
-                            for rm in s.rms]
-
-
-STAGE = Stage("agree", _plan, _run, order=75, section=AgreeSettings)
-'''
 
 STUDY = """\
 name: plug
@@ -85,17 +43,19 @@ agree: {rms: [baseline:length, baseline:lexical, baseline:random]}
 @pytest.fixture()
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     site = tmp_path / "site"
-    (site / "prb_agree-0.1.dist-info").mkdir(parents=True)
-    (site / "prb_agree.py").write_text(PLUGIN, encoding="utf-8")
-    (site / "prb_agree-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: prb-agree\nVersion: 0.1\n")
-    (site / "prb_agree-0.1.dist-info" / "entry_points.txt").write_text(
-        "[prbench.runkinds]\nagree = prb_agree:KIND\n\n[prbench.stages]\nagree = prb_agree:STAGE\n")
+    (site / "prbench_agree-0.1.dist-info").mkdir(parents=True)
+    (site / "prbench_agree.py").write_text(PLUGIN, encoding="utf-8")
+    (site / "prbench_agree-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: prbench-agree\nVersion: 0.1\n")
+    group, name, target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"', ENTRY_POINTS).groups()
+    assert (group, name) == ("prbench.runkinds", "agree")  # the kind alone: no `prbench.stages` entry
+    (site / "prbench_agree-0.1.dist-info" / "entry_points.txt").write_text(f"[{group}]\n{name} = {target}\n")
     monkeypatch.syspath_prepend(str(site))
     RUNKINDS.refresh()
     STAGES.refresh()
     yield site
     monkeypatch.undo()
-    sys.modules.pop("prb_agree", None)
+    sys.modules.pop("prbench_agree", None)
     RUNKINDS.refresh()
     STAGES.refresh()
 
@@ -104,7 +64,7 @@ def test_plugin_metric_and_stage_run_in_a_study_and_reach_meta_and_report(instal
     from prbench.study.config import load_study_config
     from prbench.study.runner import run_study
 
-    assert "agree" in RUNKINDS and "agree" in STAGES
+    assert "agree" in RUNKINDS and "agree" in STAGES and STAGES.get("agree") is RUNKINDS.get("agree").stage
     (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_records(9)), encoding="utf-8")
     (tmp_path / "study.yaml").write_text(STUDY, encoding="utf-8")
     cfg, root = load_study_config(tmp_path / "study.yaml")
@@ -129,3 +89,31 @@ def test_a_plugin_stage_section_is_validated_at_load(installed: Path, tmp_path: 
     with pytest.raises(DataError, match=r"stages.1: stage 'agree' needs a 'agree' section"):
         parse_study(STUDY.replace("agree: {rms: [baseline:length, baseline:lexical, baseline:random]}\n", ""),
                     "study.yaml")
+
+
+def test_the_kind_is_a_command(installed: Path, tmp_path: Path) -> None:
+    """`prbench agree` comes from the kind's `command`; its runs are read back by meta as an `agree` setting."""
+    from prbench.meta import meta_evaluate
+
+    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_records(9)), encoding="utf-8")
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(src)]),
+           "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}
+
+    def prbench(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=300, check=False)
+
+    r = prbench("--help")
+    assert r.returncode == 0 and re.search(r"^\s+agree\s+Agreement with the user", r.stdout, re.MULTILINE), r.stdout
+    assert "--rm" in prbench("agree", "--help").stdout
+    out = tmp_path / "runs" / "downstream" / "agree"
+    r = prbench("eval", "-m", "baseline:length", "-m", "baseline:lexical", "-m", "baseline:random",
+                "--data", "bench.jsonl", "-o", "runs", "-q")  # the benchmark side meta ranks against
+    assert r.returncode == 0, r.stderr
+    for rm in ("baseline:length", "baseline:lexical", "baseline:random"):
+        r = prbench("agree", "--rm", rm, "--data", "bench.jsonl", "--out", str(out))
+        assert r.returncode == 0, r.stderr
+    res = meta_evaluate([tmp_path / "runs"], [out], seed=0)
+    (row,) = [r for r in res["rows"] if r["setting"]["setting"] == "agree"]
+    assert row["n_rms"] == 3

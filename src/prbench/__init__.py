@@ -13,13 +13,15 @@ is used; `prbench.evaluate(...)` is always the function.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prbench.version import __version__
 
 # name -> "module:attribute", imported on first use
 _EXPORTS = {
     "evaluate": "prbench._evaluate:evaluate",
     "EvalResult": "prbench._evaluate:EvalResult",
-    "InvalidRunError": "prbench._evaluate:InvalidRunError",
+    "InvalidRunError": "prbench.errors:InvalidRunError",
     "invalid_failure": "prbench._evaluate:invalid_failure",
     "run_path": "prbench._evaluate:run_path",
     "summarize": "prbench._evaluate:summarize",
@@ -48,7 +50,7 @@ __all__ = [  # noqa: RUF022 (grouped as the module doc lists them)
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     target = _EXPORTS.get(name)
     if target is None:
         raise AttributeError(name)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice, repeat, takewhile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, overload
 
 import numpy as np
 
@@ -26,15 +26,20 @@ from prbench.config import EvalSettings, run_identity
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.engines.batch import ReadOnly
-from prbench.errors import PrbenchError
+from prbench.errors import (
+    InvalidRunError,  # noqa: F401  (re-exported: its home before prbench.errors)
+    PrbenchError,
+)
 from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
     DEFAULT_TOP_K,
+    CheckedOptions,
     RewardModel,
+    build_rm,
     capabilities,
-    load_rm,
+    checked_options,
     view_top_k,
 )
 from prbench.runs import RunDir, refuse_secrets, scan_records, slug
@@ -57,12 +62,6 @@ class EvalResult:
     """The run folder (None without `out`)."""
     reused: bool = False
     """Finished earlier: returned from the folder, nothing scored now."""
-
-
-class InvalidRunError(PrbenchError):
-    """A run that finished but cannot be trusted: too many invalid records (exit 1, not a usage error)."""
-
-    exit_code = 1
 
 
 def invalid_failure(summary: dict[str, Any], max_invalid: float | None = 1.0,
@@ -159,9 +158,9 @@ def _pairwise_diagnostics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- driver ---------------------------------------------------------------------------------
-def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Example]:
+def _donor_pool(data: str | Sequence[Example], s: EvalSettings) -> list[Any]:
     """Every item of the data's split (no --limit, no --categories): the donors of the wrong-* controls."""
-    return list(iter_examples(data, split=s.split, format=s.format) if isinstance(data, str) else data)
+    return list(iter_examples(data, split=s.split, format=s.format)) if isinstance(data, str) else list(data)
 
 
 def _batches(on: bool, rm: RewardModel | None, run: RunDir | None, wait: bool, retry_failed: bool,
@@ -181,10 +180,52 @@ def run_path(out: str | Path, spec: str, data: str, condition: str, options: dic
     return Path(out) / slug(data_name) / (slug(spec)[:-7] + "-" + slug(ident)[-6:]) / condition
 
 
+class ModelHandle:
+    """A model spec whose RM is built the first time a run needs scoring, then reused (across conditions and
+    data sets); reading back a finished run never builds it. Its options are checked here, once.
+
+    `name` names the run folder and the summary's `spec` (default: the spec). `prbench eval` passes the name the
+    built RM will report (`rewards.base.rm_name`), which is what named its folders when it built the RM first.
+    """
+
+    def __init__(self, spec: str, options: Mapping[str, Any] | None = None, *, name: str | None = None):
+        self.spec = spec
+        self.options = checked_options(spec, options)
+        self.name = name or spec
+        self._rm: RewardModel | None = None
+        self._built_with: tuple[int | None, int] | None = None
+
+    @property
+    def built(self) -> RewardModel | None:
+        """The RM if some run has needed it, else None."""
+        return self._rm
+
+    def get(self, batch_size: int | None, seed: int) -> RewardModel:
+        """The RM, built now if this is the first run to need it (rebuilt only for another batch size or seed)."""
+        if self._rm is None or self._built_with != (batch_size, seed):
+            evaluator = checked_options(self.spec, {"batch_size": batch_size, "seed": seed})
+            self._rm = build_rm(self.spec, CheckedOptions(self.spec, {**evaluator, **self.options}))
+            self._built_with = (batch_size, seed)
+        return self._rm
+
+
+ModelArg = str | RewardModel | ModelHandle
+
+
+@overload
+def evaluate(model: ModelArg, data: str | Sequence[Example] = ..., condition: str | None = ...,
+             **kwargs: Any) -> EvalResult: ...
+
+
+@overload
+def evaluate(model: ModelArg, data: str | Sequence[Example], condition: list[str] | tuple[str, ...],
+             **kwargs: Any) -> list[EvalResult]: ...
+
+
 def evaluate(
-    model: str | RewardModel,
+    model: ModelArg,
     data: str | Sequence[Example] = "sample",
-    condition: str | None = None,
+    condition: str | Sequence[str] | None = None,
     *,
     settings: EvalSettings | None = None,
     out: str | Path | None = None,
@@ -200,11 +241,11 @@ def evaluate(
     wait: bool = True,
     seeded_order: bool = False,
     **given: Any,
-) -> EvalResult:
+) -> EvalResult | list[EvalResult]:
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
-    `model` is a spec string (loaded only if some example still needs scoring, so a finished
-    run costs no model load) or a ready RewardModel (reused across conditions). `settings`
+    `model` is a spec string or a `ModelHandle` (built only if some example still needs scoring, so a finished
+    run costs no model load, and built once for a list of conditions) or a ready RewardModel. `settings`
     (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
     `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
@@ -213,18 +254,33 @@ def evaluate(
     `seeded_order`: items in one order drawn from the seed (`prbench.sequential.seeded_prefix`), so `limit` keeps a
     random sample that a larger limit extends: what `--until` grows (the folder records the order).
     """
-    if condition is not None and not isinstance(condition, str):  # a spec loads per run that needs scoring
+    if isinstance(model, str):  # options checked once; the RM built at the first run that needs it
+        model = ModelHandle(model, _plain_options(model_options))  # plain values first: they name the run
+    if condition is not None and not isinstance(condition, str):
         check_conditions(data, list(condition), EvalSettings.build(settings, **given))
-        return [evaluate(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
+        return [_evaluate_one(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
+                              overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
+                              max_usd=max_usd, prices=prices, batch=batch, wait=wait, seeded_order=seeded_order,
+                              **given)
+                for c in condition]
+    return _evaluate_one(model, data, condition, settings=settings, out=out, model_options=model_options, cache=cache,
                          overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
                          max_usd=max_usd, prices=prices, batch=batch, wait=wait, seeded_order=seeded_order, **given)
-                for c in condition]
+
+
+def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example], condition: str | None, *,
+                  settings: EvalSettings | None, out: str | Path | None, model_options: dict[str, Any] | None,
+                  cache: Cache | None, overwrite: bool, retry_failed: bool, repair: bool,
+                  on_progress: Callable[[int, int], None] | None, max_usd: float | None, prices: str | Path | None,
+                  batch: bool, wait: bool, seeded_order: bool, **given: Any) -> EvalResult:
+    """One run of `evaluate` (one model, one condition)."""
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     if s.top_k is None:  # the model's own view (a trained folder that asks for one), else the benchmark's 10
-        s = s.model_copy(update={"top_k": view_top_k(model) or DEFAULT_TOP_K})
+        asks = view_top_k(model.spec if isinstance(model, ModelHandle) else model)
+        s = s.model_copy(update={"top_k": asks or DEFAULT_TOP_K})
     t0 = time.time()
-    options = _plain_options(model_options)
-    spec = model if isinstance(model, str) else getattr(model, "name", model.spec)
+    options = _plain_options(model.options if isinstance(model, ModelHandle) else model_options)
+    spec = model.name if isinstance(model, ModelHandle) else getattr(model, "name", model.spec)
     items = _Items(data, s, seeded_order)  # pass 1: ids only (validates everything)
     cache = cache if cache is not None else (Cache(namespace="scores") if out else NullCache())
     run = _open_run(out, model, spec, data, s, options, overwrite, repair, seeded_order) if out else None
@@ -234,9 +290,9 @@ def evaluate(
     done = run.done_ids() if run else set()
     n_todo = sum(1 for i in items.order if i not in done)
     previous = run.previous_summary() if run else None  # a damaged summary is recomputed
-    if previous and not n_todo and previous.get("n_total") == len(items.order):
+    if run and previous and not n_todo and previous.get("n_total") == len(items.order):
         return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
-    if previous and not n_todo and narrow:
+    if run and previous and not n_todo and narrow:
         return _first_items(previous, run, items.order, s)
     if on_progress:
         on_progress(len(items.order) - n_todo, len(items.order))  # data read and valid: the count is known before the model loads
@@ -244,7 +300,8 @@ def evaluate(
                                               keep_retrieval=out is not None)
     with cost.tracking(rm, run.path if run else None, max_usd=max_usd, prices=prices, batch=batch) as ledger, \
             _batches(batch and bool(n_todo), rm, run, wait, retry_failed,
-                     lambda: [chunk_records(rm, exs, vs, s.seed, s.both_orders, ReadOnly(cache))
+                     lambda: [chunk_records(_built(rm), exs, vs, s.seed, s.both_orders,
+                                            cast(Cache, ReadOnly(cache)))  # reads like a Cache, keeps nothing
                               for exs, vs in make_chunks()]):
         fresh = _append_all(batches, run, s.condition, len(done), items.order, on_progress, ledger)
     records = _in_order(run, fresh, items.order, keep_others=narrow)
@@ -306,14 +363,14 @@ def _plain_options(model_options: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | Sequence[Example], s: EvalSettings,
+def _open_run(out: str | Path, model: RewardModel | ModelHandle, spec: str, data: str | Sequence[Example], s: EvalSettings,
               options: dict[str, Any], overwrite: bool, repair: bool, seeded: bool = False) -> RunDir:
     """The run folder, its config.json being what decides the results (batch size, workers and Ray do not)."""
     data_name = data if isinstance(data, str) else "<in-memory>"
     config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker"},
                           model=spec, data=data_name, model_options=options)
     config["categories"] = config["categories"] or None
-    if digest := spec_digest(model if isinstance(model, str) else str(getattr(model, "spec", ""))):
+    if digest := spec_digest(str(getattr(model, "spec", ""))):
         config["model_digest"] = digest  # retrained into the same folder: a named config change, never old numbers
     if s.format:
         config["format"] = s.format
@@ -327,6 +384,9 @@ def _open_run(out: str | Path, model: str | RewardModel, spec: str, data: str | 
     path = run_path(out, spec, data_name, s.condition, identity)
     if not overwrite:
         config["limit"] = _wider_limit(path, s.limit)  # a larger --limit extends the run, a smaller one reads it
+    distributed = s.workers > 1 or s.ray_address is not None
+    if isinstance(model, ModelHandle) and not distributed and (overwrite or not (path / "summary.json").is_file()):
+        model.get(s.batch_size, s.seed)  # a run to score: a model that cannot be built fails before its folder exists
     return RunDir(path, config, overwrite, repair, scope=("limit",))
 
 
@@ -355,17 +415,17 @@ def _first_items(previous: dict[str, Any], run: RunDir, order: dict[str, int], s
     return EvalResult(summary, records, run.path, reused=True)
 
 
-def _score_batches(model: str | RewardModel, s: EvalSettings, options: dict[str, Any], items: _Items, done: set[str],
+def _score_batches(model: RewardModel | ModelHandle, s: EvalSettings, options: dict[str, Any], items: _Items, done: set[str],
                    n_todo: int, cache: Cache, keep_retrieval: bool
                    ) -> tuple[RewardModel | None, Callable[[], Iterator[Any]], Iterator[list[dict]]]:
     """(the RM, or None when Ray actors load it; a maker of the (examples, views) chunks still to do; their
     scored records, one list per RM call)."""
     distributed = s.workers > 1 or s.ray_address is not None
-    if distributed and not isinstance(model, str):
+    if distributed and not isinstance(model, ModelHandle):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
     rm_options = {"batch_size": s.batch_size, "seed": s.seed, **options}
-    rm = None if distributed else (model if isinstance(model, RewardModel) else load_rm(model, **rm_options))
-    view_args = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
+    rm = None if distributed else (model if isinstance(model, RewardModel) else model.get(s.batch_size, s.seed))
+    view_args: dict[str, Any] = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
                  "max_context_chars": s.max_context_chars,
                  "cache": Cache(namespace="retrieval") if keep_retrieval and not isinstance(cache, NullCache) else None,
@@ -382,12 +442,20 @@ def _score_batches(model: str | RewardModel, s: EvalSettings, options: dict[str,
         return ((part, [build_view(ex, s.condition, **view_args) for ex in part]) for part in parts)
 
     if not distributed:
-        return rm, make_chunks, (chunk_records(rm, exs, vs, s.seed, s.both_orders, cache) for exs, vs in make_chunks())
+        return rm, make_chunks, (chunk_records(_built(rm), exs, vs, s.seed, s.both_orders, cache)
+                                 for exs, vs in make_chunks())
     from prbench.distributed import ray_chunks
 
-    return None, make_chunks, ray_chunks(str(model), rm_options, make_chunks(), workers=max(s.workers, 1), seed=s.seed,
+    return None, make_chunks, ray_chunks(model.spec, rm_options, make_chunks(), workers=max(s.workers, 1), seed=s.seed,
                             both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,
                             use_cache=not isinstance(cache, NullCache))
+
+
+def _built(rm: RewardModel | None) -> RewardModel:
+    """The RM of a run scored in this process (None only where Ray actors score, which never calls this)."""
+    if rm is None:
+        raise PrbenchError("--batch needs a run folder (--out) and one process (no --workers / Ray)")
+    return rm
 
 
 def _append_all(batches: Iterator[list[dict]], run: RunDir | None, condition: str, n_done: int,

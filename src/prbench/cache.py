@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from prbench.errors import PrbenchError
+from prbench.errors import CacheError
 
 
 def default_cache_dir() -> Path:
@@ -39,10 +39,6 @@ def content_key(*parts: Any) -> str:
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-class CacheError(PrbenchError):
-    """The cache file cannot be used; the message names it and the fix."""
 
 
 _FIXES = (  # (words in SQLite's message, what it means, the fix)

@@ -36,16 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from prbench.cache import Cache, NullCache
-from prbench.errors import PrbenchError
+from prbench.errors import BudgetExceeded, PrbenchError
 
 PROVIDER_FILES = ("openai", "anthropic", "gemini")
 LEDGER_FILE = "cost.json"
-
-
-class BudgetExceeded(PrbenchError):
-    """The next request would take the run past --max-usd: stop, keep what is finished, resume later."""
-
-    exit_code = 3
 
 
 @dataclass(frozen=True)

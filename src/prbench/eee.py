@@ -41,11 +41,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from prbench import __version__
 from prbench.errors import PrbenchError
+from prbench.registry import ENGINES
 from prbench.runkinds import Run, scan_runs
 from prbench.runkinds.base import EEEPart
 
 log = logging.getLogger(__name__)
-SCHEMA_VERSION = "0.3.0"
+SCHEMA_VERSION: Literal["0.3.0"] = "0.3.0"
 Details = dict[str, str]
 
 
@@ -226,8 +227,6 @@ def identity(spec: str) -> Identity:
     A local folder (a trained RM) has no public name: `local/<folder name>` (never its path); a
     baseline is prbench's own code: `prbench/baseline-<name>`.
     """
-    from prbench.registry import ENGINES
-
     prefix, _, rest = spec.partition(":")
     while ":" in rest and rest.split(":", 1)[0] in ENGINES and prefix not in ENGINES:
         prefix, _, rest = rest.partition(":")  # a wrapper (judge, lik, pref, ...) around an engine spec
@@ -278,9 +277,9 @@ def _portable(text: str) -> str:
 
 
 def _result(part: EEEPart, data: str) -> EvaluationResult:
-    ci = (ConfidenceInterval(lower=part.ci[0], upper=part.ci[1], confidence_level=0.95,
-                             method="percentile bootstrap over items")
-          if part.ci and None not in part.ci else None)
+    lo, hi = part.ci if part.ci else (None, None)
+    ci = (ConfidenceInterval(lower=lo, upper=hi, confidence_level=0.95, method="percentile bootstrap over items")
+          if lo is not None and hi is not None else None)
     return EvaluationResult(
         evaluation_result_id=part.result_id, evaluation_name=_portable(part.name),
         source_data=SourceData(dataset_name=data, source_type="other",

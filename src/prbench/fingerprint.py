@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 _MEMO: dict[tuple, str] = {}
 _BLOCK = 1 << 20
@@ -25,7 +26,7 @@ def _stat_key(path: Path) -> tuple:
     return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
-def _persistent():
+def _persistent() -> Any:
     from prbench.cache import Cache
 
     return Cache(namespace="file-digests")

@@ -78,7 +78,7 @@ def load_run(path: str | Path) -> Run:
 def _text(acc: float | None, lo: float | None, hi: float | None) -> str:
     if acc is None:
         return "-"
-    return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None else f"{100 * acc:.1f}"
+    return f"{100 * acc:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]" if lo is not None and hi is not None else f"{100 * acc:.1f}"
 
 
 log = logging.getLogger(__name__)

@@ -108,8 +108,8 @@ class LogProgress:
             return
         if not t.announced:
             t.announced = True
-            total = "?" if t.total is None else f"{t.total:g}"
-            self._print(f"{t.description}: started, {t.completed:g}/{total} done")
+            shown = "?" if t.total is None else f"{t.total:g}"
+            self._print(f"{t.description}: started, {t.completed:g}/{shown} done")
             if not done:
                 return
         if done or now - t.last_line >= self.interval:

@@ -22,13 +22,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prbench.errors import DataError
+from prbench.registry import RUNKINDS
 
 FORMAT = 1
 
 
 def _known(kind: Any) -> bool:
-    from prbench.registry import RUNKINDS
-
     return isinstance(kind, str) and kind in RUNKINDS
 
 

@@ -68,6 +68,10 @@ class Registry:
     def names(self) -> list[str]:
         return sorted({*self.builtins, *self._added, *self.plugins()})
 
+    def added_names(self) -> list[str]:
+        """The names not built in: registered in this process or installed as plug-ins."""
+        return sorted({*self._added, *self.plugins()} - set(self.builtins))
+
     def __contains__(self, name: str) -> bool:
         return name in self.builtins or name in self._added or name in self.plugins()
 
@@ -120,7 +124,52 @@ def resolve(target: str) -> Factory:
     return obj
 
 
-REWARDS = Registry("reward model", "prbench.rewards", {
+@dataclass
+class RewardRegistry(Registry):
+    """Reward models: built-ins, `prbench.rewards` plug-ins, and the RM of every training method that names one
+    (`prbench.train.methods.Method.rm`, a `prbench.methods` plug-in), so a trainable RM is one module declared
+    by one entry point: its folder loads as `<method spec>:FOLDER`."""
+
+    methods_group: str = "prbench.methods"
+    _of_methods: dict[str, Any] | None = field(default=None, repr=False)
+
+    def of_methods(self) -> dict[str, Any]:
+        """RM prefix -> factory target of each installed training method that names its RM."""
+        if self._of_methods is None:
+            from importlib.metadata import entry_points
+
+            found: dict[str, Any] = {}
+            for ep in entry_points(group=self.methods_group):
+                try:
+                    method = ep.load()
+                except Exception:  # noqa: BLE001, S112  (METHODS names a broken plug-in when it is used)
+                    continue
+                spec, rm = getattr(method, "spec", None), getattr(method, "rm", None)
+                if spec and rm and spec not in self.builtins:
+                    found[spec] = rm
+            self._of_methods = found
+        return self._of_methods
+
+    def refresh(self) -> None:
+        super().refresh()
+        self._of_methods = None
+
+    def names(self) -> list[str]:
+        return sorted({*super().names(), *self.of_methods()})
+
+    def __contains__(self, name: str) -> bool:
+        return super().__contains__(name) or name in self.of_methods()
+
+    def get(self, name: str) -> Factory:
+        if not super().__contains__(name) and name in self.of_methods():
+            target = self.of_methods()[name]
+            factory = resolve(target) if isinstance(target, str) else target
+            self._resolved[name] = factory
+            return factory
+        return super().get(name)
+
+
+REWARDS = RewardRegistry("reward model", "prbench.rewards", {
     "hf": "prbench.rewards.classifier:load_classifier",
     "bt": "prbench.rewards.trained:load_bt",
     "pal": "prbench.rewards.trained:load_pal",
@@ -178,21 +227,56 @@ FORMATS = Registry("data format", "prbench.formats", {
     "hh-rlhf": "prbench.formats.hh:HHRLHF",
 })
 
-# Study stages: name -> prbench.study.stages.Stage (a planner and a runner).
-STAGES = Registry("study stage", "prbench.stages", {
-    name: f"prbench.study.stages:{attr}" for name, attr in (
-        ("plan", "run_plan"), ("eval", "run_eval"), ("sample", "run_sample"), ("bon", "run_bon"),
-        ("rl", "run_rl"), ("rgd", "run_rgd_stage"), ("policy_accuracy", "run_policy_accuracy"),
-        ("meta", "run_meta"), ("report", "run_report"),
-        ("personalize", "run_personalize"))
-})
-
 # Run kinds: what readers (meta, report, leaderboard, compare, export) know about a finished run
-# folder, see prbench.runkinds. A plug-in downstream metric registers its kind here.
+# folder, and what makes one (its settings, driver, study stage, CLI command), see prbench.runkinds.
+# A plug-in downstream metric registers its kind here and nothing else.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
     name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
         ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
         ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))
 })
+
+
+@dataclass
+class StageRegistry(Registry):
+    """Study stages: each run kind's `stage` (built-in and plug-in kinds alike), plus the stages that make no run
+    of a kind (meta, report, personalize) and stages registered on their own (the `prbench.stages` group)."""
+
+    kinds: Registry | None = None
+    _of_kinds: dict[str, Any] | None = field(default=None, repr=False)
+
+    def of_kinds(self) -> dict[str, Any]:
+        """Stage name -> Stage of every registered run kind that declares one."""
+        if self._of_kinds is None:
+            found: dict[str, Any] = {}
+            kinds = self.kinds
+            for name in kinds.names() if kinds is not None else ():
+                target = getattr(kinds.get(name), "stage", None) if kinds is not None else None
+                if target is not None:
+                    stage: Any = resolve(target) if isinstance(target, str) else target
+                    found[stage.name] = stage
+            self._of_kinds = found
+        return self._of_kinds
+
+    def refresh(self) -> None:
+        super().refresh()
+        self._of_kinds = None
+
+    def names(self) -> list[str]:
+        return sorted({*super().names(), *self.of_kinds()})
+
+    def __contains__(self, name: str) -> bool:
+        return super().__contains__(name) or name in self.of_kinds()
+
+    def get(self, name: str) -> Factory:
+        if not super().__contains__(name) and name in self.of_kinds():
+            return self.of_kinds()[name]
+        return super().get(name)
+
+
+# Study stages: name -> prbench.study.context.Stage (a planner and a runner). Those of run kinds come from RUNKINDS.
+STAGES = StageRegistry("study stage", "prbench.stages", {
+    "meta": "prbench.study.stages:run_meta", "report": "prbench.study.stages:run_report",
+    "personalize": "prbench.study.stages:run_personalize"}, kinds=RUNKINDS)
 
 ALL = {r.group: r for r in (REWARDS, ENGINES, GRADERS, RETRIEVERS, FORMATS, STAGES, RUNKINDS)}

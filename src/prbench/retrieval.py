@@ -17,6 +17,7 @@ import numpy as np
 
 from prbench.cache import Cache, NullCache, content_key
 from prbench.errors import SpecError
+from prbench.registry import RETRIEVERS
 from prbench.schema import ProfilePost
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -130,8 +131,6 @@ def _auto_encoder(model: str) -> tuple[Any, Any]:
 
 def load_retriever(spec: str = "bm25") -> Retriever:
     """Build a retriever from its spec string (`bm25`, `dense:<model>`, `contriever:<model>`, plug-ins)."""
-    from prbench.registry import RETRIEVERS
-
     prefix, _, rest = spec.partition(":")
     if prefix in ("dense", "contriever") and not rest:
         raise SpecError(f"retriever {prefix} needs a model: {prefix}:<model>")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.cache import content_key
-from prbench.errors import DataError, PrbenchError
+from prbench.errors import DataError, PrbenchError, RunBusy
 
 try:
     import fcntl
@@ -200,10 +200,6 @@ def read_records(path: Path, fix: str = "rerun the same command with --repair to
         more = f" ({len(problems) - 1} more such lines)" if len(problems) > 1 else ""
         raise DataError(str(path), line, field, f"{reason}{more}; {fix}")
     return recs
-
-
-class RunBusy(PrbenchError):
-    """Another process is writing the run folder."""
 
 
 _HELD: dict[str, weakref.ref] = {}  # resolved path -> the RunDir of this process that holds its lock

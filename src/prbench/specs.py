@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from prbench.errors import SpecError
+from prbench.registry import ENGINES
 
 
 class KindOptions(BaseModel):
@@ -70,7 +71,7 @@ def options_model(registry: Any, spec: str) -> type[KindOptions] | None:
     """The options model the kind of `spec` declares (None: it takes any option)."""
     factory, _, rest = _factory(registry, spec)
     model = getattr(factory, "options_model", None)
-    if model is None or (isinstance(model, type) and issubclass(model, BaseModel)):
+    if model is None or (isinstance(model, type) and issubclass(model, KindOptions)):
         return model
     return model(rest)
 
@@ -160,7 +161,5 @@ def folder(rest: str, root: Path) -> str:
 def model_or_builtin(rest: str, root: Path) -> str:
     """`resolve_spec` of kinds whose target is `builtin:NAME`, a local folder or a hub id."""
     if rest.startswith("builtin:"):
-        from prbench.registry import ENGINES
-
         return resolve_spec(ENGINES, rest, root)  # the builtin engine kind checks the name
     return local_path(rest, root, False)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
 
-from prbench import __version__
+from prbench import __version__, interrupt
 from prbench.errors import PrbenchError
+from prbench.registry import RUNKINDS, resolve
 
 app = typer.Typer(
     name="prbench",
@@ -57,6 +58,22 @@ def _register() -> None:
         __import__(f"prbench.cli.{module}")
     for module in _REGISTER_MODULES:
         importlib.import_module(f"prbench.cli.{module}").register(app)
+    _kind_commands()
+
+
+def _kind_commands() -> None:
+    """`prbench NAME` for each plug-in run kind that declares a `command` (the built-in kinds' commands are the
+    modules above). Only installed or registered kinds are read, so a bare `prbench` imports no built-in kind."""
+    taken = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    taken |= {g.name or "" for g in app.registered_groups}
+    for name in [n for n in RUNKINDS.added_names() if n not in taken]:
+        try:
+            target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
+        except PrbenchError as exc:  # a broken plug-in: every other command still works; this line says why
+            print(f"warning: {exc}", file=sys.stderr)
+            continue
+        if target is not None:
+            app.command(name)(resolve(target) if isinstance(target, str) else target)
 
 
 # Modules that add top-level commands to `app` when imported.
@@ -72,8 +89,6 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _register()
-    from prbench import interrupt
-
     errors = _click_exceptions()
     restore = interrupt.sigterm_as_interrupt()
     try:
@@ -87,7 +102,7 @@ def main() -> None:
         if _DEBUG["on"]:
             raise
         print(f"error: {_one_line(str(exc))}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
+        sys.exit(exc.exit_code)
     except (typer.Exit, getattr(errors, "Exit", typer.Exit)) as exc:
         sys.exit(getattr(exc, "exit_code", 0))
     except errors.NoArgsIsHelpError as exc:  # `prbench` or `prbench data` alone: the help was shown
@@ -112,7 +127,7 @@ def main() -> None:
         restore()
 
 
-def _exit_interrupted(stopped) -> None:
+def _exit_interrupted(stopped: interrupt.Interrupted) -> NoReturn:
     """One line, then exit 130 / 143. Worker threads (an engine's pool) would keep computing and
     hold up the interpreter's exit, so with any still running the process ends at once: every
     finished record is already fsynced."""
@@ -127,13 +142,12 @@ def _exit_interrupted(stopped) -> None:
     sys.exit(stopped.exit_code)
 
 
-def _click_exceptions():
+def _click_exceptions() -> Any:
     """The exception module of the click that typer runs on (typer >= 0.2x vendors its own)."""
     try:
-        from typer._click import exceptions
+        return importlib.import_module("typer._click.exceptions")
     except ImportError:
-        from click import exceptions
-    return exceptions
+        return importlib.import_module("click.exceptions")
 
 
 def _command_line() -> str:
@@ -170,7 +184,7 @@ def _usage_error(exc: Exception) -> str:
     return f"{usage}\nerror: {message} (see '{path} --help')"
 
 
-def _metavars(command) -> None:
+def _metavars(command: Any) -> None:
     """Name option values as users expect (SPEC, PATH, N) instead of typer's <str> / <int>."""
     import typing
     from pathlib import Path

@@ -33,7 +33,7 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
-from prbench.errors import PrbenchError
+from prbench.errors import BatchPending, InvalidRunError, PrbenchError
 
 MaxInvalid = Annotated[float, typer.Option(help="Fail (exit 1) when the share of invalid records is above this (0-1). "
                                                 "A run with every record invalid always fails.")]
@@ -109,9 +109,7 @@ def eval_cmd(
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench import evaluate, invalid_failure
     from prbench.cache import NullCache
-    from prbench.engines.batch import BatchPending
     from prbench.preflight import check_condition_names, check_data, model_specs
-    from prbench.rewards import load_rm
 
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
@@ -130,19 +128,17 @@ def eval_cmd(
         failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
     with progress(quiet or json_out) as bar:
         for spec in model if until is None and until_max is None else ():
-            opts = per_model[spec]
-            distributed = settings.workers > 1 or settings.ray_address is not None
-            rm = spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed, **opts})
+            rm = _handle(spec, per_model[spec], settings)  # built by `evaluate` for the first run that scores
             for cond in conds:
-                task = bar.add_task(escape(f"{getattr(rm, 'name', spec)} [{cond}]"), total=None)
+                task = bar.add_task(escape(f"{rm.name} [{cond}]"), total=None)
                 try:
-                    res = evaluate(rm, data, cond, settings=settings, out=out, model_options=opts,
+                    res = evaluate(rm, data, cond, settings=settings, out=out,
                                    overwrite=overwrite, retry_failed=retry_failed, repair=repair,
                                    cache=NullCache() if no_cache else None, max_usd=max_usd, prices=prices,
                                    batch=batch, wait=not no_wait,
                                    on_progress=lambda d, t, task=task: bar.update(task, completed=d, total=t))
                 except BatchPending:  # --no-wait: submit every run's batches, then exit once
-                    pending.append(f"{getattr(rm, 'name', spec)} [{cond}]")
+                    pending.append(f"{rm.name} [{cond}]")
                     continue
                 summaries.append({**res.summary, "path": str(res.path)})
                 if failure := invalid_failure(res.summary, max_invalid, res.records):
@@ -152,10 +148,19 @@ def eval_cmd(
     _finish(summaries, pending, failures, quiet, json_out)
 
 
+def _handle(spec: str, options: dict[str, Any], settings: EvalSettings) -> Any:
+    """The model as `evaluate` builds it when a run needs it. Named as its RM reports itself (a pointwise judge:
+    `judge[pointwise]:...`), which named `prbench eval`'s run folders when the command built every model first;
+    spread over Ray workers, by its spec (each worker builds its own)."""
+    from prbench._evaluate import ModelHandle
+    from prbench.rewards.base import rm_name
+
+    distributed = settings.workers > 1 or settings.ray_address is not None
+    return ModelHandle(spec, options, name=None if distributed else rm_name(spec, options))
+
+
 def _finish(summaries: list[dict], pending: list[str], failures: list[str], quiet: bool, json_out: bool) -> None:
     """Print the runs, then exit for batches still pending (code 4) or runs with too many invalid records (1)."""
-    from prbench import InvalidRunError
-    from prbench.engines.batch import BatchPending
 
     if json_out:
         emit_json(summaries)
@@ -173,7 +178,6 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
                 ) -> list[dict]:
     """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.sequential`)."""
     from prbench import evaluate
-    from prbench.rewards import load_rm
     from prbench.sequential import StopRule, record_outcome, run_until
 
     if no_wait:
@@ -183,18 +187,15 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
     if until is None:
         raise PrbenchError("--until-max caps a sequential run: give --until ci=W or --until decided with it")
     rule = StopRule.parse(until)
-    distributed = settings.workers > 1 or settings.ray_address is not None
-    rms = {spec: spec if distributed else load_rm(spec, **{"batch_size": settings.batch_size, "seed": settings.seed,
-                                                           **per_model[spec]}) for spec in specs}
+    rms = {spec: _handle(spec, per_model[spec], settings) for spec in specs}
     jobs = [(spec, cond) for spec in specs for cond in conds]
-    labels = [(str(getattr(rms[spec], "name", spec)), cond) for spec, cond in jobs]
+    labels = [(rms[spec].name, cond) for spec, cond in jobs]
     with progress(quiet) as bar:
         tasks = [bar.add_task(escape(f"{m} [{c}]"), total=None) for m, c in labels]
 
         def at(i: int, n: int) -> Any:
             spec, cond = jobs[i]
-            return evaluate(rms[spec], data, cond, settings=settings, out=out, model_options=per_model[spec],
-                            seeded_order=True, limit=n, **kw,
+            return evaluate(rms[spec], data, cond, settings=settings, out=out, seeded_order=True, limit=n, **kw,
                             on_progress=lambda d, t, task=tasks[i]: bar.update(task, completed=d, total=t))
 
         outcome = run_until(labels, at, rule, until_max=until_max)
@@ -222,7 +223,7 @@ def _print_runs(summaries: list[dict]) -> None:
                        f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
 
 
-def _say_reused(res) -> None:
+def _say_reused(res: Any) -> None:
     """One line for a run returned as stored: nothing was scored now, and how to score it again."""
     n_bad, n_all = res.summary["metrics"]["n_invalid"], res.summary["n_total"]
     typer.echo(f"reused: {res.path} finished earlier with "

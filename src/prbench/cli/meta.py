@@ -27,6 +27,7 @@ from prbench.cli.options import (
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
+from prbench.errors import PrbenchError
 
 
 def meta(
@@ -94,7 +95,6 @@ def report(
     quiet: Quiet = False,
 ) -> None:
     """Write one self-contained HTML report. Tables, plots, meta-evaluation and provenance."""
-    from prbench.errors import PrbenchError
     from prbench.report import build_report, collect
 
     pub = _read_json(published, "published numbers")
@@ -119,7 +119,6 @@ def _read_json(path: Path | None, what: str) -> object:
         return None
     import json
 
-    from prbench.errors import PrbenchError
 
     try:
         return json.loads(path.read_text(encoding="utf-8"))

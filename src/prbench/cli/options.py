@@ -10,6 +10,8 @@ import typer
 from typer.core import TyperCommand
 
 from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, opt
+from prbench.errors import SpecError
+from prbench.registry import ENGINES, REWARDS
 
 
 class RMView(Settings):
@@ -105,8 +107,6 @@ def engine_options(spec: str, **flags: object) -> dict[str, object]:
 
     A grader spec that names no engine (`embedding:...`) gets none.
     """
-    from prbench.registry import ENGINES
-
     if spec.partition(":")[0] not in ENGINES:
         return {}
     return _for_kind(ENGINES, spec, set_options(**flags))
@@ -120,14 +120,13 @@ def _for_kind(registry: Any, spec: str, given: dict[str, object]) -> dict[str, o
     return {k: v for k, v in given.items() if model is not None and k in model.model_fields}
 
 
-def model_options(specs: list[str], pairs: list[str] | None, **flags: object) -> dict[str, dict[str, object]]:
+def model_options(specs: list[str], pairs: list[str] | None, **flags: object) -> dict[str, Any]:
     """Each model's options: the command's flags its kind declares, then `-M KEY=VALUE`, checked by the kind.
 
     A `-M` key that none of the models' kinds takes is refused, naming the closest known option.
     """
-    from prbench.errors import SpecError
-    from prbench.registry import REWARDS
-    from prbench.specs import check_options, declared, options_model, parse_value, unknown_option
+    from prbench.rewards.base import checked_options
+    from prbench.specs import declared, options_model, parse_value, unknown_option
 
     given: dict[str, object] = {}
     for pair in pairs or []:
@@ -144,7 +143,7 @@ def model_options(specs: list[str], pairs: list[str] | None, **flags: object) ->
     out = {}
     for spec in specs:
         own = {k: v for k, v in given.items() if names[spec] is None or k in names[spec]}
-        out[spec] = check_options(REWARDS, spec, {**_for_kind(REWARDS, spec, set_options(**flags)), **own})
+        out[spec] = checked_options(spec, {**_for_kind(REWARDS, spec, set_options(**flags)), **own})  # the one check
     return out
 
 

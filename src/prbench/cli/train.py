@@ -31,7 +31,7 @@ from prbench.config import (
     Settings,
     opt,
 )
-from prbench.errors import PrbenchError
+from prbench.errors import PrbenchError, SpecError
 
 app = typer.Typer(help="Train personalized reward models, one command per method. With no method (prbench train "
                        "--data D --out DIR), the candidates are measured on held-out people of D and the best kept.",
@@ -308,7 +308,6 @@ def _simple_methods() -> tuple[tuple[str, type, str], ...]:
     to load is named on stderr and left out; the other commands still work."""
     import warnings
 
-    from prbench.errors import SpecError
     from prbench.train.methods import METHODS
 
     out = []

@@ -30,6 +30,7 @@ from prbench.cache import Cache, NullCache, content_key
 from prbench.engines.base import Engine, GenParams, load_engine
 from prbench.errors import SpecError
 from prbench.prompts import Prompt, load_prompt
+from prbench.registry import ENGINES, GRADERS
 from prbench.schema import SourceItem
 
 PARSER_VERSION = 1
@@ -350,8 +351,6 @@ def load_grader(
     plug-ins) builds that grader; any engine spec (`openai:...`, `hf:DIR`, `vllm:...`) gives the
     LLM rubric grader over that engine.
     """
-    from prbench.registry import ENGINES, GRADERS
-
     if isinstance(spec, Grader):
         return spec
     if isinstance(spec, str):

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import PrbenchError
+from prbench.registry import RUNKINDS
 from prbench.runs import read_json, write_json_atomic
 
 FORMAT_VERSION = 1
@@ -111,7 +112,6 @@ def validate(data: Mapping[str, Any], where: str = "downstream result") -> Downs
         raise PrbenchError(f"{where}: missing field(s) {', '.join(missing)}")
     if data.get("format", FORMAT_VERSION) != FORMAT_VERSION:
         raise PrbenchError(f"{where}: format {data.get('format')!r} is not supported (expected {FORMAT_VERSION})")
-    from prbench.registry import RUNKINDS  # a plug-in kind's setting is its registry name
 
     if data["setting"] not in SETTINGS and data["setting"] not in RUNKINDS:
         raise PrbenchError(f"{where}: setting must be one of {', '.join(SETTINGS)} or a plug-in run kind's, "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prbench.errors import SpecError
+from prbench.registry import ENGINES
 
 Messages = list[dict[str, str]]
 
@@ -111,7 +112,6 @@ def logsumexp(values: Sequence[float]) -> float:
 def load_engine(spec: str, **options: Any) -> Engine:
     """Build the engine a spec string names (see `prbench.registry.ENGINES`); options are its kind's
     (`options_model`), an unknown one refused with the closest known name."""
-    from prbench.registry import ENGINES
     from prbench.specs import check_options
 
     options = check_options(ENGINES, spec, options)
@@ -124,7 +124,6 @@ def load_engine(spec: str, **options: Any) -> Engine:
 
 def engine_keywords(spec: str) -> set[str] | None:
     """The options the engine kind of `spec` declares (None: any), without building it."""
-    from prbench.registry import ENGINES
     from prbench.specs import declared, options_model
 
     return declared(options_model(ENGINES, spec))

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.engines.base import RequestFailed
-from prbench.errors import PrbenchError
+from prbench.errors import BatchFailed, BatchPending, PrbenchError
 
 CURRENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("prbench_batch_key", default=None)
 MAX_SUBMISSIONS = 2  # an item is sent at most twice: once, and once more after a failure or expiry
@@ -74,16 +74,6 @@ LIMITS = {"openai": BatchLimit(50_000, 200 * 1024 * 1024, "platform.openai.com/d
 
 class Deferred(Exception):
     """The request's reply is not known yet: it goes into the next batch."""
-
-
-class BatchPending(PrbenchError):
-    """Batches are submitted and recorded; run the same command again to collect (exit 4)."""
-
-    exit_code = 4
-
-
-class BatchFailed(PrbenchError):
-    """A whole batch failed twice (the provider's reason is in the message): nothing more is sent."""
 
 
 def poll_schedule() -> tuple[float, float]:

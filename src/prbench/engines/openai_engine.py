@@ -79,11 +79,10 @@ from prbench.engines.base import (
 from prbench.engines.batch import BatchAPI
 from prbench.engines.ratelimit import (
     Limiter,
-    QuotaExhausted,
     classify,
     parse_retry_after,  # noqa: F401  (re-exported: older imports)
 )
-from prbench.errors import PrbenchError, SpecError
+from prbench.errors import PrbenchError, QuotaExhausted, SpecError
 from prbench.extras import require
 from prbench.specs import KindOptions
 

@@ -28,15 +28,11 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from prbench.errors import PrbenchError
+from prbench.errors import QuotaExhausted  # noqa: F401  (re-exported: its home before prbench.errors)
 
 QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached", "quota_exceeded")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 _BODY_HINT = re.compile(r"(?:try again|retry) in\s+((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", re.IGNORECASE)
-
-
-class QuotaExhausted(PrbenchError):
-    """The provider says the quota or credit is gone: stop now, resume later (results are cached)."""
 
 
 def parse_duration(text: str) -> float | None:

@@ -14,12 +14,11 @@ from typing import Any
 
 from prbench.errors import DataError, SpecError
 from prbench.formats.base import Reader
+from prbench.registry import FORMATS
 
 
 def load_reader(spec: str, **options: Any) -> Reader:
     """`name[:options]` -> a reader; an unknown name lists the known ones."""
-    from prbench.registry import FORMATS
-
     reader = FORMATS.build(spec, **options)
     if not isinstance(reader, Reader):
         raise SpecError(f"format {spec!r}: its factory returned {type(reader).__name__}, not a prbench.formats Reader")
@@ -35,8 +34,6 @@ def _first_row(src: str | Path, split: str) -> tuple[str, int, Any]:
 
 
 def _claims(row: Any) -> str | None:
-    from prbench.registry import FORMATS
-
     if not isinstance(row, dict):
         return None
     candidates = []
@@ -83,8 +80,6 @@ def detect(src: str | Path, split: str = "test") -> str:
 def nearest(row: Any, n: int = 3) -> list[tuple[str, list[str]]]:
     """The formats whose columns (`Reader.shapes`) are closest to the row's: (name, missing columns),
     most columns shared first, then fewest missing; only formats sharing a column with the row."""
-    from prbench.registry import FORMATS
-
     keys = set(row) if isinstance(row, dict) else set()
     scored = []
     for name in FORMATS.names():
@@ -131,8 +126,6 @@ def format_score(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     Readers with a rule of their own name themselves in each record (`format`); that reader's
     `score` computes the headline. Records of several such formats in one run have none.
     """
-    from prbench.registry import FORMATS
-
     names = {r["format"] for r in records if r.get("format")}
     if len(names) != 1:
         if len(names) > 1:
@@ -147,8 +140,6 @@ def format_score(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 def describe() -> list[dict[str, str]]:
     """Name, kind, source, fields read and headline rule of every registered format (docs and the CLI)."""
-    from prbench.registry import FORMATS
-
     out = []
     for name in FORMATS.names():
         cls = FORMATS.get(name)

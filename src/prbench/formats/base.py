@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from prbench import metrics
-from prbench.errors import DataError
+from prbench.errors import DataError, SpecError
 from prbench.schema import Example, HistoryPair, Message, SourceItem
 
 ROLE_ALIASES = {"user": "user", "human": "user", "assistant": "assistant", "model": "assistant", "gpt": "assistant",
@@ -43,8 +43,6 @@ class Reader:
 
     def __init__(self, rest: str = "", **options: Any):
         if rest and not self.syntax:  # `rewardbench:anything` must not read as plain rewardbench
-            from prbench.errors import SpecError
-
             raise SpecError(f"format {self.name!r} takes no options, got {self.name}:{rest}")
         self.rest = rest
         self.options = options

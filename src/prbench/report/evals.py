@@ -220,7 +220,7 @@ def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
     for data, runs, conds, models, cell in _grids(d):
         vals = {(m, c): (ev(r).metrics.accuracy, ev(r).metrics.ci_low, ev(r).metrics.ci_high)
                 for (m, c), r in cell.items()}
-        vals = {k: tuple(None if x is None else 100 * x for x in v) for k, v in vals.items()}
+        vals = {k: (_pct(v[0]), _pct(v[1]), _pct(v[2])) for k, v in vals.items()}
         png = plots.grouped_bars(models, conds, vals, ylabel="accuracy (%)", chance=50.0,
                                  colors=plots.CONDITION_COLORS)
         body.append(f"<h3>Data: {esc(data)}</h3>")
@@ -457,3 +457,7 @@ def stats_panel(runs: list[Run]) -> str:
                                  "of the chosen answer; between judges = the side picked"
                          + (f"; Krippendorff's alpha {alpha:.2f}" if alpha is not None else "")))
     return "".join(out)
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else 100 * x

@@ -116,7 +116,7 @@ def _scatters(rows: Sequence[Mapping[str, Any]], prm: Mapping[str, Any]) -> list
     body: list[str] = []
     names = sorted({rm for r in rows for rm in r["rms"]})
     palette = {n: plots.PALETTE[i % len(plots.PALETTE)] for i, n in enumerate(names)}
-    by_setting: dict[str, list[dict[str, Any]]] = {}
+    by_setting: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         if r["metrics"] is not None:
             by_setting.setdefault(r["setting"]["label"], []).append(r)

@@ -6,10 +6,11 @@ from prbench.records import PolicyAccuracySummary
 from prbench.report import plots
 from prbench.report import widgets as w
 from prbench.report.data import ReportData
-from prbench.runkinds import Run, RunKind
+from prbench.runkinds import Run
+from prbench.runkinds.policy_accuracy import PolicyAccuracyKind
 
 
-def policy_accuracy_section(d: ReportData, kind: RunKind) -> str:
+def policy_accuracy_section(d: ReportData, kind: PolicyAccuracyKind) -> str:
     runs = d.of_kind(kind)
     body = ["<h3>Policy accuracy</h3>"]
     if not runs:
@@ -43,7 +44,7 @@ def _group(members: list[Run]) -> str:
                      w.numc(w.pct(mm.mean_topk_coverage)), w.numc(w.fnum(mm.n))])
         classes.append("reference" if not s.rm else ("baseline" if w.is_control_spec(name) else ""))
         if s.rm:
-            bars.append((name, tuple(None if v is None else 100 * v for v in (tot.accuracy, tot.ci_low, tot.ci_high))))
+            bars.append((name, (_pct(tot.accuracy), _pct(tot.ci_low), _pct(tot.ci_high))))
     return (w.figure(plots.hbars([b[0] for b in bars], [b[1] for b in bars], xlabel="policy accuracy (%)",
                                reference=None if plain_ref is None else 100 * plain_ref,
                                reference_label="plain policy"),
@@ -51,3 +52,7 @@ def _group(members: list[Run]) -> str:
             + w.table(head, rows, row_classes=classes,
                     caption="accuracy % with 95% CI; 'same as plain' = share of pairs where guidance did "
                             "not change the policy's preference"))
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else 100 * x

@@ -55,7 +55,7 @@ def numc(value: str, title: str = "", extra: str = "") -> Cell:
     return Cell(value, ("num " + extra).strip(), title)
 
 
-def table(head: Sequence[str | Cell], rows: Iterable[Sequence[Cell | str]], *, row_classes: Sequence[str] | None = None,
+def table(head: Sequence[Any], rows: Iterable[Sequence[Any]], *, row_classes: Sequence[str] | None = None,
           caption: str = "", cls: str = "") -> str:
     """An HTML table; plain strings are escaped, Cells are trusted HTML built with `esc`."""
     def cell(c: Cell | str, tag: str) -> str:

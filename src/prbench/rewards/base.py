@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from prbench.conditions import View
 from prbench.errors import SpecError
+from prbench.registry import REWARDS
+from prbench.specs import COMMAND_WIDE, check_options, model_class
 
 
 @dataclass
@@ -101,6 +103,23 @@ class PairwiseRM(RewardModel):
         """A verdict for each query; order preserved."""
 
 
+class CheckedOptions(dict[str, Any]):
+    """A model's options as its kind's options model checked them (`checked_options`): typed, unknown ones
+    refused, a command's flags the kind does not take dropped. Checking them again for the same spec is a
+    no-op, so a command that checks every model's options up front does not have them checked twice."""
+
+    def __init__(self, spec: str, options: Mapping[str, Any]):
+        super().__init__(options)
+        self.spec = spec
+
+
+def checked_options(spec: str, options: Mapping[str, Any] | None = None) -> CheckedOptions:
+    """The one check of a model's options (see `prbench.specs.check_options`); already checked: returned as is."""
+    if isinstance(options, CheckedOptions) and options.spec == spec:
+        return options
+    return CheckedOptions(spec, check_options(REWARDS, spec, dict(options or {}), command_wide=COMMAND_WIDE))
+
+
 def load_rm(spec: str, **options: Any) -> RewardModel:
     """Build the reward model a spec string names (see `prbench.registry.REWARDS`).
 
@@ -108,10 +127,11 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
     naming the closest known one, except a command's flags for all its models (`COMMAND_WIDE`),
     which a kind without that option does not get. A plug-in that returns no RewardModel is refused.
     """
-    from prbench.registry import REWARDS
-    from prbench.specs import COMMAND_WIDE, check_options
+    return build_rm(spec, checked_options(spec, options))
 
-    options = check_options(REWARDS, spec, options, command_wide=COMMAND_WIDE)
+
+def build_rm(spec: str, options: CheckedOptions) -> RewardModel:
+    """Build from options `checked_options` has checked (nothing is checked again)."""
     prefix, _, rest = spec.partition(":")
     rm = REWARDS.get(prefix)(rest, **options)
     if not isinstance(rm, (PointwiseRM, PairwiseRM)):
@@ -148,6 +168,15 @@ def view_top_k(model: str | RewardModel) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
+def rm_name(spec: str, options: Mapping[str, Any] | None = None) -> str:
+    """The `name` the RM a spec builds will report, known without building it: the spec, unless its kind
+    names a mode beside it (a pointwise judge: `judge[pointwise]:ENGINE`) through a
+    `run_name(rest, **options)` hook on its factory."""
+    prefix, _, rest = spec.partition(":")
+    hook = getattr(REWARDS.get(prefix), "run_name", None)
+    return hook(rest, **dict(options or {})) if callable(hook) else spec
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a reward-model kind needs and costs, and whether it scores or compares, known without loading."""
@@ -175,9 +204,6 @@ def capabilities(spec: str | RewardModel, options: dict[str, Any] | None = None)
     if isinstance(spec, RewardModel):
         cls: Any = spec
     else:
-        from prbench.registry import REWARDS
-        from prbench.specs import model_class
-
         cls = model_class(REWARDS, spec, options)
         if cls is None:
             return Capabilities()

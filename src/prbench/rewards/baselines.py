@@ -88,7 +88,12 @@ class EmbeddingRM(PointwiseRM):
 
     def __init__(self, encoder: str = "builtin:minilm-l6"):
         self.encoder = encoder
-        self.spec = "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
+        self.spec = self.name_for(encoder)
+
+    @staticmethod
+    def name_for(encoder: str) -> str:
+        """The spec (and name) of the baseline over `encoder`, known before it is built."""
+        return "baseline:embedding" if encoder == "builtin:minilm-l6" else f"baseline:embedding@{encoder}"
 
     def fingerprint(self) -> dict:
         from prbench.engines.builtin import ENCODING  # cached scores of an earlier encoding are never reused
@@ -146,3 +151,6 @@ class BaselineOptions(RMOptions):
 load_baseline.model_class = baseline_class  # type: ignore[attr-defined]
 load_baseline.options_model = BaselineOptions  # type: ignore[attr-defined]
 load_baseline.resolve_spec = lambda rest, root: baseline_class(rest) and rest  # type: ignore[attr-defined]
+load_baseline.run_name = (  # type: ignore[attr-defined]
+    lambda rest, encoder=None, **_: EmbeddingRM.name_for(encoder or "builtin:minilm-l6") if rest == "embedding"
+    else f"baseline:{rest}")

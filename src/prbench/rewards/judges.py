@@ -41,6 +41,7 @@ from prbench.conditions import View
 from prbench.engines.base import PREFIX_KEY, Engine, Generation, GenParams, engine_keywords, load_engine
 from prbench.errors import SpecError
 from prbench.prompts import load_prompt
+from prbench.registry import ENGINES
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
 from prbench.specs import KindOptions, OpenOptions, RMOptions, combine, options_model, resolve_spec
 
@@ -614,8 +615,6 @@ class JudgeOptions(RMOptions):
 def over_engine(own: type[KindOptions]) -> Callable[[str], type[KindOptions]]:
     """`options_model` of a kind whose rest is an engine spec: its own options plus the engine's."""
     def model(rest: str) -> type[KindOptions]:
-        from prbench.registry import ENGINES
-
         engine = options_model(ENGINES, rest)
         return combine(own, engine if engine is not None else OpenOptions)
     return model
@@ -623,8 +622,6 @@ def over_engine(own: type[KindOptions]) -> Callable[[str], type[KindOptions]]:
 
 def engine_spec(rest: str, root: Path) -> str:
     """`resolve_spec` of a kind whose rest is an engine spec: the engine's kind resolves it."""
-    from prbench.registry import ENGINES
-
     return resolve_spec(ENGINES, rest, root)
 
 
@@ -633,3 +630,13 @@ load_judge.resolve_spec = engine_spec  # type: ignore[attr-defined]
 load_judge.model_class = (  # type: ignore[attr-defined]
     lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(mode, PairwiseJudge))
 # (the mode decides pointwise or pairwise)
+
+
+def _judge_run_name(rest: str, mode: str = "pairwise", debias_position: bool = False, **_: Any) -> str:
+    """The judge's `name` without building it (what `_JudgeBase` and `LikelihoodJudge` set)."""
+    if mode == "likelihood" and debias_position:
+        return f"judge[likelihood-debiased]:{rest}"
+    return f"judge:{rest}" if mode == "pairwise" else f"judge[{mode}]:{rest}"
+
+
+load_judge.run_name = _judge_run_name  # type: ignore[attr-defined]

@@ -84,6 +84,11 @@ class _LoglikRM(PointwiseRM):
         self.name = self.spec if normalize == "mean" else f"{self.prefix}[{normalize}]:{engine_name}"
         self.counts = {"responses": 0, "requests": 0, "empty_responses": 0}
 
+    @classmethod
+    def run_name(cls, rest: str, normalize: str = "mean", **_: Any) -> str:
+        """The `name` set above, known without opening the engine."""
+        return f"{cls.prefix}:{rest}" if normalize == "mean" else f"{cls.prefix}[{normalize}]:{rest}"
+
     def _loglik(self, requests: list[tuple[Messages, str]]) -> list[float]:
         """Reduced log-likelihood of each request; duplicates are sent once (one engine call)."""
         keys = [repr((m, c)) for m, c in requests]

@@ -20,8 +20,9 @@ from pydantic import BaseModel
 
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
-from prbench.errors import DataError, PrbenchError
+from prbench.errors import DataError, NotARun, PrbenchError
 from prbench.records import newer_format, run_kind, typed_summary
+from prbench.registry import RUNKINDS
 from prbench.runs import read_json, read_records, regular_file
 
 log = logging.getLogger("prbench.runkinds")
@@ -32,10 +33,6 @@ RECORDS_FIX = ("rerun the command that wrote this run with --repair (it keeps th
 MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
 RECORDS = "examples.jsonl"  # a folder holding only records is a run that lost (or never wrote) its summary
 T = TypeVar("T", bound=BaseModel)
-
-
-class NotARun(PrbenchError):
-    """A folder holding none of the files a run kind reads (skipped quietly when scanning)."""
 
 
 @dataclass
@@ -65,6 +62,13 @@ class Run:
         if not isinstance(cfg, dict):
             raise DataError(str(path), None, None, "not a JSON object; rerun the command that wrote this run")
         return cfg
+
+    @property
+    def ds(self) -> DownstreamResult:
+        """downstream.json of a downstream kind's run (any other run: an error naming the folder)."""
+        if self.downstream is None:
+            raise PrbenchError(f"{self.path}: a {self.kind.name} run has no downstream.json")
+        return self.downstream
 
     def summary_as(self, model: type[T]) -> T:
         """The summary as `model` (what the kind validated when the run was opened)."""
@@ -181,6 +185,15 @@ class RunKind:
     # "module:function" rendering the kind's part of the report. A downstream kind's block is called
     # (report data, kind) inside the "rl-rgd" section; eval, build and bon own sections with fixed ids.
     report_section: ClassVar[str | None] = None
+    # What makes a run of this kind, so one registration (RUNKINDS) is the whole extension:
+    # `settings_model` (its pydantic settings: the study section and the command's options), `driver`
+    # ("module:function" writing one run), `stage` (a `prbench.study.context.Stage` or its "module:attr":
+    # `prbench.registry.STAGES` lists it under the Stage's name) and `command` (a typer command function or its
+    # "module:function": `prbench <name>`, registered by `prbench.cli` for every kind whose name is no command yet).
+    settings_model: ClassVar[Any] = None
+    driver: ClassVar[str | None] = None
+    stage: ClassVar[Any] = None
+    command: ClassVar[Any] = None
 
     def check(self, run: Run) -> None:
         """Validate what the readers rely on: the summary against the kind's model, each record against its model."""
@@ -231,16 +244,15 @@ def _validate_record(model: Any, rec: dict[str, Any], path: Path, n: int) -> Any
 # -- the registry ---------------------------------------------------------------------------
 def kind(name: str) -> RunKind:
     """The registered kind `name` (built in or a plug-in)."""
-    from prbench.registry import RUNKINDS
-
-    return RUNKINDS.get(name)
+    found = RUNKINDS.get(name)
+    if not isinstance(found, RunKind):
+        raise PrbenchError(f"run kind {name!r}: its registry entry gives a {type(found).__name__}, not a RunKind")
+    return found
 
 
 def kinds() -> list[RunKind]:
     """Every registered kind, by name."""
-    from prbench.registry import RUNKINDS
-
-    return [RUNKINDS.get(n) for n in RUNKINDS.names()]
+    return [kind(n) for n in RUNKINDS.names()]
 
 
 def _kind_of(summary: Any, ds: DownstreamResult | None, report: Any) -> RunKind | None:
@@ -250,7 +262,7 @@ def _kind_of(summary: Any, ds: DownstreamResult | None, report: Any) -> RunKind 
     if ds is not None:
         return next((k for k in kinds() if k.setting == ds.setting), None)
     if report is not None:
-        return next((k for k in kinds() if getattr(k, "reads_report", None) and k.reads_report(report)), None)
+        return next((k for k in kinds() if (reads := getattr(k, "reads_report", None)) and reads(report)), None)
     return None
 
 

@@ -10,6 +10,9 @@ from prbench.runkinds.downstream import BonSummary, DownstreamKind
 
 class BonKind(DownstreamKind):
     name = "bon"
+    settings_model = "prbench.config:BonSettings"
+    driver = "prbench.downstream.bon:best_of_n"
+    stage = "prbench.study.stages:run_bon"
     title = "Best-of-N"
     setting = "bon"
     short = "BoN"
@@ -23,7 +26,7 @@ class BonKind(DownstreamKind):
         out = []
         for members in self.groups(runs, notes):
             first = next(iter(members.values()))
-            ks = sorted(set.intersection(*(set(r.downstream.k) for r in members.values())))
+            ks = sorted(set.intersection(*(set(r.ds.k) for r in members.values())))
             if not ks:
                 notes.append(f"BoN [{first.get('condition')}]: the RMs share no k value")
                 continue
@@ -32,7 +35,7 @@ class BonKind(DownstreamKind):
             for kk in ks if opts.bon_k == "all" else ks[-1:]:
                 vals = {}
                 for rm, r in members.items():
-                    table = r.downstream.per_item if opts.bon_curve == "expected" else \
+                    table = r.ds.per_item if opts.bon_curve == "expected" else \
                         self.bon(r).per_item_first_k
                     if not isinstance(table, Mapping):
                         notes.append(f"{rm}: BoN file has no per-item {opts.bon_curve} values; left out")
@@ -52,7 +55,7 @@ class BonKind(DownstreamKind):
     def report_key(self, run: Run) -> tuple:
         """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of
         one plot share their k values; meta compares RMs on the k values they share within `group_key`)."""
-        return (run.get("condition"), run.downstream.grader, str(run.get("samples", "")), tuple(run.downstream.k))
+        return (run.get("condition"), run.ds.grader, str(run.get("samples", "")), tuple(run.ds.k))
 
 
 KIND = BonKind()

@@ -58,6 +58,8 @@ class BuildReport(_Open):
 
 class BuildKind(RunKind):
     name = "build"
+    settings_model = "prbench.config:BuildSettings"
+    driver = "prbench.build.pipeline:build_benchmark"
     title = "benchmark build"
     summary_model = None  # the build's summary.json is free-form; readers use report.json
     report_section = "prbench.report.build:build_section"

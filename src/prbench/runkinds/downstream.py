@@ -83,7 +83,7 @@ class DownstreamKind(RunKind):
         """downstream.json is there, names this kind's setting, types its extras, and its curve is its items' mean."""
         super().check(run)
         path = run.path / "downstream.json"
-        d = run.downstream
+        d = run.ds
         if d is None and self.summary_model is not None:
             return  # a run of this kind without an RM (the plain policy) writes only its summary
         if d is None:
@@ -112,7 +112,7 @@ class DownstreamKind(RunKind):
         """downstream.json as this kind's typed model (validated when the run was opened)."""
         if run.downstream is None:
             raise PrbenchError(f"{run.path}: no downstream.json")
-        return self.result_model.model_validate(run.downstream.to_dict())
+        return self.result_model.model_validate(run.ds.to_dict())
 
     def dataset(self, run: Run) -> str | None:
         """The data set of the run's items: downstream.json's `data`, else the config.json beside it, else the
@@ -129,15 +129,15 @@ class DownstreamKind(RunKind):
         return None
 
     def group_key(self, run: Run) -> tuple:
-        d = run.downstream
+        d = run.ds
         return (d.setting, d.grader, d.scale, tuple(sorted((f, repr(run.get(f))) for f in self.group_fields)))
 
     def item_values(self, run: Run, opts: MetaOptions) -> dict[str, float]:
         """Item id -> the outcome meta ranks RMs by (the value at the largest k)."""
-        return run.downstream.item_values()
+        return run.ds.item_values()
 
     def params(self, run: Run) -> dict:
-        d = run.downstream
+        d = run.ds
         return {"grader": d.grader, "scale": d.scale,
                 **{f: run.get(f) for f in self.group_fields if run.get(f) is not None}}
 
@@ -171,7 +171,7 @@ class DownstreamKind(RunKind):
 
     def eee_parts(self, run: Run) -> list[EEEPart]:
         """One result per k of the curve (k = 1 for one value per item), with the per-item values at that k."""
-        d = run.downstream
+        d = run.ds
         if d is None:
             return []
         top = 2.0 if d.scale == DEFAULT_SCALE else None

@@ -14,6 +14,9 @@ OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 
 class EvalKind(RunKind):
     name = "eval"
+    settings_model = "prbench.config:EvalSettings"
+    driver = "prbench._evaluate:evaluate"
+    stage = "prbench.study.stages:run_eval"
     title = "eval run"
     role = "benchmark"
     records_file = True

@@ -50,6 +50,8 @@ def read_scores(run: Run) -> list[ScoreRow]:
 
 class ICLKind(RunKind):
     name = "icl"
+    settings_model = "prbench.config:ICLSettings"
+    driver = "prbench.downstream.icl:run_icl"
     title = "in-context learning (gold / rubric scored)"
     summary_model = GenerationSummary
 
@@ -79,12 +81,18 @@ class ICLKind(RunKind):
 
 class SampleKind(RunKind):
     name = "sample"
+    settings_model = "prbench.config:SampleSettings"
+    driver = "prbench.downstream.sampling:sample_policy"
+    stage = "prbench.study.stages:run_sample"
     title = "policy samples"
     summary_model = SampleSummary
 
 
 class PlanKind(RunKind):
     name = "plan"
+    settings_model = "prbench.config:PlanSettings"
+    driver = "prbench.planner:plan"
+    stage = "prbench.study.stages:run_plan"
     title = "planner outputs"
     summary_model = SampleSummary
 

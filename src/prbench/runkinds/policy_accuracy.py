@@ -18,6 +18,9 @@ from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, S
 
 class PolicyAccuracyKind(RunKind):
     name = "policy-accuracy"
+    settings_model = "prbench.config:PolicyAccuracySettings"
+    driver = "prbench.downstream.policy_accuracy:policy_accuracy"
+    stage = "prbench.study.stages:run_policy_accuracy"
     title = "policy accuracy"
     role = "downstream"
     setting = "policy_accuracy"

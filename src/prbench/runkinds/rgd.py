@@ -8,6 +8,9 @@ from prbench.runkinds.downstream import DownstreamKind
 
 class RGDKind(DownstreamKind):
     name = "rgd"
+    settings_model = "prbench.config:RGDSettings"
+    driver = "prbench.downstream.rgd:run_rgd"
+    stage = "prbench.study.stages:run_rgd_stage"
     title = "reward-guided decoding"
     setting = "rgd"
     short = "RGD"

@@ -7,6 +7,9 @@ from prbench.runkinds.downstream import DownstreamKind, RLSummary
 
 class RLKind(DownstreamKind):
     name = "rl"
+    settings_model = "prbench.config:RLSettings"
+    driver = "prbench.downstream.rl:train_rl"
+    stage = "prbench.study.stages:run_rl"
     title = "RL fine-tuning"
     setting = "rl"
     short = "RL"

@@ -39,14 +39,13 @@ from prbench.config import (
     SampleSettings,
 )
 from prbench.errors import DataError, PrbenchError, SpecError
+from prbench.registry import ENGINES, GRADERS, RETRIEVERS, REWARDS, STAGES
 from prbench.schema import one_of
 from prbench.specs import check_options, resolve_spec
 
 
 def _known_stage(name: str) -> str:
     """A stage name from the stage registry (built in or a plug-in); the runner orders stages by their rank."""
-    from prbench.registry import STAGES
-
     if name not in STAGES:
         raise ValueError(STAGES.unknown(name))
     return name
@@ -301,7 +300,6 @@ class StudyConfig(_Strict):
         """A top-level key naming a plug-in stage is that stage's section (any other unknown key is refused)."""
         if not isinstance(data, dict):
             return data
-        from prbench.registry import STAGES
 
         own = {k: v for k, v in data.items() if isinstance(k, str) and k not in cls.model_fields and k in STAGES}
         if not own:
@@ -426,8 +424,6 @@ NEEDS = {
 
 def plugin_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
     """Validate each plug-in stage's own section with its `section` model (in place); (location, message) if not."""
-    from prbench.registry import STAGES
-
     out: list[tuple[tuple[Any, ...], str]] = []
     for i, name in enumerate(cfg.stages):
         model = getattr(STAGES.get(name), "section", None)
@@ -473,22 +469,16 @@ def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
 
 # -- model specs: resolved by their kinds (prbench.specs) before anything runs ----------------
 def resolve_engine(spec: str, root: Path) -> str:
-    from prbench.registry import ENGINES
-
     return resolve_spec(ENGINES, spec, root)
 
 
 def resolve_rm(spec: str, root: Path) -> str:
     """The RM spec with local paths made absolute, after its kind checked every part of it names something."""
-    from prbench.registry import REWARDS
-
     return resolve_spec(REWARDS, spec, root)
 
 
 def resolve_grader(spec: str, root: Path) -> str:
     """A grader kind's spec (`embedding:...`), or an engine spec graded by an LLM rubric."""
-    from prbench.registry import ENGINES, GRADERS
-
     prefix = spec.partition(":")[0]
     if prefix in GRADERS:
         return resolve_spec(GRADERS, spec, root)
@@ -499,8 +489,6 @@ def resolve_grader(spec: str, root: Path) -> str:
 
 def _check_model_options(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
     """(YAML location, message) of a model entry whose options its kind does not take."""
-    from prbench.registry import REWARDS
-
     for i, m in enumerate(cfg.models):
         try:
             check_options(REWARDS, m.spec, m.options)
@@ -547,7 +535,6 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
             raise PrbenchError(f"{'.'.join(map(str, loc))}: {msg}")
         raise DataError(source, _line_of(node, loc) if node is not None else None, ".".join(map(str, loc)), msg)
     retr = cfg.retriever.partition(":")[0]
-    from prbench.registry import RETRIEVERS
 
     if retr not in RETRIEVERS:
         msg = RETRIEVERS.unknown(retr)

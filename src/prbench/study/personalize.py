@@ -14,6 +14,7 @@ import csv
 import json
 from typing import TYPE_CHECKING
 
+from prbench.errors import PrbenchError
 from prbench.study.config import PersonalizeStage
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ def personalize(ctx: StudyContext) -> None:
     sec = _section(ctx)
     unknown = [m for m in sec.methods if m not in METHODS]
     if unknown:
-        from prbench.errors import PrbenchError
-
         raise PrbenchError(f"personalize: unknown method(s) {unknown} (known: {', '.join(METHODS)})")
     data = sec.data or ctx.data
     if sec.data and not Path(sec.data).is_absolute() and (ctx.root / sec.data).exists():

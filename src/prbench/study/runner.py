@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 
@@ -27,7 +28,7 @@ def _stages(cfg: StudyConfig) -> list[Stage]:
         raise PrbenchError("; ".join(STAGES.unknown(s) for s in unknown))
     for loc, msg in plugin_sections(cfg):  # a config built in code, not loaded from YAML
         raise PrbenchError(f"study config: {'.'.join(map(str, loc))}: {msg}")
-    found = [STAGES.get(s) for s in dict.fromkeys(cfg.stages)]
+    found: list[Any] = [STAGES.get(s) for s in dict.fromkeys(cfg.stages)]  # each a Stage
     return sorted(found, key=lambda st: st.order)
 
 

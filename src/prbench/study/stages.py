@@ -11,6 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from prbench import config, evaluate
+from prbench._evaluate import ModelHandle
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
 from prbench.study.config import ModelEntry
@@ -100,14 +101,15 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
 def run_eval(ctx: StudyContext) -> None:
     bar = ctx.outputs.get("progress")
     results: list[dict[str, Any]] = _eval_until(ctx) if ctx.cfg.until else []
+    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # one build per model
     for entry in ctx.cfg.models if not ctx.cfg.until else ():
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
             res = evaluate(
-                entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond),
+                handles[id(entry)], ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond),
                 categories=ctx.cfg.categories, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                 planner_file=planner_file(ctx) if cond == "planner" else None, both_orders=entry.both_orders,
-                batch_size=ctx.cfg.batch_size, model_options=entry.options, format=ctx.cfg.format,
+                batch_size=ctx.cfg.batch_size, format=ctx.cfg.format,
                 batch=entry.batch, max_usd=entry.max_usd,
                 on_progress=(lambda d, t, task=task: bar.update(task, completed=d, total=t)) if bar else None,
             )
@@ -118,10 +120,10 @@ def run_eval(ctx: StudyContext) -> None:
     for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
         for entry in ctx.cfg.models:
             for cond in bench.conditions:
-                res = evaluate(entry.spec, ctx.resolve_data(bench.data), cond, out=ctx.runs, seed=ctx.cfg.seed,
-                               limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
+                res = evaluate(handles[id(entry)], ctx.resolve_data(bench.data), cond, out=ctx.runs,
+                               seed=ctx.cfg.seed, limit=bench.limit, top_k=ctx.cfg.top_k, retriever=ctx.cfg.retriever,
                                both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
-                               model_options=entry.options, format=bench.format, batch=entry.batch,
+                               format=bench.format, batch=entry.batch,
                                max_usd=entry.max_usd)
                 results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
                                 "accuracy": res.summary["accuracy"]})

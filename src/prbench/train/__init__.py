@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prbench.errors import PrbenchError
 from prbench.ranks import cuda_device, is_main_process, launched, rank  # noqa: F401  (their home before ranks.py)
 
 LOG_FILE = "train_log.jsonl"
@@ -53,7 +54,6 @@ def seed_everything(seed: int) -> None:
 
 def start_training(fn_name: str, pairs: Sequence[Any], seed: int, encoder: str, cache: Any) -> Any:
     """What each frozen-encoder method does first: refuse no pairs, seed everything, open the encoder."""
-    from prbench.errors import PrbenchError
     from prbench.rewards.pal import Embedder
 
     if not pairs:
@@ -185,8 +185,6 @@ def pin_device(device: str | None) -> str:
     everything in this process (the RM too). That only works before CUDA starts in this process
     (the CLI calls this first): otherwise it is an error naming the fix, never the wrong GPU.
     """
-    from prbench.errors import PrbenchError
-
     device = (device or "auto").strip()
     if launched():
         return "cpu" if device == "cpu" else "auto"

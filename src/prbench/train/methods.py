@@ -31,7 +31,7 @@ import numpy as np
 from prbench.cache import Cache
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.registry import Registry
+from prbench.registry import REWARDS, Registry, resolve
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
@@ -58,16 +58,13 @@ class Method:
     cost: float = 1.0
     recommend: bool = False
     command: bool = True  # `prbench train NAME` is its settings model and nothing else (bt, pal have their own)
+    rm: str | None = None  # a plug-in's RM factory ("module:attr"): REWARDS loads its folders as `spec:FOLDER`
 
     def load(self) -> tuple[Callable[..., TrainResult], Any]:
-        from prbench.registry import resolve
-
         return resolve(self.train), resolve(self.config)
 
     def settings(self) -> Any:
         """The settings model alone (the CLI builds a command from it without importing the trainer)."""
-        from prbench.registry import resolve
-
         return resolve(self.config)
 
 
@@ -80,6 +77,18 @@ class MethodRegistry(Registry):
             raise PrbenchError(f"training method {name!r}: its entry point gives a {type(method).__name__}, "
                                "not a prbench.train.methods.Method")
         return method
+
+    def register(self, name: str, target: Any = None) -> Any:
+        """As `Registry.register`; a Method that names its RM (`rm`) registers that too, under its `spec`."""
+        if isinstance(target, Method) and target.rm and target.spec not in REWARDS:
+            REWARDS.register(target.spec, target.rm)
+        return super().register(name, target)
+
+    def unregister(self, name: str) -> None:
+        method = self._added.get(name)
+        if isinstance(method, Method) and method.rm:
+            REWARDS.unregister(method.spec)
+        super().unregister(name)
 
     def methods(self) -> list[Method]:
         return [self[name] for name in self.names()]

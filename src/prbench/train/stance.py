@@ -146,7 +146,7 @@ def _votes(model: Any, people: Sequence[list[tuple[str, float]]], cfg: StanceCon
     import torch
 
     texts, factors = covote_factors(people, cfg.votes_rank) if cfg.votes_rank else ([], None)
-    if not texts:
+    if not texts or factors is None:
         return {"texts": 0, "rank": 0, "weight": 0.0}
     model.vote_keys = torch.from_numpy(embed(texts))
     model.vote_factors = torch.from_numpy(factors)
