@@ -97,6 +97,7 @@ class Batcher:
         self._bytes = 0         # their request bytes
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._idle = False      # the worker waits for a first job (not for a batch to fill)
         self.served = self.batches = self.rejected_items = self.rejected_requests = 0
         self.abandoned = self.failed = 0
         self.busy_s = 0.0
@@ -127,7 +128,10 @@ class Batcher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="prbench-batcher", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._idle or self._waiting >= self.cfg.max_items:
+                # wake the worker only when it waits for a first job or its batch is now full: a wake-up
+                # per request would make it take the GIL once per request while it waits for company
+                self._cond.notify()
         if gone is not None:
             gone.add_done_callback(lambda _: self._abandon(job))
         return await job.future
@@ -161,7 +165,9 @@ class Batcher:
                     self._jobs.popleft()
                 if self._jobs or self._closed:
                     break
+                self._idle = True
                 self._cond.wait()
+                self._idle = False
             if self._closed and not self._jobs:
                 return None
             deadline = self._jobs[0].t0 + self.cfg.max_wait_ms / 1000

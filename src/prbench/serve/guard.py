@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import socket
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from prbench.errors import PrbenchError
 log = logging.getLogger(__name__)
 
 
+DISCONNECT = "prbench.disconnect"  # the scope extension: a future that resolves when the client goes away
 LATE_REARMS = 6  # a loop that far behind (7 header timeouts) drops the connection after all
 
 
@@ -57,6 +59,18 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
     class Guarded(Base):  # type: ignore[valid-type,misc]
         _header_timer: asyncio.TimerHandle | None = None
         _late = 0
+        _gone: deque[asyncio.Future] | None = None  # one per request not yet answered, oldest first
+
+        def _watch(self, scope: dict) -> None:
+            """Give the request a future that resolves if the client goes away before its reply
+            (`scope["extensions"]["prbench.disconnect"]`): the app need not keep a task per request
+            awaiting `receive()` just to learn that."""
+            extensions = scope.setdefault("extensions", {})
+            if DISCONNECT not in extensions:
+                if self._gone is None:
+                    self._gone = deque()
+                extensions[DISCONNECT] = gone = self.loop.create_future()
+                self._gone.append(gone)
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -93,19 +107,27 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
             def on_headers_complete(self) -> None:
                 super().on_headers_complete()
                 self._disarm()
+                self._watch(self.scope)
         else:
             def handle_events(self) -> None:
                 super().handle_events()  # type: ignore[misc]  # h11's protocol has it, httptools' does not
                 if self.cycle is not None and not self.cycle.response_complete:
                     self._disarm()
+                    self._watch(self.cycle.scope)
 
         def on_response_complete(self) -> None:
+            if self._gone:
+                self._gone.popleft()  # answered: a later close of this connection is not its client leaving
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            while self._gone:
+                gone = self._gone.popleft()
+                if not gone.done():
+                    gone.set_result(None)
             super().connection_lost(exc)
 
     return Guarded
