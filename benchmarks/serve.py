@@ -33,12 +33,14 @@ import importlib.util
 import json
 import os
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,6 +68,9 @@ def baseline_package(root: Path) -> Path:
 KINDS = ("new", "new-asyncio", "today", "openrlhf", "null")
 LOOPS = {"new": "auto", "new-asyncio": "asyncio", "today": "asyncio", "openrlhf": "auto", "null": "auto"}
 GENERATORS = ("lean", "aiohttp")
+WRK = shutil.which("wrk")  # Debian's wrk, where installed: a C generator, as a cross-check of the ceiling
+WRK_KINDS = ("new", "today", "null")
+WRK_SECONDS = 5
 LEVELS = (1, 64, 512, 2048)
 FIXED_LEVELS = (512, 2048)
 FIXED_MIN_ITEMS = 2048  # GPU-shaped rows: at least this many items a level (4 requests per client at 512)
@@ -226,17 +231,24 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], generators: tuple[
             for size in sizes:
                 for gen in generators:
                     senders = c if size == 1 else len(work)
-                    if gen == "lean":
-                        level = lambda: clients.lean_level(f"{url}/score", work, senders, size)  # noqa: B023
+                    if gen.startswith("wrk"):
+                        if size != 1 or kind not in WRK_KINDS:
+                            continue  # its script sends single-item requests; its rows are a cross-check
+                        level = partial(clients.wrk_level, WRK, f"{url}/score", work[0], c, WRK_SECONDS,
+                                        close=gen == "wrk")
+                    elif gen == "lean":
+                        level = partial(clients.lean_level, f"{url}/score", work, senders, size)
                     else:
-                        level = lambda: clients.aiohttp_level(f"{url}/score", work, senders, size)  # noqa: B023
+                        level = partial(clients.aiohttp_level, f"{url}/score", work, senders, size)
                     cpu0, mine0 = cpu_s(proc.pid), os.times()
-                    res = clients.run(level, lean=gen == "lean")
+                    res = level() if gen.startswith("wrk") else clients.run(level, lean=gen == "lean")
                     cpu, mine = cpu_s(proc.pid) - cpu0, os.times()
                     done = max(1, res["items"] - res["lost"])
                     res["server_cpu_ms_per_reward"] = 1000 * cpu / done
-                    res["client_cpu_ms_per_request"] = 1000 * (mine.user + mine.system - mine0.user - mine0.system) \
-                        / -(-len(work) // size)
+                    mine_s = mine.user + mine.system - mine0.user - mine0.system
+                    if gen.startswith("wrk"):
+                        mine_s = mine.children_user + mine.children_system - mine0.children_user - mine0.children_system
+                    res["client_cpu_ms_per_request"] = 1000 * mine_s / -(-res["items"] // size)
                     name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
                     rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
                                  "generator": gen, "clients": c, "request_items": size, "loadavg": os.getloadavg()[0],
@@ -289,7 +301,7 @@ def main() -> None:
         for kind in KINDS:
             if kind == "openrlhf" and rnd > 0:
                 continue  # 10-30x slower than the others: one round says what it is
-            rows += serve_levels(kind, "fixed", fixed_levels, GENERATORS)
+            rows += serve_levels(kind, "fixed", fixed_levels, GENERATORS + (("wrk", "wrk-keepalive") if WRK else ()))
     if not args.fixed_only:  # the CPU transformer: the RM, not HTTP, sets the pace; the trainers' client only
         tiny = str(make_tiny_seq_classifier(tempfile.mkdtemp(prefix="prb-serve-bench-"), seed=1, hidden_size=32))
         for kind in ("new", "today", "openrlhf"):

@@ -175,6 +175,47 @@ async def lean_level(url: str, work: list[dict], clients: int, size: int, mode: 
     return summary(len(work), scored, lat, time.perf_counter() - t)
 
 
+# -- wrk: a C load generator, where installed ---------------------------------------------------------
+WRK_SCRIPT = """
+local n = 0
+local query = %s
+local response = %s
+request = function()
+  n = n + 1
+  local body = '{"items":[{"id":"w' .. n .. '","query":' .. query .. ',"response":' .. response .. '}]}'
+  return wrk.format("POST", nil, {["Content-Type"] = "application/json"%s}, body)
+end
+"""
+
+
+def wrk_level(wrk: str, url: str, item: dict, connections: int, seconds: int, close: bool) -> dict:
+    """`wrk` with `connections` connections posting single-item requests (each a new item id) for `seconds`:
+    kept alive, or `Connection: close` (a new connection per request). wrk reads no reply body, so an item
+    counts as scored when its request got a 2xx (the other generators check the score itself)."""
+    import re
+    import subprocess
+    import tempfile
+
+    header = ', ["Connection"] = "close"' if close else ""
+    lua = WRK_SCRIPT % (json.dumps(json.dumps(item["query"])), json.dumps(json.dumps(item["response"])), header)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
+        fh.write(lua)
+    out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "60s", "--latency", "-s", fh.name, url],
+                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    done = int(re.search(r"(\d+) requests in ([\d.]+)s", out).group(1))
+    wall = float(re.search(r"requests in ([\d.]+)s", out).group(1))
+    bad = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0
+    errors = sum(int(x) for x in m.groups()) if (m := re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)) else 0
+
+    def ms(q: str) -> float:
+        got = re.search(rf"^\s+{q}%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+        return float(got.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[got.group(2)] if got else math.nan
+
+    return {"items": done + errors, "lost": bad + errors, "rewards_s": (done - bad) / wall, "p50_ms": ms("50"),
+            "p99_ms": ms("99"), "wall_s": wall}
+
+
 def run(coro_factory: Callable[[], object], lean: bool) -> dict:
     """Run one level in a fresh event loop: uvloop's for the lean client when installed."""
     if lean:
