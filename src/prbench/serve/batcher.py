@@ -10,6 +10,8 @@ requests into one RM batch pays each forward once for up to `max_items` items.
 - One worker thread takes requests in arrival order until a batch holds `max_items` items or the
   oldest waiting request has waited `max_wait_ms` (under load the worker is busy scoring, so the
   queue is already full and nothing waits); a request is never split, so its items stay in order.
+  A request wakes the worker only when the worker is idle or the batch is now full: a wake-up per
+  request would make it take the GIL from the event loop once per request while it waits.
 - Results go back to the event loop in one `call_soon_threadsafe` per batch (not one per request:
   each wakes the loop through its self-pipe); the loop never blocks.
 - A request whose client went away (`gone` resolves) while queued is dropped before scoring, and

@@ -22,7 +22,10 @@ Endpoints (bodies in `prbench.serve.protocols`)
 
 Request path (measured in benchmarks/RESULTS_serve.md): a plain ASGI callable, no framework
 routing; the body is validated straight from bytes by pydantic-core; items of concurrent requests
-are batched (`prbench.serve.batcher`) and one loop callback hands a whole batch's results back.
+are batched (`prbench.serve.batcher`) and one loop callback hands a whole batch's results back;
+a client leaving is learnt from the guarded protocol's future (no task per request waiting on
+`receive()`, which other ASGI servers still get); replies are encoded by pydantic-core; uvicorn runs
+its default loop, uvloop where installed (the `serve` extra installs it).
 
 Safety: binds 127.0.0.1 unless `allow_remote`; browsers are treated as hostile: with a token, every
 route needs it (401 / 403); the `Host` header must name this server (a DNS-rebinding page cannot
