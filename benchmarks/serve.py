@@ -71,6 +71,7 @@ GENERATORS = ("lean", "aiohttp")
 WRK = shutil.which("wrk")  # Debian's wrk, where installed: a C generator, as a cross-check of the ceiling
 WRK_KINDS = ("new", "today", "null")
 WRK_SECONDS = 5
+WRK_CLIENTS = 512  # a fixed-duration run: at 2,048 connections a slow server answers few within it
 LEVELS = (1, 64, 512, 2048)
 FIXED_LEVELS = (512, 2048)
 FIXED_MIN_ITEMS = 2048  # GPU-shaped rows: at least this many items a level (4 requests per client at 512)
@@ -218,6 +219,17 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settle(pid: int, quiet_cpu_s: float = 0.02, limit_s: float = 60.0) -> None:
+    """Wait until the server is idle (under `quiet_cpu_s` of CPU in half a second): a fixed-duration
+    generator (wrk) leaves requests in flight when it stops, which must not be counted in the next row."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        before = cpu_s(pid)
+        time.sleep(0.5)
+        if cpu_s(pid) - before < quiet_cpu_s:
+            return
+
+
 def serve_levels(kind: str, rm: str, levels: tuple[int, ...], generators: tuple[str, ...],
                  max_wait_ms: float | None = None) -> list[dict]:
     """One server of `kind` up, every level x request size x generator measured against it, then down."""
@@ -232,7 +244,7 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], generators: tuple[
                 for gen in generators:
                     senders = c if size == 1 else len(work)
                     if gen.startswith("wrk"):
-                        if size != 1 or kind not in WRK_KINDS:
+                        if size != 1 or kind not in WRK_KINDS or c != WRK_CLIENTS:
                             continue  # its script sends single-item requests; its rows are a cross-check
                         level = partial(clients.wrk_level, WRK, f"{url}/score", work[0], c, WRK_SECONDS,
                                         close=gen == "wrk")
@@ -240,6 +252,7 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], generators: tuple[
                         level = partial(clients.lean_level, f"{url}/score", work, senders, size)
                     else:
                         level = partial(clients.aiohttp_level, f"{url}/score", work, senders, size)
+                    settle(proc.pid)
                     cpu0, mine0 = cpu_s(proc.pid), os.times()
                     res = level() if gen.startswith("wrk") else clients.run(level, lean=gen == "lean")
                     cpu, mine = cpu_s(proc.pid) - cpu0, os.times()
@@ -248,7 +261,7 @@ def serve_levels(kind: str, rm: str, levels: tuple[int, ...], generators: tuple[
                     mine_s = mine.user + mine.system - mine0.user - mine0.system
                     if gen.startswith("wrk"):
                         mine_s = mine.children_user + mine.children_system - mine0.children_user - mine0.children_system
-                    res["client_cpu_ms_per_request"] = 1000 * mine_s / -(-res["items"] // size)
+                    res["client_cpu_ms_per_request"] = 1000 * mine_s / max(1, -(-res["items"] // size))
                     name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
                     rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
                                  "generator": gen, "clients": c, "request_items": size, "loadavg": os.getloadavg()[0],
