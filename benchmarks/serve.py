@@ -295,6 +295,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fixed-only", action="store_true", help="only the GPU-shaped RM rows")
     ap.add_argument("--rounds", type=int, default=3, help="GPU-shaped rows: servers alternated this many times")
+    ap.add_argument("--transformer-only", action="store_true", help="only the CPU transformer rows")
+    ap.add_argument("--transformer-rounds", type=int, default=1, help="CPU transformer rows: servers alternated")
+    ap.add_argument("--transformer-levels", type=lambda s: tuple(int(x) for x in s.split(",")), default=LEVELS,
+                    help="CPU transformer rows: client counts, comma-separated")
     ap.add_argument("--serve", choices=KINDS)
     ap.add_argument("--port", type=int)
     ap.add_argument("--rm-dir")
@@ -310,15 +314,16 @@ def main() -> None:
 
     started, load_before, rows = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg(), []
     fixed_levels = (512,) if args.quick else FIXED_LEVELS
-    for rnd in range(1 if args.quick else args.rounds):
+    for rnd in range(0 if args.transformer_only else 1 if args.quick else args.rounds):
         for kind in KINDS:
             if kind == "openrlhf" and rnd > 0:
                 continue  # 10-30x slower than the others: one round says what it is
             rows += serve_levels(kind, "fixed", fixed_levels, GENERATORS + (("wrk", "wrk-keepalive") if WRK else ()))
     if not args.fixed_only:  # the CPU transformer: the RM, not HTTP, sets the pace; the trainers' client only
         tiny = str(make_tiny_seq_classifier(tempfile.mkdtemp(prefix="prb-serve-bench-"), seed=1, hidden_size=32))
-        for kind in ("new", "today", "openrlhf"):
-            rows += serve_levels(kind, tiny, (1, 64) if args.quick else LEVELS, ("aiohttp",))
+        for _ in range(1 if args.quick else args.transformer_rounds):
+            for kind in ("new", "today", "openrlhf"):
+                rows += serve_levels(kind, tiny, (1, 64) if args.quick else args.transformer_levels, ("aiohttp",))
     table = medians(rows)
     Path(args.out).write_text(json.dumps({
         "command": "python benchmarks/serve.py " + " ".join(sys.argv[1:]), "started": started, "cpus": os.cpu_count(),
