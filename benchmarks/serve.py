@@ -1,41 +1,52 @@
 """Reward server under concurrent RL clients: the new server against today's and OpenRLHF's loop.
 
-Measured in one run, same RMs, same items, same machine:
+Measured in one run, same RMs, same items, same machine, the servers alternated round by round:
 - `new`: `prbench serve-reward` as it is now (`prbench.serve`: a plain ASGI app, bodies validated
-  from bytes, one loop wake-up per batch, cross-request batching in a worker thread);
+  from bytes, one loop wake-up per batch, cross-request batching in a worker thread), on uvicorn's
+  default loop (uvloop, which the `serve` extra installs);
+- `new-asyncio`: the same on the stdlib asyncio loop: what the code alone gained over `today`;
 - `today`: the server on main before `prbench.serve` (FastAPI routes, json.loads then pydantic,
-  one loop wake-up per request), read from git history at efb137a (`baseline_package`);
-- `null`: a server that does no work at all (GPU-shaped rows only): what the clients themselves
-  can send on this machine, the ceiling every server's wall-clock rate is read against;
+  one loop wake-up per request), read from git history at efb137a (`baseline_package`), on the
+  asyncio loop as main installs it (its dependencies have no uvloop);
+- `null`: a server that does no work at all (GPU-shaped rows only): what each load generator can
+  send on this machine, the ceiling every server's wall-clock rate is read against;
 - `openrlhf`: a loop like OpenRLHF 0.11.2's own `serve_rm` (`openrlhf/cli/serve_rm.py`, lines
   128-135: `get_reward` scores each request as it arrives, inside the async handler, so the
   event loop is blocked while the RM runs).
-Clients: aiohttp, one session per request and no retry (as OpenRLHF's `_post_request`, without
-its retries). At each level C, C clients each send single-item requests back to back until the
-level's items are done (256 items, at least one per client); then the same items again as
-50-item requests, all sent at once. Reported: rewards/s, p50/p99 request latency, items lost
-(any error or non-200 reply).
+Load generators (`serve_clients.py`): `aiohttp`, the trainers' own client (a new session, so a new
+connection, per request, no retry: verl's and OpenRLHF's `_post_request`), and `lean`, a raw
+asyncio HTTP/1.1 client with the same pattern (a new connection per request) at a fraction of the
+client CPU: on a 2-core machine the client competes with the server for the cores. At each level C,
+C clients each send single-item requests back to back until the level's items are done; then the
+same items again as 50-item requests, all sent at once. Reported: rewards/s, p50/p99 request
+latency, items lost (any error or non-200 reply), server and client CPU per reward.
 
-    python benchmarks/serve.py            # a few minutes on a 2-core CPU
+    python benchmarks/serve.py            # about 15 minutes on a 2-core CPU
+    python benchmarks/serve.py --fixed-only --rounds 3
     python benchmarks/serve.py --quick    # a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
 import json
-import math
 import os
 import resource
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import serve_clients as clients
+
 BASELINE_COMMIT = "efb137a"  # main before the reward server became `prbench.serve` (#39)
 
 
@@ -54,8 +65,16 @@ def baseline_package(root: Path) -> Path:
         text = re.sub(r"\bprbench\.downstream\.(server|batcher|chat|items)\b", r"baseline_serve.\1", text)
         (pkg / f"{name}.py").write_text(text, encoding="utf-8")
     return root
-KINDS = ("new", "today", "openrlhf", "null")
+KINDS = ("new", "new-asyncio", "today", "openrlhf", "null")
+LOOPS = {"new": "auto", "new-asyncio": "asyncio", "today": "asyncio", "openrlhf": "auto", "null": "auto"}
+GENERATORS = ("lean", "aiohttp")
+WRK = shutil.which("wrk")  # Debian's wrk, where installed: a C generator, as a cross-check of the ceiling
+WRK_KINDS = ("new", "today", "null")
+WRK_SECONDS = 5
+WRK_CLIENTS = 512  # a fixed-duration run: at 2,048 connections a slow server answers few within it
 LEVELS = (1, 64, 512, 2048)
+FIXED_LEVELS = (512, 2048)
+FIXED_MIN_ITEMS = 2048  # GPU-shaped rows: at least this many items a level (4 requests per client at 512)
 FIXED_FORWARD_S = 0.01
 ANSWER_CHARS = 120
 # The clients run on the same busy cores: 2,048 aiohttp sessions in one process can take longer than
@@ -136,7 +155,8 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
 
     torch.set_num_threads(1)  # a shared 2-core machine: one intra-op thread per server, the same for all
     rm = fixed_cost_rm() if rm_dir == "fixed" else load_rm(f"hf:{rm_dir}", device="cpu", batch_size=64)
-    if kind == "new":
+    loop = LOOPS[kind]
+    if kind in ("new", "new-asyncio"):
         from prbench.serve.batcher import Batching
         from prbench.serve.guard import Limits, check_fd_limit
         from prbench.serve.server import create_app
@@ -145,7 +165,7 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
         check_fd_limit(limits)
         batching = Batching() if max_wait_ms is None else Batching(max_wait_ms=max_wait_ms)
         app = create_app(rm, "none", max_batch=64, batching=batching)
-        uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", loop=loop, **limits.uvicorn_config(app))
     elif kind == "today":  # main's server before `prbench.serve`, read from git history
         sys.path.insert(0, str(baseline_package(Path(tempfile.mkdtemp(prefix="baseline-serve-")))))
         from baseline_serve.batcher import Batching as OldBatching
@@ -156,11 +176,11 @@ def run_server(kind: str, port: int, rm_dir: str, max_wait_ms: float | None = No
         limits = OldLimits(header_timeout=HEADER_TIMEOUT_S, body_timeout=HEADER_TIMEOUT_S)
         old_fd_limit(limits)
         app = old_create_app(rm, "none", max_batch=64, batching=OldBatching())
-        uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", **limits.uvicorn_config(app))
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", loop=loop, **limits.uvicorn_config(app))
     elif kind == "null":
-        uvicorn.run(null_app, host="127.0.0.1", port=port, log_level="error", backlog=8192)
+        uvicorn.run(null_app, host="127.0.0.1", port=port, log_level="error", backlog=8192, loop=loop)
     else:
-        uvicorn.run(openrlhf_app(rm), host="127.0.0.1", port=port, log_level="error")
+        uvicorn.run(openrlhf_app(rm), host="127.0.0.1", port=port, log_level="error", loop=loop)
 
 
 # -- the clients --------------------------------------------------------------------------------
@@ -171,44 +191,6 @@ def items(n: int) -> list[dict]:
     return [{"id": f"{exs[i % len(exs)].id}-{i}", "query": exs[i % len(exs)].question,
              "response": f"{(exs[i % len(exs)].chosen if i % 2 else exs[i % len(exs)].rejected)[:ANSWER_CHARS]} ({i})"}
             for i in range(n)]
-
-
-async def post(session, url: str, batch: list[dict], lat: list[float]) -> int:
-    """Items that came back scored (0 when the request failed in any way)."""
-    t = time.perf_counter()
-    try:
-        async with session.post(url, json={"items": batch}) as r:
-            if r.status != 200:
-                return 0
-            body = await r.json()
-    except Exception:  # noqa: BLE001 - a reset, a timeout, a refused connect: all count as lost
-        return 0
-    lat.append(time.perf_counter() - t)
-    return sum(isinstance(s, float) and math.isfinite(s) for s in body["scores"])
-
-
-async def level(url: str, work: list[dict], clients: int, size: int) -> dict:
-    import aiohttp
-
-    requests = [work[i:i + size] for i in range(0, len(work), size)]
-    per = [requests[c::clients] for c in range(min(clients, len(requests)))]
-    lat: list[float] = []
-    timeout = aiohttp.ClientTimeout(total=300)
-
-    async def client(mine: list[list[dict]]) -> int:
-        done = 0
-        for batch in mine:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                done += await post(session, url, batch, lat)
-        return done
-
-    t = time.perf_counter()
-    scored = sum(await asyncio.gather(*[client(m) for m in per]))
-    wall = time.perf_counter() - t
-    lat.sort()
-    pick = (lambda q: lat[min(len(lat) - 1, math.ceil(q * len(lat)) - 1)] * 1000) if lat else (lambda q: math.nan)
-    return {"items": len(work), "lost": len(work) - scored, "rewards_s": scored / wall, "p50_ms": pick(0.5),
-            "p99_ms": pick(0.99), "wall_s": wall}
 
 
 def start(kind: str, rm_dir: str, max_wait_ms: float | None = None) -> tuple[subprocess.Popen, str]:
@@ -237,36 +219,86 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def serve_levels(kind: str, rm: str, levels: tuple[int, ...], max_wait_ms: float | None = None,
-                 sizes: tuple[int, ...] = (1, 50)) -> list[dict]:
-    if kind == "null":
-        sizes = (1,)  # it answers one score per request: 50-item rows would count 49 as lost
+def settle(pid: int, quiet_cpu_s: float = 0.02, limit_s: float = 60.0) -> None:
+    """Wait until the server is idle (under `quiet_cpu_s` of CPU in half a second): a fixed-duration
+    generator (wrk) leaves requests in flight when it stops, which must not be counted in the next row."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        before = cpu_s(pid)
+        time.sleep(0.5)
+        if cpu_s(pid) - before < quiet_cpu_s:
+            return
+
+
+def serve_levels(kind: str, rm: str, levels: tuple[int, ...], generators: tuple[str, ...],
+                 max_wait_ms: float | None = None) -> list[dict]:
+    """One server of `kind` up, every level x request size x generator measured against it, then down."""
+    sizes = (1,) if kind == "null" else (1, 50)  # null answers one score per request: 50-item rows mean nothing
     proc, url = start(kind, rm, max_wait_ms)
     rows = []
     try:
-        asyncio.run(level(f"{url}/score", items(16), 1, 1))  # warm-up
+        clients.run(lambda: clients.lean_level(f"{url}/score", items(16), 1, 1), lean=True)  # warm-up
         for c in levels:
-            work = items(max(256, c))
+            work = items(max(FIXED_MIN_ITEMS if rm == "fixed" else 256, c))
             for size in sizes:
-                cpu0 = cpu_s(proc.pid)
-                res = asyncio.run(level(f"{url}/score", work, c if size == 1 else len(work), size))
-                cpu = cpu_s(proc.pid) - cpu0
-                res["server_cpu_ms_per_reward"] = 1000 * cpu / max(1, res["items"] - res["lost"])
-                res["rewards_per_server_cpu_s"] = (res["items"] - res["lost"]) / cpu if cpu > 0 else math.inf
-                name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
-                rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
-                             "clients": c, "request_items": size, **res})
-                print(json.dumps(rows[-1]), flush=True)
+                for gen in generators:
+                    senders = c if size == 1 else len(work)
+                    if gen.startswith("wrk"):
+                        if size != 1 or kind not in WRK_KINDS or c != WRK_CLIENTS:
+                            continue  # its script sends single-item requests; its rows are a cross-check
+                        level = partial(clients.wrk_level, WRK, f"{url}/score", work[0], c, WRK_SECONDS,
+                                        close=gen == "wrk")
+                    elif gen == "lean":
+                        level = partial(clients.lean_level, f"{url}/score", work, senders, size)
+                    else:
+                        level = partial(clients.aiohttp_level, f"{url}/score", work, senders, size)
+                    settle(proc.pid)
+                    cpu0, mine0 = cpu_s(proc.pid), os.times()
+                    res = level() if gen.startswith("wrk") else clients.run(level, lean=gen == "lean")
+                    cpu, mine = cpu_s(proc.pid) - cpu0, os.times()
+                    done = max(1, res["items"] - res["lost"])
+                    res["server_cpu_ms_per_reward"] = 1000 * cpu / done
+                    mine_s = mine.user + mine.system - mine0.user - mine0.system
+                    if gen.startswith("wrk"):
+                        mine_s = mine.children_user + mine.children_system - mine0.children_user - mine0.children_system
+                    res["client_cpu_ms_per_request"] = 1000 * mine_s / max(1, -(-res["items"] // size))
+                    name = kind if max_wait_ms is None else f"{kind}, max wait {max_wait_ms:g} ms"
+                    rows.append({"rm": "fixed-cost" if rm == "fixed" else "tiny-transformer", "server": name,
+                                 "generator": gen, "clients": c, "request_items": size, "loadavg": os.getloadavg()[0],
+                                 **res})
+                    print(json.dumps(rows[-1]), flush=True)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     return rows
 
 
+KEY = ("rm", "server", "generator", "clients", "request_items")
+MEASURES = ("lost", "rewards_s", "p50_ms", "p99_ms", "server_cpu_ms_per_reward", "client_cpu_ms_per_request")
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """One row per (rm, server, generator, clients, request size): the median of its rounds (lost: the sum)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in KEY), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        med = {m: (sum(r[m] for r in rs) if m == "lost" else statistics.median(r[m] for r in rs)) for m in MEASURES}
+        out.append({**dict(zip(KEY, key)), "rounds": len(rs), "items": sum(r["items"] for r in rs), **med,
+                    "rewards_s_range": [min(r["rewards_s"] for r in rs), max(r["rewards_s"] for r in rs)]})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--fixed-only", action="store_true", help="only the GPU-shaped RM rows (a few minutes)")
+    ap.add_argument("--fixed-only", action="store_true", help="only the GPU-shaped RM rows")
+    ap.add_argument("--rounds", type=int, default=3, help="GPU-shaped rows: servers alternated this many times")
+    ap.add_argument("--transformer-only", action="store_true", help="only the CPU transformer rows")
+    ap.add_argument("--transformer-rounds", type=int, default=1, help="CPU transformer rows: servers alternated")
+    ap.add_argument("--transformer-levels", type=lambda s: tuple(int(x) for x in s.split(",")), default=LEVELS,
+                    help="CPU transformer rows: client counts, comma-separated")
     ap.add_argument("--serve", choices=KINDS)
     ap.add_argument("--port", type=int)
     ap.add_argument("--rm-dir")
@@ -280,21 +312,30 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 16384), hard))
     from prbench.testing.tiny import make_tiny_seq_classifier
 
-    levels = (1, 64) if args.quick else LEVELS
-    tiny = str(make_tiny_seq_classifier(tempfile.mkdtemp(prefix="prb-serve-bench-"), seed=1, hidden_size=32))
-    rows = []
-    load_before = os.getloadavg()
-    fixed_levels = (512,) if args.quick else (512, 2048)
-    for rm, rm_levels in (("fixed", fixed_levels), (tiny, levels))[:1 if args.fixed_only else 2]:
-        for kind in KINDS if rm == "fixed" else KINDS[:3]:  # the null server only once: it scores nothing
-            rows += serve_levels(kind, rm, rm_levels)
-    Path(args.out).write_text(json.dumps({"cpus": os.cpu_count(), "loadavg_before": load_before,
-                                          "loadavg_after": os.getloadavg(), "rows": rows}, indent=1))
-    print("| RM | server | clients | items/request | items | lost | rewards/s | p50 ms | p99 ms | server CPU ms/reward |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['rm']} | {r['server']} | {r['clients']} | {r['request_items']} | {r['items']} | {r['lost']} | "
-              f"{r['rewards_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_cpu_ms_per_reward']:.2f} |")
+    started, load_before, rows = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg(), []
+    fixed_levels = (512,) if args.quick else FIXED_LEVELS
+    for rnd in range(0 if args.transformer_only else 1 if args.quick else args.rounds):
+        for kind in KINDS:
+            if kind == "openrlhf" and rnd > 0:
+                continue  # 10-30x slower than the others: one round says what it is
+            rows += serve_levels(kind, "fixed", fixed_levels, GENERATORS + (("wrk", "wrk-keepalive") if WRK else ()))
+    if not args.fixed_only:  # the CPU transformer: the RM, not HTTP, sets the pace; the trainers' client only
+        tiny = str(make_tiny_seq_classifier(tempfile.mkdtemp(prefix="prb-serve-bench-"), seed=1, hidden_size=32))
+        for _ in range(1 if args.quick else args.transformer_rounds):
+            for kind in ("new", "today", "openrlhf"):
+                rows += serve_levels(kind, tiny, (1, 64) if args.quick else args.transformer_levels, ("aiohttp",))
+    table = medians(rows)
+    Path(args.out).write_text(json.dumps({
+        "command": "python benchmarks/serve.py " + " ".join(sys.argv[1:]), "started": started, "cpus": os.cpu_count(),
+        "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "python": sys.version.split()[0],
+        "uvloop": importlib.util.find_spec("uvloop") is not None, "medians": table, "rows": rows}, indent=1))
+    print("| RM | server | generator | clients | items/request | lost | rewards/s | p50 ms | p99 ms | "
+          "server CPU ms/reward | client CPU ms/request |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in table:
+        print(f"| {r['rm']} | {r['server']} | {r['generator']} | {r['clients']} | {r['request_items']} | {r['lost']} | "
+              f"{r['rewards_s']:.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['server_cpu_ms_per_reward']:.3f} | "
+              f"{r['client_cpu_ms_per_request']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,66 @@ def test_clients_that_leave_while_queued_are_abandoned_not_scored() -> None:
     assert stats["queued"] == 0 and stats["queued_bytes"] == 0
 
 
+def test_a_client_that_leaves_is_abandoned_under_any_asgi_server_too() -> None:
+    """Without the guarded protocol's disconnect future (another ASGI server), the app learns that a
+    client left from `receive()` and drops its queued items all the same."""
+    rm = SlowLength(0.5)
+    app = create_app(rm, "none", max_batch=1, batching=Batching(max_items=1, max_wait_ms=0))
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
+
+    async def request(body: bytes, leave_after: float | None) -> list[dict]:
+        sent: list[dict] = []
+        first = True
+
+        async def receive() -> dict:
+            nonlocal first
+            if first:
+                first = False
+                return {"type": "http.request", "body": body, "more_body": False}
+            await asyncio.sleep(leave_after if leave_after is not None else 3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/score", "headers": headers}
+        assert "extensions" not in scope  # as a server without prbench's protocol builds it
+        await app(scope, receive, send)
+        return sent
+
+    async def both() -> tuple[list[dict], list[dict]]:
+        busy = asyncio.ensure_future(request(b'{"items": [{"query": "q", "response": "a b"}]}', None))
+        await asyncio.sleep(0.1)  # the RM is busy with the first request
+        left = await request(b'{"items": [{"query": "q", "response": "c d e"}]}', 0.1)
+        return await busy, left
+
+    try:
+        served, left = asyncio.run(both())
+    finally:
+        app.batcher.close()
+    assert served[0]["status"] == 200 and left[0]["status"] == 499
+    stats = app.batcher.stats()
+    assert stats["abandoned"] == 1 and stats["served"] == 1 and rm.scored == 1, stats
+
+
+def test_the_batcher_flushes_a_full_batch_without_waiting_out_max_wait() -> None:
+    """The worker is woken when a batch fills (not on every request): a full batch is scored at once,
+    not after `max_wait_ms` (a minute here, so a missed wake-up fails the test)."""
+    batcher = Batcher(lambda work: [w * 10 for w in work], Batching(max_items=4, max_wait_ms=60_000))
+
+    async def four() -> list[list[int]]:
+        first = asyncio.ensure_future(batcher.submit([0]))
+        await asyncio.sleep(0.3)  # the worker now waits for company
+        rest = [batcher.submit([n]) for n in range(1, 4)]
+        return await asyncio.wait_for(asyncio.gather(first, *rest), 20)
+
+    try:
+        assert asyncio.run(four()) == [[0], [10], [20], [30]]
+        assert batcher.stats()["batch_size"]["max"] == 4
+    finally:
+        batcher.close()
+
+
 def test_view_cache_is_bounded_in_bytes_under_large_distinct_items() -> None:
     """Item 13: Views of large distinct items are kept within a byte cap (default 64 MB), not 4,096 items."""
     app = create_app(load_rm("baseline:length"), "profile", view_cache_bytes=300_000, max_body_bytes=200_000)

@@ -10,6 +10,8 @@ requests into one RM batch pays each forward once for up to `max_items` items.
 - One worker thread takes requests in arrival order until a batch holds `max_items` items or the
   oldest waiting request has waited `max_wait_ms` (under load the worker is busy scoring, so the
   queue is already full and nothing waits); a request is never split, so its items stay in order.
+  A request wakes the worker only when the worker is idle or the batch is now full: a wake-up per
+  request would make it take the GIL from the event loop once per request while it waits.
 - Results go back to the event loop in one `call_soon_threadsafe` per batch (not one per request:
   each wakes the loop through its self-pipe); the loop never blocks.
 - A request whose client went away (`gone` resolves) while queued is dropped before scoring, and
@@ -97,6 +99,7 @@ class Batcher:
         self._bytes = 0         # their request bytes
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._idle = False      # the worker waits for a first job (not for a batch to fill)
         self.served = self.batches = self.rejected_items = self.rejected_requests = 0
         self.abandoned = self.failed = 0
         self.busy_s = 0.0
@@ -127,7 +130,10 @@ class Batcher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="prbench-batcher", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._idle or self._waiting >= self.cfg.max_items:
+                # wake the worker only when it waits for a first job or its batch is now full: a wake-up
+                # per request would make it take the GIL once per request while it waits for company
+                self._cond.notify()
         if gone is not None:
             gone.add_done_callback(lambda _: self._abandon(job))
         return await job.future
@@ -161,7 +167,9 @@ class Batcher:
                     self._jobs.popleft()
                 if self._jobs or self._closed:
                     break
+                self._idle = True
                 self._cond.wait()
+                self._idle = False
             if self._closed and not self._jobs:
                 return None
             deadline = self._jobs[0].t0 + self.cfg.max_wait_ms / 1000

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import socket
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from prbench.errors import PrbenchError
 log = logging.getLogger(__name__)
 
 
+DISCONNECT = "prbench.disconnect"  # the scope extension: a future that resolves when the client goes away
 LATE_REARMS = 6  # a loop that far behind (7 header timeouts) drops the connection after all
 
 
@@ -33,35 +35,68 @@ def _unread(transport: Any) -> bool:
         return False
 
 
+BUSY_REPLY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+              b"retry-after: 1\r\ncontent-length: 20\r\n\r\ntoo many connections")
+
+
+def _base_protocol(parser: str) -> tuple[type, bool]:
+    """uvicorn's httptools protocol where httptools is installed (and `parser` is not "h11"), else h11's."""
+    try:
+        if parser == "h11":
+            raise ImportError
+        import httptools  # noqa: F401 - uvicorn's httptools protocol needs it
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        return HttpToolsProtocol, True
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+        return H11Protocol, False
+
+
+class DisconnectWatch:
+    """For uvicorn's HTTP protocols: each request gets a future, `scope["extensions"]["prbench.disconnect"]`,
+    that resolves if its client goes away before the reply, so the app need not keep a task per request
+    awaiting `receive()` just to learn that."""
+
+    loop: asyncio.AbstractEventLoop
+    _gone: deque[asyncio.Future] | None = None  # one per request not yet answered, oldest first
+
+    def _watch(self, scope: dict) -> None:
+        extensions = scope.setdefault("extensions", {})
+        if DISCONNECT not in extensions:
+            if self._gone is None:
+                self._gone = deque()
+            extensions[DISCONNECT] = gone = self.loop.create_future()
+            self._gone.append(gone)
+
+    def _answered(self) -> None:
+        if self._gone:
+            self._gone.popleft()  # a later close of this connection is not this request's client leaving
+
+    def _left(self) -> None:
+        while self._gone:
+            gone = self._gone.popleft()
+            if not gone.done():
+                gone.set_result(None)
+
+
 def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any = None, parser: str = "auto") -> type:
     """uvicorn's HTTP protocol with a connection cap and a deadline for each request's headers.
 
     httptools' C parser where installed (uvicorn[standard]; several times less CPU per request than
     pure-Python h11, which is what caps single-item throughput), else h11. A connection past the cap
     is answered 503 with Retry-After (and counted by `on_busy`), then closed: the client reads a
-    reply it can retry on, never a reset.
+    reply it can retry on, never a reset. Each request's client leaving is a future (`DisconnectWatch`).
     """
-    try:
-        if parser == "h11":
-            raise ImportError
-        import httptools  # noqa: F401 - uvicorn's httptools protocol needs it
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
-        fast = True
-    except ImportError:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
-        fast = False
+    Base, fast = _base_protocol(parser)
 
-    busy = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
-            b"retry-after: 1\r\ncontent-length: 20\r\n\r\ntoo many connections")
-
-    class Guarded(Base):  # type: ignore[valid-type,misc]
+    class Guarded(DisconnectWatch, Base):  # type: ignore[valid-type,misc]
         _header_timer: asyncio.TimerHandle | None = None
         _late = 0
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > max_connections:
-                transport.write(busy)
+                transport.write(BUSY_REPLY)
                 transport.close()
                 if on_busy is not None:
                     on_busy()
@@ -93,19 +128,23 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
             def on_headers_complete(self) -> None:
                 super().on_headers_complete()
                 self._disarm()
+                self._watch(self.scope)
         else:
             def handle_events(self) -> None:
                 super().handle_events()  # type: ignore[misc]  # h11's protocol has it, httptools' does not
                 if self.cycle is not None and not self.cycle.response_complete:
                     self._disarm()
+                    self._watch(self.cycle.scope)
 
         def on_response_complete(self) -> None:
+            self._answered()
             super().on_response_complete()
             if not self.transport.is_closing():
                 self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._left()
             super().connection_lost(exc)
 
     return Guarded

@@ -22,7 +22,10 @@ Endpoints (bodies in `prbench.serve.protocols`)
 
 Request path (measured in benchmarks/RESULTS_serve.md): a plain ASGI callable, no framework
 routing; the body is validated straight from bytes by pydantic-core; items of concurrent requests
-are batched (`prbench.serve.batcher`) and one loop callback hands a whole batch's results back.
+are batched (`prbench.serve.batcher`) and one loop callback hands a whole batch's results back;
+a client leaving is learnt from the guarded protocol's future (no task per request waiting on
+`receive()`, which other ASGI servers still get); replies are encoded by pydantic-core; uvicorn runs
+its default loop, uvloop where installed (the `serve` extra installs it).
 
 Safety: binds 127.0.0.1 unless `allow_remote`; browsers are treated as hostile: with a token, every
 route needs it (401 / 403); the `Host` header must name this server (a DNS-rebinding page cannot
@@ -49,6 +52,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
 from pydantic import ValidationError
 
 from prbench.cache import content_key
@@ -61,7 +65,7 @@ from prbench.schema import ProfilePost, RubricAspect, SourceItem
 from prbench.serve import protocols as wire
 from prbench.serve.batcher import Abandoned, Batcher, Batching, Overloaded, TooLarge
 from prbench.serve.chat import ChatSplitter, RenderedPrompts, load_splitter, load_tokenizer
-from prbench.serve.guard import Limits, check_fd_limit
+from prbench.serve.guard import DISCONNECT, Limits, check_fd_limit
 from prbench.serve.items import item_from_context, read_rows
 from prbench.serve.service import DEFAULT_FALLBACK_REWARD, Invalid, Pair, Reject, RewardService, ViewCache
 
@@ -84,7 +88,10 @@ def public_name(model: RewardModel) -> str:
 
 
 def _json(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
+    """Compact UTF-8 JSON by pydantic-core's encoder (about 9x less CPU than `json.dumps` for a one-score
+    reply, on the event loop's hot path). Reply numbers are finite by construction (`RewardService.finite`,
+    `rewards`); one that was not would go out as null, the wire's "no score", never as invalid JSON."""
+    return pydantic_core.to_json(payload, inf_nan_mode="null")
 
 
 class RewardApp:
@@ -147,7 +154,10 @@ class RewardApp:
         body = await self.read_body(headers, receive)
         if not isinstance(body, bytes):
             return body
-        watch = asyncio.ensure_future(receive())  # resolves when the client goes away before its reply
+        gone = scope.get("extensions", {}).get(DISCONNECT)  # the guarded protocol's: no task per request
+        if gone is not None:
+            return await handler(body, gone)
+        watch = asyncio.ensure_future(receive())  # another ASGI server: resolves when the client goes away
         try:
             return await handler(body, watch)
         finally:
