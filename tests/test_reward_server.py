@@ -465,3 +465,22 @@ def test_the_serving_package_and_the_metric_drivers_do_not_import_each_other() -
     assert {f: sorted(m for m in mods if m.startswith("prbench.serve")) for f, mods in drivers.items()
             if any(m.startswith("prbench.serve") for m in mods)} == {}
     assert not (pkg / "downstream" / "server.py").exists() and not (pkg / "integrations" / "client.py").exists()
+
+
+def test_a_request_carries_judgments_to_the_rm_and_a_bad_stance_is_a_bad_label() -> None:
+    """The label / extra_info a row carries keeps a profile's stances and past choices (#37); an unknown
+    stance is one line the caller counts as a bad label, never a post the person 'wrote'."""
+    import json
+
+    from prbench.schema import ProfilePost, SourceItem
+    from prbench.serve.items import item_context, item_from_context, parse_label
+
+    posts = [ProfilePost(id="a", text="Rent caps help tenants.", stance="agree"),
+             ProfilePost(id="c", text="Short answers.", stance="chose", prompt="How should replies read?",
+                         rejected="Long answers.")]
+    item = SourceItem(id="q1", question="What should the city do?", category="rl", profile=posts)
+    ctx = parse_label(json.dumps(item_context(item, "profile")))
+    assert item_from_context(ctx).profile == posts
+    ctx["profile"][0]["stance"] = "disagre"
+    with pytest.raises(ValueError, match=r"^malformed profile post or rubric aspect \(0\.stance: .*unknown stance"):
+        item_from_context(ctx)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 # The three LaMP-QA categories of the paper; aliases map human spellings to config names.
 CATEGORIES = (
@@ -146,8 +146,11 @@ def posts_from_wire(value: object) -> list[ProfilePost]:
     if not isinstance(value, list):
         raise TypeError(f"a profile is a list, got {type(value).__name__}")
     items = cast("list[object]", profile_items(value))
-    return [ProfilePost.model_validate({**p, "category": p.get("category") or ""} if isinstance(p, dict) else p)
-            for p in items]
+    return _POSTS.validate_python([{**p, "category": p.get("category") or ""} if isinstance(p, dict) else p
+                                   for p in items])  # a list: an error's location starts with the item's place
+
+
+_POSTS: TypeAdapter[list[ProfilePost]] = TypeAdapter(list[ProfilePost])
 
 
 def profile_items(value: object) -> object:

@@ -12,8 +12,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from prbench.cache import content_key
-from prbench.schema import ProfilePost, RubricAspect, SourceItem
+from prbench.schema import RubricAspect, SourceItem, posts_from_wire, posts_to_wire
 
 CONTEXT_KEYS = ("id", "question", "profile", "rubric_aspects")
 
@@ -23,7 +25,7 @@ def item_context(item: SourceItem, condition: str, *, with_text: bool = True) ->
     ctx: dict[str, Any] = {"id": item.id}
     if with_text:
         ctx["question"] = item.question
-        ctx["profile"] = [{"id": p.id, "category": p.category, "text": p.text} for p in item.profile]
+        ctx["profile"] = posts_to_wire(item.profile)
         if condition == "oracle":
             ctx["rubric_aspects"] = [{"aspect": a.aspect, "reason": a.reason} for a in item.rubric_aspects]
     return ctx
@@ -67,9 +69,13 @@ def item_from_context(ctx: Mapping[str, Any], items: Mapping[str, SourceItem] | 
     try:
         return SourceItem(
             id=item_id or content_key("rl-row", question)[:16], question=question, category="rl",
-            profile=[ProfilePost(id=str(p["id"]), category=p.get("category") or "", text=p["text"]) for p in profile],
+            profile=posts_from_wire(profile),
             rubric_aspects=[RubricAspect(aspect=a["aspect"], reason=a.get("reason") or "") for a in aspects],
         )
+    except ValidationError as exc:  # one line: the first problem and where
+        first = exc.errors()[0]
+        raise ValueError(f"malformed profile post or rubric aspect ({'.'.join(map(str, first['loc']))}: "
+                         f"{first['msg']})") from None
     except (KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"malformed profile post or rubric aspect ({exc!r})") from None
 
