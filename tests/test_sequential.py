@@ -102,7 +102,7 @@ def test_schedule_and_pairs() -> None:
 
 
 # -- on the stand-in judges ------------------------------------------------------------------------
-ACCURACY = {"sharp": 0.92, "coin": 0.55}
+ACCURACY = {"sharp": 0.92, "coin": 0.55, "coin2": 0.57}
 
 
 def _last_user(body: dict[str, Any]) -> str:
@@ -168,6 +168,48 @@ def test_clearly_different_judges_stop_early_and_say_why(judges, tmp_path: Path)
     # the looser rule again: read from the folder, nothing scored, stops where it stopped before
     again = _until(data, opts, out, "decided")
     assert again.n_used == n_before and all(r.reused for r in again.results)
+
+
+def test_a_judge_settled_against_every_other_stops_while_two_close_ones_go_on(judges, tmp_path: Path) -> None:
+    """Racing: `decided` retires a run once every pair it is in is settled, so the sharp judge is not called while
+    the two near-coin judges (a few points apart) are still being told apart."""
+    data, opts = judges
+    labels = [("judge:openai:sharp", "none"), ("judge:openai:coin", "none"), ("judge:openai:coin2", "none")]
+
+    def at(i: int, n: int) -> Any:
+        return evaluate(labels[i][0], data, "none", out=tmp_path / "runs", model_options=opts, seeded_order=True,
+                        limit=n, n_boot=20)
+
+    res = run_until(labels, at, StopRule.parse("decided"), paid=[True] * 3)
+    sharp, coin, coin2 = (res.stop_of(i) for i in range(3))
+    assert sharp.n_used < coin.n_used == coin2.n_used  # the close pair goes on together, without the sharp judge
+    assert sharp.stopped.startswith(f"decided=0.02 met at {sharp.n_used} of 500 items")
+    assert "judge:openai:coin2 [none]" in coin.stopped and "judge:openai:sharp [none] >" in coin.stopped
+    assert res.family == 3 and res.calls_share < 1
+    assert set(res.block(0)["versus"]) == {"judge:openai:coin [none]", "judge:openai:coin2 [none]"}
+
+
+def test_free_runs_are_scored_first_and_judges_compared_with_their_known_accuracy(judges, tmp_path: Path) -> None:
+    """With API judges and models that send no request, the free ones are scored on every item first; a judge
+    against one of them needs only its own sequence, so the level is split over fewer sequences."""
+    data, opts = judges
+    labels = [("judge:openai:sharp", "none"), ("judge:openai:coin", "none"), ("baseline:length", "none"),
+              ("baseline:short", "none")]
+
+    def at(i: int, n: int) -> Any:
+        return evaluate(labels[i][0], data, "none", out=tmp_path / "runs", model_options=opts if i < 2 else {},
+                        seeded_order=True, limit=n, n_boot=20)
+
+    res = run_until(labels, at, StopRule.parse("decided"), paid=[True, True, False, False])
+    assert res.family == 1 + 2  # the judges' pair, and each judge's own sequence; the free pair needs none
+    assert [res.stop_of(i).n_used for i in (2, 3)] == [500, 500] and res.stop_of(0).n_used < 500
+    assert "all 500 items scored first (no API calls" in res.stop_of(2).stopped and res.met
+    assert [res.results[i].summary["accuracy"] for i in (2, 3)] == [0.0, 1.0]  # planted: the shorter one is chosen
+    said = res.stop_of(0).stopped
+    assert "judge:openai:sharp [none] > baseline:length [none]" in said and "baseline:short [none] > " \
+        "judge:openai:sharp [none]" in said
+    capped = run_until(labels, at, StopRule.parse("decided"), paid=[True, True, False, False], until_max=300)
+    assert capped.family == 6  # under --until-max the free runs are not known in full: every pair has a sequence
 
 
 def test_until_max_caps_and_says_so(judges, tmp_path: Path) -> None:
@@ -237,8 +279,8 @@ def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     far = StudyShape(items=600, users=60, judges=(0.55, 0.85), shifts=(0.0, 0.02))
     near = StudyShape(items=600, users=60, judges=(0.69, 0.71), shifts=(0.0, 0.02))
     sim = simulate_study(far, np.random.default_rng(0))
-    assert sim.ranking_reached and sim.pairs_covered and len(sim.n_stop) == 2
-    assert sim.call_fraction == pytest.approx(sum(sim.n_stop) / (2 * 600))
+    assert sim.ranking_reached and sim.pairs_covered and len(sim.n_stop) == 4  # each run's own stop
+    assert sim.call_fraction == pytest.approx(sum(sim.n_stop) / (4 * 600))
     f_far = expected_call_fraction(far, studies=3, seed=1)
     f_near = expected_call_fraction(near, studies=3, seed=1)
     assert f_far < 0.5 < f_near <= 1.0
