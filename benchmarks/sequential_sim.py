@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench.seqsim import Policy, StudyShape, simulate
+from prbench.seqsim import EXPECTED_FILE, Policy, StudyShape, simulate
 
 PAPER = StudyShape()
 PRESET = StudyShape(family=30)
@@ -132,21 +132,37 @@ def main() -> None:
     ap.add_argument("--studies", type=int, default=2000, help="Studies of the paper shape (the others a share).")
     ap.add_argument("--coverage", type=int, default=2000, help="Single-run sequences for the coverage check.")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="", help="Run only the shapes whose name contains this.")
+    ap.add_argument("--only", default="", help="Run only these shapes, separated by semicolons (NAME, or PREFIX* "
+                                               "for every name it starts; 'coverage' for the coverage check).")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results_sequential.json"))
+    ap.add_argument("--ship", action="store_true",
+                    help="Only write the default-policy rows of --out into the package (the dry run reads them).")
     args = ap.parse_args()
+    if args.ship:
+        return ship(json.loads(args.out.read_text(encoding="utf-8")))
     results = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() and args.only else {}
     for i, (name, (shape, policy, share)) in enumerate(SHAPES.items()):
-        if args.only and args.only not in name:
+        if args.only and not any(name == o or (o.endswith("*") and name.startswith(o[:-1]))
+                                 for o in args.only.split(";")):
             continue
         reps = max(int(args.studies * share), 20)
         results[name] = run_shape(name, shape, policy, reps, args.seed + (0 if name.startswith(("paper", "preset")) else i))
         print(json.dumps({name: results[name]}), flush=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    if not args.only or args.only == "coverage":
+    if not args.only or "coverage" in args.only.split(";"):
         results["coverage"] = coverage(args.coverage, args.seed)
         print(json.dumps({"coverage": results["coverage"]}), flush=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+def ship(results: dict) -> None:
+    """The rows the dry run reads (`prbench.seqsim.expected_share`): shapes simulated with the shipped policy."""
+    rows = [{"name": name, **{k: r[k] for k in ("shape", "policy", "studies", "call_fraction_mean",
+                                                 "call_fraction_se")}}
+            for name, r in results.items() if name != "coverage" and r["policy"] == asdict(Policy())]
+    path = Path(__file__).parents[1] / "src" / "prbench" / EXPECTED_FILE
+    path.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "shapes": rows}, indent=1) + "\n",
+                    encoding="utf-8")
 
 
 if __name__ == "__main__":

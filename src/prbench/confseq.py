@@ -10,6 +10,10 @@ approximate Kelly bet against each candidate, from the items seen so far) trunca
 their without-replacement martingale (Sec. 6) when the items are a uniformly random order of a finite
 population. A candidate counts as rejected once either side's capital reaches 2/alpha (so the hedged capital
 reaches 1/alpha), or once the items seen make it impossible.
+
+Why not a library: `confseq` (0.0.11, 2022) implements these sequences (`confseq/betting.py`, `hedged_cs`), but
+it builds a C++ extension and requires matplotlib, multiprocess and pytest at run time, and it computes one
+sequence at a time over the full grid.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ def rejection_times(x: np.ndarray, *, alpha: float, population: int | None, grid
     horizon = np.full(R, T, dtype=np.int64)
     active = np.arange(R)
     level = math.log(2 / alpha)
+    f32 = np.float32  # the (rows x candidates x items) work in single precision, each step's sums added in double
+    m32, rows32 = m.astype(f32), rows.astype(f32)
+    mu_prev, var_prev, s_prev, t32 = mu_prev.astype(f32), var_prev.astype(f32), s_prev.astype(f32), t_all.astype(f32)
     for start in range(0, T, CHUNK):
         stop = min(T, start + CHUNK)
         alive = tau[active] > start
@@ -71,19 +78,20 @@ def rejection_times(x: np.ndarray, *, alpha: float, population: int | None, grid
         sl = slice(start, stop)
         rr = np.broadcast_to(active[:, None], idx.shape)
         if population is None:
-            mu_t = np.broadcast_to(m[rr, idx][:, :, None], (*idx.shape, stop - start))
+            mu_t = np.broadcast_to(m32[rr, idx][:, :, None], (*idx.shape, stop - start))
         else:  # the mean of what is left under the null
-            mu_t = (population * m[rr, idx][:, :, None] - s_prev[active][:, None, sl]) / (population - t_all[sl] + 1)
-        mu_c = np.clip(mu_t, 0.0, 1.0)
+            mu_t = (f32(population) * m32[rr, idx][:, :, None] - s_prev[active][:, None, sl]) / (
+                f32(population) - t32[sl] + 1)
+        mu_c = np.clip(mu_t, f32(0), f32(1))
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = mu_prev[active][:, None, sl] - mu_c
             kelly = gap / (var_prev[active][:, None, sl] + gap * gap)
-            lam_pos = np.minimum(np.maximum(kelly, 0), 0.5 / mu_c)
-            lam_neg = np.minimum(np.maximum(-kelly, 0), 0.5 / (1 - mu_c))
-        dev = rows[active][:, None, sl] - mu_c
-        pos = cap[0][rr, idx][:, :, None] + np.cumsum(np.log1p(lam_pos * dev), axis=2)
-        neg = cap[1][rr, idx][:, :, None] + np.cumsum(np.log1p(-lam_neg * dev), axis=2)
-        out = (mu_t < -1e-9) | (mu_t > 1 + 1e-9) | (pos >= level) | (neg >= level)  # float noise is not impossible
+            lam_pos = np.minimum(np.maximum(kelly, f32(0)), f32(0.5) / mu_c)
+            lam_neg = np.minimum(np.maximum(-kelly, f32(0)), f32(0.5) / (1 - mu_c))
+        dev = rows32[active][:, None, sl] - mu_c
+        pos = cap[0][rr, idx][:, :, None] + np.cumsum(np.log1p(lam_pos * dev), axis=2, dtype=f32)
+        neg = cap[1][rr, idx][:, :, None] + np.cumsum(np.log1p(-lam_neg * dev), axis=2, dtype=f32)
+        out = (mu_t < -1e-6) | (mu_t > 1 + 1e-6) | (pos >= level) | (neg >= level)  # float noise is not impossible
         hit = np.where(out.any(axis=2), start + out.argmax(axis=2) + 1, T + 1)
         tau[rr, idx] = np.minimum(tau[rr, idx], hit)
         cap[0][rr, idx], cap[1][rr, idx] = pos[:, :, -1], neg[:, :, -1]

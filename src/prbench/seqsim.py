@@ -9,8 +9,10 @@ level split over the pairs, same looks, the same retirement of a run whose pairs
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from importlib import resources
 from itertools import combinations
 
 import numpy as np
@@ -186,3 +188,52 @@ def expected_call_fraction(shape: StudyShape | None = None, *, studies: int = 10
     studies of `shape`."""
     return float(np.mean([s.call_fraction for s in simulate(shape or StudyShape(), studies, seed=seed,
                                                              policy=policy)]))
+
+
+# -- what the dry run reads: the expected share of a study's judge calls under `decided` --------------------
+EXPECTED_FILE = "seqsim_expected.json"  # written by benchmarks/sequential_sim.py (package data)
+LIVE_STUDIES = 20
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The expected share of a study's judge calls under `--until decided`, and where it comes from."""
+
+    fraction: float
+    studies: int
+    shape: StudyShape
+    source: str
+
+
+def study_shape(items: int, judges: int, conditions: int, free_models: int) -> StudyShape:
+    """The shape a dry run simulates: `judges` API judges in each of `conditions` conditions, spaced like the
+    default shape's (0.57-0.71) and shifted by its condition shifts; with models that send no API request
+    (`free_models`), those are scored first and each judge's own sequence joins the judges' pairs in the level
+    split (`prbench.sequential.RacePlan`)."""
+    base = StudyShape()
+    accs = tuple(round(float(a), 4) for a in np.linspace(base.judges[0], base.judges[-1], judges))
+    shifts = tuple((base.shifts * (conditions // len(base.shifts) + 1))[:conditions])
+    pairs = conditions * judges * (judges - 1) // 2
+    return StudyShape(items=items, users=max(items // 10, 1), judges=accs, shifts=shifts,
+                      family=pairs + conditions * judges if free_models else None)
+
+
+def _same(a: object, b: object) -> bool:
+    return json.loads(json.dumps(a)) == json.loads(json.dumps(b))
+
+
+def shipped() -> dict:
+    """The benchmark's measured rows (package data): {"measured": date, "shapes": [row, ...]}."""
+    return json.loads(resources.files("prbench").joinpath(EXPECTED_FILE).read_text(encoding="utf-8"))
+
+
+def expected_share(shape: StudyShape, policy: Policy = Policy()) -> Expected:
+    """The benchmark's measured share for `shape` when it simulated that shape (package data), else a quick
+    simulation now (LIVE_STUDIES studies)."""
+    table = shipped()
+    for row in table["shapes"]:
+        if _same(row["shape"], asdict(shape)) and _same(row["policy"], asdict(policy)):
+            return Expected(row["call_fraction_mean"], row["studies"], shape,
+                            f"benchmarks/sequential_sim.py, {table['measured']}")
+    sims = simulate(shape, LIVE_STUDIES, policy=policy)
+    return Expected(float(np.mean([s.call_fraction for s in sims])), LIVE_STUDIES, shape, "simulated now")

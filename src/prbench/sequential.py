@@ -1,22 +1,19 @@
 """Sequential evaluation: score items in one seeded order and stop when the answer is known.
 
-`--until ci=0.03` stops once every run's accuracy is known to +-0.03; `--until decided` once every pair
-of models is separated (the interval of their difference excludes 0) or proven within a margin
-(`decided=0.02`, the default margin). The intervals are anytime-valid confidence sequences, so looking
-after every step costs no coverage: the hedged-capital betting CS of Waudby-Smith & Ramdas (2024),
-"Estimating means of bounded random variables by betting", JRSS-B 86(1):1-27 (theta = 1/2, bets truncated
-at 1/2 of their bound), with their aGRAPA bets (the approximate Kelly bet against each candidate mean:
-on the Personalized RewardBench shape they stop `decided` at ~0.57 of the items where the predictable
-plug-in bets needed ~0.75, benchmarks/RESULTS_sequential.md) and their without-replacement martingale:
-items come in a uniformly random order (a hash of the
-seed and the item id), so a prefix is a sample without replacement of the benchmark and the
-sequence covers the full benchmark's accuracy, shrinking to it at the last item. Paired differences
-d = credit_A - credit_B in [-1, 1] are mapped to (d + 1) / 2. With `decided` the level is split over
-the pairs (Bonferroni), so the whole ranking holds at 95%.
+`--until ci=0.03` stops each run once its accuracy is known to +-0.03; `--until decided` stops each run once
+every pair it is in is separated (the interval of their difference excludes 0) or proven within a margin
+(`decided=0.02`, the default margin): racing, so a judge already ranked against all the others is not called
+while two others are still being told apart. Models that send no API request are scored on every item first when
+the evaluation also has API models (`RacePlan`): they cost no dollars, and a comparison with a fully known
+accuracy needs only the API run's own sequence.
 
-Why not a library: `confseq` (0.0.11, 2022) implements these sequences (`confseq/betting.py`,
-`hedged_cs`), but it builds a C++ extension and requires matplotlib, multiprocess and pytest at run
-time; this is the same method in vectorised numpy over a grid of candidate means.
+The intervals are anytime-valid confidence sequences (`prbench.confseq`: the hedged-capital betting CS of
+Waudby-Smith & Ramdas 2024, aGRAPA bets, without replacement), intersected over every item, so looking after
+every step costs no coverage. Items come in a uniformly random order (a hash of the seed and the item id), so a
+prefix is a sample without replacement of the benchmark and the sequence covers the full benchmark's accuracy,
+shrinking to it at the last item. Paired differences d = credit_A - credit_B in [-1, 1] are mapped to
+(d + 1) / 2. With `decided` the level is split (Bonferroni) over the sequences the ranking needs, so the whole
+ranking holds at 95%. What this saves on a study of a given shape: `prbench.seqsim`.
 
 Items with an invalid record are not a sample of a known population (which items will be valid is
 unknown in advance): when a prefix holds any, that sequence drops the without-replacement correction
