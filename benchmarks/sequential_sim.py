@@ -26,17 +26,19 @@ PAPER = StudyShape()
 PRESET = StudyShape(family=30)
 SHAPES = {  # name: (shape, policy, share of --studies)
     "paper": (PAPER, Policy(), 1.0),
-    "preset": (PRESET, Policy(), 0.5),
-    "paper, a condition's runs stop together (before)": (PAPER, Policy(retire=False), 0.075),
-    "paper, a look after every item": (PAPER, Policy(growth=None), 0.075),
+    "preset": (PRESET, Policy(), 0.2),
+    "preset, its judges' published accuracies (67.7 / 70.5 / 74.6)":
+        (StudyShape(judges=(0.677, 0.705, 0.746), family=30), Policy(), 0.2),
+    "paper, a condition's runs stop together (before)": (PAPER, Policy(retire=False), 0.04),
+    "paper, a look after every item": (PAPER, Policy(growth=None), 0.04),
     "paper, 275 pairs share the 5% (the preset without scoring free models first)":
-        (StudyShape(family=275), Policy(), 0.075),
-    "published judge gaps (67.7 / 70.5 / 74.6)": (StudyShape(judges=(0.677, 0.705, 0.746)), Policy(), 0.075),
-    "close judges (61 / 65 / 69)": (StudyShape(judges=(0.61, 0.65, 0.69)), Policy(), 0.075),
-    "judges agree more (item share 0.5)": (StudyShape(item_share=0.5), Policy(), 0.075),
-    "unstructured (every run uniform in 0.55-0.75)": (StudyShape(spread=(0.55, 0.75)), Policy(), 0.075),
+        (StudyShape(family=275), Policy(), 0.04),
+    "published judge gaps (67.7 / 70.5 / 74.6)": (StudyShape(judges=(0.677, 0.705, 0.746)), Policy(), 0.04),
+    "close judges (61 / 65 / 69)": (StudyShape(judges=(0.61, 0.65, 0.69)), Policy(), 0.04),
+    "judges agree more (item share 0.5)": (StudyShape(item_share=0.5), Policy(), 0.04),
+    "unstructured (every run uniform in 0.55-0.75)": (StudyShape(spread=(0.55, 0.75)), Policy(), 0.04),
 }
-"""`preset`: the paper shape inside `prbench study --preset personalized-rewardbench`: its 8 models that send no API
+"""`preset`: the default shape inside `prbench study --preset personalized-rewardbench`: its 8 models that send no API
 request are scored on every item first, so 15 judge pairs and 15 judges' own sequences share the 5% (assumed: no
 judge within the margin of a free model's accuracy, so those comparisons settle before the judges' own)."""
 

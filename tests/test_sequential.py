@@ -284,3 +284,14 @@ def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     f_far = expected_call_fraction(far, studies=3, seed=1)
     f_near = expected_call_fraction(near, studies=3, seed=1)
     assert f_far < 0.5 < f_near <= 1.0
+
+
+def test_a_shape_the_benchmark_did_not_simulate_is_simulated_now() -> None:
+    """The dry run reads the benchmark's shipped rows; any other study's shape is simulated on the spot."""
+    from prbench.seqsim import LIVE_STUDIES, expected_share, study_shape
+
+    shape = study_shape(300, 2, 2, 0, (0.55, 0.85))
+    got = expected_share(shape)
+    assert got.source == "simulated now" and got.studies == LIVE_STUDIES and 0 < got.fraction < 1
+    assert shape.family is None and shape.judges == (0.55, 0.85) and shape.shifts == (-0.02, 0.0)
+    assert study_shape(300, 2, 2, 3).family == 2 * 1 + 2 * 2  # free models first: each judge's own sequence joins

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -84,22 +85,24 @@ def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], un
         f"{UNTIL_COLUMN}: the eval stage's $ batch+cache x {until.fraction:.3f}, the mean share of judge calls "
         f"`until: decided` spent in {until.studies:,} simulated studies of this shape ({until.source}): "
         f"{sh.models} API judges x {sh.conditions} conditions on {sh.items:,} items from {sh.users:,} users, judge "
-        f"accuracies {' / '.join(f'{a:.2f}' for a in sh.judges)} shifted per condition by "
+        f"accuracies {' / '.join(f'{a:.3f}' for a in sh.judges)} ({until.note}) shifted per condition by "
         f"{' / '.join(f'{x:+.2f}' for x in sh.shifts)}, {sh.item_share:.0%} of an item's difficulty shared by all "
         f"judges; a judge retired once separated from every other or within +-{sh.margin:g}"
         + (f"; the models without API calls scored on every item first, so {sh.family} sequences share the 5% "
            f"(assumed: no judge within {sh.margin:g} of such a model)" if sh.family else "")
-        + "; each look after 10% more items is one round of batches; the other stages in full" + _gaps_note())
+        + "; each look after 10% more items is one round of batches; the other stages in full" + _other_note(until))
 
 
-def _gaps_note() -> str:
-    """The saving is the judges', not the tool's: what judges as close as the paper's published ones spend."""
-    from prbench.seqsim import shipped
+def _other_note(until: Expected) -> str:
+    """The saving is the judges', not the tool's: the share under the other judge spacing, when simulated."""
+    from prbench.seqsim import StudyShape, shipped_share
 
-    row = next((r for r in shipped()["shapes"] if r["name"].startswith("published")), None)
-    return "" if row is None else (
-        f". The saving depends on the judges: with the published gaps ({row['name'].split('(')[-1].rstrip(')')}) "
-        f"`decided` spends {row['call_fraction_mean']:.2f} of the calls (benchmarks/RESULTS_sequential.md)")
+    default = StudyShape().judges
+    other = replace(until.shape, judges=default if until.shape.judges != default else (0.677, 0.705, 0.746))
+    found = shipped_share(other)
+    return "" if found is None else (
+        f". The saving is the judges': with judges at {' / '.join(f'{a:.3f}' for a in other.judges)} `decided` "
+        f"would spend {found.fraction:.3f} of the calls ({found.studies:,} studies; benchmarks/RESULTS_sequential.md)")
 
 
 UNTIL_COLUMN = "$ until decided (expected)"
@@ -107,7 +110,8 @@ UNTIL_COLUMN = "$ until decided (expected)"
 
 def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCost | None]) -> Expected | None:
     """What `until: decided` is expected to spend on the eval stage (`prbench.seqsim`), when it has two or more
-    API judges to rank; None otherwise."""
+    API judges to rank; None otherwise. The judges' accuracies: their published ones under `none` (the mean over
+    categories) when every API judge has one, else the default shape's spacing."""
     from prbench.engines.providers import engine_provider
     from prbench.seqsim import expected_share, study_shape
 
@@ -118,7 +122,12 @@ def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCo
     if len(api) < 2 or not paid:
         return None
     items = max(r.model_calls // max(r.calls_per_prefix, 1) for r in paid)
-    return expected_share(study_shape(items, len(api), len(cfg.conditions), len(cfg.models) - len(api)))
+    published = [list(((m.published or {}).get("none") or {}).values()) for m in api]
+    accuracies = tuple(sum(p) / len(p) / 100 for p in published) if all(published) else None
+    shape = study_shape(items, len(api), len(cfg.conditions), len(cfg.models) - len(api), accuracies)
+    note = ("the judges' published accuracies under none, mean over categories" if accuracies else
+            "no published accuracy for every judge: the default shape's spacing")
+    return replace(expected_share(shape), note=note)
 
 
 def dollar_rows(runs: list[PlannedRun], usd: list[PlannedCost | None],
