@@ -272,6 +272,24 @@ def test_study_eval_stage_until(tmp_path: Path) -> None:
         parse_study("name: x\nuntil: soon\nmodels:\n  - spec: baseline:length\n", "study.yaml")
 
 
+def test_study_eval_stage_races_api_judges_against_free_models_scored_first(judges, tmp_path: Path) -> None:
+    """The study's `until: decided` path: the baseline (no API calls) is scored on every item first, the API
+    judges stop early, and each summary says why."""
+    from prbench.study.config import load_study_config
+    from prbench.study.runner import run_study
+
+    data, opts = judges
+    judge = f"    options: {json.dumps({'base_url': opts['base_url'], 'api_key_env': opts['api_key_env']})}\n"
+    (tmp_path / "study.yaml").write_text(
+        f"name: race\ndata: {data}\nout: study-out\nconditions: [none]\nuntil: decided\nmodels:\n"
+        f"  - spec: judge:openai:sharp\n{judge}  - spec: judge:openai:coin\n{judge}  - spec: baseline:length\n"
+        "stages: [eval]\n", encoding="utf-8")
+    cfg, root = load_study_config(tmp_path / "study.yaml")
+    got = {r["spec"]: r["sequential"] for r in run_study(cfg, root, quiet=True).outputs["eval"]}
+    assert got["baseline:length"]["n_used"] == 500 and "scored first (no API calls" in got["baseline:length"]["stopped"]
+    assert got["judge:openai:sharp"]["n_used"] < 500 and "pairs at 0.05/3 each" in got["judge:openai:sharp"]["method"]
+
+
 def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     """`expected_call_fraction`: the share of a full study's calls `--until decided` spends, by simulation."""
     from prbench.sequential import StudyShape, expected_call_fraction, simulate_study

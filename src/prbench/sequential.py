@@ -391,9 +391,9 @@ def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int
             state = race.state(i)
             if state.met:
                 why = f"{rule} met at {state.n} of {race.n_all} items: {state.why}"
-            elif state.n >= race.n_all:
-                why = f"all {race.n_all} items scored ({rule} not met: {state.why})"
-            elif state.n >= cap:
+            elif n >= race.n_all:  # what was asked, not what came back: a run may hold fewer items (a planner cap)
+                why = f"all {state.n} items scored ({rule} not met: {state.why})"
+            elif n >= cap:
                 why = f"--until-max {cap} reached ({rule} not met: {state.why})"
             else:
                 continue
