@@ -77,25 +77,52 @@ def wilson(k: float, n: int) -> list[float]:
     return [round(float(mid - half), 4), round(float(mid + half), 4)]
 
 
-def run_shape(name: str, shape: StudyShape, policy: Policy, reps: int, seed: int) -> dict:
+def run_shape(shape: StudyShape, policy: Policy, reps: int, seed: int) -> dict:
+    """Simulate `reps` studies; every study's numbers are kept (`per_study`) so runs with other seeds merge."""
     t0 = time.time()
     sims = simulate(shape, reps, seed=seed, policy=policy)
     seconds = time.time() - t0
     naive = [naive_peeking(shape, np.random.default_rng(seed + 10_000 + r)) for r in range(reps)]
-    frac = np.array([s.call_fraction for s in sims])
-    runs = len(sims[0].n_stop)
-    runs_ok = sum(round(s.runs_covered * runs) for s in sims)
-    pairs_ok = sum(s.pairs_covered for s in sims)
-    return {"shape": asdict(shape), "policy": asdict(policy), "studies": reps, "seconds": round(seconds, 1),
-            "call_fraction_mean": float(frac.mean()),
+    per = {"call_fraction": [round(s.call_fraction, 5) for s in sims],
+           "ranking_reached": [s.ranking_reached for s in sims],
+           "runs_covered": [round(s.runs_covered * len(s.n_stop)) for s in sims],
+           "pairs_covered": [s.pairs_covered for s in sims],
+           "naive_call_fraction": [round(f, 5) for f, _ in naive], "naive_ranking_reached": [ok for _, ok in naive]}
+    return summarize({"shape": asdict(shape), "policy": asdict(policy), "seeds": [seed], "seconds": round(seconds, 1),
+                      "runs_per_study": len(sims[0].n_stop), "per_study": per})
+
+
+def summarize(row: dict) -> dict:
+    """The row's aggregates from its per-study numbers."""
+    per, runs = row["per_study"], row["runs_per_study"]
+    frac = np.array(per["call_fraction"])
+    reps = len(frac)
+    runs_ok, pairs_ok = sum(per["runs_covered"]), sum(per["pairs_covered"])
+    return {**row, "studies": reps, "call_fraction_mean": float(frac.mean()),
             "call_fraction_se": float(frac.std(ddof=1) / np.sqrt(reps)) if reps > 1 else None,
             "call_fraction_p10_p50_p90": [float(q) for q in np.quantile(frac, [0.1, 0.5, 0.9])],
-            "calls_saved": float(1 - frac.mean()),
-            "ranking_reached": float(np.mean([s.ranking_reached for s in sims])),
+            "calls_saved": float(1 - frac.mean()), "ranking_reached": float(np.mean(per["ranking_reached"])),
             "runs_covered_at_every_item": runs_ok / (runs * reps), "runs_covered_ci": wilson(runs_ok, runs * reps),
             "studies_all_pairs_covered_at_every_item": pairs_ok / reps, "pairs_covered_ci": wilson(pairs_ok, reps),
-            "naive_call_fraction_mean": float(np.mean([f for f, _ in naive])),
-            "naive_ranking_reached": float(np.mean([ok for _, ok in naive]))}
+            "naive_call_fraction_mean": float(np.mean(per["naive_call_fraction"])),
+            "naive_ranking_reached": float(np.mean(per["naive_ranking_reached"]))}
+
+
+def merge(paths: list[Path]) -> dict:
+    """Rows of several runs (other seeds) joined: per-study numbers concatenated, aggregates recomputed."""
+    out: dict = {}
+    for path in paths:
+        for name, row in json.loads(path.read_text(encoding="utf-8")).items():
+            if name == "coverage" or name not in out:
+                out[name] = row
+                continue
+            mine = out[name]
+            assert mine["shape"] == row["shape"] and mine["policy"] == row["policy"], name
+            assert not set(mine["seeds"]) & set(row["seeds"]), f"{name}: the same seed twice"
+            mine = {**mine, "seeds": mine["seeds"] + row["seeds"], "seconds": mine["seconds"] + row["seconds"],
+                    "per_study": {k: mine["per_study"][k] + row["per_study"][k] for k in mine["per_study"]}}
+            out[name] = summarize(mine)
+    return out
 
 
 def coverage(reps: int, seed: int) -> dict[str, float | int | list[float]]:
@@ -139,7 +166,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results_sequential.json"))
     ap.add_argument("--ship", action="store_true",
                     help="Only write the default-policy rows of --out into the package (the dry run reads them).")
+    ap.add_argument("--merge", type=Path, nargs="*", help="Only join these result files (other seeds) into --out.")
     args = ap.parse_args()
+    if args.merge:
+        args.out.write_text(json.dumps(merge(args.merge), indent=1) + "\n", encoding="utf-8")
+        return None
     if args.ship:
         return ship(json.loads(args.out.read_text(encoding="utf-8")))
     results = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() and args.only else {}
@@ -148,8 +179,8 @@ def main() -> None:
                                  for o in args.only.split(";")):
             continue
         reps = max(int(args.studies * share), 20)
-        results[name] = run_shape(name, shape, policy, reps, args.seed + (0 if name.startswith(("paper", "preset")) else i))
-        print(json.dumps({name: results[name]}), flush=True)
+        results[name] = run_shape(shape, policy, reps, args.seed + (0 if name.startswith(("paper", "preset")) else i))
+        print(json.dumps({name: {k: v for k, v in results[name].items() if k != "per_study"}}), flush=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     if not args.only or "coverage" in args.only.split(";"):
         results["coverage"] = coverage(args.coverage, args.seed)
