@@ -166,6 +166,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results_sequential.json"))
     ap.add_argument("--ship", action="store_true",
                     help="Only write the default-policy rows of --out into the package (the dry run reads them).")
+    ap.add_argument("--markdown", action="store_true", help="Only print --out as RESULTS_sequential.md's table.")
     ap.add_argument("--merge", type=Path, nargs="*", help="Only join these result files (other seeds) into --out.")
     args = ap.parse_args()
     if args.merge:
@@ -173,6 +174,9 @@ def main() -> None:
         return None
     if args.ship:
         return ship(json.loads(args.out.read_text(encoding="utf-8")))
+    if args.markdown:
+        print(markdown(json.loads(args.out.read_text(encoding="utf-8"))))
+        return None
     results = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() and args.only else {}
     for i, (name, (shape, policy, share)) in enumerate(SHAPES.items()):
         if args.only and not any(name == o or (o.endswith("*") and name.startswith(o[:-1]))
@@ -186,6 +190,24 @@ def main() -> None:
         results["coverage"] = coverage(args.coverage, args.seed)
         print(json.dumps({"coverage": results["coverage"]}), flush=True)
         args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+def markdown(results: dict) -> str:
+    """The table of RESULTS_sequential.md from the results."""
+    lines = [("| shape | studies | calls spent (mean +- se) | p10 / p50 / p90 | calls saved | full ranking reached "
+             "| each run covered at every item (95% CI) | all pairs covered at every item (95% CI) | naive: calls / "
+             "ranking reached |"), "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        if name == "coverage":
+            continue
+        q = " / ".join(f"{x:.2f}" for x in r["call_fraction_p10_p50_p90"])
+        lines.append(
+            f"| {name} | {r['studies']:,} | {r['call_fraction_mean']:.3f} +- {r['call_fraction_se']:.3f} | {q} | "
+            f"{r['calls_saved']:.1%} | {r['ranking_reached']:.1%} | {r['runs_covered_at_every_item']:.1%} "
+            f"[{r['runs_covered_ci'][0]:.1%}, {r['runs_covered_ci'][1]:.1%}] | "
+            f"{r['studies_all_pairs_covered_at_every_item']:.1%} [{r['pairs_covered_ci'][0]:.1%}, "
+            f"{r['pairs_covered_ci'][1]:.1%}] | {r['naive_call_fraction_mean']:.2f} / {r['naive_ranking_reached']:.0%} |")
+    return "\n".join(lines)
 
 
 def ship(results: dict) -> None:
