@@ -227,15 +227,19 @@ def _known_accuracy(records: Sequence[dict[str, Any]]) -> float:
 
 
 def pair_interval(plan: RacePlan, i: int, j: int, records: Sequence[Sequence[dict[str, Any]]],
-                  population: int) -> Interval:
+                  population: int, own: dict[int, Interval] | None = None) -> Interval:
     """The interval of accuracy i - j under `plan`: known - known exactly, API - known from the API run's own
-    sequence, API - API from the paired sequence (each at the plan's level)."""
+    sequence, API - API from the paired sequence (each at the plan's level). `own`: the API runs' own sequences
+    of this look, filled as they are computed (one per run, however many known partners it has)."""
+    own = {} if own is None else own
     if i in plan.known and j in plan.known:
         d = _known_accuracy(records[i]) - _known_accuracy(records[j])
         return Interval(d, d, d, population, True)
     if i in plan.known or j in plan.known:
         a, b = (j, i) if i in plan.known else (i, j)
-        iv, known = accuracy_interval(records[a], population, alpha=plan.level), _known_accuracy(records[b])
+        if a not in own:
+            own[a] = accuracy_interval(records[a], population, alpha=plan.level)
+        iv, known = own[a], _known_accuracy(records[b])
         sign = 1 if a == i else -1
         lo, hi = sorted((sign * (iv.low - known), sign * (iv.high - known)))
         return Interval(sign * (iv.estimate - known), lo, hi, iv.n, iv.without_replacement)
@@ -329,10 +333,10 @@ class _Race:
         return [r.records if r is not None else [] for r in self.results]
 
     def settle_pairs(self) -> None:
-        records = self.records()
+        records, own = self.records(), {}
         for i, j in self.plan.pairs:
             if (i, j) not in self.settled and self.results[i] is not None and self.results[j] is not None:
-                iv = pair_interval(self.plan, i, j, records, self.n_all)
+                iv = pair_interval(self.plan, i, j, records, self.n_all, own)
                 said = _verdict((self.names[i], self.names[j]), iv, self.rule.value)
                 if said is not None:
                     self.settled[(i, j)] = (iv, said)
