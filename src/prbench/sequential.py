@@ -388,6 +388,8 @@ def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int
             cap = min(race.n_all, until_max) if until_max else race.n_all
             for i in sorted(race.plan.known):  # no API calls: every item now
                 race.results[i] = evaluate_at(i, race.n_all)
+            if any(len(metrics.collapse_items(race.results[i].records)) < race.n_all for i in race.plan.known):
+                race.plan = RacePlan.of(labels, paid, full_first=False)  # one holds fewer (a cap): not known in full
         race.settle_pairs()
         for i in range(len(labels)):
             if i in race.stops or i in race.plan.known:
