@@ -8,6 +8,10 @@ items then every 10% more, a run retired once every pair it is in is settled). T
 fixed-n 95% normal intervals recomputed at every look, the peeking the confidence sequences replace.
 
     nice -n 10 python benchmarks/sequential_sim.py --studies 2000 --out benchmarks/results_sequential.json
+
+Several processes with other --seed values (and --only NAME, --exact-runs) join with --merge A.json B.json
+--out benchmarks/results_sequential.json; --ship writes the rows the study dry run reads into the package;
+--markdown prints the table of RESULTS_sequential.md.
 """
 
 from __future__ import annotations
