@@ -164,6 +164,39 @@ def test_paper_preset_dry_run_prices_judges_sync_batch_and_cache(capsys, monkeyp
     sums = [round(sum(r[k] or 0 for r in rows), 2) for k in ("usd_sync", "usd_batch", "usd_batch_cache")]
     assert [float(x.replace(",", "")) for x in total.split("│")[4:7]] == pytest.approx(sums, abs=0.011)
     assert "minimum cacheable prefix" in out and "85M" not in out  # its own totals, not a written sentence
+    assert "so no call is counted cached here and $ batch+cache equals $ batch" in out  # said, not left to infer
+
+
+def test_paper_preset_dry_run_expects_dollars_under_until_decided(capsys, monkeypatch) -> None:
+    """The closing table's last column: the eval stage's batch+cache dollars times the simulated share of judge
+    calls `until: decided` spends on this preset's shape (read from the benchmark's shipped rows, not simulated
+    again), the plan stage in full; the assumptions say which shape, how many studies, and the level split."""
+    from prbench.seqsim import expected_share, study_shape
+    from prbench.study.config import load_study_config
+
+    code, out, err = _dry_run(capsys, monkeypatch, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    cfg, _ = load_study_config(None, "personalized-rewardbench")  # the judges' published accuracies under none
+    published = [sum(v) / len(v) / 100 for m in cfg.models if m.published and (v := list(m.published["none"].values()))
+                 and m.spec.startswith("judge:openai:")]
+    assert len(published) == 3
+    share = expected_share(study_shape(2830, 3, 5, 8, tuple(published)))
+    assert share.source.startswith("benchmarks/sequential_sim.py") and share.studies >= 100
+    assert share.shape.family == 15 + 15  # 15 judge pairs and 15 judges' own sequences (8 free models first)
+    for r in rows:
+        if r["usd_batch_cache"] is not None:
+            factor = share.fraction if r["stage"] == "eval" else 1.0
+            assert r["usd_until_decided"] == pytest.approx(r["usd_batch_cache"] * factor, abs=0.011)  # both rounded
+    code, out, _ = _dry_run(capsys, monkeypatch)
+    total = [ln for ln in out.splitlines() if ln.strip("│ ").startswith("all")][-1]
+    cells = [float(x.replace(",", "")) for x in total.split("│")[4:8]]
+    priced = [r["usd_until_decided"] for r in rows if r["usd_until_decided"] is not None]
+    assert abs(cells[3] - sum(priced)) <= 0.005 * len(priced) and cells[3] < cells[2]  # the rows are rounded
+    said = " ".join(out.split())
+    assert f"x {share.fraction:.3f}, the mean share of judge calls" in said and "30 sequences share the 5%" in said
+    assert f"in {share.studies:,} simulated studies" in said and "published accuracies under none" in said
+    assert "with judges at 0.570 / 0.640 / 0.710 `decided` would spend" in said  # the other spacing beside
 
 
 def test_cached_estimate_reads_shared_starts_over_the_minimum() -> None:
@@ -187,14 +220,14 @@ def test_readme_and_cost_doc_tables_match_the_dry_run(capsys, monkeypatch) -> No
     printed = {}
     for ln in out.splitlines():
         cells = [c.strip() for c in ln.strip().strip("│").split("│")]
-        if len(cells) == 6 and cells[0] in ("plan", "eval", "all"):
+        if len(cells) == 7 and cells[0] in ("plan", "eval", "all"):
             printed[cells[0]] = cells[1:]
     root = Path(__file__).parents[1]
     for doc in (root / "README.md", root / "docs" / "cost-and-batches.md"):
         rows = {}
         for ln in doc.read_text(encoding="utf-8").splitlines():
             cells = [c.strip().strip("*") for c in ln.strip().strip("|").split("|")]
-            if ln.startswith("| ") and cells[0] in ("plan", "eval", "all") and len(cells) == 6:
+            if ln.startswith("| ") and cells[0] in ("plan", "eval", "all") and len(cells) == 7:
                 rows[cells[0]] = cells[1:]
         assert rows == printed, doc
 

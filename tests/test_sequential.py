@@ -102,7 +102,7 @@ def test_schedule_and_pairs() -> None:
 
 
 # -- on the stand-in judges ------------------------------------------------------------------------
-ACCURACY = {"sharp": 0.92, "coin": 0.55}
+ACCURACY = {"sharp": 0.92, "coin": 0.55, "coin2": 0.57}
 
 
 def _last_user(body: dict[str, Any]) -> str:
@@ -170,6 +170,48 @@ def test_clearly_different_judges_stop_early_and_say_why(judges, tmp_path: Path)
     assert again.n_used == n_before and all(r.reused for r in again.results)
 
 
+def test_a_judge_settled_against_every_other_stops_while_two_close_ones_go_on(judges, tmp_path: Path) -> None:
+    """Racing: `decided` retires a run once every pair it is in is settled, so the sharp judge is not called while
+    the two near-coin judges (a few points apart) are still being told apart."""
+    data, opts = judges
+    labels = [("judge:openai:sharp", "none"), ("judge:openai:coin", "none"), ("judge:openai:coin2", "none")]
+
+    def at(i: int, n: int) -> Any:
+        return evaluate(labels[i][0], data, "none", out=tmp_path / "runs", model_options=opts, seeded_order=True,
+                        limit=n, n_boot=20)
+
+    res = run_until(labels, at, StopRule.parse("decided"), paid=[True] * 3)
+    sharp, coin, coin2 = (res.stop_of(i) for i in range(3))
+    assert sharp.n_used < coin.n_used == coin2.n_used  # the close pair goes on together, without the sharp judge
+    assert sharp.stopped.startswith(f"decided=0.02 met at {sharp.n_used} of 500 items")
+    assert "judge:openai:coin2 [none]" in coin.stopped and "judge:openai:sharp [none] >" in coin.stopped
+    assert res.family == 3 and res.calls_share < 1
+    assert set(res.block(0)["versus"]) == {"judge:openai:coin [none]", "judge:openai:coin2 [none]"}
+
+
+def test_free_runs_are_scored_first_and_judges_compared_with_their_known_accuracy(judges, tmp_path: Path) -> None:
+    """With API judges and models that send no request, the free ones are scored on every item first; a judge
+    against one of them needs only its own sequence, so the level is split over fewer sequences."""
+    data, opts = judges
+    labels = [("judge:openai:sharp", "none"), ("judge:openai:coin", "none"), ("baseline:length", "none"),
+              ("baseline:short", "none")]
+
+    def at(i: int, n: int) -> Any:
+        return evaluate(labels[i][0], data, "none", out=tmp_path / "runs", model_options=opts if i < 2 else {},
+                        seeded_order=True, limit=n, n_boot=20)
+
+    res = run_until(labels, at, StopRule.parse("decided"), paid=[True, True, False, False])
+    assert res.family == 1 + 2  # the judges' pair, and each judge's own sequence; the free pair needs none
+    assert [res.stop_of(i).n_used for i in (2, 3)] == [500, 500] and res.stop_of(0).n_used < 500
+    assert "all 500 items scored first (no API calls" in res.stop_of(2).stopped and res.met
+    assert [res.results[i].summary["accuracy"] for i in (2, 3)] == [0.0, 1.0]  # planted: the shorter one is chosen
+    said = res.stop_of(0).stopped
+    assert "judge:openai:sharp [none] > baseline:length [none]" in said and "baseline:short [none] > " \
+        "judge:openai:sharp [none]" in said
+    capped = run_until(labels, at, StopRule.parse("decided"), paid=[True, True, False, False], until_max=300)
+    assert capped.family == 6  # under --until-max the free runs are not known in full: every pair has a sequence
+
+
 def test_until_max_caps_and_says_so(judges, tmp_path: Path) -> None:
     data, opts = judges
     res = _until(data, opts, tmp_path / "runs", "ci=0.001", until_max=130)
@@ -230,6 +272,24 @@ def test_study_eval_stage_until(tmp_path: Path) -> None:
         parse_study("name: x\nuntil: soon\nmodels:\n  - spec: baseline:length\n", "study.yaml")
 
 
+def test_study_eval_stage_races_api_judges_against_free_models_scored_first(judges, tmp_path: Path) -> None:
+    """The study's `until: decided` path: the baseline (no API calls) is scored on every item first, the API
+    judges stop early, and each summary says why."""
+    from prbench.study.config import load_study_config
+    from prbench.study.runner import run_study
+
+    data, opts = judges
+    judge = f"    options: {json.dumps({'base_url': opts['base_url'], 'api_key_env': opts['api_key_env']})}\n"
+    (tmp_path / "study.yaml").write_text(
+        f"name: race\ndata: {data}\nout: study-out\nconditions: [none]\nuntil: decided\nmodels:\n"
+        f"  - spec: judge:openai:sharp\n{judge}  - spec: judge:openai:coin\n{judge}  - spec: baseline:length\n"
+        "stages: [eval]\n", encoding="utf-8")
+    cfg, root = load_study_config(tmp_path / "study.yaml")
+    got = {r["spec"]: r["sequential"] for r in run_study(cfg, root, quiet=True).outputs["eval"]}
+    assert got["baseline:length"]["n_used"] == 500 and "scored first (no API calls" in got["baseline:length"]["stopped"]
+    assert got["judge:openai:sharp"]["n_used"] < 500 and "pairs at 0.05/3 each" in got["judge:openai:sharp"]["method"]
+
+
 def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     """`expected_call_fraction`: the share of a full study's calls `--until decided` spends, by simulation."""
     from prbench.sequential import StudyShape, expected_call_fraction, simulate_study
@@ -237,8 +297,19 @@ def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     far = StudyShape(items=600, users=60, judges=(0.55, 0.85), shifts=(0.0, 0.02))
     near = StudyShape(items=600, users=60, judges=(0.69, 0.71), shifts=(0.0, 0.02))
     sim = simulate_study(far, np.random.default_rng(0))
-    assert sim.ranking_reached and sim.pairs_covered and len(sim.n_stop) == 2
-    assert sim.call_fraction == pytest.approx(sum(sim.n_stop) / (2 * 600))
+    assert sim.ranking_reached and sim.pairs_covered and len(sim.n_stop) == 4  # each run's own stop
+    assert sim.call_fraction == pytest.approx(sum(sim.n_stop) / (4 * 600))
     f_far = expected_call_fraction(far, studies=3, seed=1)
     f_near = expected_call_fraction(near, studies=3, seed=1)
     assert f_far < 0.5 < f_near <= 1.0
+
+
+def test_a_shape_the_benchmark_did_not_simulate_is_simulated_now() -> None:
+    """The dry run reads the benchmark's shipped rows; any other study's shape is simulated on the spot."""
+    from prbench.seqsim import LIVE_STUDIES, expected_share, study_shape
+
+    shape = study_shape(300, 2, 2, 0, (0.55, 0.85))
+    got = expected_share(shape)
+    assert got.source == "simulated now" and got.studies == LIVE_STUDIES and 0 < got.fraction < 1
+    assert shape.family is None and shape.judges == (0.55, 0.85) and shape.shifts == (-0.02, 0.0)
+    assert study_shape(300, 2, 2, 3).family == 2 * 1 + 2 * 2  # free models first: each judge's own sequence joins

@@ -1,22 +1,19 @@
 """Sequential evaluation: score items in one seeded order and stop when the answer is known.
 
-`--until ci=0.03` stops once every run's accuracy is known to +-0.03; `--until decided` once every pair
-of models is separated (the interval of their difference excludes 0) or proven within a margin
-(`decided=0.02`, the default margin). The intervals are anytime-valid confidence sequences, so looking
-after every step costs no coverage: the hedged-capital betting CS of Waudby-Smith & Ramdas (2024),
-"Estimating means of bounded random variables by betting", JRSS-B 86(1):1-27 (theta = 1/2, bets truncated
-at 1/2 of their bound), with their aGRAPA bets (the approximate Kelly bet against each candidate mean:
-on the Personalized RewardBench shape they stop `decided` at ~0.57 of the items where the predictable
-plug-in bets needed ~0.75, benchmarks/RESULTS_sequential.md) and their without-replacement martingale:
-items come in a uniformly random order (a hash of the
-seed and the item id), so a prefix is a sample without replacement of the benchmark and the
-sequence covers the full benchmark's accuracy, shrinking to it at the last item. Paired differences
-d = credit_A - credit_B in [-1, 1] are mapped to (d + 1) / 2. With `decided` the level is split over
-the pairs (Bonferroni), so the whole ranking holds at 95%.
+`--until ci=0.03` stops each run once its accuracy is known to +-0.03; `--until decided` stops each run once
+every pair it is in is separated (the interval of their difference excludes 0) or proven within a margin
+(`decided=0.02`, the default margin): racing, so a judge already ranked against all the others is not called
+while two others are still being told apart. Models that send no API request are scored on every item first when
+the evaluation also has API models (`RacePlan`): they cost no dollars, and a comparison with a fully known
+accuracy needs only the API run's own sequence.
 
-Why not a library: `confseq` (0.0.11, 2022) implements these sequences (`confseq/betting.py`,
-`hedged_cs`), but it builds a C++ extension and requires matplotlib, multiprocess and pytest at run
-time; this is the same method in vectorised numpy over a grid of candidate means.
+The intervals are anytime-valid confidence sequences (`prbench.confseq`: the hedged-capital betting CS of
+Waudby-Smith & Ramdas 2024, aGRAPA bets, without replacement), intersected over every item, so looking after
+every step costs no coverage. Items come in a uniformly random order (a hash of the seed and the item id), so a
+prefix is a sample without replacement of the benchmark and the sequence covers the full benchmark's accuracy,
+shrinking to it at the last item. Paired differences d = credit_A - credit_B in [-1, 1] are mapped to
+(d + 1) / 2. With `decided` the level is split (Bonferroni) over the sequences the ranking needs, so the whole
+ranking holds at 95%. What this saves on a study of a given shape: `prbench.seqsim`.
 
 Items with an invalid record are not a sample of a known population (which items will be valid is
 unknown in advance): when a prefix holds any, that sequence drops the without-replacement correction
@@ -35,13 +32,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from prbench import metrics
+from prbench import confseq, metrics
+from prbench.confseq import ALPHA, DEFAULT_MARGIN, FIRST_STEP, GROWTH
 from prbench.errors import PrbenchError
-
-ALPHA = 0.05
-DEFAULT_MARGIN = 0.02
-FIRST_STEP = 100  # items before the first look
-GROWTH = 1.1  # each look scores 10% more items: at most a tenth past the stopping time
+from prbench.seqsim import Policy, SimulatedStudy, StudyShape, expected_call_fraction, simulate_study
 
 
 # -- the seeded order ---------------------------------------------------------------------------
@@ -76,57 +70,21 @@ def confidence_sequence(x: Sequence[float] | np.ndarray, *, alpha: float = ALPHA
     """Lower and upper bounds of an anytime-valid (1 - alpha) confidence sequence for the mean of `x` in [0, 1].
 
     `population`: sampling without replacement from that many values (the mean of all of them is covered);
-    None: independent draws. `times`: the prefix lengths to report (default every one); the bounds are the
-    running intersection over them. `grid`: candidate means on [0, 1] (bounds are widened by one step).
+    None: independent draws. `times`: the prefix lengths to report (default every one); the sequence is the
+    running intersection over every prefix length, whichever are reported. `grid`: candidate means on [0, 1]
+    (bounds are widened by one step). The computation: `prbench.confseq`.
     """
     x = np.asarray(x, dtype=float)
     T = len(x)
-    if np.any((x < 0) | (x > 1)) or not np.all(np.isfinite(x)):
-        raise PrbenchError("a confidence sequence needs values in [0, 1]")
-    if population is not None and population < T:
-        raise PrbenchError(f"{T} values drawn without replacement from a population of {population}")
+    confseq.check_values(x, population)
     ts = np.arange(1, T + 1) if times is None else np.asarray(sorted(times), dtype=int)
     if T == 0 or len(ts) == 0:
         return np.zeros(len(ts)), np.ones(len(ts))
     if ts[0] < 1 or ts[-1] > T:
         raise PrbenchError(f"times must lie in 1..{T}")
-    t = np.arange(1, T + 1, dtype=float)
-    csum = np.cumsum(x)
-    mu_hat = (0.5 + csum) / (t + 1)
-    var_hat = (0.25 + np.cumsum((x - mu_hat) ** 2)) / (t + 1)
-    var_prev = np.concatenate([[0.25], var_hat[:-1]])
-    m = np.linspace(0.0, 1.0, grid + 1)[:, None]
-    f32 = np.float32  # the (grid x T) work in single precision: capitals are compared on a log scale to ~6
-    if population is None:
-        mu_t = np.broadcast_to(m.astype(f32), (len(m), T))
-    else:  # the mean of what is left under the null (Sec. 6)
-        s_prev = np.concatenate([[0.0], csum[:-1]])
-        mu_t = ((population * m - s_prev) / (population - t + 1)).astype(f32)
-    possible = (mu_t >= 0) & (mu_t <= 1)
-    mu_c = np.clip(mu_t, 0.0, 1.0)
-    x32 = x.astype(f32)
-    with np.errstate(divide="ignore"):
-        # aGRAPA: the approximate Kelly bet against each candidate mean, from the items seen so far
-        mu_prev = np.concatenate([[0.5], mu_hat[:-1]]).astype(f32)
-        gap = mu_prev - mu_c
-        kelly = gap / (var_prev.astype(f32) + gap**2)
-        lam_pos = np.minimum(np.maximum(kelly, 0), f32(0.5) / mu_c)
-        lam_neg = np.minimum(np.maximum(-kelly, 0), f32(0.5) / (1 - mu_c))
-    dev = x32 - mu_c
-    log_pos = np.cumsum(np.log1p(lam_pos * dev), axis=1, dtype=np.float64)
-    log_neg = np.cumsum(np.log1p(-lam_neg * dev), axis=1, dtype=np.float64)
-    ever_impossible = np.logical_or.accumulate(~possible, axis=1)
-    idx = ts - 1
-    inside = (np.maximum(log_pos[:, idx], log_neg[:, idx]) < math.log(2 / alpha)) & ~ever_impossible[:, idx]
-    step = 1.0 / grid
-    any_in = inside.any(axis=0)
-    lo = np.where(any_in, m[np.argmax(inside, axis=0), 0] - step, 0.0)
-    hi = np.where(any_in, m[len(m) - 1 - np.argmax(inside[::-1], axis=0), 0] + step, 1.0)
-    if population is not None:  # what the items seen already fix, whatever the rest are
-        lo = np.maximum(lo, csum[idx] / population)
-        hi = np.minimum(hi, (csum[idx] + population - ts) / population)  # at the last item: lo == hi == the mean
-    lo, hi = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-    return np.maximum.accumulate(lo), np.minimum.accumulate(hi)
+    tau = confseq.rejection_times(x[None, :], alpha=alpha, population=population, grid=grid)[0][0]
+    lo, hi = confseq.bounds(tau, x, population=population, grid=grid)
+    return lo[ts - 1], hi[ts - 1]
 
 
 @dataclass(frozen=True)
@@ -207,7 +165,8 @@ class StopRule:
 
 @dataclass
 class Look:
-    """The state of all runs after one look: intervals, pairs, and whether the rule is met (and why)."""
+    """One run's state when it stopped: its interval, its settled comparisons, and whether the rule is met (and
+    why)."""
 
     n: int
     runs: list[Interval]
@@ -224,51 +183,67 @@ def comparison_pairs(labels: Sequence[tuple[str, str]]) -> list[tuple[int, int]]
     return [(i, j) for i, j in combinations(range(len(labels)), 2) if labels[i][1] == labels[j][1]]
 
 
-def stop_groups(labels: Sequence[tuple[str, str]], rule: StopRule) -> list[list[int]]:
-    """Runs that stop together: under `ci` each run alone; under `decided` the models of one condition (with one
-    model, all its conditions), so a condition whose ranking is known stops while another still runs."""
-    if rule.kind == "ci":
-        return [[i] for i in range(len(labels))]
-    if len({m for m, _ in labels}) == 1:
-        return [list(range(len(labels)))]
-    conds = list(dict.fromkeys(c for _, c in labels))
-    return [[i for i, (_, c) in enumerate(labels) if c == cond] for cond in conds]
+@dataclass(frozen=True)
+class RacePlan:
+    """How `decided` splits its 5% and which runs it scores in full first.
+
+    Runs that send no API request (`paid` False) are scored on every item first when the evaluation also has API
+    runs: they cost no dollars, and a comparison with a fully known accuracy needs only the API run's own
+    sequence (one per API run, however many such partners it has) instead of one paired sequence per pair. Two
+    fully known runs need no sequence at all (their difference is known). The level is split (Bonferroni) over
+    the sequences left: paired differences of two API runs, and the own sequences of API runs with a known
+    partner; so the whole ranking holds at 95%."""
+
+    pairs: list[tuple[int, int]]
+    known: frozenset[int]
+    family: int
+
+    @classmethod
+    def of(cls, labels: Sequence[tuple[str, str]], paid: Sequence[bool] | None, full_first: bool = True) -> RacePlan:
+        pairs = comparison_pairs(labels)
+        known = frozenset(i for i, p in enumerate(paid or ()) if not p) if (
+            full_first and paid is not None and any(paid) and not all(paid)) else frozenset()
+        anchored = {a for i, j in pairs for a, b in ((i, j), (j, i)) if b in known and a not in known}
+        both = [p for p in pairs if p[0] not in known and p[1] not in known]
+        return cls(pairs, known, max(len(both) + len(anchored), 1))
+
+    @property
+    def level(self) -> float:
+        return ALPHA / self.family
 
 
-def look(records: Sequence[Sequence[dict[str, Any]]], labels: Sequence[tuple[str, str]], population: int,
-         rule: StopRule, *, times: Sequence[int] = (), alpha: float = ALPHA, pair_alpha: float | None = None) -> Look:
-    """Every run's CS (and, for `decided`, every pair's at `pair_alpha`, default alpha over the pairs) at the
-    current prefix, and the rule's verdict."""
-    n = max((len(metrics.collapse_items(r)) for r in records), default=0)
-    pairs = comparison_pairs(labels) if rule.kind == "decided" else []
-    level = pair_alpha if pair_alpha is not None else alpha / max(len(pairs), 1)
-    runs = [accuracy_interval(r, population, alpha=alpha, times=times) for r in records]
-    out = Look(n, runs)
-    name = [f"{m} [{c}]" for m, c in labels]
-    if rule.kind == "ci":
-        wide = [f"{name[i]} +-{iv.half_width:.3f}" for i, iv in enumerate(runs) if iv.half_width > rule.value]
-        out.met = not wide
-        out.why = (f"{', '.join(name)} accuracy within +-{rule.value:g} (+-{max(iv.half_width for iv in runs):.3f})"
-                   if out.met else "wider: " + "; ".join(wide))
-        return out
-    if not pairs:  # one run: decided against chance
-        iv = runs[0]
-        out.met = iv.low > 0.5 or iv.high < 0.5 or (iv.low >= 0.5 - rule.value and iv.high <= 0.5 + rule.value)
-        out.why = f"{name[0]} vs chance: [{iv.low:.3f}, {iv.high:.3f}]"
-        return out
-    open_pairs, said = [], []
-    for i, j in pairs:
-        iv = difference_interval(records[i], records[j], population, alpha=level, times=times)
-        out.pairs[(i, j)] = iv
-        if iv.low > 0 or iv.high < 0:
-            said.append(f"{name[i] if iv.low > 0 else name[j]} > {name[j] if iv.low > 0 else name[i]}")
-        elif iv.low >= -rule.value and iv.high <= rule.value:
-            said.append(f"{name[i]} ~ {name[j]} (within +-{rule.value:g})")
-        else:
-            open_pairs.append(f"{name[i]} vs {name[j]} [{iv.low:+.3f}, {iv.high:+.3f}]")
-    out.met = not open_pairs
-    out.why = ("decided: " + "; ".join(said)) if out.met else "open: " + "; ".join(open_pairs)
-    return out
+def _verdict(names: tuple[str, str], iv: Interval, margin: float) -> str | None:
+    """What a pair's interval (of A - B) settles, or None while it is open."""
+    if iv.low > 0 or iv.high < 0:
+        return f"{names[0]} > {names[1]}" if iv.low > 0 else f"{names[1]} > {names[0]}"
+    if iv.low >= -margin and iv.high <= margin:
+        return f"{names[0]} ~ {names[1]} (within +-{margin:g})"
+    return None
+
+
+def _known_accuracy(records: Sequence[dict[str, Any]]) -> float:
+    valid = [c for _, c in _item_credits(records) if c is not None]
+    return float(np.mean(valid)) if valid else float("nan")
+
+
+def pair_interval(plan: RacePlan, i: int, j: int, records: Sequence[Sequence[dict[str, Any]]],
+                  population: int, own: dict[int, Interval] | None = None) -> Interval:
+    """The interval of accuracy i - j under `plan`: known - known exactly, API - known from the API run's own
+    sequence, API - API from the paired sequence (each at the plan's level). `own`: the API runs' own sequences
+    of this look, filled as they are computed (one per run, however many known partners it has)."""
+    own = {} if own is None else own
+    if i in plan.known and j in plan.known:
+        d = _known_accuracy(records[i]) - _known_accuracy(records[j])
+        return Interval(d, d, d, population, True)
+    if i in plan.known or j in plan.known:
+        a, b = (j, i) if i in plan.known else (i, j)
+        if a not in own:
+            own[a] = accuracy_interval(records[a], population, alpha=plan.level)
+        iv, known = own[a], _known_accuracy(records[b])
+        sign = 1 if a == i else -1
+        lo, hi = sorted((sign * (iv.low - known), sign * (iv.high - known)))
+        return Interval(sign * (iv.estimate - known), lo, hi, iv.n, iv.without_replacement)
+    return difference_interval(records[i], records[j], population, alpha=plan.level)
 
 
 def schedule(n_max: int, first: int = FIRST_STEP, growth: float = GROWTH) -> list[int]:
@@ -282,7 +257,7 @@ def schedule(n_max: int, first: int = FIRST_STEP, growth: float = GROWTH) -> lis
 
 @dataclass
 class Stop:
-    """How one group of runs ended: its runs (global indices), last look, items used and why."""
+    """How one run ended: its index, last state, items used and why."""
 
     runs: list[int]
     last: Look
@@ -292,13 +267,14 @@ class Stop:
 
 @dataclass
 class Outcome:
-    """How a sequential evaluation ended: every run's last result and its group's stop."""
+    """How a sequential evaluation ended: every run's last result and its stop."""
 
     results: list[Any]
     stops: list[Stop]
     rule: StopRule
     n_items: int
     labels: list[tuple[str, str]]
+    family: int = 1
 
     def stop_of(self, index: int) -> Stop:
         return next(s for s in self.stops if index in s.runs)
@@ -314,63 +290,130 @@ class Outcome:
 
     @property
     def stopped(self) -> str:
-        return " | ".join(s.stopped for s in self.stops)
+        return " | ".join(dict.fromkeys(s.stopped for s in self.stops))
+
+    @property
+    def calls_share(self) -> float:
+        """Items scored over all runs, as a share of every run on every item."""
+        return sum(s.n_used for s in self.stops) / max(self.n_items * len(self.stops), 1)
 
     def block(self, index: int) -> dict[str, Any]:
         """What run `index`'s summary records under `sequential`."""
         stop = self.stop_of(index)
-        local = stop.runs.index(index)
-        iv = stop.last.runs[local]
+        iv = stop.last.runs[0]
         name = [f"{m} [{c}]" for m, c in self.labels]
-        pairs = {name[stop.runs[j if i == local else i]]: {
-            "diff": p.estimate if i == local else -p.estimate,
-            "low": p.low if i == local else -p.high, "high": p.high if i == local else -p.low}
-            for (i, j), p in stop.last.pairs.items() if local in (i, j)}
+        pairs = {name[j if i == index else i]: {
+            "diff": p.estimate if i == index else -p.estimate,
+            "low": p.low if i == index else -p.high, "high": p.high if i == index else -p.low}
+            for (i, j), p in stop.last.pairs.items()}
         return {"rule": str(self.rule), "n_used": stop.n_used, "n_items": self.n_items, "stopped": stop.stopped,
                 "confidence_sequence": asdict(iv), "level": 1 - ALPHA,
-                "method": "betting CS, Waudby-Smith & Ramdas 2024 (hedged capital, aGRAPA bets, without replacement)",
+                "method": "betting CS, Waudby-Smith & Ramdas 2024 (hedged capital, aGRAPA bets, without replacement)"
+                          + (f"; pairs at 0.05/{self.family} each" if self.rule.kind == "decided" else ""),
                 **({"versus": pairs} if pairs else {})}
 
 
+@dataclass
+class _Race:
+    """The state of a sequential evaluation between looks."""
+
+    labels: Sequence[tuple[str, str]]
+    rule: StopRule
+    plan: RacePlan
+    results: list[Any]
+    n_all: int = 0
+    settled: dict[tuple[int, int], tuple[Interval, str]] = field(default_factory=dict)
+    stops: dict[int, Stop] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{m} [{c}]" for m, c in self.labels]
+
+    def records(self) -> list[Sequence[dict[str, Any]]]:
+        return [r.records if r is not None else [] for r in self.results]
+
+    def settle_pairs(self) -> None:
+        records = self.records()
+        own: dict[int, Interval] = {}
+        for i, j in self.plan.pairs:
+            if (i, j) not in self.settled and self.results[i] is not None and self.results[j] is not None:
+                iv = pair_interval(self.plan, i, j, records, self.n_all, own)
+                said = _verdict((self.names[i], self.names[j]), iv, self.rule.value)
+                if said is not None:
+                    self.settled[(i, j)] = (iv, said)
+
+    def state(self, i: int) -> Look:
+        """Run i's interval and whether its rule is met: `ci` its width; `decided` every pair it is in settled
+        (a lone run: against chance)."""
+        records = self.records()
+        n = len(metrics.collapse_items(records[i]))
+        mine = [p for p in self.plan.pairs if i in p]
+        iv = accuracy_interval(records[i], self.n_all)
+        if self.rule.kind == "ci":
+            met = iv.half_width <= self.rule.value
+            return Look(n, [iv], met=met, why=f"{self.names[i]} accuracy within +-{self.rule.value:g} "
+                        f"(+-{iv.half_width:.3f})" if met else f"wider: {self.names[i]} +-{iv.half_width:.3f}")
+        if not mine:
+            m = self.rule.value
+            met = iv.low > 0.5 or iv.high < 0.5 or (iv.low >= 0.5 - m and iv.high <= 0.5 + m)
+            return Look(n, [iv], met=met, why=f"{self.names[i]} vs chance: [{iv.low:.3f}, {iv.high:.3f}]")
+        done = {p: self.settled[p] for p in mine if p in self.settled}
+        open_ = [f"{self.names[a]} vs {self.names[b]}" for a, b in mine if (a, b) not in done]
+        pairs = {p: v[0] for p, v in done.items()}
+        if open_:
+            return Look(n, [iv], pairs, False, "open: " + "; ".join(open_))
+        return Look(n, [iv], pairs, True, "decided: " + "; ".join(v[1] for v in done.values()))
+
+
 def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int], Any], rule: StopRule, *,
-              until_max: int | None = None, first: int = FIRST_STEP) -> Outcome:
-    """Evaluate every run on a growing prefix of the seeded order until its group meets `rule` (`stop_groups`),
-    `until_max` items are scored, or the benchmark runs out. `evaluate_at(run index, n)` returns that run's
-    `EvalResult` on the first n items (each look extends the run folders; a stopped run resumes and extends like
-    `--limit`). Pair intervals use alpha over all pairs of the evaluation, so the whole ranking holds at 95%."""
+              until_max: int | None = None, first: int = FIRST_STEP, paid: Sequence[bool] | None = None) -> Outcome:
+    """Evaluate every run on a growing prefix of the seeded order until it meets `rule`, `until_max` items are
+    scored, or the benchmark runs out. Under `ci` each run stops on its own; under `decided` a run stops once
+    every pair it is in is settled (racing: a judge already separated from all the others is not called while
+    two others are still close), and runs with `paid` False are scored in full first when others are paid
+    (`RacePlan`). `evaluate_at(run index, n)` returns that run's `EvalResult` on the first n items (each look
+    extends the run folders; a stopped run resumes and extends like `--limit`). The intervals are anytime-valid at
+    every item, so a run may stop at any look."""
     if not labels:
         raise PrbenchError("nothing to evaluate")
-    groups = stop_groups(labels, rule)
-    pair_alpha = ALPHA / max(len(comparison_pairs(labels)), 1)
-    results: list[Any] = [None] * len(labels)
-    stops: dict[int, Stop] = {}
-    n, looked, n_all = first, [], None
-    while len(stops) < len(groups):
-        for g, runs in enumerate(groups):
-            if g not in stops:
-                for i in runs:
-                    results[i] = evaluate_at(i, n)
-        if n_all is None:
-            n_all = int(results[0].summary.get("order", {}).get("n_items") or results[0].summary["n_total"])
-        cap = min(n_all, until_max) if until_max else n_all
-        looked.append(min(n, n_all))
-        for g, runs in enumerate(groups):
-            if g in stops:
+    race = _Race(labels, rule, RacePlan.of(labels, paid, full_first=until_max is None) if rule.kind == "decided"
+                 else RacePlan([], frozenset(), 1), [None] * len(labels))
+    n, cap = first, 0
+    while len(race.stops) < len(labels):
+        for i in range(len(labels)):
+            if i not in race.stops and i not in race.plan.known:
+                race.results[i] = evaluate_at(i, n)
+        if not race.n_all:
+            head = next(r for r in race.results if r is not None)
+            race.n_all = int(head.summary.get("order", {}).get("n_items") or head.summary["n_total"])
+            cap = min(race.n_all, until_max) if until_max else race.n_all
+            for i in sorted(race.plan.known):  # no API calls: every item now
+                race.results[i] = evaluate_at(i, race.n_all)
+            if any(len(metrics.collapse_items(race.results[i].records)) < race.n_all for i in race.plan.known):
+                race.plan = RacePlan.of(labels, paid, full_first=False)  # one holds fewer (a cap): not known in full
+        race.settle_pairs()
+        for i in range(len(labels)):
+            if i in race.stops or i in race.plan.known:
                 continue
-            state = look([results[i].records for i in runs], [labels[i] for i in runs], n_all, rule, times=looked,
-                         pair_alpha=pair_alpha)
+            state = race.state(i)
             if state.met:
-                why = f"{rule} met at {state.n} of {n_all} items: {state.why}"
-            elif state.n >= n_all:
-                why = f"all {n_all} items scored ({rule} not met: {state.why})"
-            elif state.n >= cap:
+                why = f"{rule} met at {state.n} of {race.n_all} items: {state.why}"
+            elif n >= race.n_all:  # what was asked, not what came back: a run may hold fewer items (a planner cap)
+                why = f"all {state.n} items scored ({rule} not met: {state.why})"
+            elif n >= cap:
                 why = f"--until-max {cap} reached ({rule} not met: {state.why})"
             else:
                 continue
-            stops[g] = Stop(runs, state, state.n, why)
-        if len(stops) < len(groups):
-            n = next(s for s in schedule(cap, first) if s > looked[-1])
-    return Outcome(results, [stops[g] for g in range(len(groups))], rule, int(n_all or 0), list(labels))
+            race.stops[i] = Stop([i], state, state.n, why)
+        if all(i in race.stops for i in range(len(labels)) if i not in race.plan.known):
+            for i in sorted(race.plan.known):
+                state = race.state(i)
+                race.stops[i] = Stop([i], state, state.n, f"all {race.n_all} items scored first (no API calls; "
+                                     f"{rule} {'met' if state.met else 'not met'}: {state.why})")
+            break
+        n = next(s for s in schedule(cap, first) if s > min(n, race.n_all))
+    return Outcome(race.results, [race.stops[i] for i in range(len(labels))], rule, race.n_all, list(labels),
+                   race.plan.family)
 
 
 def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:
@@ -393,110 +436,4 @@ def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:
     return out
 
 
-# -- simulation: what `--until decided` saves on a study of a given shape ----------------------------
-@dataclass(frozen=True)
-class StudyShape:
-    """A study to simulate: judges x conditions on `items` pairs from `users` users.
-
-    The default is the Personalized RewardBench preset's shape (2,830 pairs, 3 judges, 5 conditions): judges
-    a few points apart whose order holds in every condition, conditions moving every judge together, each run's
-    accuracy jittered, all within 0.55-0.75. `spread` instead draws every run's accuracy independently and
-    uniformly from it (no structure: close pairs are common, the hard case for `decided`).
-    """
-
-    items: int = 2830
-    users: int = 283
-    judges: tuple[float, ...] = (0.57, 0.64, 0.71)
-    """Each judge's accuracy before the condition's shift."""
-    shifts: tuple[float, ...] = (-0.02, 0.0, 0.01, 0.04, -0.01)
-    """Each condition's shift of every judge's accuracy."""
-    jitter: float = 0.01
-    """Standard deviation of each run's own deviation."""
-    spread: tuple[float, float] | None = None
-    """Draw every run's accuracy uniformly from this range instead."""
-    user_share: float = 0.05
-    """Share of the latent variance common to a user's items (the intra-user correlation of the latent)."""
-    item_share: float = 0.30
-    """Share common to an item across judges and conditions (hard items are hard for every judge)."""
-    margin: float = DEFAULT_MARGIN
-
-    @property
-    def models(self) -> int:
-        return len(self.judges)
-
-    @property
-    def conditions(self) -> int:
-        return len(self.shifts)
-
-    def accuracies(self, rng: np.random.Generator) -> np.ndarray:
-        """One study's run accuracies, judge-major within each condition (run r = condition r // judges)."""
-        k = self.models * self.conditions
-        if self.spread is not None:
-            return rng.uniform(*self.spread, size=k)
-        base = np.add.outer(np.asarray(self.shifts), np.asarray(self.judges)).ravel()
-        return np.clip(base + self.jitter * rng.standard_normal(k), 0.01, 0.99)
-
-
-@dataclass(frozen=True)
-class SimulatedStudy:
-    """One simulated study under `--until decided` (each condition's models stop together)."""
-
-    call_fraction: float
-    """Judge calls spent, as a share of the full study's."""
-    n_stop: tuple[int, ...]
-    """Items each condition used."""
-    ranking_reached: bool
-    """Every pair declared separated is in the full study's order, every pair declared tied is within the margin."""
-    runs_covered: float
-    """Share of the runs whose 95% sequence covered its full-study accuracy at every look up to their stop
-    (each run's own guarantee: at least 0.95 in expectation)."""
-    pairs_covered: bool
-    """Every pair's sequence (at its Bonferroni level) covered the full-study difference at every look up to its stop."""
-
-
-def simulate_study(shape: StudyShape, rng: np.random.Generator, *, grid: int = 200) -> SimulatedStudy:
-    """Draw one study's credits (latent Gaussian with user and item components, thresholded at each run's
-    accuracy), put the items in a random order and run `--until decided` over the looks of `schedule`."""
-    from scipy.stats import norm
-
-    n, k = shape.items, shape.models * shape.conditions
-    user = rng.integers(0, shape.users, n)
-    latent = (math.sqrt(shape.user_share) * rng.standard_normal(shape.users)[user]
-              + math.sqrt(shape.item_share) * rng.standard_normal(n)
-              + math.sqrt(1 - shape.user_share - shape.item_share) * rng.standard_normal((k, n)))
-    acc = shape.accuracies(rng)
-    credits = (latent < norm.ppf(acc)[:, None]).astype(float)[:, rng.permutation(n)]
-    labels = [(f"m{r % shape.models}", f"c{r // shape.models}") for r in range(k)]
-    level = ALPHA / max(len(comparison_pairs(labels)), 1)
-    times = schedule(n)
-    stops, reached, runs_ok, pairs_ok = [], True, 0, True
-    for runs in stop_groups(labels, StopRule("decided", shape.margin)):
-        pairs = [(runs[i], runs[j]) for i, j in comparison_pairs([labels[r] for r in runs])]
-        truth = {p: credits[p[0]].mean() - credits[p[1]].mean() for p in pairs}
-        for horizon in sorted({min(600, n), min(1500, n), n}):  # a sequence at t needs only the first t items
-            ts = [t for t in times if t <= horizon]
-            bounds = {p: [2 * b - 1 for b in confidence_sequence((credits[p[0]][:horizon] - credits[p[1]][:horizon]
-                                                                  + 1) / 2, alpha=level, population=n, times=ts,
-                                                                 grid=grid)] for p in pairs}
-            at = next((i for i in range(len(ts)) if all(
-                lo[i] > 0 or hi[i] < 0 or (lo[i] >= -shape.margin and hi[i] <= shape.margin)
-                for lo, hi in bounds.values())), len(ts) - 1)
-            if at < len(ts) - 1 or horizon == n:
-                break
-        reached &= all((lo[at] > 0 and truth[p] > 0) or (hi[at] < 0 and truth[p] < 0)
-                       or (lo[at] <= 0 <= hi[at] and abs(truth[p]) <= shape.margin) for p, (lo, hi) in bounds.items())
-        pairs_ok &= all(bool(np.all((lo[:at + 1] <= truth[p] + 1e-12) & (hi[:at + 1] >= truth[p] - 1e-12)))
-                        for p, (lo, hi) in bounds.items())
-        for r in runs:  # the runs' own sequences on the prefix they used
-            lo, hi = confidence_sequence(credits[r][:times[at]], population=n, times=times[:at + 1], grid=grid)
-            runs_ok += bool(np.all((lo <= credits[r].mean() + 1e-12) & (hi >= credits[r].mean() - 1e-12)))
-        stops.append(times[at])
-    return SimulatedStudy(sum(stops) / (n * len(stops)), tuple(stops), reached, runs_ok / k, pairs_ok)
-
-
-def expected_call_fraction(shape: StudyShape | None = None, *, studies: int = 100, seed: int = 0) -> float:
-    """The expected share of a full study's judge calls that `--until decided` spends, by simulating `studies`
-    studies of `shape` (the dry run's "expected dollars under --until decided" multiplies by it)."""
-    shape = shape or StudyShape()
-    rng = np.random.default_rng(seed)
-    return float(np.mean([simulate_study(shape, rng).call_fraction for _ in range(studies)]))
+__all__ = ["Policy", "SimulatedStudy", "StudyShape", "expected_call_fraction", "simulate_study"]

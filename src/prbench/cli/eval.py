@@ -178,6 +178,7 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
                 ) -> list[dict]:
     """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.sequential`)."""
     from prbench import evaluate
+    from prbench.engines.providers import engine_provider
     from prbench.sequential import StopRule, record_outcome, run_until
 
     if no_wait:
@@ -198,7 +199,8 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
             return evaluate(rms[spec], data, cond, settings=settings, out=out, seeded_order=True, limit=n, **kw,
                             on_progress=lambda d, t, task=tasks[i]: bar.update(task, completed=d, total=t))
 
-        outcome = run_until(labels, at, rule, until_max=until_max)
+        paid = [engine_provider(spec, per_model[spec]) is not None for spec, _ in jobs]
+        outcome = run_until(labels, at, rule, until_max=until_max, paid=paid)
     return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, record_outcome(outcome), strict=True)]
 
 

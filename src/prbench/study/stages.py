@@ -131,23 +131,27 @@ def run_eval(ctx: StudyContext) -> None:
 
 
 def _eval_until(ctx: StudyContext) -> list[dict[str, Any]]:
-    """The study's main runs under `until` (`prbench.sequential`): one growing seeded prefix, each condition's
-    models stopping together; `until_max` (else `limit`) caps the items."""
+    """The study's main runs under `until` (`prbench.sequential`): one growing seeded prefix; under `decided` a
+    model stops once its every comparison is settled, and models without API calls are scored in full first;
+    `until_max` (else `limit`) caps the items."""
+    from prbench.engines.providers import engine_provider
     from prbench.sequential import StopRule, record_outcome, run_until
 
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
+    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # built once, not per look
 
     def at(i: int, n: int) -> Any:
         entry, cond = jobs[i]
         cap = eval_limit(ctx, entry, cond)
-        return evaluate(entry.spec, ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=min(n, cap or n),
+        return evaluate(handles[id(entry)], ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=min(n, cap or n),
                         seeded_order=True, categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
                         retriever=ctx.cfg.retriever, planner_file=planner_file(ctx) if cond == "planner" else None,
-                        both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size, model_options=entry.options,
+                        both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
                         format=ctx.cfg.format, batch=entry.batch, max_usd=entry.max_usd)
 
+    paid = [engine_provider(e.spec, e.options) is not None for e, _ in jobs]
     outcome = run_until([(e.spec, c) for e, c in jobs], at, StopRule.parse(str(ctx.cfg.until)),
-                        until_max=ctx.cfg.until_max or ctx.cfg.limit)
+                        until_max=ctx.cfg.until_max or ctx.cfg.limit, paid=paid)
     summaries = record_outcome(outcome)
     return [{"spec": e.spec, "condition": c, "path": str(r.path), "accuracy": s["accuracy"],
              "sequential": s["sequential"]} for (e, c), r, s in zip(jobs, outcome.results, summaries, strict=True)]
