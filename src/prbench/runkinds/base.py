@@ -182,9 +182,11 @@ class RunKind:
     label_fields: ClassVar[tuple[tuple[str, str], ...]] = ()  # (shown as, field) in the meta label
     short: ClassVar[str] = ""  # the setting's name in labels ("BoN", "RL", ...)
     value_definition: ClassVar[str] = ""  # meta's `definitions[<setting>_value]`
-    # "module:function" rendering the kind's part of the report. A downstream kind's block is called
-    # (report data, kind) inside the "rl-rgd" section; eval, build and bon own sections with fixed ids.
+    # "module:function" rendering the kind's part of the report. With `report_id` (a section id of the page,
+    # `prbench.report.html.SECTIONS`) it renders that whole section, called (report data, seed, n_boot): eval's
+    # leaderboard, build, bon. Without, it is a block of the "rl-rgd" section, called (report data, kind).
     report_section: ClassVar[str | None] = None
+    report_id: ClassVar[str | None] = None
     # What makes a run of this kind, so one registration (RUNKINDS) is the whole extension:
     # `settings_model` (its pydantic settings: the study section and the command's options), `driver`
     # ("module:function" writing one run), `stage` (a `prbench.study.context.Stage` or its "module:attr":
