@@ -56,6 +56,22 @@ def test_the_kinds_commands_are_the_clis_commands() -> None:
             assert commands[name] is getattr(made, "callback", made)
 
 
+def test_each_kinds_driver_takes_its_settings_model() -> None:
+    """A kind's `settings_model` and `driver` say what runs: the driver takes that model (or one built on it)."""
+    import typing
+
+    from prbench.registry import resolve
+
+    declared = [k for k in kinds() if k.driver is not None]
+    assert {k.name for k in declared} >= {"eval", "bon", "rl", "rgd", "policy-accuracy", "icl", "sample", "plan",
+                                          "build"}
+    for k in declared:
+        model = resolve(k.settings_model)
+        hints = typing.get_type_hints(resolve(str(k.driver)))
+        takes = [t for h in hints.values() for t in (h, *typing.get_args(h)) if isinstance(t, type)]
+        assert any(issubclass(t, model) for t in takes), (k.name, model, hints)
+
+
 def test_the_kinds_report_sections_are_the_pages() -> None:
     """The sections a kind renders whole come from its `report_id` and `report_section`; each is a section of the
     page, and the page imports none of them itself."""

@@ -190,8 +190,9 @@ class RunKind:
     # What makes a run of this kind, so one registration (RUNKINDS) is the whole extension:
     # `settings_model` (its pydantic settings: the study section and the command's options), `driver`
     # ("module:function" writing one run), `stage` (a `prbench.study.context.Stage` or its "module:attr":
-    # `prbench.registry.STAGES` lists it under the Stage's name) and `command` (a typer command function or its
-    # "module:function": `prbench <name>`, registered by `prbench.cli` for every kind whose name is no command yet).
+    # `prbench.registry.STAGES` lists it under the Stage's name) and `command` (`prbench <name>`, for built-in and
+    # plug-in kinds alike: a typer command function, a typer `CommandInfo` (a function with its click settings) or
+    # a typer app (a group of commands), or its "module:attr"; a plug-in kind named like another command gets none).
     settings_model: ClassVar[Any] = None
     driver: ClassVar[str | None] = None
     stage: ClassVar[Any] = None
