@@ -82,11 +82,6 @@ def _with_downstream_registered() -> None:
     from prbench import cli
 
     cli._register()
-    names = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
-    if "sample" not in names:
-        from prbench.cli.downstream import register
-
-        register(cli.app)
 
 
 def kill_twice_then_finish(world: dict[str, Any], args: list[str], progress: Callable[[], int],

@@ -65,28 +65,40 @@ def _register() -> None:
         return
     _REGISTERED["done"] = True
     for name in [*COMMANDS, *(n for n in RUNKINDS.names() if n not in COMMANDS)]:
-        target = COMMANDS.get(name)
-        if target is None:
-            try:
-                target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, no method
-            except PrbenchError as exc:  # a broken plug-in: every other command still works; this line says why
-                print(f"warning: {exc}", file=sys.stderr)
-                continue
-        if target is not None:
-            _add(name, resolve(target) if isinstance(target, str) else target)
+        try:
+            _add(app, name)
+        except PrbenchError as exc:  # a broken plug-in: every other command still works; this line says why
+            print(f"warning: {exc}", file=sys.stderr)
 
 
-def _add(name: str, command: Any) -> None:
-    """`prbench NAME`: a typer app (a group), a typer `CommandInfo` (a function with its click settings: help
-    class, epilog) or a command function."""
+def command_app(*names: str) -> typer.Typer:
+    """An app of only the named commands of `prbench`, each made as `prbench` makes it (`APP NAME ARGS`)."""
+    sub = typer.Typer()
+    sub.callback()(lambda: None)
+    for name in names:
+        if name not in COMMANDS and name not in RUNKINDS:
+            raise PrbenchError(f"no command {name!r} in prbench")
+        _add(sub, name)
+    return sub
+
+
+def _add(to: typer.Typer, name: str) -> None:
+    """`NAME` on `to`: COMMANDS' target, else the run kind's `command` (a plug-in kind's as a built-in's): a typer
+    app (a group), a typer `CommandInfo` (a function with its click settings: help class, epilog) or a function."""
+    target = COMMANDS.get(name)
+    if target is None and name in RUNKINDS:
+        target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
+    command = resolve(target) if isinstance(target, str) else target
+    if command is None:
+        return
     if isinstance(command, typer.Typer):
-        app.add_typer(command, name=name)
+        to.add_typer(command, name=name)
     elif isinstance(command, CommandInfo):
         info = copy.copy(command)
         info.name = name
-        app.registered_commands.append(info)
-    elif all(c.callback is not command for c in app.registered_commands):  # cli/study.py adds its own on import
-        app.command(name)(command)
+        to.registered_commands.append(info)
+    elif all(c.callback is not command for c in to.registered_commands):  # cli/study.py adds its own on import
+        to.command(name)(command)
 
 
 def main() -> None:
