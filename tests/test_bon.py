@@ -250,14 +250,9 @@ def grader_reply(body: dict) -> str:
 
 
 def cli_app():
-    import typer
+    from prbench.cli import command_app
 
-    from prbench.cli.downstream import register
-
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    register(app)
-    return app
+    return command_app("sample", "bon", "rl", "serve-reward")
 
 
 def test_cli_sample_and_bon_grade_each_distinct_answer_once(models, tmp_path) -> None:

@@ -138,14 +138,11 @@ def test_a_policy_accuracy_run_writes_downstream_json_and_exports(tiny_engine, t
 
 
 def test_cli_export_eee(tmp_path: Path) -> None:
-    import typer
     from typer.testing import CliRunner
 
-    from prbench.cli.export import register
+    from prbench.cli import command_app
 
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    register(app)
+    app = command_app("export")
     runs = tmp_path / "runs"
     write_eval_run(runs, "rm:a", credits_with_mean(6, 8), ids=IDS)
     out = CliRunner().invoke(app, ["export", "eee", str(runs), "--out", str(tmp_path / "eee"), "--json"])

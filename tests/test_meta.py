@@ -430,14 +430,9 @@ def test_outputs_csv_md_json(tmp_path: Path) -> None:
 
 
 def cli_app():
-    import typer
+    from prbench.cli import command_app
 
-    from prbench.cli.meta import register
-
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    register(app)
-    return app
+    return command_app("meta", "report")
 
 
 def test_cli_meta(tmp_path: Path) -> None:

@@ -34,17 +34,9 @@ pytestmark = pytest.mark.slow
 KEY_ENV = "PRBENCH_CRASH_TEST_KEY"
 ITEM = re.compile(r"\(item (\d+)\)")
 
-# The real CLI; `sample` and `bon` are added when the main app does not register them yet.
+# The real CLI.
 CLI_SCRIPT = '''
 import prbench.cli as cli
-_register = cli._register
-def _with_downstream():
-    _register()
-    names = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
-    if "sample" not in names:
-        from prbench.cli.downstream import register
-        register(cli.app)
-cli._register = _with_downstream
 cli.main()
 '''
 
@@ -90,11 +82,6 @@ def _with_downstream_registered() -> None:
     from prbench import cli
 
     cli._register()
-    names = {c.name or c.callback.__name__ for c in cli.app.registered_commands}
-    if "sample" not in names:
-        from prbench.cli.downstream import register
-
-        register(cli.app)
 
 
 def kill_twice_then_finish(world: dict[str, Any], args: list[str], progress: Callable[[], int],

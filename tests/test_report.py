@@ -261,19 +261,16 @@ def test_report_of_an_empty_folder(tmp_path: Path) -> None:
 
 def test_cli_report(tmp_path: Path) -> None:
     """The CLI end to end on a small folder: the report computes its own meta-evaluation."""
-    import typer
     from typer.testing import CliRunner
 
-    from prbench.cli.meta import register
+    from prbench.cli import command_app
 
     root = tmp_path / "runs"
     ids = [f"item-{i:03d}" for i in range(10)]
     for rm, right, down in zip(["hf:a", "hf:b", "baseline:length"], [9, 7, 5], [1.5, 1.0, 1.2]):
         write_eval_run(root, rm, credits_with_mean(right, 10), ids=ids)
         write_ds(root / "ds", rm, dict(zip(ids, values_with_mean(down, 10))), setting="rl")
-    app = typer.Typer()
-    app.callback()(lambda: None)
-    register(app)
+    app = command_app("report")
     pub = tmp_path / "published.json"
     pub.write_text(json.dumps({"hf:a": {"none": {"Society": 70.0}}}))
     out = tmp_path / "out.html"

@@ -182,8 +182,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-CLI = ("import typer; from prbench.cli.downstream import register; app = typer.Typer(); "
-       "app.callback()(lambda: None); register(app); app()")
+CLI = "from prbench.cli import command_app; command_app('serve-reward')()"
 
 
 @pytest.mark.slow

@@ -192,8 +192,7 @@ def test_sizes_and_port_are_checked() -> None:
         check_bind("127.0.0.1", None, False, 70000)
 
 
-CLI = ("import typer; from prbench.cli.downstream import register; app = typer.Typer(); "
-       "app.callback()(lambda: None); register(app); app()")
+CLI = "from prbench.cli import command_app; command_app('serve-reward')()"
 
 
 def test_cli_checks_the_rm_before_announcing_and_says_what_sigterm_did() -> None:

@@ -22,8 +22,7 @@ import pytest
 
 pytest.importorskip("ray.serve", reason="the ray extra (ray[serve]) is not installed")
 
-CLI = ("import typer; from prbench.cli.downstream import register; app = typer.Typer(); "
-       "app.callback()(lambda: None); register(app); app()")
+CLI = "from prbench.cli import command_app; command_app('serve-reward')()"
 
 
 def _free_port() -> int:

@@ -238,17 +238,15 @@ def test_policy_never_sees_the_rubric(tiny_engine):
 
 
 def test_cli_rgd_policy_accuracy_icl(tiny_engine, tmp_path, monkeypatch):
-    import typer
     from typer.testing import CliRunner
 
-    from prbench.cli.rgd import register
+    from prbench.cli import command_app
     from prbench.data import write_examples
 
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
     data = tmp_path / "data.jsonl"
     write_examples(make_examples(2), data)
-    app = typer.Typer()
-    register(app)
+    app = command_app("rgd", "policy-accuracy", "icl")
     policy = f"hf:{tiny_engine.model_id}"
     runner = CliRunner()
     r = runner.invoke(app, ["rgd", "--policy", policy, "--rm", "baseline:length", "--data", str(data), "--w", "0,1",

@@ -35,6 +35,55 @@ def test_every_builtin_kind_is_registered_with_its_models() -> None:
     assert {k.setting for k in kinds() if k.role == "downstream"} >= {"bon", "rl", "rgd", "policy_accuracy"}
 
 
+def test_the_kinds_commands_are_the_clis_commands() -> None:
+    """Each kind declaring a `command` is `prbench <name>` with that command (built-in kinds through the plug-ins'
+    path); `prbench.cli.COMMANDS` names only those kinds (for their place in --help) and no other kind."""
+    import typer
+
+    from prbench.cli import COMMANDS, _register, app
+    from prbench.registry import resolve
+
+    _register()
+    declared = {k.name: type(k).command for k in kinds() if type(k).command is not None}
+    assert {n for n, target in COMMANDS.items() if target is None} == set(declared) >= {"eval", "bon", "build"}
+    commands = {c.name: c.callback for c in app.registered_commands}
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    for name, target in declared.items():
+        made = resolve(target) if isinstance(target, str) else target
+        if isinstance(made, typer.Typer):
+            assert groups[name] is made
+        else:
+            assert commands[name] is getattr(made, "callback", made)
+
+
+def test_each_kinds_driver_takes_its_settings_model() -> None:
+    """A kind's `settings_model` and `driver` say what runs: the driver takes that model (or one built on it)."""
+    import typing
+
+    from prbench.registry import resolve
+
+    declared = [k for k in kinds() if k.driver is not None]
+    assert {k.name for k in declared} >= {"eval", "bon", "rl", "rgd", "policy-accuracy", "icl", "sample", "plan",
+                                          "build"}
+    for k in declared:
+        model = resolve(k.settings_model)
+        hints = typing.get_type_hints(resolve(str(k.driver)))
+        takes = [t for h in hints.values() for t in (h, *typing.get_args(h)) if isinstance(t, type)]
+        assert any(issubclass(t, model) for t in takes), (k.name, model, hints)
+
+
+def test_the_kinds_report_sections_are_the_pages() -> None:
+    """The sections a kind renders whole come from its `report_id` and `report_section`; each is a section of the
+    page, and the page imports none of them itself."""
+    from prbench.report.html import SECTIONS
+
+    own = {k.report_id: k.name for k in kinds() if k.report_id is not None}
+    assert own == {"leaderboard": "eval", "build": "build", "bon": "bon"}
+    assert set(own) <= {sid for sid, _ in SECTIONS}
+    html = (Path(__file__).parents[1] / "src/prbench/report/html.py").read_text(encoding="utf-8")
+    assert "leaderboard_section" not in html and "prbench.report.bon" not in html and "report.build" not in html
+
+
 def test_open_run_names_the_torn_line_and_the_damaged_summary(tmp_path: Path) -> None:
     runs = make_runs(tmp_path / "runs")
     folder = open_run(next((runs / "eval").rglob("summary.json"))).path

@@ -265,17 +265,15 @@ def test_judge_pmi_lik_on_vllm(vllm_mod, tiny_lm, tmp_path) -> None:
 
 
 def test_cli_sample_policy_vllm(vllm_mod, tiny_lm, tmp_path) -> None:
-    import typer
     from typer.testing import CliRunner
 
-    from prbench.cli.downstream import register
+    from prbench.cli import command_app
     from prbench.data import write_examples
     from prbench.downstream.sampling import read_samples
     from prbench.schema import Example
     from prbench.testing.records import make_record
 
-    app = typer.Typer()
-    register(app)
+    app = command_app("sample")
     items = []
     for i in range(2):
         rec = make_record(i)

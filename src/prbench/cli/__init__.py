@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import os
 import sys
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.models import CommandInfo
 
 from prbench import __version__, interrupt
 from prbench.errors import PrbenchError
@@ -39,47 +41,64 @@ def _root(
     _DEBUG["on"] = debug
 
 
+# Every command of `prbench`, in the order its help lists them (typer lists groups of commands after the rest).
+# A name without a target is a run kind: its command is the kind's `command`, read from RUNKINDS as a plug-in
+# kind's is (kinds not named here follow, by name). The others make no run of a kind: "module:attr" of a typer
+# command function or of a typer app (a group of commands).
+COMMANDS: dict[str, str | None] = {
+    "eval": None, "leaderboard": "prbench.cli.eval:leaderboard_cmd", "compare": "prbench.cli.eval:compare_cmd",
+    "study": "prbench.cli.study:study_cmd", "demo": "prbench.cli.study:demo_cmd",
+    "power": "prbench.cli.power:power_cmd", "sample": None, "bon": None, "rl": None,
+    "serve-reward": "prbench.cli.downstream:serve_reward", "rgd": None, "policy-accuracy": None, "icl": None,
+    "meta": "prbench.cli.meta:meta", "report": "prbench.cli.meta:report",
+    "data": "prbench.cli.data:app", "build": None, "train": "prbench.cli.train:app", "plan": None,
+    "export": "prbench.cli.export:app",
+}
+
+
 def _register() -> None:
-    """Attach the sub-apps once (main() may run many times in one process: tests, notebooks)."""
+    """Attach every command once (main() may run many times in one process: tests, notebooks).
+
+    A run kind's command comes from the kind (built-in and plug-in kinds alike, one path); a kind no entry
+    names follows the table."""
     if _REGISTERED["done"]:
         return
     _REGISTERED["done"] = True
-    from prbench.cli import build as build_cmds
-    from prbench.cli import data as data_cmds
-    from prbench.cli import plan as plan_cmds
-    from prbench.cli import train as train_cmds
-
-    data_cmds.app.command("synth-users")(train_cmds.synth_users)
-    app.add_typer(data_cmds.app, name="data")
-    app.add_typer(build_cmds.app, name="build")
-    app.add_typer(train_cmds.app, name="train")
-    app.add_typer(plan_cmds.app, name="plan")
-    for module in _COMMAND_MODULES:
-        __import__(f"prbench.cli.{module}")
-    for module in _REGISTER_MODULES:
-        importlib.import_module(f"prbench.cli.{module}").register(app)
-    _kind_commands()
-
-
-def _kind_commands() -> None:
-    """`prbench NAME` for each plug-in run kind that declares a `command` (the built-in kinds' commands are the
-    modules above). Only installed or registered kinds are read, so a bare `prbench` imports no built-in kind."""
-    taken = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
-    taken |= {g.name or "" for g in app.registered_groups}
-    for name in [n for n in RUNKINDS.added_names() if n not in taken]:
+    for name in [*COMMANDS, *(n for n in RUNKINDS.names() if n not in COMMANDS)]:
         try:
-            target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
+            _add(app, name)
         except PrbenchError as exc:  # a broken plug-in: every other command still works; this line says why
             print(f"warning: {exc}", file=sys.stderr)
-            continue
-        if target is not None:
-            app.command(name)(resolve(target) if isinstance(target, str) else target)
 
 
-# Modules that add top-level commands to `app` when imported.
-_COMMAND_MODULES: list[str] = ["eval", "study", "power"]
-# Modules that expose register(app).
-_REGISTER_MODULES: list[str] = ["downstream", "rgd", "meta", "export"]
+def command_app(*names: str) -> typer.Typer:
+    """An app of only the named commands of `prbench`, each made as `prbench` makes it (`APP NAME ARGS`)."""
+    sub = typer.Typer()
+    sub.callback()(lambda: None)
+    for name in names:
+        if name not in COMMANDS and name not in RUNKINDS:
+            raise PrbenchError(f"no command {name!r} in prbench")
+        _add(sub, name)
+    return sub
+
+
+def _add(to: typer.Typer, name: str) -> None:
+    """`NAME` on `to`: COMMANDS' target, else the run kind's `command` (a plug-in kind's as a built-in's): a typer
+    app (a group), a typer `CommandInfo` (a function with its click settings: help class, epilog) or a function."""
+    target = COMMANDS.get(name)
+    if target is None and name in RUNKINDS:
+        target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
+    command = resolve(target) if isinstance(target, str) else target
+    if command is None:
+        return
+    if isinstance(command, typer.Typer):
+        to.add_typer(command, name=name)
+    elif isinstance(command, CommandInfo):
+        info = copy.copy(command)
+        info.name = name
+        to.registered_commands.append(info)
+    elif all(c.callback is not command for c in to.registered_commands):  # cli/study.py adds its own on import
+        to.command(name)(command)
 
 
 def main() -> None:

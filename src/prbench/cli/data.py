@@ -9,6 +9,7 @@ import typer
 
 from prbench.cli.options import Categories, DataArg, Format, Json, Limit, Quiet, Split, split_csv
 from prbench.cli.output import emit_json, table
+from prbench.cli.train import synth_users
 from prbench.data import iter_examples, load_examples, write_examples
 from prbench.data.stats import dataset_stats
 
@@ -94,3 +95,6 @@ def convert(
                           format=format_)
     n = write_examples(items, dst)
     typer.echo(f"wrote {n} records to {dst}")
+
+
+app.command("synth-users")(synth_users)  # a training data set, written by `prbench.cli.train`

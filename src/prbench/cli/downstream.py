@@ -1,6 +1,6 @@
 """`prbench sample`, `prbench bon`, `prbench rl`, `prbench serve-reward`: downstream validation.
 
-Plain functions plus `register(app)`, so the main app decides where they live.
+Plain functions: `prbench.cli.COMMANDS` and the run kinds' `command` name them.
 """
 
 from __future__ import annotations
@@ -254,11 +254,3 @@ def _serve_replicas(rm: str, condition: str, scale: ServeScale, host: str, port:
             pass
     finally:
         stop_replicas()
-
-
-def register(app: typer.Typer) -> None:
-    """Add the downstream commands to `app`."""
-    app.command(name="sample")(sample)
-    app.command(name="bon")(bon)
-    app.command(name="rl")(rl)
-    app.command(name="serve-reward")(serve_reward)

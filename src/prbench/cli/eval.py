@@ -7,8 +7,8 @@ from typing import Annotated, Any, ClassVar
 
 import typer
 from rich.markup import escape
+from typer.models import CommandInfo
 
-from prbench.cli import app
 from prbench.cli.options import (
     Conditions,
     Data,
@@ -73,7 +73,6 @@ EVAL_EXAMPLES = """Examples:
 """
 
 
-@app.command("eval", cls=EvalHelp, epilog=EVAL_EXAMPLES)
 @settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
@@ -225,6 +224,10 @@ def _print_runs(summaries: list[dict]) -> None:
                        f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
 
 
+
+# The eval kind's command (`prbench.runkinds.eval`): its options grouped in `--help`, examples after them.
+EVAL_COMMAND = CommandInfo(cls=EvalHelp, epilog=EVAL_EXAMPLES, callback=eval_cmd)
+
 def _say_reused(res: Any) -> None:
     """One line for a run returned as stored: nothing was scored now, and how to score it again."""
     n_bad, n_all = res.summary["metrics"]["n_invalid"], res.summary["n_total"]
@@ -234,7 +237,6 @@ def _say_reused(res: Any) -> None:
                err=True)
 
 
-@app.command("leaderboard")
 def leaderboard_cmd(
     runs: Annotated[Path, typer.Argument(help="Runs folder.")] = Path("runs"),
     categories: Annotated[bool, typer.Option("--by-category", help="Also show condition x category.")] = False,
@@ -255,7 +257,6 @@ def leaderboard_cmd(
         typer.echo(f"wrote {csv_path} and {json_path}")
 
 
-@app.command("compare")
 def compare_cmd(
     run_a: Annotated[Path, typer.Argument(help="First run folder.")],
     run_b: Annotated[Path, typer.Argument(help="Second run folder.")],

@@ -73,7 +73,3 @@ def eee(runs: Annotated[list[Path], typer.Argument(help="Run folders or folders 
     for line in res["not_exported"]:
         typer.echo(f"note: not exported: {line}", err=True)
     typer.echo(f"wrote {len(res['written']) // 2} evaluations to {out}")
-
-
-def register(main: typer.Typer) -> None:
-    main.add_typer(app, name="export")

@@ -1,6 +1,6 @@
 """`prbench meta` (rank agreement of benchmark and downstream) and `prbench report` (one HTML file).
 
-Plain functions plus `register(app)`, so the main app decides where they live.
+Plain functions: `prbench.cli.COMMANDS` and the run kinds' `command` name them.
 """
 
 from __future__ import annotations
@@ -124,9 +124,3 @@ def _read_json(path: Path | None, what: str) -> object:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PrbenchError(f"{path}: cannot read {what} ({exc})") from None
-
-
-def register(app: typer.Typer) -> None:
-    """Add `meta` and `report` to `app`."""
-    app.command(name="meta")(meta)
-    app.command(name="report")(report)

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 
-from prbench.cli import app
 from prbench.cli.options import Json
 from prbench.errors import PrbenchError
 
@@ -22,7 +21,6 @@ def _records(run: Path) -> list[dict[str, Any]]:
     return read_records(path)
 
 
-@app.command("power")
 def power_cmd(
     diff: Annotated[float | None, typer.Option(help="Accuracy difference to detect (0.05 = 5 points). With one "
                                                      "--pilot or --accuracy: against chance.")] = None,

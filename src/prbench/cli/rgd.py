@@ -1,6 +1,6 @@
 """`prbench rgd`, `prbench policy-accuracy`, `prbench icl`: paper B's side of downstream validation.
 
-Plain functions plus `register(app)`, so the main app decides where they live.
+Plain functions: `prbench.cli.COMMANDS` and the run kinds' `command` name them.
 """
 
 from __future__ import annotations
@@ -205,10 +205,3 @@ def icl(
           ["examples", "items", "ROUGE-1", "ROUGE-L", "grade", "kinds", "s/item", "folder"],
           [(s["examples"], s["n_generated"], _gold_cell(s, "rouge1"), _gold_cell(s, "rougeL"), _fmt(grade.get("mean")),
             s["example_kinds"], _fmt(s.get("seconds_per_item")), s["path"])])
-
-
-def register(app: typer.Typer) -> None:
-    """Add `rgd`, `policy-accuracy` and `icl` to `app`."""
-    app.command(name="rgd")(rgd)
-    app.command(name="policy-accuracy")(policy_accuracy)
-    app.command(name="icl")(icl)

@@ -1,7 +1,6 @@
 """`prbench train ...`: personalized reward models; and `prbench data synth-users`.
 
-Register with `app.add_typer(train.app, name="train")` and
-`data.app.command("synth-users")(train.synth_users)`.
+`app` is `prbench train` (`prbench.cli.COMMANDS`); `prbench.cli.data` adds `synth_users` to its group.
 """
 
 from __future__ import annotations

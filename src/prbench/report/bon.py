@@ -30,7 +30,8 @@ def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[BonSummary, DownstreamR
     return groups
 
 
-def bon_section(d: ReportData) -> str:
+def bon_section(d: ReportData, seed: int, n_boot: int) -> str:
+    """The bon kind's section (called as every kind's own section is; the curves carry the CIs their runs wrote)."""
     explain = ("Best-of-N: a policy drew N answers per item; each RM picks its top-scored answer among k; the rubric "
                "grader scores the pick (per aspect 0 = not covered, 1 = partly, 2 = well; item score = mean). Values: "
                "exact expected grade over random k-subsets (no draw noise), mean over items; bands: 95% bootstrap CI "

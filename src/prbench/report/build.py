@@ -9,7 +9,8 @@ from prbench.report.widgets import Cell, cat_label, empty, esc, fnum, numc, pct,
 from prbench.runkinds.build import BuildSection, ScaleStats
 
 
-def build_section(d: ReportData) -> str:
+def build_section(d: ReportData, seed: int, n_boot: int) -> str:
+    """The build kind's section (called as every kind's own section is; a build report has no CI to draw)."""
     explain = ("The benchmark build's validation: a validator LLM scored every chosen and rejected answer 1-5 on "
                "factuality, relevance, helpfulness and rubric (personal) fit. A good pair is close on the first three "
                "and far apart on rubric fit. Cells: mean (min-max) over kept pairs.")

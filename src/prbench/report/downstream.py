@@ -30,8 +30,8 @@ _FIRST = ("rl", "rgd")  # built-in blocks first, plug-in kinds by name, policy a
 
 
 def rl_rgd_section(d: ReportData) -> str:
-    """One block per downstream kind shown here (every one but Best-of-N, which has its own section)."""
-    blocks = [k for k in kinds() if k.role == "downstream" and k.name != "bon" and k.report_section]  # bon: own section
+    """One block per downstream kind shown here (every one without a section of its own, as Best-of-N has)."""
+    blocks = [k for k in kinds() if k.role == "downstream" and k.report_id is None and k.report_section]
     blocks.sort(key=lambda k: (k.name == "policy-accuracy", _FIRST.index(k.name) if k.name in _FIRST else 9, k.name))
     return section("rl-rgd", "RL, RGD and policy accuracy", EXPLAIN,
                    "".join(resolve(str(k.report_section))(d, k) for k in blocks))  # each has one (filtered above)

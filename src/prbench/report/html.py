@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,23 +22,19 @@ from prbench import __version__
 from prbench.conditions import CONDITIONS
 from prbench.errors import PrbenchError
 from prbench.meta import main_rows, meta_evaluate
-from prbench.report.bon import bon_section
-from prbench.report.build import build_section
+from prbench.registry import resolve
 from prbench.report.data import ReportData, collect, ev
 from prbench.report.downstream import rl_rgd_section
-from prbench.report.evals import (
-    conditions_section,
-    diagnostics_section,
-    headline,
-    leaderboard_section,
-    published_section,
-)
+from prbench.report.evals import conditions_section, diagnostics_section, headline, published_section
 from prbench.report.meta_section import meta_section
 from prbench.report.provenance import provenance_section
 from prbench.report.widgets import esc, is_baseline
+from prbench.runkinds import kinds
 
 __all__ = ["SECTIONS", "ReportData", "build_report", "collect", "render"]
 
+# The page's sections in order, ids stable. A run kind renders the section its `report_id` names (eval the
+# leaderboard, build and bon their own); the downstream kinds' blocks fill "rl-rgd"; the rest are the report's own.
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("leaderboard", "Leaderboard"),
     ("conditions", "Input conditions"),
@@ -96,15 +93,14 @@ def render(d: ReportData, *, title: str, published: Mapping[str, Any] | None = N
            n_boot: int = 1000) -> str:
     """The whole page as a string (all sections, ids stable)."""
     builders: dict[str, Callable[[], str]] = {
-        "leaderboard": lambda: leaderboard_section(d, seed, n_boot),
         "conditions": lambda: conditions_section(d, seed, n_boot),
         "diagnostics": lambda: diagnostics_section(d),
-        "build": lambda: build_section(d),
-        "bon": lambda: bon_section(d),
         "rl-rgd": lambda: rl_rgd_section(d),
         "meta": lambda: meta_section(d, meta, meta_error),
         "published": lambda: published_section(d, published, seed, n_boot),
         "provenance": lambda: provenance_section(d, meta, seed, n_boot),
+        **{k.report_id: partial(resolve(k.report_section), d, seed, n_boot) for k in kinds()
+           if k.report_id is not None and k.report_section is not None},
     }
     built = {sid: builders[sid]() for sid, _ in SECTIONS}
     shown = [(sid, label) for sid, label in SECTIONS if not _is_empty(built[sid])]

@@ -13,11 +13,13 @@ class BonKind(DownstreamKind):
     settings_model = "prbench.config:BonSettings"
     driver = "prbench.downstream.bon:best_of_n"
     stage = "prbench.study.stages:run_bon"
+    command = "prbench.cli.downstream:bon"
     title = "Best-of-N"
     setting = "bon"
     short = "BoN"
     result_model = BonSummary
-    report_section = "prbench.report.bon:bon_section"  # its own section (id "bon"), not a block of the downstream one
+    report_section = "prbench.report.bon:bon_section"
+    report_id = "bon"  # its own section, not a block of the downstream one
     value_definition = ("Best-of-N downstream score at k: mean over items of the exact expected rubric grade of the RM's "
                         "pick from a random k-subset ('expected'), or of its pick among the first k samples ('first_k')")
 

@@ -60,9 +60,11 @@ class BuildKind(RunKind):
     name = "build"
     settings_model = "prbench.config:BuildSettings"
     driver = "prbench.build.pipeline:build_benchmark"
+    command = "prbench.cli.build:app"  # `prbench build` and its subcommands
     title = "benchmark build"
     summary_model = None  # the build's summary.json is free-form; readers use report.json
     report_section = "prbench.report.build:build_section"
+    report_id = "build"
 
     def check(self, run: Run) -> None:
         """report.json as its model (a damaged one is one line naming the field)."""

@@ -17,6 +17,7 @@ class EvalKind(RunKind):
     settings_model = "prbench.config:EvalSettings"
     driver = "prbench._evaluate:evaluate"
     stage = "prbench.study.stages:run_eval"
+    command = "prbench.cli.eval:EVAL_COMMAND"
     title = "eval run"
     role = "benchmark"
     records_file = True
@@ -24,6 +25,7 @@ class EvalKind(RunKind):
     record_model = staticmethod(typed_record)  # pointwise or pairwise by the record's own fields
     group_fields = ("data", "condition")  # a benchmark: one data set under one condition
     report_section = "prbench.report.evals:leaderboard_section"
+    report_id = "leaderboard"
 
     def check(self, run: Run) -> None:
         """The summary must be what its records give: counts and accuracy (a cut or edited file is refused)."""

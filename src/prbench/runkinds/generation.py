@@ -52,6 +52,7 @@ class ICLKind(RunKind):
     name = "icl"
     settings_model = "prbench.config:ICLSettings"
     driver = "prbench.downstream.icl:run_icl"
+    command = "prbench.cli.rgd:icl"
     title = "in-context learning (gold / rubric scored)"
     summary_model = GenerationSummary
 
@@ -84,6 +85,7 @@ class SampleKind(RunKind):
     settings_model = "prbench.config:SampleSettings"
     driver = "prbench.downstream.sampling:sample_policy"
     stage = "prbench.study.stages:run_sample"
+    command = "prbench.cli.downstream:sample"
     title = "policy samples"
     summary_model = SampleSummary
 
@@ -93,6 +95,7 @@ class PlanKind(RunKind):
     settings_model = "prbench.config:PlanSettings"
     driver = "prbench.planner:plan"
     stage = "prbench.study.stages:run_plan"
+    command = "prbench.cli.plan:app"  # `prbench plan` and `prbench plan train`
     title = "planner outputs"
     summary_model = SampleSummary
 

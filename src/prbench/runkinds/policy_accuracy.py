@@ -21,6 +21,7 @@ class PolicyAccuracyKind(RunKind):
     settings_model = "prbench.config:PolicyAccuracySettings"
     driver = "prbench.downstream.policy_accuracy:policy_accuracy"
     stage = "prbench.study.stages:run_policy_accuracy"
+    command = "prbench.cli.rgd:policy_accuracy"
     title = "policy accuracy"
     role = "downstream"
     setting = "policy_accuracy"

@@ -11,6 +11,7 @@ class RGDKind(DownstreamKind):
     settings_model = "prbench.config:RGDSettings"
     driver = "prbench.downstream.rgd:run_rgd"
     stage = "prbench.study.stages:run_rgd_stage"
+    command = "prbench.cli.rgd:rgd"
     title = "reward-guided decoding"
     setting = "rgd"
     short = "RGD"

@@ -10,6 +10,7 @@ class RLKind(DownstreamKind):
     settings_model = "prbench.config:RLSettings"
     driver = "prbench.downstream.rl:train_rl"
     stage = "prbench.study.stages:run_rl"
+    command = "prbench.cli.downstream:rl"
     title = "RL fine-tuning"
     setting = "rl"
     short = "RL"
