@@ -97,7 +97,7 @@ def _add(to: typer.Typer, name: str) -> None:
         info = copy.copy(command)
         info.name = name
         to.registered_commands.append(info)
-    elif all(c.callback is not command for c in to.registered_commands):  # cli/study.py adds its own on import
+    else:
         to.command(name)(command)
 
 

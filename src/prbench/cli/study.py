@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from prbench.cli import app
 from prbench.cli.options import Json, Quiet
 from prbench.cli.output import emit_json, table
 
@@ -156,7 +155,6 @@ DOLLARS: list[tuple[str, Callable[[PlannedRun, PlannedCost], float]]] = [
     ("$ sync", lambda r, u: u.sync), ("$ batch", lambda r, u: u.batch), ("$ batch+cache", lambda r, u: u.batch_cache)]
 
 
-@app.command("study")
 def study_cmd(
     config: Annotated[Path | None, typer.Argument(help="Study YAML file.")] = None,
     preset: Annotated[str | None, typer.Option(help="Run a shipped preset instead of a file.")] = None,
@@ -214,7 +212,6 @@ def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
     typer.echo(f"study folder: {ctx.out}  (stage seconds: {ctx.outputs.get('timings')})")
 
 
-@app.command("demo")
 def demo_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("prbench-demo"),
     quiet: Quiet = False,
