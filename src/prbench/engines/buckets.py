@@ -30,14 +30,25 @@ from dataclasses import dataclass
 MIN_STEP = 8  # tokens between bucket widths for short sequences (every width a multiple of ROW_TILE)
 ROW_TILE = 8  # rows MKL's float32 matmul computes as one tile
 STEPS_PER_DOUBLING = 16
+KV_STEPS_PER_DOUBLING = 4  # the coarser grid of a prompt's cache as its responses read it (see kv_width)
 
 
-def bucket_width(n: int) -> int:
-    """The padded width of an `n`-token sequence: n rounded up to its bucket's step (8 for n <= 128, then 1/16 of the next power of two)."""
+def bucket_width(n: int, steps: int = STEPS_PER_DOUBLING) -> int:
+    """The padded width of an `n`-token sequence: n rounded up to its bucket's step (8 for short n, then 1/`steps` of the next power of two)."""
     if n < 1:
         raise ValueError(f"a sequence needs at least one token, not {n}")
-    step = max(MIN_STEP, (1 << (n - 1).bit_length()) // STEPS_PER_DOUBLING)
+    step = max(MIN_STEP, (1 << (n - 1).bit_length()) // steps)
     return -(-n // step) * step
+
+
+def kv_width(width: int) -> int:
+    """Columns of a prompt's KV cache as its responses attend to it: its padded width on a coarser grid (4 per doubling).
+
+    Why coarser: responses can share a batch only if their caches have one width, and a
+    response pass spends the extra (masked) columns only in attention, never in the linear
+    layers, so a coarse grid buys fuller response batches for little work. Never below `width`.
+    """
+    return bucket_width(width, KV_STEPS_PER_DOUBLING)
 
 
 @dataclass(frozen=True)
