@@ -6,10 +6,12 @@
 - Scores are read at the last real token (never by searching for the pad token, which may equal EOS).
 - Batch-invariant, byte for byte: a sequence's score depends on its own tokens only, never on
   which sequences share its call or batch (`prbench.engines.buckets`: each part is padded to a
-  width fixed by its own length, and only parts of one width share a batch). A decoder RM runs
-  every sequence as its prompt (everything before the response, read from the sequence itself)
-  plus the response continued from the prompt's KV cache, whether or not another response to
-  that prompt came in the same call.
+  width fixed by its own length, and only parts of one width share a batch; on a CPU every
+  matmul takes a fixed number of rows, `prbench.engines.fixed_gemm`). A decoder RM runs every
+  sequence whose prompt has 8+ tokens as its prompt (everything before the response, read from
+  the sequence itself) plus the response continued from the prompt's KV cache, whether or not
+  another response to that prompt came in the same call; responses to different prompts share
+  a batch when their prompts' caches have one (coarse) width.
 - One logit -> that logit; two -> logit[1] - logit[0] (log-odds of the positive class);
   more -> the `label_index` the user names (else an error).
 - Shared-prefix scoring: responses to the same prompt (chosen and rejected; N Best-of-N
