@@ -29,18 +29,36 @@ from prbench.engines.buckets import bucket_width, bucketed_batches
 torch = pytest.importorskip("torch")
 
 
-def test_matmul_rows_in_whole_tiles_do_not_depend_on_the_row_count() -> None:
-    """torch CPU float32: rows of whole 8-row tiles equal the same rows of a 512-row matmul; a partial tile may not."""
-    gen = torch.Generator().manual_seed(0)
-    lin = torch.nn.Linear(384, 384)
-    x = torch.randn(512, 384, generator=gen)
+GEMM_CHECK = """
+import random, torch
+from prbench.engines.fixed_gemm import linear_in_fixed_rows
+gen, rng = torch.Generator().manual_seed(0), random.Random(0)
+bad = []
+for k, n in [(64, 64), (384, 1536), (1536, 384), (1536, 576), (576, 1)]:
+    lin = torch.nn.Linear(k, n)
+    x = torch.randn(1200, k, generator=gen)
     with torch.no_grad():
-        ref = lin(x)
-        for m in (8, 16, 56, 64, 128):
-            assert torch.equal(lin(x[:m]), ref[:m]), m
-        # why whole tiles: a 7-row matmul computes some of its rows another way (3 of 7 on the dev VM)
-        partial = sum(int(not torch.equal(lin(x[:m]), ref[:m])) for m in (1, 2, 3, 7))
-    assert partial > 0, "partial tiles now match too; the row rounding may no longer be needed"
+        ref = linear_in_fixed_rows(torch, x, lin.weight, lin.bias)
+        for m in (1, 7, 8, 64, 100, 192, 256, 257, 700):
+            idx = torch.tensor(rng.sample(range(1200), m))
+            for got in (linear_in_fixed_rows(torch, x[idx], lin.weight, lin.bias),
+                        linear_in_fixed_rows(torch, x[idx].reshape(1, m, k), lin.weight, lin.bias)[0]):
+                if not torch.equal(got, ref[idx]):
+                    bad.append((k, n, m))
+print(torch.get_num_threads(), bad)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fixed_row_matmuls_give_each_row_the_same_bits_in_any_company(threads: int) -> None:
+    """A row's result never depends on which rows, or how many, share its matmul (torch's own F.linear fails this:
+    on the dev VM, a 1536-wide layer sums 64-192 rows another way than 256 at 2 threads, 8 rows than 16 at 1)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", GEMM_CHECK], env=env, capture_output=True, text=True, timeout=300,
+                          check=True)
+    assert done.stdout.split() == [str(threads), "[]"], done.stdout
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -158,6 +176,44 @@ def test_hf_rm_split_scoring_equals_whole_and_filler_rows_change_nothing(rms: di
     assert split == pytest.approx(whole, abs=1e-4)  # another split of the arithmetic, not of the neighbours
     monkeypatch.setattr("prbench.rewards.classifier.pads_rows", lambda device: True)
     assert [s.value for s in load_rm(f"hf:{rms['llama']}", batch_size=8).score(batch)] == split
+
+
+WIDE_RM_CHECK = """
+import random, sys
+from prbench.rewards import load_rm
+sys.path.insert(0, sys.argv[2])
+from test_batch_invariance import _chunks, _rm_batch
+rm = load_rm("hf:" + sys.argv[1], batch_size=8)
+if len(sys.argv) > 3:
+    from prbench.engines.fixed_gemm import unfix_gemm_rows
+    unfix_gemm_rows(rm.model)
+rng = random.Random(0)
+batch = _rm_batch(2)
+batch += [(batch[0][0], "".join(rng.choice("abc ") for _ in range(90))) for _ in range(8)]  # one 96-wide bucket
+alone = [rm.score([x])[0].value for x in batch]
+same = []
+for size in (7, 64):
+    got = {}
+    for chunk in _chunks(batch, size, seed=size):
+        got.update(zip(chunk, (s.value for s in rm.score([batch[i] for i in chunk]))))
+    same.append([got[i] for i in range(len(batch))] == alone)
+print(same)
+"""
+
+
+@pytest.mark.slow
+def test_a_wide_rm_at_two_threads_is_byte_identical_at_batch_sizes_1_7_64(tmp_path: Path) -> None:
+    """Hidden 768, MLP 1536 wide, 2 threads, many 90-token responses: the shapes where MKL's kernel follows the row count."""
+    from prbench.testing.tiny import make_tiny_seq_classifier
+
+    model = make_tiny_seq_classifier(tmp_path / "wide", seed=3, hidden_size=768)
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", WIDE_RM_CHECK, str(model), str(Path(__file__).parent)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["[True,", "True]"], done.stdout
 
 
 RUNNER = '''

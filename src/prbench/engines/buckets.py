@@ -5,16 +5,15 @@ the tensor shapes: the padded width decides how attention and pooling sum over p
 one text padded to 54 or 64 tokens: embeddings 1.4e-6 apart). So each sequence is padded to a
 width fixed by its OWN length (`bucket_width`), and only sequences of one width share a batch.
 
-The row count is the other shape. On a CPU (torch 2.13, MKL), a row of a matmul is the same sum
-whatever the number of rows and wherever it sits, as long as it falls in a whole tile of 8 rows:
-rows of a partial tile go through another kernel (a 7-row matmul: 3 of its rows differ from the
-same rows in a 512-row one). Bucket widths are multiples of 8, so every token-level matmul
-(rows x width) is made of whole tiles; layers that see one row per sequence (an encoder
-classifier's head) get filler rows up to a multiple of `ROW_TILE`. Checked in
-`tests/test_batch_invariance.py` on MiniLM and decoder RMs, masked and unmasked, at batch sizes
-1, 7 and 64 in mixed compositions. GPU libraries pick kernels by the row count, so off the CPU
-every batch is padded to a fixed row count with filler rows (`fixed_rows`), which a GPU runs at
-almost no cost.
+The row count is the other shape. On a CPU, MKL picks its matmul kernel by the number of rows
+(tokens x sequences), so prbench's CPU models multiply in fixed chunks of rows
+(`prbench.engines.fixed_gemm`); with that, a row's numbers depend on its own values only,
+whatever the batch holds. Widths stay multiples of 8 and an encoder classifier's pooled rows
+are rounded to whole 8-row tiles (`ROW_TILE`), as before. GPU libraries pick kernels by the row
+count too, so off the CPU every batch is padded to a fixed row count with filler rows
+(`fixed_rows`), which a GPU runs at almost no cost. Checked in `tests/test_batch_invariance.py`
+on MiniLM and decoder RMs, masked and unmasked, at batch sizes 1, 7 and 64 in mixed
+compositions.
 
 Compared with padding to the longest in a batch of sorted lengths, buckets cost at most one
 step of padding per sequence (16 buckets per doubling of length, at least 8 tokens apart:
@@ -30,14 +29,25 @@ from dataclasses import dataclass
 MIN_STEP = 8  # tokens between bucket widths for short sequences (every width a multiple of ROW_TILE)
 ROW_TILE = 8  # rows MKL's float32 matmul computes as one tile
 STEPS_PER_DOUBLING = 16
+KV_STEPS_PER_DOUBLING = 4  # the coarser grid of a prompt's cache as its responses read it (see kv_width)
 
 
-def bucket_width(n: int) -> int:
-    """The padded width of an `n`-token sequence: n rounded up to its bucket's step (8 for n <= 128, then 1/16 of the next power of two)."""
+def bucket_width(n: int, steps: int = STEPS_PER_DOUBLING) -> int:
+    """The padded width of an `n`-token sequence: n rounded up to its bucket's step (8 for short n, then 1/`steps` of the next power of two)."""
     if n < 1:
         raise ValueError(f"a sequence needs at least one token, not {n}")
-    step = max(MIN_STEP, (1 << (n - 1).bit_length()) // STEPS_PER_DOUBLING)
+    step = max(MIN_STEP, (1 << (n - 1).bit_length()) // steps)
     return -(-n // step) * step
+
+
+def kv_width(width: int) -> int:
+    """Columns of a prompt's KV cache as its responses attend to it: its padded width on a coarser grid (4 per doubling).
+
+    Why coarser: responses can share a batch only if their caches have one width, and a
+    response pass spends the extra (masked) columns only in attention, never in the linear
+    layers, so a coarse grid buys fuller response batches for little work. Never below `width`.
+    """
+    return bucket_width(width, KV_STEPS_PER_DOUBLING)
 
 
 @dataclass(frozen=True)

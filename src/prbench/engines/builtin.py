@@ -252,7 +252,7 @@ def _hub_offline() -> Iterator[None]:
 
 # Names the encoding of `encode_texts`: caches of embeddings put it in their keys, so values of an
 # earlier encoding (each text alone, or a padded batch) are never read back as this one's.
-ENCODING = "bucketed-v1"
+ENCODING = "bucketed-v2"  # v2: fixed-row matmuls on CPU (prbench.engines.fixed_gemm)
 ENCODE_ROWS = 32  # rows per batch, sentence-transformers' default batch size
 ENCODE_TOKENS = 4096  # padded tokens per batch
 ENCODE_CHUNK = 2048  # texts tokenized at once
@@ -282,7 +282,10 @@ def _encode_chunk(torch: Any, encoder: Any, texts: Sequence[str]) -> Any:
     import numpy as np
 
     from prbench.engines.buckets import bucketed_batches, pads_rows
+    from prbench.engines.fixed_gemm import fix_gemm_rows
 
+    if not pads_rows(encoder.device):
+        fix_gemm_rows(encoder)  # idempotent; see _load_sentence_encoder
     features = encoder.preprocess(list(texts))  # one tokenizer call: padded to the longest, truncated per text
     mask = features["attention_mask"]
     lengths = [int(n) for n in mask.sum(1)]
@@ -347,6 +350,17 @@ _ENCODERS: dict[tuple, Any] = {}
 
 
 def _load_sentence_encoder(name_or_path: str, device: str | None, **kwargs: Any) -> Any:
+    """The encoder, its linear layers multiplying in fixed row chunks on a CPU (batch-invariant bits: `engines.fixed_gemm`)."""
+    from prbench.engines.buckets import pads_rows
+    from prbench.engines.fixed_gemm import fix_gemm_rows
+
+    encoder = _load_plain_encoder(name_or_path, device, **kwargs)
+    if not pads_rows(encoder.device):
+        fix_gemm_rows(encoder)
+    return encoder
+
+
+def _load_plain_encoder(name_or_path: str, device: str | None, **kwargs: Any) -> Any:
     st = require("sentence_transformers", "dense")
     if name_or_path.startswith("builtin:"):
         path: str = str(builtin_path(name_or_path))

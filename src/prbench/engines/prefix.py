@@ -168,6 +168,51 @@ def select_rows(cache: Any, rows: Any, length: int) -> Any:
                                         for layer in cache.layers])
 
 
+class PromptCaches:
+    """KV caches of prompt batches, each widened with masked zero columns to one cache width; any rows gathered into one cache.
+
+    Why: responses to different prompts can then share a batch whenever their prompts' caches
+    have the same width (`prbench.engines.buckets.kv_width`), instead of only responses whose
+    prompts ran in the same batch.
+    """
+
+    def __init__(self, torch: Any):
+        self.torch = torch
+        self.chunks: dict[int, list[list[tuple[Any, Any]]]] = {}  # cache width -> per batch, per layer (keys, values)
+        self.joined: dict[int, list[tuple[Any, Any]]] = {}
+        self.place: dict[int, tuple[int, int]] = {}  # prompt -> (cache width, row)
+        self.nbytes = 0
+
+    def add(self, cache: Any, prompts: Sequence[int], width: int) -> None:
+        """Keep the first len(prompts) rows of `cache` (filler rows dropped), widened to `width` columns."""
+        if width in self.joined:
+            raise RuntimeError("PromptCaches: every prompt of a width is added before its rows are gathered")
+        pad = self.torch.nn.functional.pad
+        n = len(prompts)
+        chunks = self.chunks.setdefault(width, [])
+        start = sum(layers[0][0].shape[0] for layers in chunks)
+        grow = width - cache.layers[0].keys.shape[2]
+        chunks.append([(pad(layer.keys[:n], (0, 0, 0, grow)), pad(layer.values[:n], (0, 0, 0, grow)))
+                       for layer in cache.layers])
+        self.nbytes += sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in chunks[-1])
+        for row, p in enumerate(prompts):
+            self.place[p] = (width, start + row)
+
+    def gather(self, prompts: Sequence[int]) -> Any:
+        """One cache holding the rows of `prompts` (all of one cache width), in that order."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        width = self.place[prompts[0]][0]
+        if width not in self.joined:
+            chunks = self.chunks.pop(width)
+            self.joined[width] = chunks[0] if len(chunks) == 1 else [
+                (torch.cat([c[i][0] for c in chunks]), torch.cat([c[i][1] for c in chunks])) for i in range(len(chunks[0]))]
+        rows = torch.tensor([self.place[p][1] for p in prompts], device=self.joined[width][0][0].device)
+        return DynamicCache(ddp_cache_data=[(k.index_select(0, rows), v.index_select(0, rows))
+                                            for k, v in self.joined[width]])
+
+
 def supports_sharing(model: Any) -> bool:
     """True for decoder models whose KV cache is the plain per-layer kind (no sliding windows, no state)."""
     config = getattr(model, "config", None)

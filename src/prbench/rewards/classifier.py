@@ -6,10 +6,12 @@
 - Scores are read at the last real token (never by searching for the pad token, which may equal EOS).
 - Batch-invariant, byte for byte: a sequence's score depends on its own tokens only, never on
   which sequences share its call or batch (`prbench.engines.buckets`: each part is padded to a
-  width fixed by its own length, and only parts of one width share a batch). A decoder RM runs
-  every sequence as its prompt (everything before the response, read from the sequence itself)
-  plus the response continued from the prompt's KV cache, whether or not another response to
-  that prompt came in the same call.
+  width fixed by its own length, and only parts of one width share a batch; on a CPU every
+  matmul takes a fixed number of rows, `prbench.engines.fixed_gemm`). A decoder RM runs every
+  sequence whose prompt has 8+ tokens as its prompt (everything before the response, read from
+  the sequence itself) plus the response continued from the prompt's KV cache, whether or not
+  another response to that prompt came in the same call; responses to different prompts share
+  a batch when their prompts' caches have one (coarse) width.
 - One logit -> that logit; two -> logit[1] - logit[0] (log-odds of the positive class);
   more -> the `label_index` the user names (else an error).
 - Shared-prefix scoring: responses to the same prompt (chosen and rejected; N Best-of-N
@@ -28,14 +30,22 @@ from typing import Any, Literal
 
 from prbench.cache import text_hash
 from prbench.conditions import View
-from prbench.engines.buckets import ROW_TILE, Batch, bucketed_batches, pads_rows
-from prbench.engines.prefix import CPU_BATCH_TOKENS, cache_kwarg, output_cache, select_rows, supports_sharing
+from prbench.engines.buckets import ROW_TILE, Batch, bucketed_batches, kv_width, pads_rows
+from prbench.engines.fixed_gemm import GEMM_ROWS, fix_gemm_rows
+from prbench.engines.prefix import (
+    MIN_SHARED_PREFIX,
+    PromptCaches,
+    cache_kwarg,
+    output_cache,
+    supports_sharing,
+)
 from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.progress import beat
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.specs import RMOptions, model_or_builtin
 
+CACHE_BYTES = 1 << 30  # prompt KV caches held at once (responses batch across them): 64 profile prompts of a 135M model
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
 PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # earlier turns, same plain form
 
@@ -91,6 +101,9 @@ class SequenceClassifierRM(PointwiseRM):
         self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
             model, trust_remote_code=trust_remote_code, dtype=resolve_dtype(dtype, self.device)
         ).to(self.device).eval()
+        self.gemm_rows = None if pads_rows(self.device) else GEMM_ROWS  # CPU: fixed-shape matmuls (engines.fixed_gemm)
+        if self.gemm_rows:
+            fix_gemm_rows(self.model)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
         if self.model.config.pad_token_id is None:
@@ -116,6 +129,7 @@ class SequenceClassifierRM(PointwiseRM):
             "max_length": self.max_length,
             "label_index": self.label_index,
             "weights": local_digest(getattr(self.model, "name_or_path", None)),  # local folder: its content
+            "gemm_rows": self.gemm_rows,  # the arithmetic: scores of another matmul shape are never mixed in
         }
 
     def run_info(self) -> dict[str, Any]:
@@ -235,10 +249,13 @@ class SequenceClassifierRM(PointwiseRM):
     def _score_split(self, seqs: Sequence[list[int]], cuts: Sequence[int]) -> list[float]:
         """Each sequence as its prompt (`cuts[j]` tokens, run once per distinct prompt) plus its response from the prompt's KV cache.
 
-        Both parts are padded to their own length buckets, so a score never depends on its
-        neighbours. Prompts run causally without a mask (right padding is never seen); a
-        response attends its prompt's real columns and its own tokens through the mask, at
-        positions that continue its own prompt.
+        Every shape a sequence meets is fixed by its own lengths, so a score never depends on
+        its neighbours: its prompt runs in the prompt's length bucket; its response runs in the
+        response's length bucket against its prompt's cache widened to `kv_width`, in a batch
+        that may hold responses to any prompts of one cache width (prompt caches are held until
+        CACHE_BYTES, then their responses run). Prompts run causally without a mask (right padding is never
+        seen); a response attends its prompt's real columns and its own tokens through the mask,
+        at positions that continue its own prompt.
         """
         torch = self.torch
         backbone, head = self._split_model()  # type: ignore[misc]
@@ -250,39 +267,56 @@ class SequenceClassifierRM(PointwiseRM):
             members.setdefault(p, []).append(j)
         plist = [list(p) for p in prompts]
         fixed = pads_rows(self.device)
-        pre_budget = min(self.token_budget, CPU_BATCH_TOKENS) if not fixed else self.token_budget
         out = [math.nan] * len(seqs)
-        for pre in bucketed_batches([len(p) for p in plist], pre_budget, self.batch_size, fixed):
+        held: list[Batch] = []
+        caches = PromptCaches(torch)
+        plan = bucketed_batches([len(p) for p in plist], self.token_budget, self.batch_size, fixed)
+        for n, pre in enumerate(plan):
             beat(f"scoring {len(pre.index)} prompts")
             with torch.no_grad():
                 cache = output_cache(backbone(input_ids=self._padded(plist, pre).to(self.device), use_cache=True))
-            row_of = {p: row for row, p in enumerate(pre.index)}
-            todo = [j for p in pre.index for j in members[p]]
-            suffixes = [seqs[j][cuts[j]:] for j in todo]
+            caches.add(cache, pre.index, kv_width(pre.width))
+            held.append(pre)
             self.counts["tokens"] += sum(len(plist[p]) for p in pre.index)
             self.counts["padded_tokens"] += pre.rows * pre.width
             self.counts["prefix_tokens_saved"] += sum(len(plist[p]) * (len(members[p]) - 1) for p in pre.index)
-            for sub in bucketed_batches([len(x) for x in suffixes], self.token_budget, self.batch_size, fixed):
-                beat(f"scoring {len(sub.index)} responses from their prompts' cache")
-                js = [todo[sub.index[min(r, len(sub.index) - 1)]] for r in range(sub.rows)]
-                mask = torch.zeros((sub.rows, pre.width + sub.width), dtype=torch.long)
-                pos = torch.zeros((sub.rows, sub.width), dtype=torch.long)
-                last = []
-                for row, j in enumerate(js):
-                    mask[row, : cuts[j]] = 1
-                    mask[row, pre.width : pre.width + len(seqs[j]) - cuts[j]] = 1
-                    pos[row] = torch.arange(sub.width) + cuts[j]
-                    last.append(len(seqs[j]) - cuts[j] - 1)
-                rows = torch.tensor([row_of[owner[j]] for j in js], device=self.device)
-                with torch.no_grad():
-                    hidden = backbone(input_ids=self._padded(suffixes, sub).to(self.device),
-                                      attention_mask=mask.to(self.device), position_ids=pos.to(self.device),
-                                      use_cache=True, **{kwarg: select_rows(cache, rows, pre.width)}).last_hidden_state
-                    logits = _at(torch, head(hidden), torch.tensor(last))
-                for j, v in zip(js[: len(sub.index)], self._reduce(logits)):
+            if caches.nbytes < CACHE_BYTES and n + 1 < len(plan):
+                continue
+            by_width: dict[int, list[int]] = {}  # the responses of every held prompt, by cache width
+            for b in held:
+                by_width.setdefault(kv_width(b.width), []).extend(j for p in b.index for j in members[p])
+            for width, todo in sorted(by_width.items()):
+                for j, v in self._responses(todo, seqs, cuts, owner, width, caches, backbone, head, kwarg):
                     out[j] = v
-                self.counts["tokens"] += sum(len(suffixes[k]) for k in sub.index)
-                self.counts["padded_tokens"] += sub.rows * sub.width
+            held, caches = [], PromptCaches(torch)
+        return out
+
+    def _responses(self, todo: Sequence[int], seqs: Sequence[list[int]], cuts: Sequence[int], owner: Sequence[int],
+                   width: int, caches: PromptCaches, backbone: Any, head: Any, kwarg: str) -> list[tuple[int, float]]:
+        """Scores of the responses `todo`, whose prompts' caches all have `width` columns, in response-length buckets."""
+        torch = self.torch
+        suffixes = [seqs[j][cuts[j]:] for j in todo]
+        out = []
+        for sub in bucketed_batches([len(x) for x in suffixes], self.token_budget, self.batch_size,
+                                    pads_rows(self.device)):
+            beat(f"scoring {len(sub.index)} responses from their prompts' cache")
+            js = [todo[sub.index[min(r, len(sub.index) - 1)]] for r in range(sub.rows)]
+            mask = torch.zeros((sub.rows, width + sub.width), dtype=torch.long)
+            pos = torch.zeros((sub.rows, sub.width), dtype=torch.long)
+            last = []
+            for row, j in enumerate(js):
+                mask[row, : cuts[j]] = 1
+                mask[row, width : width + len(seqs[j]) - cuts[j]] = 1
+                pos[row] = torch.arange(sub.width) + cuts[j]
+                last.append(len(seqs[j]) - cuts[j] - 1)
+            with torch.no_grad():
+                hidden = backbone(input_ids=self._padded(suffixes, sub).to(self.device),
+                                  attention_mask=mask.to(self.device), position_ids=pos.to(self.device),
+                                  use_cache=True, **{kwarg: caches.gather([owner[j] for j in js])}).last_hidden_state
+                logits = _at(torch, head(hidden), torch.tensor(last))
+            out.extend(zip(js[: len(sub.index)], self._reduce(logits)))
+            self.counts["tokens"] += sum(len(suffixes[k]) for k in sub.index)
+            self.counts["padded_tokens"] += sub.rows * sub.width
         return out
 
     def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
@@ -299,7 +333,14 @@ class SequenceClassifierRM(PointwiseRM):
                 if key not in prompt_ids:
                     prompt_ids[key] = self._view_ids(view, n, "")
                 cuts.append(self.prompt_length(seq, prompt_ids[key]))
-            values = self._score_split(seqs, cuts)
+            # a prompt too short to pay for a pass of its own: the sequence runs whole (its own choice)
+            split = [k for k, cut in enumerate(cuts) if cut >= MIN_SHARED_PREFIX]
+            whole = [k for k, cut in enumerate(cuts) if cut < MIN_SHARED_PREFIX]
+            values = [math.nan] * len(seqs)
+            for ks, vs in ((split, self._score_split([seqs[k] for k in split], [cuts[k] for k in split])),
+                           (whole, self.forward([seqs[k] for k in whole]))):
+                for k, v in zip(ks, vs):
+                    values[k] = v
         else:
             values = self.forward(seqs)
         for i, v in zip(ok, values):
