@@ -48,8 +48,9 @@ def fix_gemm_rows(model: Any) -> int:
     count = 0
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and not getattr(module, "_prbench_fixed_rows", False):
-            module.forward = types.MethodType(_fixed_forward, module)
-            module._prbench_fixed_rows = True
+            # an instance's own forward: the class (and every other model's Linear layers) stay as they are
+            module.forward = types.MethodType(_fixed_forward, module)  # type: ignore[method-assign]
+            module.__dict__["_prbench_fixed_rows"] = True  # a plain flag, not a parameter or submodule
             count += 1
     return count
 

@@ -296,7 +296,7 @@ class SequenceClassifierRM(PointwiseRM):
         """Scores of the responses `todo`, whose prompts' caches all have `width` columns, in response-length buckets."""
         torch = self.torch
         suffixes = [seqs[j][cuts[j]:] for j in todo]
-        out = []
+        out: list[tuple[int, float]] = []
         for sub in bucketed_batches([len(x) for x in suffixes], self.token_budget, self.batch_size,
                                     pads_rows(self.device)):
             beat(f"scoring {len(sub.index)} responses from their prompts' cache")
