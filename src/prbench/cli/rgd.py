@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import TaskID
 
 from prbench.cli.options import (
     Data,
@@ -61,7 +62,11 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
             rm_obj = load_rm(spec, **{"seed": settings.seed, **rm_options[spec]})
             for wv in ws:
                 task = bar.add_task(f"{spec} w={wv:g}", total=None)
-                res = run_one(engine, rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
+
+                def on_progress(done: int, total: int, task: TaskID = task) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                res = run_one(engine, rm_obj, wv, on_progress)
                 summaries.append({**res.summary, "path": str(res.path)})
     return summaries
 
