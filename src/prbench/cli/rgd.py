@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import TaskID
 
 from prbench.cli.options import (
     Data,
@@ -27,6 +26,9 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, GraderAccess, ICLSettings, PolicyAccuracySettings, RGDSettings
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
