@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,8 @@ class View:
     def key(self) -> str:
         """Content hash of everything shown, for caches."""
         # The id is part of it: some scorers (baseline:random) depend on the example, not only the text.
-        parts = [self.example_id, self.question, self.condition, self.context(), self.max_context_chars, self.user_id]
+        parts: list[Any] = [self.example_id, self.question, self.condition, self.context(), self.max_context_chars,
+                            self.user_id]
         if self.turns:  # only multi-turn views add it, so single-turn keys (and caches) stay as they were
             parts.append([(m.role, m.content) for m in self.turns])
         return content_key(*parts)
@@ -238,38 +239,37 @@ def build_view(
 ) -> View:
     """Build what an RM may see of `example` under `condition`."""
     # The pairs of one multi-response item share one view (its item id), so a response scores the same in each.
-    base = {"example_id": getattr(example, "item_id", None) or example.id, "question": example.question,
-            "condition": condition,
-            "max_context_chars": max_context_chars, "turns": tuple(example.context)}
+    base = View(example_id=getattr(example, "item_id", None) or example.id, question=example.question,
+                condition=condition, max_context_chars=max_context_chars, turns=tuple(example.context))
     if condition == "none":
-        return View(**base)
+        return base
     uid = example.user_id or example.id
     if condition == "profile":
-        return View(**base, user_id=uid, posts=tuple(retriever.top_k(example.question, example.profile, top_k, cache)))
+        return replace(base, user_id=uid, posts=tuple(retriever.top_k(example.question, example.profile, top_k, cache)))
     if condition == "wrong-profile":
         donor = _donor(example, pool, seed)
         posts = retriever.top_k(example.question, donor.profile, top_k, cache)
-        return View(**base, user_id=donor.user_id or donor.id, posts=tuple(posts), meta={"donor": donor.id})
+        return replace(base, user_id=donor.user_id or donor.id, posts=tuple(posts), meta={"donor": donor.id})
     if condition == "history":
-        return View(**base, user_id=uid, pairs=_top_history(example, example.history, retriever, top_k, cache))
+        return replace(base, user_id=uid, pairs=_top_history(example, example.history, retriever, top_k, cache))
     if condition == "wrong-history":
         donor = _donor(example, pool, seed, condition)
         pairs = _top_history(example, donor.history, retriever, top_k, cache)
-        return View(**base, user_id=donor.user_id or donor.id, pairs=pairs, meta={"donor": donor.id})
+        return replace(base, user_id=donor.user_id or donor.id, pairs=pairs, meta={"donor": donor.id})
     if condition == "persona":  # a user without one is recorded as `no_context` (see no_context_failure)
-        return View(**base, user_id=uid, persona=example.persona.strip() and example.persona)
+        return replace(base, user_id=uid, persona=example.persona.strip() and example.persona)
     if condition == "wrong-persona":
         donor = _donor(example, pool, seed, condition)
-        return View(**base, user_id=donor.user_id or donor.id, persona=donor.persona, meta={"donor": donor.id})
+        return replace(base, user_id=donor.user_id or donor.id, persona=donor.persona, meta={"donor": donor.id})
     if condition == "oracle":
-        return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
+        return replace(base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
                                                        for a in example.rubric_aspects))
     if condition == "planner":
         if planner is None:
             raise PrbenchError("condition 'planner' needs planner output (--planner-file or prbench plan)")
         if example.id not in planner:
             raise PrbenchError(f"planner output has no aspects for example {example.id!r}")
-        return View(**base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
+        return replace(base, user_id=uid, aspects=tuple(RubricAspect(aspect=a.aspect, reason=a.reason)
                                                        for a in planner[example.id]))
     raise PrbenchError(f"unknown condition {condition!r} (use {', '.join(ALL_CONDITIONS)})")
 
@@ -327,7 +327,7 @@ def require_fields(examples: Iterable[SourceItem], conditions: Sequence[str],
                                f"{ids[0]!r}); run the others (none, profile, wrong-profile) or add {field_name}")
 
 
-def build_views(examples: Sequence[SourceItem], condition: str, **kwargs) -> list[View]:
+def build_views(examples: Sequence[SourceItem], condition: str, **kwargs: Any) -> list[View]:
     """Views for every example; the examples themselves are the wrong-profile donor pool."""
     kwargs.setdefault("pool", examples)
     return [build_view(ex, condition, **kwargs) for ex in examples]

@@ -334,15 +334,17 @@ def weighted_tau(
     ``weigher``: "hyperbolic" (default) w(r) = 1/(r+1); "exp" w(r) = exp_base**r; or a callable.
     """
     xa, ya = _xy(x, y)
+    fn: Callable[[int], float] | None
     if weigher == "hyperbolic":
-        fn = None
+        fn = None  # scipy's own default, 1/(r+1)
     elif weigher == "exp":
         if not 0.0 < exp_base < 1.0:
             raise ValueError(f"exp_base must be in (0, 1), got {exp_base}")
 
-        def fn(r: int) -> float:
+        def exp_weight(r: int) -> float:
             return exp_base**r
 
+        fn = exp_weight
     elif callable(weigher):
         fn = weigher
     else:
@@ -713,8 +715,9 @@ def item_credit(rule: str, pairs: Sequence[dict[str, Any]]) -> float | None:
     """Credit of one item from its pair records; None when any pair is invalid."""
     if any(p.get("credit") is None for p in pairs):
         return None
-    scores = [_pair_scores(p) for p in pairs]
-    pointwise = all(s is not None for s in scores)
+    maybe_scores = [_pair_scores(p) for p in pairs]
+    scores = [s for s in maybe_scores if s is not None]
+    pointwise = len(scores) == len(maybe_scores)
     if rule == "pair":
         return float(np.mean([p["credit"] for p in pairs]))
     if rule == "matrix":
@@ -723,7 +726,7 @@ def item_credit(rule: str, pairs: Sequence[dict[str, Any]]) -> float | None:
     if rule == "strict":
         if len(pairs) != 1:
             raise ValueError(f"a strict item is one pair, got {len(pairs)}")
-        return float(_strict_win(pairs[0], scores[0]))
+        return float(_strict_win(pairs[0], maybe_scores[0]))
     if rule in ("ties", "beats-all"):
         if pointwise:
             return float(min(s[0] for s in scores) > max(s[1] for s in scores))
@@ -741,7 +744,7 @@ def item_credit(rule: str, pairs: Sequence[dict[str, Any]]) -> float | None:
     raise ValueError(f"unknown item rule {rule!r} (use {', '.join(ITEM_RULES)})")
 
 
-def _longer(pairs: Sequence[dict[str, Any]]) -> str:
+def _longer(pairs: Sequence[dict[str, Any]]) -> str | None:
     sides = {p.get("longer") for p in pairs}
     return sides.pop() if len(sides) == 1 else "equal"  # mixed: no single side is longer
 

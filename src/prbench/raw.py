@@ -5,12 +5,13 @@ its file and line: the layer both prbench's own loader and the format readers re
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,9 +38,9 @@ def sample_path(name: str = "sample") -> Path:
     return Path(str(resources.files("prbench.data").joinpath(*SAMPLE_FILES[name].split("/"))))
 
 
-def _loc(error: dict[str, Any]) -> str:
+def _loc(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
-    for p in error["loc"]:
+    for p in loc:
         parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
     return "".join(parts) or "record"
 
@@ -50,7 +51,7 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
     msg = err["msg"]
     missing = [e["loc"] for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
     if err["type"] == "missing" and len(missing) > 1:  # every missing field of the record at once, not one a run
-        return ", ".join(_loc({"loc": loc}) for loc in missing), "missing required fields"
+        return ", ".join(_loc(loc) for loc in missing), "missing required fields"
     if err["type"] == "missing":
         msg = "missing required field"
     elif err["type"] == "value_error":
@@ -58,7 +59,7 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
     elif "input" in err and err["type"].endswith("_type"):
         got = type(err["input"]).__name__
         msg = f"{msg} (got {_TYPE_NAMES.get(got, got)})"
-    return _loc(err), msg
+    return _loc(err["loc"]), msg
 
 
 def short_text(value: Any, limit: int = 80) -> str:
@@ -80,7 +81,7 @@ def _parse_json(text: str | bytes, file: str, line: int | None) -> Any:
         raise DataError(file, line, None, f"invalid JSON: {str(exc).split(';')[0][:120]}") from None
 
 
-def _open_binary(path: Path):
+def _open_binary(path: Path) -> io.BufferedIOBase:
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb")
 
 
@@ -215,7 +216,10 @@ def iter_raw(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, A
     raise DataError(text, None, None, "no such file, folder, built-in sample or hub dataset id")
 
 
-def parse_record(raw: Any, cls: type[BaseModel], file: str, line: int, any_category: bool = True) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_record(raw: Any, cls: type[M], file: str, line: int, any_category: bool = True) -> M:
     """Validate one raw record, raising a DataError that names file, line and field.
 
     Any category is accepted (a personalized file of one's own has its own topics, or none);
@@ -230,9 +234,10 @@ def parse_record(raw: Any, cls: type[BaseModel], file: str, line: int, any_categ
     except ValidationError as exc:
         field, reason = _first_error(exc)
         raise DataError(file, line, field, reason) from None
-    if not any_category and rec.category not in CATEGORIES:
+    category = None if any_category else getattr(rec, "category", None)  # a record without one is refused
+    if not any_category and category not in CATEGORIES:
         raise DataError(file, line, "category",
-                        f"unknown category {short_text(rec.category)} (known: {', '.join(CATEGORIES)})")
+                        f"unknown category {short_text(category)} (known: {', '.join(CATEGORIES)})")
     return rec
 
 def split_rows(src: str | Path, split: str) -> Iterator[tuple[str, int, Any]]:

@@ -202,7 +202,7 @@ def read_records(path: Path, fix: str = "rerun the same command with --repair to
     return recs
 
 
-_HELD: dict[str, weakref.ref] = {}  # resolved path -> the RunDir of this process that holds its lock
+_HELD: dict[str, weakref.ref[RunDir]] = {}  # resolved path -> the RunDir of this process that holds its lock
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -235,11 +235,12 @@ class RunDir:
         self.config_path = self.path / "config.json"
         self.repaired: dict[str, int] = {}
         self._ids: set[Any] | None = None
-        self._state = {"wrote": False, "fd": None}
+        self._state: dict[str, Any] = {"wrote": False, "fd": None}
         key = str(self.path.resolve())
-        old = _HELD.get(key)
-        if old is not None and old() is not None:
-            old().close()  # reopened in this process: the older handle may no longer write
+        old_ref = _HELD.get(key)
+        older = old_ref() if old_ref is not None else None
+        if older is not None:
+            older.close()  # reopened in this process: the older handle may no longer write
         created = self._mkdirs()
         self._state["fd"] = self._lock()
         _HELD[key] = weakref.ref(self)
@@ -382,10 +383,9 @@ class RunDir:
         if not records:
             return
         self._check_writable()
-        if self._ids is None:
-            self.records()
+        known = self._ids if self._ids is not None else {r["id"] for r in self.records()}
         ids = [r["id"] for r in records]
-        dup = next((i for i in ids if i in self._ids), None) if len(set(ids)) == len(ids) else ids[0]
+        dup = next((i for i in ids if i in known), None) if len(set(ids)) == len(ids) else ids[0]
         if dup is not None:
             raise PrbenchError(f"{self.examples_path}: refusing to record id {dup!r} twice")
         lines = "".join(dumps(r) + "\n" for r in records)
@@ -396,7 +396,8 @@ class RunDir:
                 os.fsync(fh.fileno())
         except OSError as exc:
             raise self._write_error(exc) from None
-        self._ids.update(ids)
+        known.update(ids)
+        self._ids = known
         self._state["wrote"] = True
 
     def rewrite(self, records: Iterable[dict[str, Any]]) -> None:

@@ -129,17 +129,19 @@ def _pairwise_records(
             sides=sides,
             truncated=any(vd.truncated for vd in vs),
         )
-        probs = [vd.meta.get("p_a") for vd in vs]
-        has_probs = all(isinstance(p, (int, float)) and math.isfinite(p) for p in probs)
+        given = [vd.meta.get("p_a") for vd in vs]
+        probs = [float(p) for p in given if isinstance(p, (int, float)) and math.isfinite(p)]
+        has_probs = len(probs) == len(given)
         if has_probs:
             rec["p_a"] = [_round(p) for p in probs]
-        if any(s is None for s in sides):
+        valid = [s for s in sides if s is not None]
+        if len(valid) < len(sides):
             rec["credit"] = None
             rec["invalid"] = next((vd.error for vd in vs if vd.error), None) or "unparseable verdict"
-        elif len(sides) == 1:
-            rec["credit"] = SIDE_CREDIT[sides[0]]
+        elif len(valid) == 1:
+            rec["credit"] = SIDE_CREDIT[valid[0]]
         else:
-            rec["consistent"] = sides[0] == sides[1]
+            rec["consistent"] = valid[0] == valid[1]
             if has_probs:
                 # Probability verdicts: average the chance given to `chosen` over both positions,
                 # which cancels a constant position bias instead of turning it into ties.
@@ -147,7 +149,7 @@ def _pairwise_records(
                 rec["p_chosen"] = _round(p_chosen)
                 rec["credit"] = 1.0 if p_chosen > 0.5 else 0.0 if p_chosen < 0.5 else 0.5
             else:
-                rec["credit"] = SIDE_CREDIT[sides[0]] if sides[0] == sides[1] else 0.5
+                rec["credit"] = SIDE_CREDIT[valid[0]] if valid[0] == valid[1] else 0.5
         recs.append(rec)
     return recs
 

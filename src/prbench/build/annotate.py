@@ -267,8 +267,9 @@ def agreement(filled: str | Path, key: str | Path | None = None) -> dict[str, An
             unscored += 1
         vscores = (k["pairs"][pair].get("validator") or {}).get(role) or {}
         for s in SCALES:
-            if scores[s] is not None and vscores.get(s) is not None:
-                per_scale[s][0].append(scores[s])
+            mine = scores[s]
+            if mine is not None and vscores.get(s) is not None:
+                per_scale[s][0].append(mine)
                 per_scale[s][1].append(float(vscores[s]))
     scales = {}
     for s, (h, v) in per_scale.items():
@@ -286,14 +287,14 @@ def agreement(filled: str | Path, key: str | Path | None = None) -> dict[str, An
             continue
         cat = k["pairs"][pair]["category"]
         by_cat.setdefault(cat, []).append((roles["chosen"], roles["rejected"]))
-        c, r = roles["chosen"]["rubric_fit"], roles["rejected"]["rubric_fit"]
-        if c is not None and r is not None:
-            prefers.setdefault(cat, []).append(1.0 if c > r else (0.5 if c == r else 0.0))
+        c_fit, r_fit = roles["chosen"]["rubric_fit"], roles["rejected"]["rubric_fit"]
+        if c_fit is not None and r_fit is not None:
+            prefers.setdefault(cat, []).append(1.0 if c_fit > r_fit else (0.5 if c_fit == r_fit else 0.0))
     every = [p for ps in by_cat.values() for p in ps]
     table = {cat: scale_table(ps) for cat, ps in sorted(by_cat.items())}
     table["all"] = scale_table(every)
     pref_all = [x for xs in prefers.values() for x in xs]
-    pref = {cat: round(float(np.mean(xs)), 4) for cat, xs in sorted(prefers.items())}
+    pref: dict[str, float | None] = {cat: round(float(np.mean(xs)), 4) for cat, xs in sorted(prefers.items())}
     pref["all"] = round(float(np.mean(pref_all)), 4) if pref_all else None
     return {"batch": batch, "key": str(key_path), "pairs": len(human), "responses": len(rows),
             "responses_unscored": unscored, "bins": "low 1-2, mid 3, high 4-5", "scales": scales,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -55,7 +55,7 @@ class BuildConfig(BuildSettings):
     @field_validator("generator_options", "validator_options")
     @classmethod
     def _no_secrets(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        refuse_secrets(v, info.field_name)  # they are written to the build folder
+        refuse_secrets(v, info.field_name or "options")  # they are written to the build folder
         return v
 
     @property
@@ -155,14 +155,20 @@ def build_benchmark(
     return _finish(config, out, run, items, len(done), gen_counter, val_counter, t0, push_to)
 
 
+class _RecordSink(Protocol):
+    """Where `_run_items` puts finished records: a RunDir, or `_Discard`."""
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None: ...
+
+
 class _Discard:
     """A run folder that keeps nothing (batch mode's collecting passes)."""
 
-    def append(self, records: Any) -> None:
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
         return None
 
 
-def _run_items(config: BuildConfig, run: RunDir, todo: Sequence[SourceItem], gen: CachedEngine,
+def _run_items(config: BuildConfig, run: _RecordSink, todo: Sequence[SourceItem], gen: CachedEngine,
                val: CachedEngine, cache: Cache, progress: Callable[[int], Any]) -> None:
     retriever = load_retriever(config.retriever)
     rcache = Cache(cache.path, namespace="retrieval") if not isinstance(cache, NullCache) else None

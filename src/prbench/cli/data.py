@@ -12,15 +12,21 @@ from prbench.cli.output import emit_json, table
 from prbench.cli.train import synth_users
 from prbench.data import iter_examples, load_examples, write_examples
 from prbench.data.stats import dataset_stats
+from prbench.errors import PrbenchError
+from prbench.raw import Kind as RecordKind
 
 app = typer.Typer(help="Validate, describe and convert benchmark data.", no_args_is_help=True)
 Kind = Annotated[str, typer.Option(help="'benchmark' (with chosen/rejected) or 'source' (LaMP-QA form).")]
 
 
-def _kind(src: str, kind: str | None, format_: str | None = None) -> str | None:
+def _kind(src: str, kind: str | None, format_: str | None = None) -> RecordKind | None:
     """The record kind asked for; with --format and no --kind, the kind that format holds."""
-    if kind:
-        return kind
+    if kind == "benchmark":
+        return "benchmark"
+    if kind == "source":
+        return "source"
+    if kind:  # never read an unknown kind as source items
+        raise PrbenchError(f"--kind {kind!r}: use 'benchmark' or 'source'")
     if format_:
         return None
     return "source" if src == "sample:source" else "benchmark"

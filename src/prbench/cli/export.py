@@ -25,19 +25,24 @@ def _run(kind: str, data: str, out: Path, condition: str, policy_condition: str,
     from prbench.integrations import export
 
     items = load_items(data, limit=limit, split=split)
-    kw = {"condition": condition, "policy_condition": policy_condition, "top_k": top_k, "retriever": retriever,
-          "max_words": max_words, "seed": seed}
+    rows_of = export.verl_rows if kind == "verl" else export.openrlhf_rows
+    rows = rows_of(items, condition=condition, policy_condition=policy_condition, top_k=top_k, retriever=retriever,
+                   max_words=max_words, seed=seed)
     if kind == "verl":
-        path = export.write_parquet(export.verl_rows(items, **kw), out)
-        from prbench.integrations import verl as hook
+        path = export.write_parquet(rows, out)
+        from prbench.integrations import verl
+
+        hook_file = verl.__file__
     else:
-        path = export.write_jsonl(export.openrlhf_rows(items, **kw), out)
-        from prbench.integrations import openrlhf as hook
-    info = {"path": str(path), "rows": len(items), "condition": condition, "reward_file": hook.__file__}
+        path = export.write_jsonl(rows, out)
+        from prbench.integrations import openrlhf
+
+        hook_file = openrlhf.__file__
+    info = {"path": str(path), "rows": len(items), "condition": condition, "reward_file": hook_file}
     if json_out:
         emit_json(info)
     else:
-        typer.echo(f"wrote {len(items)} rows to {path}; reward file: {hook.__file__}")
+        typer.echo(f"wrote {len(items)} rows to {path}; reward file: {hook_file}")
 
 
 @app.command("openrlhf")

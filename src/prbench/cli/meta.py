@@ -98,12 +98,15 @@ def report(
     from prbench.report import build_report, collect
 
     pub = _read_json(published, "published numbers")
+    if pub is not None and not isinstance(pub, dict):
+        raise PrbenchError(f"{published}: published numbers must be a JSON object "
+                           "{model_spec: {condition: {category: accuracy %}}}")
     meta_res = _read_json(meta_json, "meta-evaluation")
     if meta_json is not None and not (isinstance(meta_res, dict) and "rows" in meta_res and "parameters" in meta_res):
         raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
     d = collect(runs_dir)  # read once: a damaged run folder gives its one line once
-    path = build_report(runs_dir, output, title=title, published=pub, seed=seed, n_boot=n_boot, n_perm=n_perm,
-                        meta=meta_res, data=d)
+    path = build_report(runs_dir, output, title=title, published=pub if isinstance(pub, dict) else None, seed=seed,
+                        n_boot=n_boot, n_perm=n_perm, meta=meta_res if isinstance(meta_res, dict) else None, data=d)
     if not quiet:
         typer.echo(f"wrote {path}")
         typer.echo(f"looked under {runs_dir.resolve()}: {len(d.evals)} eval runs, {len(d.downstream)} downstream.json, "

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-import click
 import typer
 from typer.core import TyperCommand
 
-from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, opt
+if TYPE_CHECKING:  # typer >= 0.26 runs its own copy of click: these are the classes its commands are handed
+    from typer._click.core import Context
+    from typer._click.formatting import HelpFormatter
+
+from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, field_of, opt
 from prbench.errors import SpecError
 from prbench.registry import ENGINES, REWARDS
 
@@ -17,10 +21,10 @@ from prbench.registry import ENGINES, REWARDS
 class RMView(Settings):
     """What a served RM sees of each user and how it is run (`serve-reward`)."""
 
-    top_k: int = ContextSpec.model_fields["top_k"]
-    retriever: str = ContextSpec.model_fields["retriever"]
-    planner_file: str | None = ContextSpec.model_fields["planner_file"]
-    max_context_chars: int | None = ContextSpec.model_fields["max_context_chars"]
+    top_k: int = field_of(ContextSpec, "top_k")
+    retriever: str = field_of(ContextSpec, "retriever")
+    planner_file: str | None = field_of(ContextSpec, "planner_file")
+    max_context_chars: int | None = field_of(ContextSpec, "max_context_chars")
     batch_size: int = opt(16, "Examples per model batch.")
     max_length: int | None = opt(None, "Token budget per input (profile cut first, response never).")
     mode: str | None = opt(None, "Judges: must be pointwise.")
@@ -142,7 +146,8 @@ def model_options(specs: list[str], pairs: list[str] | None, **flags: object) ->
                 raise SpecError(unknown_option(", ".join(specs), key, known))
     out = {}
     for spec in specs:
-        own = {k: v for k, v in given.items() if names[spec] is None or k in names[spec]}
+        mine = names[spec]
+        own = {k: v for k, v in given.items() if mine is None or k in mine}
         out[spec] = checked_options(spec, {**_for_kind(REWARDS, spec, set_options(**flags)), **own})  # the one check
     return out
 
@@ -174,7 +179,9 @@ HELP_PANELS = {"DataSpec": "Data", "ContextSpec": "What the RM is shown", "RunSp
                "EngineAccess": "Model loading and access", "GraderAccess": "Grader access",
                "PolicyPromptSpec": "Policy prompt", "GuidanceSpec": "Guidance", "DecodingSpec": "Decoding",
                "PolicyScoringSpec": "Policy scoring"}
-def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
+def settings_command(
+    *, exclude: tuple[str, ...] = (), **groups: type[Settings]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate `fn(<group>=..., **own)`: the command's options are `fn`'s own plus each model's fields.
 
     `groups` maps a parameter of `fn` to a settings model (`settings=RGDSettings`,
@@ -205,7 +212,7 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                  annotation=Annotated[cli_type, option])
 
-    def wrap(fn):
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         own = [p for n, p in inspect.signature(fn, eval_str=True).parameters.items() if n not in groups]
         taken = {p.name for p in own} | set(exclude)
         fields: dict[str, dict[str, Any]] = {}
@@ -219,15 +226,16 @@ def settings_command(*, exclude: tuple[str, ...] = (), **groups: type):
                 panels[n] = HELP_PANELS.get(owner.__name__, f"{fn.__name__.removesuffix('_cmd')} settings")
 
         @functools.wraps(fn)
-        def command(**given: Any):
+        def command(**given: Any) -> Any:
             built = {}
             for group, model in groups.items():
                 values = {n: given.pop(n) for n in fields[group]}
-                built[group] = model.build(**{n: split_csv(v) if n in lists else v for n, v in values.items()})
+                args: dict[str, Any] = {n: split_csv(v) if n in lists else v for n, v in values.items()}
+                built[group] = model.build(**args)
             return fn(**built, **given)
 
         params = own + [option_for(n, f) for fs in fields.values() for n, f in fs.items()]
-        command.__signature__ = inspect.Signature(
+        command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typer reads it; functions lack the attribute in typeshed
             [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params])
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
@@ -243,7 +251,7 @@ class GroupedHelp(TyperCommand):
 
     panel_of: ClassVar[dict[str, str]] = {}  # a command's own options: parameter name -> group
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_options(self, ctx: Context, formatter: HelpFormatter) -> None:
         groups: dict[str, list[tuple[str, str]]] = {}
         for param in self.get_params(ctx):
             row = param.get_help_record(ctx)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -26,6 +26,9 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, GraderAccess, ICLSettings, PolicyAccuracySettings, RGDSettings
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:HUB_ID or builtin:smollm2-135m-instruct.")]
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
@@ -61,7 +64,11 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
             rm_obj = load_rm(spec, **{"seed": settings.seed, **rm_options[spec]})
             for wv in ws:
                 task = bar.add_task(f"{spec} w={wv:g}", total=None)
-                res = run_one(engine, rm_obj, wv, lambda d, t, task=task: bar.update(task, completed=d, total=t))
+
+                def on_progress(done: int, total: int, task: TaskID = task) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                res = run_one(engine, rm_obj, wv, on_progress)
                 summaries.append({**res.summary, "path": str(res.path)})
     return summaries
 

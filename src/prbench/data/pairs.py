@@ -102,7 +102,10 @@ def iter_pairs(src: str | Path, split: str = "test", format: str | None = None) 
     if format or resolve(src, None, split).name not in ("prb", "lamp-qa"):
         from prbench.data.loaders import iter_examples
 
-        yield from (pair_from_example(ex) for ex in iter_examples(src, "benchmark", split=split, format=format))
+        for ex in iter_examples(src, "benchmark", split=split, format=format):
+            if not isinstance(ex, Example):  # kind "benchmark" reads Examples only; say so if that ever breaks
+                raise PrbenchError(f"{src}: expected benchmark examples, got a {type(ex).__name__}")
+            yield pair_from_example(ex)
         return
     from prbench.raw import split_rows
 

@@ -21,6 +21,7 @@ user-blind model is at chance in expectation. Questions are distinct strings per
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from prbench.errors import PrbenchError
 from prbench.schema import Example, HistoryPair, ProfilePost, RubricAspect
@@ -241,12 +242,15 @@ def synth_persona_examples(
             other = urng.choice([p for p in PERSONAS if p != persona])
             chosen = _answer(persona, topic, chosen_tips, urng, noise)
             rejected = _answer(other, topic, chosen_tips, urng, noise)
-            timing = {"time": f"{j:03d}", "history": earlier[-history:]} if history else {}
+            # `planted` is an extra field (the schema allows extras), so it goes in through a plain dict
+            extra: dict[str, Any] = {"planted": {"persona": persona, "rejected_persona": other, "topic": topic}}
+            if history:
+                extra.update(time=f"{j:03d}", history=earlier[-history:])
             out.append(Example(
                 id=f"{user_id}-q{j:03d}", question=question, profile=profile, rubric_aspects=[aspect],
                 narrative=f"I write like a {persona}. So when I ask this, I want an answer in that voice.",
                 category=CATEGORY, user_id=user_id, chosen=chosen, rejected=rejected,
-                planted={"persona": persona, "rejected_persona": other, "topic": topic}, **timing,
+                **extra,
             ))
             if history:
                 earlier.append(HistoryPair(id=f"{user_id}-q{j:03d}", prompt=question, chosen=chosen, rejected=rejected,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from prbench.errors import PrbenchError
 from prbench.schema import Example, ProfilePost, RubricAspect
@@ -571,11 +572,14 @@ def _item(user: SynthUser, dim: Dimension, idx: int, rng: random.Random) -> Exam
     narrative = (f"{mine.narrative} So when I ask this, I want a suggestion that fits that. "
                  f"{GENERIC_ASPECT.evidence}")
     aspects = [RubricAspect(aspect=mine.aspect, reason=mine.reason, evidence=mine.narrative), GENERIC_ASPECT]
+    # `planted` is an extra field (the schema allows extras), so it goes in through a plain dict
+    planted: dict[str, Any] = {"planted": {"dimension": dim.name, "chosen_pole": mine.name,
+                                           "rejected_pole": other.name}}
     return Example(
         id=f"{user.user_id}-q{idx:03d}", question=question, profile=list(user.profile),
         rubric_aspects=aspects, narrative=narrative, category=dim.category, user_id=user.user_id,
         chosen=answer(mine), rejected=answer(other),
-        planted={"dimension": dim.name, "chosen_pole": mine.name, "rejected_pole": other.name},
+        **planted,
     )
 
 

@@ -65,14 +65,20 @@ class BonResult:
 
 def _curve(per_item: dict[str, dict[int, float]], ks: Sequence[int], seed: int, n_boot: int) -> dict[str, list]:
     """Mean over items per k with a bootstrap CI over items."""
-    means, lows, highs = [], [], []
+    means: list[float | None] = []
+    lows: list[float | None] = []
+    highs: list[float | None] = []
     for k in ks:
         vals = np.array([v[k] for v in per_item.values()], dtype=float)
         if vals.size == 0:
-            means.append(None), lows.append(None), highs.append(None)
+            means.append(None)
+            lows.append(None)
+            highs.append(None)
             continue
         lo, hi = metrics.bootstrap_ci(vals, seed=seed, n_boot=n_boot)
-        means.append(float(vals.mean())), lows.append(lo), highs.append(hi)
+        means.append(float(vals.mean()))
+        lows.append(lo)
+        highs.append(hi)
     return {"mean": means, "ci_low": lows, "ci_high": highs}
 
 

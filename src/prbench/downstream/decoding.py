@@ -207,7 +207,7 @@ def _decide(engine: Any, jobs: list[RGDJob], proc: Any, argmax: list[int], param
     if rewards is not None:
         seqs = [resp[i] + [c] for i in rows for c in top[i]]
         texts = engine.tokenizer.batch_decode(seqs, skip_special_tokens=True)
-        queries = []
+        queries: list[tuple[View, str]] = []
         for r, i in enumerate(rows):
             view = jobs[i].view
             if view is None:

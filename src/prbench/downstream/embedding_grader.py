@@ -75,4 +75,4 @@ def load_embedding_grader(encoder: str, **options: Any) -> EmbeddingRubricGrader
     return EmbeddingRubricGrader(encoder or "builtin:minilm-l6", **known)
 
 
-load_embedding_grader.resolve_spec = model_or_builtin  # type: ignore[attr-defined]  (builtin:NAME or a folder)
+load_embedding_grader.resolve_spec = model_or_builtin  # type: ignore[attr-defined]  # builtin:NAME or a folder

@@ -226,7 +226,7 @@ def finish_generation_run(run: Any, records: list[dict[str, Any]], items: Sequen
     picked = downstream_values(assessed, downstream_metric) if rm_name else None
     if run is not None:
         write_json_atomic(run.path / "scores.json", {"rows": rows})
-        if picked is not None:
+        if picked is not None and rm_name:  # picked only with an RM name
             metric, values, label, scale = picked
             dpath = write_downstream_file(run.path, rm_name, setting, values, label, scale, seed, n_boot,
                                           {**downstream_extra, "metric": metric, "samples": str(run.path),

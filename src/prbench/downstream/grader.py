@@ -151,7 +151,7 @@ def _from_json(obj: Any, n: int) -> list[int | None] | None:
         for key in ("grades", "scores", "aspects", "results"):
             if key in obj:
                 return _from_json(obj[key], n)
-        keyed = {_index(k): v for k, v in obj.items() if _index(k) is not None}
+        keyed = {i: v for k, v in obj.items() if (i := _index(k)) is not None}
         if keyed:
             out: list[int | None] = [None] * n
             for k, v in keyed.items():

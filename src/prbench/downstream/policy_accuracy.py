@@ -234,7 +234,8 @@ def _apply_guidance(engine: Any, reqs: list[ScoreRequest], results: list[Respons
         spans: list[list[tuple[int, int]]] = []
         for b, req in enumerate(reqs):
             _, cands, _ = per_row[b]
-            if req.view is None and cands:
+            view = req.view
+            if view is None and cands:
                 raise PrbenchError("policy accuracy with w != 0 needs a view per response")
             seqs = [req.response_ids[:i] + [j] for i, c in enumerate(cands) for j in c]
             texts = tok.batch_decode(seqs, skip_special_tokens=True) if seqs else []
@@ -242,7 +243,8 @@ def _apply_guidance(engine: Any, reqs: list[ScoreRequest], results: list[Respons
             for c in cands:
                 row_spans.append((at, at + len(c)))
                 at += len(c)
-            queries.extend((req.view, rm_text(t)) for t in texts)
+            if view is not None:  # without one there are no candidates, so no texts
+                queries.extend((view, rm_text(t)) for t in texts)
             spans.append(row_spans)
         flat = np.asarray(rewards(queries), dtype=np.float64) if queries else np.zeros(0)
         for b in range(len(reqs)):
@@ -380,7 +382,7 @@ def policy_accuracy(
                        policy_fingerprint=engine.fingerprint(),
                        rm_fingerprint=rm_obj.fingerprint() if rm_obj is not None else None)
     run = None
-    if persist:
+    if out is not None:  # persist
         path = Path(out) if exact_out else pa_path(out, cfg["policy"], rm_name, s.condition, params)
         run = RunDir(path, cfg, overwrite)
     done = run.done_ids() if run else set()

@@ -92,7 +92,7 @@ _CORE = ("rm", "setting", "k", "first_k", "expected", "ci_low", "ci_high", "per_
 
 
 def _finite(values: Sequence[Any], name: str, allow_none: bool = False) -> list[Any]:
-    out = []
+    out: list[float | None] = []
     for v in values:
         if v is None and allow_none:
             out.append(None)

@@ -64,6 +64,7 @@ from prbench.downstream.generation_runs import (
 )
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text
 from prbench.engines.base import Engine
+from prbench.errors import PrbenchError
 from prbench.prompts import load_prompt
 from prbench.rewards.base import RewardModel
 from prbench.runs import slug
@@ -121,7 +122,8 @@ def run_rgd(
                        data=data if isinstance(data, str) else "<in-memory>",
                        repetition_penalty=params.repetition_penalty or 1.0, n=1, prompt_hash=prompt.hash,
                        policy_fingerprint=engine.fingerprint(), rm_fingerprint=rm_obj.fingerprint())
-    path = (Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)) if persist else None
+    path = (Path(out) if exact_out else rgd_path(out, cfg["policy"], rm_name, s.condition, params)) \
+        if out is not None else None
     run = open_generation_run(path, cfg, overwrite, items)
     done = run.done_ids() if run else set()
     todo = [it for it in items if it.id not in done]
@@ -184,6 +186,8 @@ def _records(part: Sequence[SourceItem], jobs: list[RGDJob], prompts: list[str],
     for it, job, p, o in zip(part, jobs, prompts, outs):
         final = None
         if w != 0 and o.text.strip():
+            if job.view is None:
+                raise PrbenchError("reward-guided decoding with w != 0 needs a view per job")
             r = rewards([(job.view, rm_text(o.text))])[0]  # usually memoised: the last candidate scored
             final = r if math.isfinite(r) else None
         recs.append(generation_record(it, p, o.text, o.finish_reason, len(o.token_ids), job.seed, {

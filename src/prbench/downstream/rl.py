@@ -110,7 +110,8 @@ class RMReward:
         scale: float = 1.0,
         cache: Cache | None = None,
     ):
-        self.rm, self.condition, self.retriever, self.top_k = rm, condition, retriever, top_k
+        self.rm: PointwiseRM | None = rm  # None once training is over and the RM released
+        self.condition, self.retriever, self.top_k = condition, retriever, top_k
         self.planner, self.pool, self.seed, self.max_context_chars = planner, list(pool), seed, max_context_chars
         self.scale = scale
         self.cache = cache if cache is not None else NullCache()
@@ -135,6 +136,8 @@ class RMReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], example_id: Sequence[str],
                  question: Sequence[str], profile: Sequence[Any] | None = None,
                  rubric_aspects: Sequence[Any] | None = None, **_: Any) -> list[float]:
+        if self.rm is None:
+            raise PrbenchError("this reward's RM was released after training; load it again to score")
         n = len(completions)
         views = [self.view(example_id[i], question[i], profile[i] if profile is not None else None,
                            rubric_aspects[i] if rubric_aspects is not None else None) for i in range(n)]

@@ -12,10 +12,10 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from prbench import metrics
 from prbench.errors import DataError, SpecError
@@ -184,7 +184,10 @@ def with_past_choices(example: Example, history: Sequence[HistoryPair]) -> Examp
     return example.model_copy(update={"profile": choices_as_posts(eligible_history(example, history))})
 
 
-def build(cls: type, file: str, line: int, **fields: Any) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def build(cls: type[M], file: str, line: int, **fields: Any) -> M:
     """Validate a record, mapping the first pydantic error to a located DataError."""
     from prbench.raw import _first_error
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from prbench.formats.base import Reader
 
 
 class PRB(Reader):
     name = "prb"
-    kind = "benchmark"
+    kind: ClassVar[Literal["benchmark", "source"]] = "benchmark"
     source = "Personalized RewardBench release (prbench.schema; built-in `sample`)"
     fields = "id, question, profile[text | {id, text, stance, category} | {prompt, chosen, rejected}], chosen, " \
              "rejected; optional: user_id, category, rubric_aspects[{aspect, reason, evidence}], narrative, split"

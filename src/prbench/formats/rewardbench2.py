@@ -114,13 +114,13 @@ def _ties_score(items: Mapping[str, Sequence[dict[str, Any]]]) -> float | None:
     ref_acc = float(np.mean([s[0] for s in ref.values()])) if ref else 0.0
     tied_acc = float(np.mean([s[0] for s in tied.values()])) if tied else 0.0
     both = sorted(set(ref) & set(tied))
-    spread = np.array([tied[p][1] for p in both], dtype=float)
+    spreads = np.array([tied[p][1] for p in both], dtype=float)
     m_tied = np.array([tied[p][2] for p in both], dtype=float)
     m_ref = np.array([ref[p][2] for p in both], dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        preferred = float(np.mean(m_tied > spread)) if both else math.nan
-        preferred_hard = float(np.mean(np.minimum(m_ref, m_tied) > spread)) if both else math.nan
-        margin = float(np.mean(np.nan_to_num(np.tanh(np.minimum(m_ref, m_tied) / spread - 1), nan=0.0))) if both \
+        preferred = float(np.mean(m_tied > spreads)) if both else math.nan
+        preferred_hard = float(np.mean(np.minimum(m_ref, m_tied) > spreads)) if both else math.nan
+        margin = float(np.mean(np.nan_to_num(np.tanh(np.minimum(m_ref, m_tied) / spreads - 1), nan=0.0))) if both \
             else math.nan
     value = 0.30 * tied_acc + 0.30 * ref_acc + 0.20 * preferred + 0.20 * preferred_hard + 0.01 * margin
     return float(value) if math.isfinite(value) else None
@@ -137,8 +137,8 @@ def score(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             valid = {k: v for k, v in by_item.items() if all(p.get("credit") is not None for p in v)}
             subsets[subset] = _ties_score(valid) if valid else None
         else:
-            credits = [metrics.item_credit(v[0].get("rule") or "best-of-n", v) for v in by_item.values()]
-            credits = [c for c in credits if c is not None]
+            maybe = [metrics.item_credit(v[0].get("rule") or "best-of-n", v) for v in by_item.values()]
+            credits = [c for c in maybe if c is not None]
             subsets[subset] = float(np.mean(credits)) if credits else None
     known = [v for v in subsets.values() if v is not None]
     return {"name": "RewardBench 2 score", "upstream": UPSTREAM,

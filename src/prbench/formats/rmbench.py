@@ -108,8 +108,8 @@ class RMBench(Reader):
         by_domain: dict[str, list[np.ndarray]] = defaultdict(list)
         left_out = sorted(d for d in grids if domain_of(d) is None)
         for raw, items in grids.items():
-            if domain_of(raw):
-                by_domain[domain_of(raw)] += [g for g in items.values() if not np.isnan(g).any()]
+            if domain := domain_of(raw):
+                by_domain[domain] += [g for g in items.values() if not np.isnan(g).any()]
         domains = {d: _grid_accuracy(by_domain[d]) for d in DOMAINS if by_domain.get(d)}
         out: dict[str, Any] = {"name": "RM-Bench score", "upstream": UPSTREAM}
         for key in ("hard", "normal", "easy"):

@@ -240,7 +240,7 @@ def paper_b(rows: Sequence[dict[str, Any]], settings: Sequence[Setting], opts: M
             x_side = _downstream_side(s.rm_credit, rms)
             y_side = _downstream_side(s.values, rms)
             shared = sorted(set(x_side.items) & set(y_side.items)) if x_side and y_side else []
-            if not shared:
+            if not x_side or not y_side or not shared:
                 entry["note"] = "no item has both an RM preference and a policy preference for every RM"
             else:
                 res = _agreement(_restrict(x_side, shared), _restrict(y_side, shared), "mean", rms, True, opts)
@@ -272,7 +272,7 @@ def summary_comparison(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         compared.remove(min(compared, key=lambda n: sum(val(r, n, "spearman") is not None for r in rows)))
     overall: dict[str, dict[str, Any]] = {}
     for name in SUMMARIES:
-        sp = [val(r, name, "spearman") for r in common] if name in compared else []
+        sp = [v for v in (val(r, name, "spearman") for r in common) if v is not None] if name in compared else []
         kt = [v for v in (val(r, name, "kendall_tau_b") for r in common) if v is not None] if name in compared else []
         overall[name] = {"mean_spearman": float(np.mean(sp)) if sp else None,
                          "mean_kendall_tau_b": float(np.mean(kt)) if kt else None, "n_rows": len(sp),

@@ -115,7 +115,7 @@ class EmbeddingRM(PointwiseRM):
         return out
 
 
-BASELINES = {"length": LengthRM, "short": LengthRM, "random": RandomRM, "lexical": LexicalRM,
+BASELINES: dict[str, type[PointwiseRM]] = {"length": LengthRM, "short": LengthRM, "random": RandomRM, "lexical": LexicalRM,
              "embedding": EmbeddingRM}
 
 

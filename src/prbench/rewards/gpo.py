@@ -29,7 +29,9 @@ def build_gpo(config: dict[str, Any]):
     torch = require("torch", "hf")
     nn = torch.nn
 
-    class GPOModel(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class GPOModel(torch_module):
         def __init__(self, emb: int, dim: int, heads: int, layers: int):
             super().__init__()
             self.dim = dim

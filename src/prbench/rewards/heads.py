@@ -87,6 +87,10 @@ class HeadReward(PointwiseRM):
     options_model = HeadOptions
     resolve_spec = staticmethod(lambda rest, root: local_path(rest, root, False))
 
+    def adapt(self, user: str, pairs: Sequence[Any]) -> None:
+        """Set `user`'s state from exactly these labelled pairs (each method its own way; none: the prior)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define adapt()")
+
     def __init__(self, path: str, spec: str | None = None, encoder_cache: Cache | None = None,
                  adapt: str | None = None, **_: Any):
         self.path = str(path)

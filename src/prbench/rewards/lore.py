@@ -40,7 +40,9 @@ def build_lore(config: dict[str, Any]):
     torch = require("torch", "hf")
     nn = torch.nn
 
-    class LoReModel(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class LoReModel(torch_module):
         """Basis V, profile temperature, per-user offsets (rows follow config['users'])."""
 
         def __init__(self, emb: int, rank: int, n_users: int, prior: str):

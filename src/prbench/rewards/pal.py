@@ -34,10 +34,10 @@ import importlib.util
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +49,10 @@ from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.specs import RMOptions
+
+if TYPE_CHECKING:  # torch itself is imported lazily (the core stays light)
+    from torch import Tensor
+    from torch.nn import Module
 
 ARCHS = ("pal-a", "pal-b", "context-bt")
 DEFAULT_ENCODER = ENCODER
@@ -78,14 +82,19 @@ _MEMO: dict[tuple[str, str], np.ndarray] = {}  # (encoder, text) -> embedding, s
 _MEMO_MAX = 500_000
 
 
+def _builtin_loader() -> Callable[..., Any] | None:
+    try:
+        from prbench.engines.builtin import load_sentence_encoder
+    except ImportError:  # the engines module is optional here; find the packaged MiniLM ourselves
+        return None
+    return load_sentence_encoder
+
+
 def load_encoder(name: str = DEFAULT_ENCODER):
     """A SentenceTransformer for `builtin:<name>` (offline package) or a local folder / hub id."""
     if name in _ENCODERS:
         return _ENCODERS[name]
-    try:
-        from prbench.engines.builtin import load_sentence_encoder
-    except ImportError:  # the engines module is optional here; find the packaged MiniLM ourselves
-        load_sentence_encoder = None
+    load_sentence_encoder = _builtin_loader()
     if load_sentence_encoder is not None:
         enc = load_sentence_encoder(name)
     else:
@@ -181,7 +190,9 @@ def _context_bt(torch: Any, emb: int, hidden: int, dim: int):
     """The context-BT head (its class is defined here because torch is imported lazily)."""
     nn = torch.nn
 
-    class ContextBT(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class ContextBT(torch_module):
         """s = base([q, r, q*r]) + scale * sum_j att_j <W c_j, W r>, att = softmax_j(<W c_j, W r> / t).
 
         The personal term is a learned similarity between the response and the user's most
@@ -199,7 +210,7 @@ def _context_bt(torch: Any, emb: int, hidden: int, dim: int):
             self.log_temp = nn.Parameter(torch.tensor(math.log(0.1)))
             self.scale = nn.Parameter(torch.tensor(10.0))
 
-        def forward(self, q: torch.Tensor, r: torch.Tensor, ctx: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        def forward(self, q: Tensor, r: Tensor, ctx: Tensor, mask: Tensor) -> Tensor:
             base = self.base(torch.cat([q, r, q * r], dim=-1)).squeeze(-1)
             sims = torch.einsum("bcd,bd->bc", self.metric(ctx), self.metric(r))
             has = mask.any(dim=1).to(r.dtype)
@@ -214,13 +225,15 @@ def build_model(config: dict[str, Any]):
     torch = require("torch", "hf")
     nn = torch.nn
 
-    def mlp(n_in: int, hidden: int, n_out: int) -> nn.Module:
+    def mlp(n_in: int, hidden: int, n_out: int) -> Module:
         """One hidden GELU layer, or a linear map when hidden == 0 (the low-capacity projection)."""
         if not hidden:
             return nn.Linear(n_in, n_out)
         return nn.Sequential(nn.Linear(n_in, hidden), nn.GELU(), nn.Linear(hidden, n_out))
 
-    class PALModel(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class PALModel(torch_module):
         """PAL-A / PAL-B over frozen embeddings; `logits[u]` are user u's mixture logits.
 
         PAL-A's f embeds the response (plus, with `prompt_shift`, a linear prompt term that moves
@@ -244,10 +257,10 @@ def build_model(config: dict[str, Any]):
                 self.heads = nn.Linear(hidden or emb, k * dim)
             self.logits = nn.Parameter(torch.zeros(n_users, k))
 
-        def weights(self, users: torch.Tensor) -> torch.Tensor:
+        def weights(self, users: Tensor) -> Tensor:
             return torch.softmax(self.logits[users], dim=-1)
 
-        def forward(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        def forward(self, x: Tensor, y: Tensor, w: Tensor) -> Tensor:
             """Reward of response y to prompt x for users with mixture weights w (rows)."""
             if self.arch == "pal-a":
                 f = self.f(y) if self.shift is None else self.f(y) + self.shift(x)
@@ -421,15 +434,15 @@ class PALReward(PointwiseRM):
                 ctx = table[idx] if flat else torch.zeros(len(batch), 1, q.shape[1])
                 values = self.model(q, r, ctx, mask)
             else:
-                rows = []
+                mixtures = []
                 for v, _ in batch:
                     if v.pairs:  # a history view: its pairs are the user's shots, in place of stored weights
-                        rows.append(self._history_mixture(shown_pairs(v)))
+                        mixtures.append(self._history_mixture(shown_pairs(v)))
                         continue
                     u = self.user_of(v)
                     self._uniform += u not in self.users and u not in self.adapted
-                    rows.append(self.mixture(u))
-                w = torch.from_numpy(np.stack(rows)).float()
+                    mixtures.append(self.mixture(u))
+                w = torch.from_numpy(np.stack(mixtures)).float()
                 values = self.model(q, r, w)
         return [Score(float(v)) for v in values]
 

@@ -28,7 +28,9 @@ def build_pref(config: dict[str, Any]):
     torch = require("torch", "hf")
     nn = torch.nn
 
-    class PReFModel(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class PReFModel(torch_module):
         """Base rewards W, per-user weights (rows follow config['users']), population mean and spread."""
 
         def __init__(self, emb: int, rank: int, n_users: int):

@@ -101,7 +101,9 @@ def build_style(config: dict[str, Any]):
     torch = require("torch", "hf")
     nn = torch.nn
 
-    class StyleModel(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class StyleModel(torch_module):
         """Standardisation buffers and the persona map A."""
 
         def __init__(self, dim: int, rank: int):

@@ -60,7 +60,7 @@ def _pal_options(rest: str):
     return PALOptions
 
 
-load_pal.model_class = _pal_class  # type: ignore[attr-defined]  (capabilities without loading weights)
+load_pal.model_class = _pal_class  # type: ignore[attr-defined]  # capabilities without loading weights
 load_pal.options_model = _pal_options  # type: ignore[attr-defined]
 load_bt.options_model = _bt_options  # type: ignore[attr-defined]
-load_pal.resolve_spec = load_bt.resolve_spec = folder  # type: ignore[attr-defined]  (always a local folder)
+load_pal.resolve_spec = load_bt.resolve_spec = folder  # type: ignore[attr-defined]  # always a local folder

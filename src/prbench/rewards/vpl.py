@@ -30,7 +30,9 @@ def build_vpl(config: dict[str, Any]):
     torch = require("torch", "hf")
     nn = torch.nn
 
-    class VPLModel(nn.Module):
+    torch_module: Any = nn.Module  # torch is imported lazily: mypy takes the base as Any
+
+    class VPLModel(torch_module):
         def __init__(self, emb: int, hidden: int, latent: int, n_users: int):
             super().__init__()
             self.emb, self.hidden, self.latent = emb, hidden, latent

@@ -57,9 +57,9 @@ Stage = Annotated[str, AfterValidator(_known_stage)]
 MAX_BYTES = 1 << 20
 
 
-def Count(hi: int) -> Any:
-    """A strict whole number in [1, hi] (`5.0`, `"5"`, `true` and `0` are refused)."""
-    return Annotated[int, Field(strict=True, ge=1, le=hi)]
+# Strict whole numbers in [1, hi] (`5.0`, `"5"`, `true` and `0` are refused).
+TopK = Annotated[int, Field(strict=True, ge=1, le=10_000)]
+BatchSize = Annotated[int, Field(strict=True, ge=1, le=65536)]
 
 
 Limit = Annotated[int | None, Field(strict=True, ge=1, le=MAX_ITEMS)]
@@ -87,8 +87,11 @@ def _check_format(v: str | None) -> str | None:
 
 def _check_options(v: dict[str, Any]) -> dict[str, Any]:
     for name, value in v.items():
-        lo, hi = OPTION_COUNTS.get(name, (None, None))
-        if lo is not None and (type(value) is not int or not lo <= value <= hi):
+        bounds = OPTION_COUNTS.get(name)
+        if bounds is None:
+            continue
+        lo, hi = bounds
+        if type(value) is not int or not lo <= value <= hi:
             raise ValueError(f"options.{name} must be a whole number from {lo} to {hi}, got {value!r}"[:200])
     return v
 
@@ -117,7 +120,7 @@ class ModelEntry(_Strict):
     limit: Limit = None  # this model's items (first N); default: the study's limit
     published: dict[str, dict[str, float]] | None = None  # {condition: {category: accuracy %}}
     batch: bool = False  # API judges: send the eval requests as provider batches (prbench.engines.batch)
-    max_usd: float | None = Field(None, ge=0)  # API judges: stop each of this model's runs before it passes this
+    max_usd: float | None = Field(default=None, ge=0)  # API judges: stop each of this model's runs before it passes this
 
     @field_validator("conditions")
     @classmethod
@@ -212,9 +215,9 @@ class PersonalizeStage(BaseModel):
     condition: str = "profile"
     ks: list[Annotated[int, Field(strict=True, ge=0, le=100_000)]] = Field(
         default_factory=lambda: [0, 1, 2, 4, 8, 16], min_length=1)
-    draws: int = Field(5, strict=True, ge=1, le=100)
-    holdout_users: float = Field(0.25, gt=0, lt=1)
-    holdout_items: float = Field(0.5, gt=0, lt=1)
+    draws: int = Field(default=5, strict=True, ge=1, le=100)
+    holdout_users: float = Field(default=0.25, gt=0, lt=1)
+    holdout_items: float = Field(default=0.5, gt=0, lt=1)
 
     _condition = field_validator("condition")(lambda cls, v: one_of(v, CONDITIONS, "condition"))
 
@@ -259,9 +262,9 @@ class StudyConfig(_Strict):
     until_max: Limit = None  # with `until`: at most this many items per run
     categories: list[str] | None = None
     conditions: list[str] = Field(default_factory=lambda: ["none", "profile", "oracle", "wrong-profile"])
-    top_k: Count(10_000) = 10
+    top_k: TopK = 10
     retriever: str = "bm25"
-    batch_size: Count(65536) = 16
+    batch_size: BatchSize = 16
     models: list[ModelEntry]
     stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"], min_length=1)
     planner: PlannerStage | None = None
@@ -446,7 +449,7 @@ def plugin_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
 
 def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
     """(YAML location, message) for every stage or condition whose sections are missing."""
-    out = []
+    out: list[tuple[tuple[Any, ...], str]] = []
     for i, name in enumerate(cfg.stages):
         sections, what = NEEDS.get(name, ((), ""))
         missing = [s for s in sections if getattr(cfg, s) is None]

@@ -6,15 +6,16 @@ import json
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.markup import escape
 
 from prbench import config, evaluate
 from prbench._evaluate import ModelHandle
+from prbench.errors import PrbenchError
 from prbench.rewards.base import capabilities
 from prbench.runs import slug
-from prbench.study.config import ModelEntry
+from prbench.study.config import ModelEntry, PlannerStage
 from prbench.study.context import PlannedRun, StudyContext, stage
 
 # Known hosted datasets, so a dry run needs no network: items and rough tokens per part.
@@ -46,10 +47,24 @@ def model_conditions(ctx: StudyContext, entry: ModelEntry) -> list[str]:
     return entry.conditions or ctx.cfg.conditions
 
 
+S = TypeVar("S")
+
+
+def needs(section: S | None, name: str) -> S:
+    """A stage's section of the study file (StudyConfig refuses a stage without it; this says so too)."""
+    if section is None:
+        raise PrbenchError(f"this study has no {name!r} section, which its stages need")
+    return section
+
+
+def _planner_path(ctx: StudyContext, planner: PlannerStage) -> str:
+    return str(ctx.path("planner", f"{slug(planner.spec)}.jsonl"))
+
+
 def planner_file(ctx: StudyContext) -> str | None:
     if ctx.cfg.planner is None:
         return None
-    return str(ctx.path("planner", f"{slug(ctx.cfg.planner.spec)}.jsonl"))
+    return _planner_path(ctx, ctx.cfg.planner)
 
 
 # -- eval -----------------------------------------------------------------------------------
@@ -172,9 +187,9 @@ def _downstream_dir(ctx: StudyContext, *parts: str) -> str:
 
 # -- plan -----------------------------------------------------------------------------------
 def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
-    n = _item_count(ctx.data, ctx.cfg.planner.limit or ctx.cfg.limit)
-    return [PlannedRun("plan", f"planner {ctx.cfg.planner.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120),
-                       ctx.cfg.planner.spec)]
+    p = needs(ctx.cfg.planner, "planner")
+    n = _item_count(ctx.data, p.limit or ctx.cfg.limit)
+    return [PlannedRun("plan", f"planner {p.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120), p.spec)]
 
 
 def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
@@ -190,28 +205,29 @@ def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
 def run_plan(ctx: StudyContext) -> None:
     from prbench.planner import plan
 
-    p = ctx.cfg.planner
-    path = Path(planner_file(ctx))
+    p = needs(ctx.cfg.planner, "planner")
+    path = Path(_planner_path(ctx, p))
     if path.exists():
         done = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
         if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
             ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
             return  # everything planned: no model load
-    res = plan(p.spec, ctx.data, planner_file(ctx), settings=study_defaults(ctx, p, config.PlanSettings),
+    res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, config.PlanSettings),
                planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
 
 # -- sample and Best-of-N -------------------------------------------------------------------
 def _samples_dir(ctx: StudyContext) -> str:
-    s = ctx.cfg.sample
+    s = needs(ctx.cfg.sample, "sample")
     return _downstream_dir(ctx, "samples", slug(f"{s.policy}-n{s.n}"))
 
 
 def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
-    s = study_defaults(ctx, ctx.cfg.sample, config.SampleSettings)
+    section = needs(ctx.cfg.sample, "sample")
+    s = study_defaults(ctx, section, config.SampleSettings)
     n = _item_count(ctx.data, s.limit)
-    return [PlannedRun("sample", f"{ctx.cfg.sample.policy} x {s.n}", n * s.n,
+    return [PlannedRun("sample", f"{section.policy} x {s.n}", n * s.n,
                        n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
 
 
@@ -219,7 +235,7 @@ def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
 def run_sample(ctx: StudyContext) -> None:
     from prbench.downstream.sampling import sample_policy
 
-    section = ctx.cfg.sample
+    section = needs(ctx.cfg.sample, "sample")
     settings = study_defaults(ctx, section, config.SampleSettings)
     ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
                        on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
@@ -227,8 +243,8 @@ def run_sample(ctx: StudyContext) -> None:
 
 
 def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
-    s, b = ctx.cfg.sample, ctx.cfg.bon
-    n = _item_count(ctx.data, s.limit or ctx.cfg.limit) if s else 0
+    s, b = needs(ctx.cfg.sample, "sample"), needs(ctx.cfg.bon, "bon")
+    n = _item_count(ctx.data, s.limit or ctx.cfg.limit)
     rms = b.rms or _eval_specs(ctx)
     costly = {spec: capabilities(spec).calls_model for spec in rms}
     runs = [PlannedRun("bon", f"score {spec} [{b.condition}]", n * s.n if costly[spec] else 0,
@@ -243,7 +259,7 @@ def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
 def run_bon(ctx: StudyContext) -> None:
     from prbench.downstream.bon import best_of_n
 
-    b = ctx.cfg.bon
+    b = needs(ctx.cfg.bon, "bon")
     planner = {"planner_file": planner_file(ctx)} if b.condition == "planner" else {}
     settings = study_defaults(ctx, b, config.BonSettings, batch_size=ctx.cfg.batch_size, **planner)
     res = best_of_n(_samples_dir(ctx), b.rms or _eval_specs(ctx), b.grader, settings=settings,
@@ -253,18 +269,19 @@ def run_bon(ctx: StudyContext) -> None:
 
 # -- RL -------------------------------------------------------------------------------------
 def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
-    r = study_defaults(ctx, ctx.cfg.rl, config.RLSettings)
+    section = needs(ctx.cfg.rl, "rl")
+    r = study_defaults(ctx, section, config.RLSettings)
     answers = r.steps * r.prompts_per_step * r.num_generations
-    return [PlannedRun("rl", f"GRPO {ctx.cfg.rl.policy} with {spec} ({r.steps} steps)", answers,
+    return [PlannedRun("rl", f"GRPO {section.policy} with {spec} ({r.steps} steps)", answers,
                        answers * (_input_tokens(r.condition, r.top_k) + r.max_completion_length))
-            for spec in ctx.cfg.rl.rms]
+            for spec in section.rms]
 
 
 @stage("rl", _plan_rl, order=50)
 def run_rl(ctx: StudyContext) -> None:
     from prbench.downstream.rl import train_rl
 
-    section = ctx.cfg.rl
+    section = needs(ctx.cfg.rl, "rl")
     settings = study_defaults(ctx, section, config.RLSettings)
     ctx.outputs["rl"] = [str(train_rl(section.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)),
                                       settings=settings, grader=section.grader,
@@ -273,13 +290,13 @@ def run_rl(ctx: StudyContext) -> None:
 
 # -- reward-guided decoding and policy accuracy ---------------------------------------------
 def _plan_rgd(ctx: StudyContext) -> list[PlannedRun]:
-    g = ctx.cfg.rgd
+    g = needs(ctx.cfg.rgd, "rgd")
     n = _item_count(ctx.data, g.limit or ctx.cfg.limit)
     return [PlannedRun("rgd", f"{g.policy} guided by {spec} (w={g.w}, k={g.k})", n * g.max_new_tokens * g.k // g.chunk,
                        n * g.max_new_tokens * g.k * 100 // g.chunk) for spec in g.rms]
 
 
-def study_defaults(ctx: StudyContext, section: Any, settings_cls: type, **more_shared: Any) -> Any:
+def study_defaults(ctx: StudyContext, section: Any, settings_cls: type[config.Settings], **more_shared: Any) -> Any:
     """A stage section's driver settings, with the study's shared values where the section sets none."""
     shared = {"seed": ctx.cfg.seed, "limit": ctx.cfg.limit, "categories": ctx.cfg.categories,
               "top_k": ctx.cfg.top_k, "retriever": ctx.cfg.retriever, **more_shared}
@@ -289,7 +306,8 @@ def study_defaults(ctx: StudyContext, section: Any, settings_cls: type, **more_s
     return settings_cls.build(**{**own, **inherit})
 
 
-def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type, driver: Any, **extra: Any) -> None:
+def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type[config.Settings], driver: Any,
+                 **extra: Any) -> None:
     """Run a guided-policy driver (RGD, policy accuracy) once per RM of its study section."""
     section = getattr(ctx.cfg, name)
     settings = study_defaults(ctx, section, settings_cls)
@@ -302,11 +320,11 @@ def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type, 
 def run_rgd_stage(ctx: StudyContext) -> None:
     from prbench.downstream.rgd import run_rgd
 
-    _guided_runs(ctx, "rgd", "rgd", config.RGDSettings, run_rgd, grader=ctx.cfg.rgd.grader)
+    _guided_runs(ctx, "rgd", "rgd", config.RGDSettings, run_rgd, grader=needs(ctx.cfg.rgd, "rgd").grader)
 
 
 def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
-    a = ctx.cfg.policy_accuracy
+    a = needs(ctx.cfg.policy_accuracy, "policy_accuracy")
     n = _item_count(ctx.data, a.limit or ctx.cfg.limit)
     return [PlannedRun("policy_accuracy", f"{a.policy} guided by {spec} (w={a.w}, k={a.k})", 2 * n * 100 * a.k,
                        2 * n * 100 * a.k * 120) for spec in a.rms]

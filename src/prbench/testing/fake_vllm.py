@@ -118,6 +118,7 @@ def build_module(version: str = VERSIONS[-1], data_dir: Path | None = None) -> t
 
     class SamplingParams:
         __struct_fields__ = tuple(spec["sampling_params"])
+        max_tokens: int | None  # set with the others in __init__ (declared for the check below)
 
         def __init__(self, **kwargs: Any):
             _checked("SamplingParams", spec["sampling_params"], kwargs)
@@ -159,6 +160,7 @@ class _StandInLLM:
 
     spec: ClassVar[dict[str, Any]] = {}
     engine_args: Any = None
+    _cache_stats: list[int]  # [prompt tokens queried, hit]: made by the first `_prefix_cache`
     llm_only: ClassVar[set[str]] = set()
 
     def __init__(self, model: str, **kwargs: Any):
@@ -186,7 +188,8 @@ class _StandInLLM:
             reward = [a for a in archs if "RewardModel" in a]
             if reward:
                 raise ValueError(f"{reward[0]} is a reward model (token rewards), not a classifier")
-            cls = transformers.AutoModelForSequenceClassification
+            cls: type[transformers.AutoModelForSequenceClassification | transformers.AutoModelForCausalLM] = \
+                transformers.AutoModelForSequenceClassification
         else:
             cls = transformers.AutoModelForCausalLM
         self.model = cls.from_pretrained(model, trust_remote_code=trust, dtype=torch.float32).eval()
@@ -255,7 +258,7 @@ class _StandInLLM:
     def _one(self, n: int, prompt: list[int], sp: Any) -> RequestOutput:
         torch = self._torch
         max_len = self.llm_engine.model_config.max_model_len
-        plp = None
+        plp: list[dict[int, Logprob] | None] | None = None
         if sp.prompt_logprobs is not None:
             lsm = torch.log_softmax(self._logits(prompt), -1)
             plp = [None]
@@ -306,7 +309,10 @@ class _StandInLLM:
                 break
             out_ids.append(tok)
             seq.append(tok)
-            text = self._tokenizer.decode(out_ids, skip_special_tokens=sp.skip_special_tokens)
+            decoded = self._tokenizer.decode(out_ids, skip_special_tokens=sp.skip_special_tokens)
+            if not isinstance(decoded, str):
+                raise TypeError(f"tokenizer.decode of one sequence gave a {type(decoded).__name__}")
+            text = decoded
             cut = min((i for i in (text.find(s) for s in (sp.stop or []) if s) if i >= 0), default=-1)
             if cut >= 0:
                 text, finish = text[:cut], "stop"

@@ -73,8 +73,8 @@ def build_tiny_tokenizer(chat_template: bool = True, pad_token: bool = True) -> 
 
     b2u = _bytes_to_unicode()
     vocab: dict[str, int] = {b2u[b]: b for b in range(256)}
-    for tok in SPECIAL_TOKENS:
-        vocab[tok] = len(vocab)
+    for special in SPECIAL_TOKENS:
+        vocab[special] = len(vocab)
     space = b2u[ord(" ")]
     merges = [(space, letter) for letter in MERGED_LETTERS]
     for a, b in merges:

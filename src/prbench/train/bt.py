@@ -144,7 +144,9 @@ def conversational_rows(pairs: Sequence[PreferencePair], views: Sequence[View]) 
 def _epoch_logger(records: list[dict[str, Any]]):
     transformers = require("transformers", "hf")
 
-    class EpochLog(transformers.TrainerCallback):
+    callback_base: Any = transformers.TrainerCallback  # transformers is imported lazily: mypy takes it as Any
+
+    class EpochLog(callback_base):
         """Collects TRL's per-epoch logs (train loss/accuracy, eval accuracy) into one record per epoch."""
 
         def on_log(self, args, state, control, logs=None, **kwargs):

@@ -185,9 +185,9 @@ def kshot_curve(rm, split: ProtocolSplit, cfg: ProtocolConfig, *, wrong_user: bo
                     rm.adapt(u, _draw(pool_by[source], k, cfg.seed, source, d) if k else [])
                 credits, owners = pair_credits(rm, test_by[u], cfg.condition, cfg, pool=split.unseen_test, memo=memo)
                 runs.append(per_user(credits, owners).get(u))
-            runs = [r for r in runs if r is not None]
-            if runs:
-                acc[u] = float(np.mean(runs))
+            scored = [r for r in runs if r is not None]
+            if scored:
+                acc[u] = float(np.mean(scored))
             if _is_adaptable(rm):
                 rm.adapt(u, [])
         curve.append({"k": k, **distribution(acc, seed=cfg.seed, n_boot=cfg.n_boot),
@@ -243,10 +243,10 @@ def swap_test(rm, split: ProtocolSplit, cfg: ProtocolConfig, memo: dict | None =
     if drop.size == 0:
         return {"skipped": "no unseen user was scored validly"}
     low, high = metrics.bootstrap_ci(drop, seed=cfg.seed, n_boot=cfg.n_boot)
-    p = float(stats.wilcoxon(drop).pvalue) if np.any(drop != 0) else 1.0
+    p_value = float(stats.wilcoxon(drop).pvalue) if np.any(drop != 0) else 1.0
     return {"k": k, "n_users": len(both), "own": float(np.mean([own[u] for u in both])),
             "swapped": float(np.mean([swapped[u] for u in both])), "drop": float(drop.mean()),
-            "ci_low": low, "ci_high": high, "p_value": p}
+            "ci_low": low, "ci_high": high, "p_value": p_value}
 
 
 def _acc(rm, pairs, condition, cfg, pool=(), memo=None) -> dict[str, Any]:
@@ -290,7 +290,7 @@ def run_protocol(rm, split: ProtocolSplit, cfg: ProtocolConfig | None = None, *,
     out["gap"] = None if train_acc is None or unseen_acc is None else train_acc - unseen_acc
     out["seen_unseen_gap"] = None if seen_acc is None or unseen_acc is None else seen_acc - unseen_acc
     out["warnings"] = []
-    if out["seen_unseen_gap"] is not None and out["seen_unseen_gap"] > cfg.gap_warning:
+    if seen_acc is not None and unseen_acc is not None and seen_acc - unseen_acc > cfg.gap_warning:
         out["warnings"].append(
             f"fits its training users far better than unseen ones: {100 * seen_acc:.1f}% on seen users' new questions "
             f"vs {100 * unseen_acc:.1f}% on unseen users at k=0 (gap {100 * out['seen_unseen_gap']:.1f} points)")

@@ -44,13 +44,15 @@ def train_synthesizeme(pairs: Sequence[PreferencePair], out: str | Path, config:
     out.mkdir(parents=True, exist_ok=True)
     done = _Finished(out / PARTIAL_FILE, content_key({k: v for k, v in settings.items() if k != "engine_options"},
                                                     (settings["engine_options"] or {}).get("base_url")))
-    personas, log = {}, []
+    personas: dict[str, dict[str, Any]] = {}
+    log: list[dict[str, Any]] = []
     for i, user in enumerate(users, 1):
         mine = [p for p in pairs if p.user_id == user]
-        personas[user] = done.get(user, mine)
-        if personas[user] is None:
+        persona = done.get(user, mine)
+        if persona is None:
             beat(f"synthesizeme: persona of user {i}/{len(users)} ({user})")
-            personas[user] = done.add(user, mine, synth.synthesize(user, mine))
+            persona = done.add(user, mine, synth.synthesize(user, mine))
+        personas[user] = persona
         log.append({"epoch": i, "user": user, "loss": 0.0, "accuracy": personas[user]["verify_accuracy"]})
     unread = [u for u in users if personas[u].get("verified_on") and personas[u]["verify_accuracy"] is None]
     if unread:  # the judge gave no readable score on any held-out pair of these users: their personas are unverified
