@@ -67,13 +67,15 @@ class Run:
     def ds(self) -> DownstreamResult:
         """downstream.json of a downstream kind's run (any other run: an error naming the folder)."""
         if self.downstream is None:
-            raise PrbenchError(f"{self.path}: a {self.kind.name} run has no downstream.json")
+            raise PrbenchError(f"{self.path / 'summary.json'}: says this is a {self.kind.name} run, but the folder "
+                               "has no downstream.json; rerun the command that wrote it")
         return self.downstream
 
     def summary_as(self, model: type[T]) -> T:
         """The summary as `model` (what the kind validated when the run was opened)."""
         if not isinstance(self.typed, model):
-            raise PrbenchError(f"{self.path}: a {self.kind.name} run has no {model.__name__}")
+            raise PrbenchError(f"{self.path / 'summary.json'}: a {self.kind.name} run's summary is not a "
+                               f"{model.__name__}; rerun the command that wrote it")
         return self.typed
 
     def get(self, name: str, default: Any = None) -> Any:
