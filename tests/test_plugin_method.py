@@ -2,7 +2,8 @@
 
 The module is docs/extending.md's, taken from the page: settings, trainer, the RM its folders load as, and the
 `Method` naming them. `prbench train longer` trains it, `longer:FOLDER` is a reward model for `prbench eval`,
-a study and the report, with no change to prbench and no second registration.
+a study, meta (ranked on the page's downstream metric, installed beside it) and the report, with no change to
+prbench and no second registration.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ conditions: [none]
 models:
   - spec: longer:model
   - spec: baseline:length
-stages: [eval, report]
+  - spec: baseline:lexical
+stages: [eval, agree, meta, report]
+agree: {rms: [longer:model, baseline:length, baseline:lexical]}
 """
+# The page's downstream metric (`agree`), installed beside the method: meta ranks RMs on a downstream setting, and
+# this one costs no sampling.
+_METRIC = DOC.read_text(encoding="utf-8").split("## A run kind, and a downstream metric", 1)[1].split("\n## ", 1)[0]
 
 
 @pytest.fixture()
@@ -43,6 +49,13 @@ def env(tmp_path: Path) -> dict[str, str]:
     group, name, target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"', ENTRY_POINTS).groups()
     assert (group, name) == ("prbench.methods", "longer")  # one entry point: no `prbench.rewards` line
     info.joinpath("entry_points.txt").write_text(f"[{group}]\n{name} = {target}\n")
+    metric = site / "prbench_agree-0.1.dist-info"
+    metric.mkdir()
+    (site / "prbench_agree.py").write_text(re.search(r"```python\n(.*?)```", _METRIC, re.DOTALL).group(1))
+    metric.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: prbench-agree\nVersion: 0.1\n")
+    m_group, m_name, m_target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"',
+                                          re.search(r"```toml\n(.*?)```", _METRIC, re.DOTALL).group(1)).groups()
+    metric.joinpath("entry_points.txt").write_text(f"[{m_group}]\n{m_name} = {m_target}\n")
     src = Path(__file__).resolve().parents[1] / "src"
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(src)]),
             "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}
@@ -69,3 +82,6 @@ def test_one_module_trains_evaluates_and_reaches_a_study_and_the_report(env: dic
     assert r.returncode == 0, r.stderr
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "longer:model" in html
+    meta = json.loads((tmp_path / "out" / "meta" / "meta.json").read_text())
+    (row,) = [r for r in meta["rows"] if r["setting"]["setting"] == "agree"]
+    assert row["n_rms"] == 3 and "longer:model" in json.dumps(row)  # the trained RM is one of the ranked
