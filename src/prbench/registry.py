@@ -125,48 +125,62 @@ def resolve(target: str) -> Factory:
 
 
 @dataclass
-class RewardRegistry(Registry):
+class DerivedRegistry(Registry):
+    """A registry that also lists entries another extension point declares (a training method's RM, a run kind's
+    stage): `derive()` finds them once, `refresh()` forgets them; an entry of its own wins over a derived one."""
+
+    _derived: dict[str, Any] | None = field(default=None, repr=False)
+
+    def derive(self) -> dict[str, Any]:
+        """Name -> target or object of each derived entry."""
+        raise NotImplementedError
+
+    def derived(self) -> dict[str, Any]:
+        if self._derived is None:
+            self._derived = self.derive()
+        return self._derived
+
+    def refresh(self) -> None:
+        super().refresh()
+        self._derived = None
+
+    def names(self) -> list[str]:
+        return sorted({*super().names(), *self.derived()})
+
+    def __contains__(self, name: str) -> bool:
+        return super().__contains__(name) or name in self.derived()
+
+    def get(self, name: str) -> Factory:
+        if not super().__contains__(name) and name in self.derived():
+            if name not in self._resolved:
+                target = self.derived()[name]
+                self._resolved[name] = resolve(target) if isinstance(target, str) else target
+            return self._resolved[name]
+        return super().get(name)
+
+
+@dataclass
+class RewardRegistry(DerivedRegistry):
     """Reward models: built-ins, `prbench.rewards` plug-ins, and the RM of every training method that names one
     (`prbench.train.methods.Method.rm`, a `prbench.methods` plug-in), so a trainable RM is one module declared
     by one entry point: its folder loads as `<method spec>:FOLDER`."""
 
     methods_group: str = "prbench.methods"
-    _of_methods: dict[str, Any] | None = field(default=None, repr=False)
 
-    def of_methods(self) -> dict[str, Any]:
+    def derive(self) -> dict[str, Any]:
         """RM prefix -> factory target of each installed training method that names its RM."""
-        if self._of_methods is None:
-            from importlib.metadata import entry_points
+        from importlib.metadata import entry_points
 
-            found: dict[str, Any] = {}
-            for ep in entry_points(group=self.methods_group):
-                try:
-                    method = ep.load()
-                except Exception:  # noqa: BLE001, S112  (METHODS names a broken plug-in when it is used)
-                    continue
-                spec, rm = getattr(method, "spec", None), getattr(method, "rm", None)
-                if spec and rm and spec not in self.builtins:
-                    found[spec] = rm
-            self._of_methods = found
-        return self._of_methods
-
-    def refresh(self) -> None:
-        super().refresh()
-        self._of_methods = None
-
-    def names(self) -> list[str]:
-        return sorted({*super().names(), *self.of_methods()})
-
-    def __contains__(self, name: str) -> bool:
-        return super().__contains__(name) or name in self.of_methods()
-
-    def get(self, name: str) -> Factory:
-        if not super().__contains__(name) and name in self.of_methods():
-            target = self.of_methods()[name]
-            factory = resolve(target) if isinstance(target, str) else target
-            self._resolved[name] = factory
-            return factory
-        return super().get(name)
+        found: dict[str, Any] = {}
+        for ep in entry_points(group=self.methods_group):
+            try:
+                method = ep.load()
+            except Exception:  # noqa: BLE001, S112  (METHODS names a broken plug-in when it is used)
+                continue
+            spec, rm = getattr(method, "spec", None), getattr(method, "rm", None)
+            if spec and rm and spec not in self.builtins:
+                found[spec] = rm
+        return found
 
 
 REWARDS = RewardRegistry("reward model", "prbench.rewards", {
@@ -238,40 +252,22 @@ RUNKINDS = Registry("run kind", "prbench.runkinds", {
 
 
 @dataclass
-class StageRegistry(Registry):
+class StageRegistry(DerivedRegistry):
     """Study stages: each run kind's `stage` (built-in and plug-in kinds alike), plus the stages that make no run
     of a kind (meta, report, personalize) and stages registered on their own (the `prbench.stages` group)."""
 
     kinds: Registry | None = None
-    _of_kinds: dict[str, Any] | None = field(default=None, repr=False)
 
-    def of_kinds(self) -> dict[str, Any]:
+    def derive(self) -> dict[str, Any]:
         """Stage name -> Stage of every registered run kind that declares one."""
-        if self._of_kinds is None:
-            found: dict[str, Any] = {}
-            kinds = self.kinds
-            for name in kinds.names() if kinds is not None else ():
-                target = getattr(kinds.get(name), "stage", None) if kinds is not None else None
-                if target is not None:
-                    stage: Any = resolve(target) if isinstance(target, str) else target
-                    found[stage.name] = stage
-            self._of_kinds = found
-        return self._of_kinds
-
-    def refresh(self) -> None:
-        super().refresh()
-        self._of_kinds = None
-
-    def names(self) -> list[str]:
-        return sorted({*super().names(), *self.of_kinds()})
-
-    def __contains__(self, name: str) -> bool:
-        return super().__contains__(name) or name in self.of_kinds()
-
-    def get(self, name: str) -> Factory:
-        if not super().__contains__(name) and name in self.of_kinds():
-            return self.of_kinds()[name]
-        return super().get(name)
+        found: dict[str, Any] = {}
+        kinds = self.kinds
+        for name in kinds.names() if kinds is not None else ():
+            target = getattr(kinds.get(name), "stage", None)
+            if target is not None:
+                stage: Any = resolve(target) if isinstance(target, str) else target
+                found[stage.name] = stage
+        return found
 
 
 # Study stages: name -> prbench.study.context.Stage (a planner and a runner). Those of run kinds come from RUNKINDS.
