@@ -261,9 +261,10 @@ class StageRegistry(DerivedRegistry):
     def derive(self) -> dict[str, Any]:
         """Stage name -> Stage of every registered run kind that declares one."""
         found: dict[str, Any] = {}
-        kinds = self.kinds
-        for name in kinds.names() if kinds is not None else ():
-            target = getattr(kinds.get(name), "stage", None)
+        if self.kinds is None:
+            return found
+        for name in self.kinds.names():
+            target = getattr(self.kinds.get(name), "stage", None)
             if target is not None:
                 stage: Any = resolve(target) if isinstance(target, str) else target
                 found[stage.name] = stage
