@@ -66,6 +66,9 @@ def test_conversion_is_atomic_and_cached(fake_gguf_load, tmp_path, monkeypatch) 
     monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", real_save)
     assert builtin.convert_smollm2(target) == target
     assert (target / builtin.MARKER).is_file() and (target / "model.safetensors").is_file()
+    # a run records the folder's digest: a timing in the marker made every conversion another model
+    assert set(json.loads((target / builtin.MARKER).read_text())) == {"builtin", "source", "source_sha256",
+                                                                      "transformers"}
     assert [p.name for p in (tmp_path / "models").iterdir()] == ["smol"]
     mtime = (target / "model.safetensors").stat().st_mtime
     monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", crash)

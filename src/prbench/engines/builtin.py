@@ -173,8 +173,7 @@ def convert_smollm2(target: Path | None = None) -> Path:
             "source": SMOLLM2_GGUF,
             "source_sha256": SMOLLM2_GGUF_SHA256,
             "transformers": transformers.__version__,
-            "seconds": round(time.perf_counter() - started, 1),
-        }
+        }  # nothing that varies between conversions: runs fingerprint the whole folder (`fingerprint.folder_digest`)
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
         if target.exists() and not _is_converted(target):
             # Not ours or from an older layout (never half-written: we only rename complete folders).
