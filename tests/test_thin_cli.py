@@ -1,9 +1,10 @@
-"""`evaluate` owns building the model: once for all the conditions that need scoring, never for a finished run read
-back (a model that fails whenever it is built proves it), with its options checked once; its return type says
-one result for one condition and a list for a list."""
+"""`evaluate` owns building the model: once for each run that needs scoring (an RM's counts are its run's), never
+for a finished run read back (a model that fails whenever it is built proves it), with its options checked once;
+its return type says one result for one condition and a list for a list."""
 
 from __future__ import annotations
 
+import json
 import sys
 import typing
 from pathlib import Path
@@ -31,9 +32,14 @@ class Counted(PointwiseRM):
             raise RuntimeError("built while reading back a finished run")
         with open(os.environ["PRBENCH_TEST_BUILDS"], "a") as f:
             f.write("built\\n")
+        self.scored = 0
 
     def score(self, batch):
+        self.scored += len(batch)
         return [Score(float(len(response))) for _, response in batch]
+
+    def run_info(self):
+        return {"scored": self.scored}
 '''
 
 
@@ -66,19 +72,20 @@ def test_the_cli_builds_once_and_reads_a_finished_run_back_without_building(
         rm_spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["eval", "-m", rm_spec, "-c", "none,profile", "--limit", "4", "-o", "runs", "--json"]
     assert run_cli(monkeypatch, *argv) == 0
-    assert builds(tmp_path) == 1  # one build for both conditions
+    assert builds(tmp_path) == 2  # one RM per run: its counts in the summary are that run's alone
     first = capsys.readouterr().out
+    assert [r["model_info"]["scored"] for r in json.loads(first)] == [8, 8]  # 4 pairs each, never 8 then 16
     monkeypatch.setenv("PRBENCH_TEST_REFUSE_BUILD", "1")
     assert run_cli(monkeypatch, *argv) == 0, capsys.readouterr().err
     again = capsys.readouterr()
-    assert builds(tmp_path) == 1 and again.err.count("reused:") == 2
+    assert builds(tmp_path) == 2 and again.err.count("reused:") == 2
     assert '"accuracy"' in first and again.out.count('"path"') == first.count('"path"') == 2
 
 
 def test_evaluate_builds_a_spec_once_for_a_list_of_conditions_and_never_for_finished_runs(
         rm_spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made = prbench.evaluate(rm_spec, "sample", ["none", "profile"], out="runs", limit=4)
-    assert [r.summary["condition"] for r in made] == ["none", "profile"] and builds(tmp_path) == 1
+    assert [r.summary["condition"] for r in made] == ["none", "profile"] and builds(tmp_path) == 2
     monkeypatch.setenv("PRBENCH_TEST_REFUSE_BUILD", "1")
     back = prbench.evaluate(rm_spec, "sample", ["none", "profile"], out="runs", limit=4)
     assert all(r.reused for r in back) and [r.summary for r in back] == [r.summary for r in made]
@@ -86,12 +93,12 @@ def test_evaluate_builds_a_spec_once_for_a_list_of_conditions_and_never_for_fini
         prbench.evaluate(rm_spec, "sample", "none", out="runs", limit=6)
 
 
-def test_a_handle_is_reused_across_calls_and_named_as_its_rm_reports_itself(
+def test_a_handle_builds_one_rm_per_run_and_is_named_as_its_rm_reports_itself(
         rm_spec: str, tmp_path: Path) -> None:
     handle = _evaluate.ModelHandle(rm_spec)
     for cond in ("none", "profile"):
         prbench.evaluate(handle, "sample", cond, out="runs", limit=3)
-    assert builds(tmp_path) == 1 and handle.built is not None and handle.built.name == handle.name
+    assert builds(tmp_path) == 2 and handle.built is not None and handle.built.name == handle.name
     assert base.rm_name("judge:builtin:x", {"mode": "pointwise"}) == "judge[pointwise]:builtin:x"
     assert base.rm_name("judge:builtin:x", {"mode": "likelihood", "debias_position": True}) == \
         "judge[likelihood-debiased]:builtin:x"

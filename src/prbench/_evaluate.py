@@ -181,8 +181,8 @@ def run_path(out: str | Path, spec: str, data: str, condition: str, options: dic
 
 
 class ModelHandle:
-    """A model spec whose RM is built the first time a run needs scoring, then reused (across conditions and
-    data sets); reading back a finished run never builds it. Its options are checked here, once.
+    """A model spec whose RM is built when a run needs scoring, one RM per run (its counts are the run's);
+    reading back a finished run never builds it. Its options are checked here, once.
 
     `name` names the run folder and the summary's `spec` (default: the spec). `prbench eval` passes the name the
     built RM will report (`rewards.base.rm_name`), which is what named its folders when it built the RM first.
@@ -194,6 +194,7 @@ class ModelHandle:
         self.name = name or spec
         self._rm: RewardModel | None = None
         self._built_with: tuple[int | None, int] | None = None
+        self._taken = False
 
     @property
     def built(self) -> RewardModel | None:
@@ -201,12 +202,20 @@ class ModelHandle:
         return self._rm
 
     def get(self, batch_size: int | None, seed: int) -> RewardModel:
-        """The RM, built now if this is the first run to need it (rebuilt only for another batch size or seed)."""
-        if self._rm is None or self._built_with != (batch_size, seed):
+        """The RM for the next run to score, built now unless one is waiting (built by `get` for this batch size
+        and seed and not yet `take`n)."""
+        if self._rm is None or self._taken or self._built_with != (batch_size, seed):
             evaluator = checked_options(self.spec, {"batch_size": batch_size, "seed": seed})
             self._rm = build_rm(self.spec, CheckedOptions(self.spec, {**evaluator, **self.options}))
-            self._built_with = (batch_size, seed)
+            self._built_with, self._taken = (batch_size, seed), False
         return self._rm
+
+    def take(self, batch_size: int | None, seed: int) -> RewardModel:
+        """The RM a run scores with, its own: an RM counts its requests, parse failures and truncations, and a
+        run's summary reports those counts, so one RM object never serves two runs (the counts would add up)."""
+        rm = self.get(batch_size, seed)
+        self._taken = True
+        return rm
 
 
 ModelArg = str | RewardModel | ModelHandle
@@ -245,7 +254,7 @@ def evaluate(
     """Evaluate one RM under one condition. With `out`, results go to a resumable run folder.
 
     `model` is a spec string or a `ModelHandle` (built only if some example still needs scoring, so a finished
-    run costs no model load, and built once for a list of conditions) or a ready RewardModel. `settings`
+    run costs no model load; one RM per run that scores, so its counts are the run's) or a ready RewardModel. `settings`
     (or `given` keywords on top of it, `condition` too) are `EvalSettings`. With `workers` > 1 or a
     `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
@@ -424,7 +433,7 @@ def _score_batches(model: RewardModel | ModelHandle, s: EvalSettings, options: d
     if distributed and not isinstance(model, ModelHandle):
         raise PrbenchError("workers > 1 needs a model spec string (each Ray actor loads its own copy)")
     rm_options = {"batch_size": s.batch_size, "seed": s.seed, **options}
-    rm = None if distributed else (model if isinstance(model, RewardModel) else model.get(s.batch_size, s.seed))
+    rm = None if distributed else (model if isinstance(model, RewardModel) else model.take(s.batch_size, s.seed))
     view_args: dict[str, Any] = {"retriever": load_retriever(s.retriever), "top_k": s.top_k, "seed": s.seed,
                  "planner": read_planner_file(s.planner_file) if s.planner_file else None,
                  "max_context_chars": s.max_context_chars,

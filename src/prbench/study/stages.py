@@ -116,7 +116,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
 def run_eval(ctx: StudyContext) -> None:
     bar = ctx.outputs.get("progress")
     results: list[dict[str, Any]] = _eval_until(ctx) if ctx.cfg.until else []
-    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # one build per model
+    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # options checked once; an RM per run that scores
     for entry in ctx.cfg.models if not ctx.cfg.until else ():
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
@@ -153,7 +153,7 @@ def _eval_until(ctx: StudyContext) -> list[dict[str, Any]]:
     from prbench.sequential import StopRule, record_outcome, run_until
 
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
-    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # built once, not per look
+    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # options checked once; an RM per look that scores
 
     def at(i: int, n: int) -> Any:
         entry, cond = jobs[i]
