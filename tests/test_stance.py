@@ -79,16 +79,10 @@ def test_stance_reads_signed_judgments_of_unseen_people(trained: tuple[Any, list
 
 def test_stance_flips_with_the_signs_not_the_texts(trained: tuple[Any, list[PreferencePair]]) -> None:
     """The same statements with every verdict reversed must reverse the preference: it reads stances."""
-    from prbench.conditions import View
 
     rm, test = trained
     pair = test[0]
-    flipped = [post.model_copy(update={"text": post.text.replace("I agree:", "I was:").replace(
-        "I disagree:", "I agree:").replace("I was:", "I disagree:")}) for post in pair.profile]
-    own, other = (View(example_id="x", question=pair.prompt, condition="profile", posts=tuple(p), user_id="p")
-                  for p in (pair.profile, flipped))
-    a, b, c, d = (s.value for s in rm.score([(own, pair.chosen), (own, pair.rejected), (other, pair.chosen),
-                                              (other, pair.rejected)]))
+    a, b, c, d = own_and_flipped_scores(rm, pair)
     assert a > b and c < d
 
 
@@ -163,3 +157,16 @@ def test_cli_train_without_a_method_falls_back_to_the_default_when_the_protocol_
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["method"] == DEFAULT_METHOD
     assert "no recommendation by measurement" in res.output and "at least 4 users" in res.output
+
+
+def own_and_flipped_scores(rm: Any, pair: Any) -> tuple[float, ...]:
+    """Scores of (chosen, rejected) under the person's profile, then under it with every agree and disagree
+    swapped: an RM that reads the signs prefers chosen first and rejected second."""
+    from prbench.conditions import View
+
+    flipped = [post.model_copy(update={"text": post.text.replace("I agree:", "I was:").replace(
+        "I disagree:", "I agree:").replace("I was:", "I disagree:")}) for post in pair.profile]
+    own, other = (View(example_id="x", question=pair.prompt, condition="profile", posts=tuple(p), user_id="p")
+                  for p in (pair.profile, flipped))
+    return tuple(s.value for s in rm.score([(own, pair.chosen), (own, pair.rejected), (other, pair.chosen),
+                                            (other, pair.rejected)]))

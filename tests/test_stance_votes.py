@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_stance import own_and_flipped_scores
 
 from prbench.conditions import View
 from prbench.data.pairs import PreferencePair
@@ -79,12 +80,7 @@ def test_covote_readout_flips_with_the_persons_signs(tmp_path: Path, minilm_cach
     rm = _trained(tmp_path, minilm_cache, votes_weight=1.0)
     rm.model.proj.data.zero_()  # the projection silenced: what is left is the co-vote readout
     pair = covotes(2, seed=3)[0]
-    flipped = [p.model_copy(update={"text": p.text.replace("I agree:", "I was:").replace(
-        "I disagree:", "I agree:").replace("I was:", "I disagree:")}) for p in pair.profile]
-    own, other = (View(example_id="x", question=pair.prompt, condition="profile", posts=tuple(p), user_id="p")
-                  for p in (pair.profile, flipped))
-    a, b, c, d = (s.value for s in rm.score([(own, pair.chosen), (own, pair.rejected), (other, pair.chosen),
-                                              (other, pair.rejected)]))
+    a, b, c, d = own_and_flipped_scores(rm, pair)
     assert a > b and c < d
     unseen = View(example_id="y", question=pair.prompt, condition="profile", posts=tuple(pair.profile), user_id="q")
     assert rm.score([(unseen, "A text no training person ever judged.")])[0].value == 0  # no factor: 0
