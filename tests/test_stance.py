@@ -79,7 +79,6 @@ def test_stance_reads_signed_judgments_of_unseen_people(trained: tuple[Any, list
 
 def test_stance_flips_with_the_signs_not_the_texts(trained: tuple[Any, list[PreferencePair]]) -> None:
     """The same statements with every verdict reversed must reverse the preference: it reads stances."""
-
     rm, test = trained
     pair = test[0]
     a, b, c, d = own_and_flipped_scores(rm, pair)
