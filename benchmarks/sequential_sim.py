@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench.seqsim import EXPECTED_FILE, Policy, StudyShape, simulate
+from prbench.seqsim import EXPECTED_FILE, Policy, StudyShape, simulate, simulate_study
 
 PAPER = StudyShape()
 PRESET = StudyShape(family=30)
@@ -45,6 +45,13 @@ SHAPES = {  # name: (shape, policy, share of --studies)
 """`preset`: the default shape inside `prbench study --preset personalized-rewardbench`: its 8 models that send no API
 request are scored on every item first, so 15 judge pairs and 15 judges' own sequences share the 5% (assumed: no
 judge within the margin of a free model's accuracy, so those comparisons settle before the judges' own)."""
+
+
+CHECKS = ("coverage", "orders")  # rows of results that are not simulated shapes
+ORDERS_OWN = 0.35
+"""`orders`: the share of the latent a judge's two orders of one item have in common beyond the item and user parts:
+with 30% item and 5% user, 0.35 makes the two orders agree on about 79% of items (position consistency: an
+assumption; Shi et al. 2024, arXiv 2406.07791, find it varies widely across judges and tasks)."""
 
 
 def naive_peeking(shape: StudyShape, rng: np.random.Generator) -> tuple[float, bool]:
@@ -73,6 +80,50 @@ def naive_peeking(shape: StudyShape, rng: np.random.Generator) -> tuple[float, b
     return sum(stops) / (n * len(stops)), ok
 
 
+def two_order_credits(shape: StudyShape, rng: np.random.Generator, own: float) -> tuple[np.ndarray, np.ndarray]:
+    """(run accuracies, credits runs x items x 2 orders): the shape's latent model with the run's own part split
+    into `own` shared by a judge's two orders of one item and the rest drawn per order (a position flip)."""
+    from scipy.stats import norm
+
+    n, k = shape.items, shape.models * shape.conditions
+    user = rng.integers(0, shape.users, n)
+    common = (np.sqrt(shape.user_share) * rng.standard_normal(shape.users)[user]
+              + np.sqrt(shape.item_share) * rng.standard_normal(n)
+              + np.sqrt(own) * rng.standard_normal((k, n)))
+    flip = np.sqrt(1 - shape.user_share - shape.item_share - own) * rng.standard_normal((k, n, 2))
+    acc = shape.accuracies(rng)
+    return acc, (common[:, :, None] + flip < norm.ppf(acc)[:, None, None]).astype(float)
+
+
+def orders(shape: StudyShape, reps: int, seed: int, own: float) -> dict:
+    """One seeded position per item against both orders, on the same simulated judges: judge calls spent (as a
+    share of the both-orders study's), and how often every pair `decided` separated is in the order of the
+    both-orders full study and of the judges' true accuracies."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, dict[str, list]] = {"one position": {}, "both orders": {}}
+    agree_orders = []
+    for _ in range(reps):
+        acc, c = two_order_credits(shape, rng, own)
+        agree_orders.append(float(np.mean(c[:, :, 0] == c[:, :, 1])))
+        perm = rng.permutation(shape.items)
+        both = c.mean(axis=2)[:, perm]
+        one = c[:, np.arange(shape.items), rng.integers(0, 2, shape.items)][:, perm]
+        full = both.mean(axis=1)
+        for name, x, per_call in (("both orders", both, 1.0), ("one position", one, 0.5)):
+            sim = simulate_study(shape, rng, credits=x)
+            row = out[name]
+            row.setdefault("calls", []).append(sim.call_fraction * per_call)
+            for key, truth in (("agrees_both_orders_full", full), ("agrees_true_accuracies", acc)):
+                ok = all(d == 0 or np.sign(truth[i] - truth[j]) == d for d, (i, j) in zip(sim.decisions, shape.pairs()))
+                row.setdefault(key, []).append(ok)
+    return {"shape": asdict(shape), "studies": reps, "seed": seed, "own_share": own,
+            "orders_agree": float(np.mean(agree_orders)),
+            **{name: {"calls_mean": float(np.mean(r["calls"])), "calls_se": float(np.std(r["calls"], ddof=1) / np.sqrt(reps)),
+                      **{k: float(np.mean(r[k])) for k in ("agrees_both_orders_full", "agrees_true_accuracies")},
+                      **{k + "_ci": wilson(sum(r[k]), reps) for k in ("agrees_both_orders_full", "agrees_true_accuracies")}}
+               for name, r in out.items()}}
+
+
 def wilson(k: float, n: int) -> list[float]:
     """A 95% Wilson interval for a share k/n (how far a simulated share can be trusted)."""
     p, z = k / n, 1.96
@@ -91,6 +142,7 @@ def run_shape(shape: StudyShape, policy: Policy, reps: int, seed: int, exact: bo
            "ranking_reached": [s.ranking_reached for s in sims],
            "runs_covered": [round(s.runs_covered * len(s.n_stop)) for s in sims],
            "pairs_covered": [s.pairs_covered for s in sims],
+           "run_share": [[round(n / shape.items, 5) for n in s.n_stop] for s in sims],
            "naive_call_fraction": [round(f, 5) for f, _ in naive], "naive_ranking_reached": [ok for _, ok in naive]}
     return summarize({"shape": asdict(shape), "policy": asdict(policy), "seeds": [seed], "seconds": round(seconds, 1),
                       "runs_checked": "exactly" if exact else "lower bound (the truth's two grid neighbours)",
@@ -110,7 +162,9 @@ def summarize(row: dict) -> dict:
             "runs_covered_at_every_item": runs_ok / (runs * reps), "runs_covered_ci": wilson(runs_ok, runs * reps),
             "studies_all_pairs_covered_at_every_item": pairs_ok / reps, "pairs_covered_ci": wilson(pairs_ok, reps),
             "naive_call_fraction_mean": float(np.mean(per["naive_call_fraction"])),
-            "naive_ranking_reached": float(np.mean(per["naive_ranking_reached"]))}
+            "naive_ranking_reached": float(np.mean(per["naive_ranking_reached"])),
+            **({"run_share_mean": [round(float(x), 5) for x in np.mean(per["run_share"], axis=0)]}
+               if "run_share" in per else {})}
 
 
 def merge(paths: list[Path]) -> dict:
@@ -118,14 +172,15 @@ def merge(paths: list[Path]) -> dict:
     out: dict = {}
     for path in paths:
         for name, row in json.loads(path.read_text(encoding="utf-8")).items():
-            if name == "coverage" or name not in out:
+            if name in CHECKS or name not in out:
                 out[name] = row
                 continue
             mine = out[name]
             assert mine["shape"] == row["shape"] and mine["policy"] == row["policy"], name
             assert not set(mine["seeds"]) & set(row["seeds"]), f"{name}: the same seed twice"
             mine = {**mine, "seeds": mine["seeds"] + row["seeds"], "seconds": mine["seconds"] + row["seconds"],
-                    "per_study": {k: mine["per_study"][k] + row["per_study"][k] for k in mine["per_study"]}}
+                    "per_study": {k: mine["per_study"][k] + row["per_study"][k]
+                                  for k in mine["per_study"] if k in row["per_study"]}}
             out[name] = summarize(mine)
     return out
 
@@ -178,7 +233,7 @@ def main() -> None:
     ap.add_argument("--merge", type=Path, nargs="*", help="Only join these result files (other seeds) into --out.")
     args = ap.parse_args()
     if args.merge:
-        args.out.write_text(json.dumps(merge(args.merge), indent=1) + "\n", encoding="utf-8")
+        write(args.out, merge(args.merge))
         return None
     if args.ship:
         return ship(json.loads(args.out.read_text(encoding="utf-8")))
@@ -195,11 +250,22 @@ def main() -> None:
         results[key] = run_shape(shape, policy, reps, args.seed + (0 if name.startswith(("paper", "preset")) else i),
                                  args.exact_runs)
         print(json.dumps({key: {k: v for k, v in results[key].items() if k != "per_study"}}), flush=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        write(args.out, results)
+    if args.only and "orders" in args.only.split(";"):  # not in a full run: it is its own question
+        shape = SHAPES["preset, its judges' published accuracies (67.7 / 70.5 / 74.6)"][0]
+        results["orders"] = orders(shape, max(int(args.studies * 0.2), 20), args.seed, ORDERS_OWN)
+        print(json.dumps({"orders": results["orders"]}), flush=True)
+        write(args.out, results)
     if not args.only or "coverage" in args.only.split(";"):
         results["coverage"] = coverage(args.coverage, args.seed)
         print(json.dumps({"coverage": results["coverage"]}), flush=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        write(args.out, results)
+
+
+def write(path: Path, results: dict) -> None:
+    """One row per line (the per-study lists make an indented file ten times longer)."""
+    rows = ",\n".join(f"{json.dumps(name)}: {json.dumps(row)}" for name, row in results.items())
+    path.write_text("{\n" + rows + "\n}\n", encoding="utf-8")
 
 
 def markdown(results: dict) -> str:
@@ -208,23 +274,38 @@ def markdown(results: dict) -> str:
              "| each run covered at every item (95% CI) | all pairs covered at every item (95% CI) | naive: calls / "
              "ranking reached |"), "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
-        if name == "coverage":
+        if name in CHECKS:
             continue
         q = " / ".join(f"{x:.2f}" for x in r["call_fraction_p10_p50_p90"])
         lines.append(
             f"| {name} | {r['studies']:,} | {r['call_fraction_mean']:.3f} +- {r['call_fraction_se']:.3f} | {q} | "
             f"{r['calls_saved']:.1%} | {r['ranking_reached']:.1%} | {r['runs_covered_at_every_item']:.1%} "
-            f"[{r['runs_covered_ci'][0]:.1%}, {r['runs_covered_ci'][1]:.1%}] | "
+            f"[{r['runs_covered_ci'][0]:.1%}, {r['runs_covered_ci'][1]:.1%}]"
+            f"{'' if 'checked exactly' in name else ' (lower bound)'} | "
             f"{r['studies_all_pairs_covered_at_every_item']:.1%} [{r['pairs_covered_ci'][0]:.1%}, "
             f"{r['pairs_covered_ci'][1]:.1%}] | {r['naive_call_fraction_mean']:.2f} / {r['naive_ranking_reached']:.0%} |")
+    if "orders" in results:
+        o = results["orders"]
+        title = (f"One seeded position per item against both orders (`--only orders`; {o['studies']:,} studies of "
+                 f"the preset with its judges' published accuracies, a judge's two orders agreeing on "
+                 f"{o['orders_agree']:.0%} of items):")
+        head = ("| protocol | judge calls (share of both orders' full study) | every separated pair in the order of "
+                "the judges' true accuracies | ... of the both-orders full study |")
+        lines += ["", title, "", head, "|---|---:|---:|---:|"]
+        for name in ("one position", "both orders"):
+            r = o[name]
+            lines.append(f"| {name} | {r['calls_mean']:.3f} +- {r['calls_se']:.3f} | {r['agrees_true_accuracies']:.1%} "
+                         f"[{r['agrees_true_accuracies_ci'][0]:.1%}, {r['agrees_true_accuracies_ci'][1]:.1%}] | "
+                         f"{r['agrees_both_orders_full']:.1%} [{r['agrees_both_orders_full_ci'][0]:.1%}, "
+                         f"{r['agrees_both_orders_full_ci'][1]:.1%}] |")
     return "\n".join(lines)
 
 
 def ship(results: dict) -> None:
     """The rows the dry run reads (`prbench.seqsim.expected_share`): shapes simulated with the shipped policy."""
     rows = [{"name": name, **{k: r[k] for k in ("shape", "policy", "studies", "call_fraction_mean",
-                                                 "call_fraction_se")}}
-            for name, r in results.items() if name != "coverage" and r["policy"] == asdict(Policy())]
+                                                 "call_fraction_se", "run_share_mean") if k in r}}
+            for name, r in results.items() if name not in CHECKS and r["policy"] == asdict(Policy())]
     path = Path(__file__).parents[1] / "src" / "prbench" / EXPECTED_FILE
     path.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "shapes": rows}, indent=1) + "\n",
                     encoding="utf-8")

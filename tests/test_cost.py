@@ -153,24 +153,47 @@ def test_paper_preset_dry_run_prices_judges_sync_batch_and_cache(capsys, monkeyp
     price = cost.price_for("openai", "gpt-5.1")
     expect = price.usd(gpt["tokens"], 0, gpt["model_calls"] * cost.REPLY_TOKENS)
     assert gpt["usd_sync"] == round(expect, 2) and gpt["usd_batch"] == round(expect / 2, 2)
-    assert gpt["calls_per_prefix"] == 2 and 0 < gpt["prefix_tokens"] < price.min_cache_prefix
-    assert gpt["usd_batch_cache"] == gpt["usd_batch"] and "under the minimum" in gpt["cache"]  # counted uncached
-    claude = next(r for r in rows if r["what"] == "judge:openai:claude-sonnet-4-6 [none]")
-    assert claude["usd_sync"] > 0 and "no caching on this route" in claude["cache"]  # the OpenAI-compatible endpoint
+    assert gpt["calls_per_prefix"] == 1 and gpt["model_calls"] == 2830  # one seeded position per item (the paper's)
+    assert gpt["usd_batch_cache"] == gpt["usd_batch"] and "no start shared" in gpt["cache"]  # counted uncached
+    claude = next(r for r in rows if r["what"] == "judge:anthropic:claude-sonnet-4-6 [none]")
+    assert claude["usd_batch"] == pytest.approx(claude["usd_sync"] / 2, abs=0.011)  # native: Message Batches
     local = next(r for r in rows if r["what"].startswith("hf:"))
     assert local["usd_sync"] is None  # local models cost no request money
     code, out, _ = _dry_run(capsys, monkeypatch)
     total = [ln for ln in out.splitlines() if ln.strip("│ ").startswith("all")][-1]
     sums = [round(sum(r[k] or 0 for r in rows), 2) for k in ("usd_sync", "usd_batch", "usd_batch_cache")]
-    assert [float(x.replace(",", "")) for x in total.split("│")[4:7]] == pytest.approx(sums, abs=0.011)
+    rounded = 0.005 * sum(r["usd_sync"] is not None for r in rows)  # the JSON rows are rounded one by one
+    assert [float(x.replace(",", "")) for x in total.split("│")[4:7]] == pytest.approx(sums, abs=rounded)
     assert "minimum cacheable prefix" in out and "85M" not in out  # its own totals, not a written sentence
     assert "so no call is counted cached here and $ batch+cache equals $ batch" in out  # said, not left to infer
+    said = " ".join(out.split())
+    assert "both orders: with `both_orders: true`" in said and "$ batch+cache 103.54 in all" in said
+
+
+def test_claude_through_the_openai_compatible_endpoint_is_priced_without_batches(tmp_path: Path) -> None:
+    """Anthropic's OpenAI-compatible layer serves chat completions only (docs.claude.com/en/api/openai-sdk, 2026):
+    no batches and no prompt caching there, so its $ batch is the synchronous price, and `--batch` on it is refused
+    in one line naming the native engine (it would post to a /v1/batches Anthropic does not have)."""
+    from prbench.engines.base import load_engine
+    from prbench.engines.providers import batches_requests, caches_prompts
+
+    layer = {"base_url": "https://api.anthropic.com/v1/"}
+    assert not batches_requests("judge:openai:claude-sonnet-4-6", layer)
+    assert not caches_prompts("judge:openai:claude-sonnet-4-6", layer)
+    assert batches_requests("judge:anthropic:claude-sonnet-4-6") and batches_requests("judge:openai:gpt-5.1")
+    plan = cost.planned_dollars(("anthropic", "claude-sonnet-4-6"), 1000, 1_000_000, batches=False, caches=False)
+    assert plan.batch == plan.sync == plan.batch_cache and "no batches" in cost.cache_note([plan])
+    engine = load_engine("openai:claude-sonnet-4-6", base_url="https://api.anthropic.com/v1/")
+    with pytest.raises(PrbenchError, match="no batch API; for batches use the native engine, anthropic:claude"):
+        engine.batch_api()
 
 
 def test_paper_preset_dry_run_expects_dollars_under_until_decided(capsys, monkeypatch) -> None:
-    """The closing table's last column: the eval stage's batch+cache dollars times the simulated share of judge
-    calls `until: decided` spends on this preset's shape (read from the benchmark's shipped rows, not simulated
-    again), the plan stage in full; the assumptions say which shape, how many studies, and the level split."""
+    """The closing table's last column: each eval run's batch+cache dollars times its own simulated share of the
+    items `until: decided` spends on this preset's shape (read from the benchmark's shipped rows, not simulated
+    again): the judges in the closest pairs run longest, so a run's price is weighed by its own share; the plan
+    stage in full; the assumptions say which shape, how many studies, and the level split. The ranking question
+    of the preset is expected to cost at most $45 (issue #38)."""
     from prbench.seqsim import expected_share, study_shape
     from prbench.study.config import load_study_config
 
@@ -178,24 +201,34 @@ def test_paper_preset_dry_run_expects_dollars_under_until_decided(capsys, monkey
     assert code == 0, err
     rows = json.loads(out)
     cfg, _ = load_study_config(None, "personalized-rewardbench")  # the judges' published accuracies under none
-    published = [sum(v) / len(v) / 100 for m in cfg.models if m.published and (v := list(m.published["none"].values()))
-                 and m.spec.startswith("judge:openai:")]
-    assert len(published) == 3
-    share = expected_share(study_shape(2830, 3, 5, 8, tuple(published)))
+    judges = [(m.spec, sum(v) / len(v) / 100) for m in cfg.models if m.published
+              and (v := list(m.published["none"].values())) and m.spec.startswith("judge:")]
+    assert len(judges) == 3
+    share = expected_share(study_shape(2830, 3, 5, 8, tuple(a for _, a in judges)))
     assert share.source.startswith("benchmarks/sequential_sim.py") and share.studies >= 100
     assert share.shape.family == 15 + 15  # 15 judge pairs and 15 judges' own sequences (8 free models first)
+    assert share.run_shares is not None and len(share.run_shares) == 15
+    rank = {spec: sorted(a for _, a in judges).index(a) for spec, a in judges}
     for r in rows:
-        if r["usd_batch_cache"] is not None:
-            factor = share.fraction if r["stage"] == "eval" else 1.0
-            assert r["usd_until_decided"] == pytest.approx(r["usd_batch_cache"] * factor, abs=0.011)  # both rounded
+        if r["usd_batch_cache"] is None:
+            continue
+        if r["stage"] == "eval":
+            spec, cond = r["what"].rsplit(" [", 1)
+            factor = share.share(cfg.conditions.index(cond.rstrip("]")), rank[spec])
+        else:
+            factor = 1.0
+        assert r["usd_until_decided"] == pytest.approx(r["usd_batch_cache"] * factor, abs=0.011)  # both rounded
+    middle = next(s for s, k in rank.items() if k == 1)  # in both close pairs: the longest runs
+    assert all(share.share(c, 1) >= share.share(c, 2) for c in range(5)), middle
     code, out, _ = _dry_run(capsys, monkeypatch)
     total = [ln for ln in out.splitlines() if ln.strip("│ ").startswith("all")][-1]
     cells = [float(x.replace(",", "")) for x in total.split("│")[4:8]]
     priced = [r["usd_until_decided"] for r in rows if r["usd_until_decided"] is not None]
     assert abs(cells[3] - sum(priced)) <= 0.005 * len(priced) and cells[3] < cells[2]  # the rows are rounded
+    assert cells[3] <= 45.0  # the acceptance of #38: the preset's ranking question, expected
     said = " ".join(out.split())
-    assert f"x {share.fraction:.3f}, the mean share of judge calls" in said and "30 sequences share the 5%" in said
-    assert f"in {share.studies:,} simulated studies" in said and "published accuracies under none" in said
+    assert f"mean {share.fraction:.3f} (by judge, mean over conditions:" in said and "30 sequences share the 5%" in said
+    assert f"from {share.studies:,} simulated studies" in said and "published accuracies under none" in said
     assert "with judges at 0.570 / 0.640 / 0.710 `decided` would spend" in said  # the other spacing beside
 
 

@@ -49,6 +49,20 @@ def test_anthropic_judges_through_the_native_api(claude, mode: str, tmp_path) ->
     assert info["tokens_out"] > 0 and res.summary["cost"]["priced_as"] == "anthropic:claude-sonnet-4-6"
 
 
+def test_the_paper_presets_claude_judge_runs_as_written(claude, tmp_path) -> None:
+    """The Personalized RewardBench preset's Claude judge (native Messages API, one seeded position per item) as
+    the preset writes it, only pointed at the stand-in: every request accepted, no invalid record."""
+    from prbench.study.config import load_study_config
+
+    srv, opts = claude
+    cfg, _ = load_study_config(None, "personalized-rewardbench")
+    (entry,) = [m for m in cfg.models if m.spec.startswith("judge:anthropic:")]
+    assert not entry.both_orders and entry.options == {"api_key_env": "ANTHROPIC_API_KEY"}
+    res = evaluate(entry.spec, "sample", "profile", out=tmp_path, limit=3, n_boot=10,
+                   model_options={**entry.options, **opts}, both_orders=entry.both_orders)
+    assert res.summary["metrics"]["n_invalid"] == 0 and not srv.refused and len(srv.requests) == 3
+
+
 def test_stand_in_refuses_what_the_messages_api_refuses(claude, api_key_env) -> None:
     import httpx
 

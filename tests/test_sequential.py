@@ -299,6 +299,9 @@ def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     sim = simulate_study(far, np.random.default_rng(0))
     assert sim.ranking_reached and sim.pairs_covered and len(sim.n_stop) == 4  # each run's own stop
     assert sim.call_fraction == pytest.approx(sum(sim.n_stop) / (4 * 600))
+    assert sim.decisions == (-1, -1)  # per pair (judge 0, judge 1) in each condition: the lower judge below
+    given = np.vstack([np.ones(600), np.zeros(600), np.zeros(600), np.ones(600)])  # a study's credits, given
+    assert simulate_study(far, np.random.default_rng(0), credits=given).decisions == (1, -1)
     f_far = expected_call_fraction(far, studies=3, seed=1)
     f_near = expected_call_fraction(near, studies=3, seed=1)
     assert f_far < 0.5 < f_near <= 1.0
@@ -311,5 +314,7 @@ def test_a_shape_the_benchmark_did_not_simulate_is_simulated_now() -> None:
     shape = study_shape(300, 2, 2, 0, (0.55, 0.85))
     got = expected_share(shape)
     assert got.source == "simulated now" and got.studies == LIVE_STUDIES and 0 < got.fraction < 1
+    assert got.run_shares is not None and np.mean(got.run_shares) == pytest.approx(got.fraction)  # each run's own
+    assert got.share(1, 0) == got.run_shares[2] and got.share(None, 0) == got.fraction
     assert shape.family is None and shape.judges == (0.55, 0.85) and shape.shifts == (-0.02, 0.0)
     assert study_shape(300, 2, 2, 3).family == 2 * 1 + 2 * 2  # free models first: each judge's own sequence joins

@@ -376,6 +376,8 @@ class PlannedCost:
 CACHE_REASONS = {
     "cached": "cached",
     "route": "no caching on this route (Anthropic's OpenAI-compatible endpoint or prompt_cache off; use anthropic:)",
+    "layer": "no batches and no caching on Anthropic's OpenAI-compatible endpoint: $ batch is the synchronous price "
+             "(use anthropic:)",
     "table": "no prompt caching in the price table",
     "alone": "no start shared between calls",
     "short": "uncached: under the minimum cacheable prefix",
@@ -394,19 +396,20 @@ def cache_note(costs: list[PlannedCost]) -> str:
 
 def planned_dollars(found: tuple[str, str] | None, calls: int, input_tokens: int,
                     prices: str | Path | None = None, *, prefix_tokens: int = 0, calls_per_prefix: int = 1,
-                    caches: bool = True) -> PlannedCost | None:
+                    caches: bool = True, batches: bool = True) -> PlannedCost | None:
     """The dollars of a planned run on the API model `found` (provider, model; see
     `prbench.engines.providers.engine_provider`): its input tokens plus REPLY_TOKENS per call. With caching,
     groups of `calls_per_prefix` calls share `prefix_tokens` (a judge's both orders): the first writes, the
-    others read with probability `CACHE_HITS['batch']`; a start under the provider's minimum is uncached."""
+    others read with probability `CACHE_HITS['batch']`; a start under the provider's minimum is uncached.
+    `batches=False`: a route without a batch API (its $ batch is the synchronous price)."""
     found = found if calls else None
     price = price_for(*found, prices) if found else None
     if price is None:
         return None
     out = calls * REPLY_TOKENS
-    sync, batch = price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=True)
+    sync, batch = price.usd(input_tokens, 0, out), price.usd(input_tokens, 0, out, batch=batches)
     minimum = price.min_cache_prefix
-    reason = ("route" if not caches else "table" if minimum is None else
+    reason = ("layer" if not batches else "route" if not caches else "table" if minimum is None else
               "alone" if calls_per_prefix < 2 or prefix_tokens <= 0 else "short" if prefix_tokens < minimum else "cached")
     if reason != "cached":
         return PlannedCost(sync, batch, batch, reason, prefix_tokens if reason == "short" else 0, minimum)

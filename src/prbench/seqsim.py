@@ -118,6 +118,9 @@ class SimulatedStudy:
     pairs_covered: bool
     """Every pair's sequence (at its share of the level) covered the full-study difference at every item up to
     its decision: the whole ranking's guarantee."""
+    decisions: tuple[int, ...] = ()
+    """Per pair of `shape.pairs()`: 1 the first run separated above the second, -1 below, 0 proven within the
+    margin (at the last item the bounds are the full study's own difference)."""
 
 
 def _decided(lo: np.ndarray, hi: np.ndarray, margin: float) -> np.ndarray:
@@ -126,10 +129,11 @@ def _decided(lo: np.ndarray, hi: np.ndarray, margin: float) -> np.ndarray:
 
 
 def simulate_study(shape: StudyShape, rng: np.random.Generator, *, policy: Policy = Policy(),
-                   grid: int = 1000, exact_runs: bool = False) -> SimulatedStudy:
+                   grid: int = 1000, exact_runs: bool = False, credits: np.ndarray | None = None) -> SimulatedStudy:
     """Draw one study and run `decided` on it as `prbench.sequential.run_until` does. `exact_runs`: check each
-    run's coverage on the bounds a summary reports (the whole grid) instead of the cheap lower bound."""
-    credits = shape.credits(rng)
+    run's coverage on the bounds a summary reports (the whole grid) instead of the cheap lower bound. `credits`:
+    the study's (runs x items, in their random order) instead of drawing them from `shape`."""
+    credits = shape.credits(rng) if credits is None else credits
     k, n = credits.shape
     pairs = shape.pairs()
     level = ALPHA / (shape.family or len(pairs))
@@ -148,9 +152,11 @@ def simulate_study(shape: StudyShape, rng: np.random.Generator, *, policy: Polic
     decided_at = [at_look(lo, hi) or n for lo, hi in bounds]
     truth = x.mean(axis=1)
     reached, pairs_ok = True, True
+    decisions = []
     for p, (lo, hi) in enumerate(bounds):
         t = decided_at[p]
         separated = lo[t - 1] > 0.5 or hi[t - 1] < 0.5
+        decisions.append(1 if lo[t - 1] > 0.5 else -1 if hi[t - 1] < 0.5 else 0)
         reached &= bool((lo[t - 1] > 0.5 and truth[p] > 0.5) or (hi[t - 1] < 0.5 and truth[p] < 0.5)
                         or (not separated and abs(2 * truth[p] - 1) <= shape.margin + 1e-12))
         pairs_ok &= bool(np.all((lo[:t] <= truth[p] + 1e-12) & (hi[:t] >= truth[p] - 1e-12)))
@@ -161,7 +167,8 @@ def simulate_study(shape: StudyShape, rng: np.random.Generator, *, policy: Polic
         per = shape.models
         stop = np.repeat(stop.reshape(-1, per).max(axis=1), per)
     return SimulatedStudy(float(stop.sum() / (n * k)), tuple(int(s) for s in stop), reached,
-                          (_runs_covered_exactly if exact_runs else _runs_covered)(credits, stop, grid), pairs_ok)
+                          (_runs_covered_exactly if exact_runs else _runs_covered)(credits, stop, grid), pairs_ok,
+                          tuple(decisions))
 
 
 def _runs_covered(credits: np.ndarray, stop: np.ndarray, grid: int) -> float:
@@ -218,6 +225,15 @@ class Expected:
     source: str
     note: str = ""
     """Where the judges' accuracies come from (the dry run's words)."""
+    run_shares: tuple[float, ...] | None = None
+    """Each run's own mean share (run r: condition r // judges, the r % judges-th lowest judge): the judges in
+    the closest pairs run longest, so a dollar total weighs each run's price by its own share."""
+
+    def share(self, condition: int | None, judge_rank: int | None) -> float:
+        """The expected share of one run (its condition's index, its judge's rank by accuracy), else the mean."""
+        if self.run_shares is None or condition is None or judge_rank is None:
+            return self.fraction
+        return self.run_shares[condition * self.shape.models + judge_rank]
 
 
 def study_shape(items: int, judges: int, conditions: int, free_models: int,
@@ -249,8 +265,10 @@ def shipped_share(shape: StudyShape, policy: Policy = Policy()) -> Expected | No
     table = shipped()
     for row in table["shapes"]:
         if _same(row["shape"], asdict(shape)) and _same(row["policy"], asdict(policy)):
+            shares = row.get("run_share_mean")
             return Expected(row["call_fraction_mean"], row["studies"], shape,
-                            f"benchmarks/sequential_sim.py, {table['measured']}")
+                            f"benchmarks/sequential_sim.py, {table['measured']}",
+                            run_shares=tuple(shares) if shares else None)
     return None
 
 
@@ -261,4 +279,10 @@ def expected_share(shape: StudyShape, policy: Policy = Policy()) -> Expected:
     if found is not None:
         return found
     sims = simulate(shape, LIVE_STUDIES, policy=policy)
-    return Expected(float(np.mean([s.call_fraction for s in sims])), LIVE_STUDIES, shape, "simulated now")
+    return Expected(float(np.mean([s.call_fraction for s in sims])), LIVE_STUDIES, shape, "simulated now",
+                    run_shares=run_share_means(sims, shape.items))
+
+
+def run_share_means(sims: list[SimulatedStudy], items: int) -> tuple[float, ...]:
+    """Each run's mean share of the items over the studies."""
+    return tuple(float(x) for x in np.mean([s.n_stop for s in sims], axis=0) / items)

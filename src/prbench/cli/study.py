@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,18 +20,12 @@ if TYPE_CHECKING:
 
 
 def _print_plan(cfg: StudyConfig, root: Path, json_out: bool) -> None:
-    from prbench.cost import planned_dollars
-    from prbench.engines.providers import caches_prompts, engine_provider
     from prbench.study.runner import plan_study
 
     runs = plan_study(cfg, root)
-    options = {m.spec: m.options for m in cfg.models} | ({cfg.planner.spec: cfg.planner.options} if cfg.planner else {})
-    usd = [planned_dollars(engine_provider(r.spec, options.get(r.spec)) if r.spec else None, r.model_calls, r.tokens,
-                           prefix_tokens=r.prefix_tokens, calls_per_prefix=r.calls_per_prefix,
-                           caches=r.spec is not None and caches_prompts(r.spec, options.get(r.spec))) for r in runs]
+    usd = priced(cfg, runs)
     until = expected_until(cfg, runs, usd)
-    columns = DOLLARS + ([(UNTIL_COLUMN, lambda r, u: u.batch_cache * (until.fraction if r.stage == "eval" else 1))]
-                         if until else [])
+    columns = DOLLARS + ([(UNTIL_COLUMN, lambda r, u: u.batch_cache * until.share(r))] if until else [])
     if json_out:
         from prbench.cost import cache_note
 
@@ -51,16 +45,30 @@ def _print_plan(cfg: StudyConfig, root: Path, json_out: bool) -> None:
     head, rows = dollar_rows(runs, usd, columns)
     if rows:
         table("API dollars (list prices)", head, rows)
-        _print_assumptions(runs, usd, until)
+        _print_assumptions(runs, usd, until, swapped_orders(cfg, root, until))
     if cfg.hardware:
         typer.echo(f"hardware: {cfg.hardware}")
     for k, v in cfg.estimates.items():
         typer.echo(f"{k}: {v}")
 
 
-def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], until: Expected | None) -> None:
-    """Every assumption behind the dollars: replies, cache hits and minimums, and the simulation behind the
-    expected dollars under `--until decided`."""
+def priced(cfg: StudyConfig, runs: list[PlannedRun]) -> list[PlannedCost | None]:
+    """Each planned run's dollars (None: no API requests), as its route allows (batches, prompt caching)."""
+    from prbench.cost import planned_dollars
+    from prbench.engines.providers import batches_requests, caches_prompts, engine_provider
+
+    options = {m.spec: m.options for m in cfg.models} | ({cfg.planner.spec: cfg.planner.options} if cfg.planner else {})
+    return [planned_dollars(engine_provider(r.spec, options.get(r.spec)) if r.spec else None, r.model_calls, r.tokens,
+                            prefix_tokens=r.prefix_tokens, calls_per_prefix=r.calls_per_prefix,
+                            caches=r.spec is not None and caches_prompts(r.spec, options.get(r.spec)),
+                            batches=r.spec is not None and batches_requests(r.spec, options.get(r.spec)))
+            for r in runs]
+
+
+def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], until: UntilPlan | None,
+                       swapped: tuple[float, float] | None) -> None:
+    """Every assumption behind the dollars: replies, cache hits and minimums, the simulation behind the
+    expected dollars under `--until decided`, and what both orders would cost."""
     from prbench.cost import CACHE_HITS, REPLY_TOKENS, cache_note
 
     by_spec: dict[str, list[PlannedCost]] = {}
@@ -74,22 +82,33 @@ def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], un
     for spec, costs in by_spec.items():
         typer.echo(f"  {spec}: {cache_note(costs)}")
     if not any(u.reason == "cached" for u in usd if u):
-        typer.echo("  so no call is counted cached here and $ batch+cache equals $ batch: every shared start is "
-                   "under its provider's minimum cacheable prefix (from the price tables in prbench/prices) or on a "
-                   "route without prompt caching")
-    if until is None:
-        return
-    sh = until.shape
+        typer.echo("  so no call is counted cached here and $ batch+cache equals $ batch (the reasons above; the "
+                   "minimums are in the price tables in prbench/prices)")
+    if until is not None:
+        _print_until(until)
+    if swapped is not None:
+        typer.echo(f"both orders: with `both_orders: true` on the pairwise judges every item is judged twice, the "
+                   f"answers swapped: $ batch+cache {swapped[0]:,.2f} in all, and about {swapped[1]:,.2f} under "
+                   f"`until: decided` (the same shares, an item's two verdicts counted as one: an upper bound)")
+
+
+def _print_until(until: UntilPlan) -> None:
+    sh, ex = until.expected.shape, until.expected
+    by_judge = ""
+    if until.ranks and ex.run_shares:
+        per = [(spec, sum(ex.share(c, rank) for c in range(sh.conditions)) / sh.conditions)
+               for spec, rank in until.ranks.items()]
+        by_judge = " (by judge, mean over conditions: " + ", ".join(f"{s} {x:.3f}" for s, x in per) + ")"
     typer.echo(
-        f"{UNTIL_COLUMN}: the eval stage's $ batch+cache x {until.fraction:.3f}, the mean share of judge calls "
-        f"`until: decided` spent in {until.studies:,} simulated studies of this shape ({until.source}): "
+        f"{UNTIL_COLUMN}: each eval run's $ batch+cache x its expected share of the items under `until: decided`, "
+        f"mean {ex.fraction:.3f}{by_judge}, from {ex.studies:,} simulated studies of this shape ({ex.source}): "
         f"{sh.models} API judges x {sh.conditions} conditions on {sh.items:,} items from {sh.users:,} users, judge "
-        f"accuracies {' / '.join(f'{a:.3f}' for a in sh.judges)} ({until.note}) shifted per condition by "
+        f"accuracies {' / '.join(f'{a:.3f}' for a in sh.judges)} ({ex.note}) shifted per condition by "
         f"{' / '.join(f'{x:+.2f}' for x in sh.shifts)}, {sh.item_share:.0%} of an item's difficulty shared by all "
         f"judges; a judge retired once separated from every other or within +-{sh.margin:g}"
         + (f"; the models without API calls scored on every item first, so {sh.family} sequences share the 5% "
            f"(assumed: no judge within {sh.margin:g} of such a model)" if sh.family else "")
-        + "; each look after 10% more items is one round of batches; the other stages in full" + _other_note(until))
+        + "; each look after 10% more items is one round of batches; the other stages in full" + _other_note(ex))
 
 
 def _other_note(until: Expected) -> str:
@@ -104,13 +123,49 @@ def _other_note(until: Expected) -> str:
         f"would spend {found.fraction:.3f} of the calls ({found.studies:,} studies; benchmarks/RESULTS_sequential.md)")
 
 
+def swapped_orders(cfg: StudyConfig, root: Path, until: UntilPlan | None) -> tuple[float, float] | None:
+    """($ batch+cache, $ under `until: decided`) of the same study with both orders on every pairwise API judge
+    that has one order now; None when none has."""
+    from prbench.engines.providers import engine_provider
+    from prbench.study.runner import plan_study
+
+    if not any(m.pairwise and not m.both_orders and engine_provider(m.spec, m.options) for m in cfg.models):
+        return None
+    both = cfg.model_copy(update={"models": [m.model_copy(update={"both_orders": True}) if m.pairwise else m
+                                             for m in cfg.models]})
+    runs = plan_study(both, root)
+    usd = priced(both, runs)
+    total = sum(u.batch_cache for u in usd if u)
+    decided = sum(u.batch_cache * (until.share(r) if until else 1.0) for r, u in zip(runs, usd) if u)
+    return total, decided
+
+
 UNTIL_COLUMN = "$ until decided (expected)"
 
 
-def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCost | None]) -> Expected | None:
+@dataclass(frozen=True)
+class UntilPlan:
+    """The expected share of each planned run under `until: decided`."""
+
+    expected: Expected
+    conditions: list[str]
+    ranks: dict[str, int] | None
+    """Each API judge's rank by its published accuracy (the simulated run it is); None: none published."""
+
+    def share(self, run: PlannedRun) -> float:
+        """An eval run's expected share (its own when its judge's rank is known, else the mean); other stages 1."""
+        if run.stage != "eval":
+            return 1.0
+        cond = self.conditions.index(run.condition) if run.condition in self.conditions else None
+        rank = self.ranks.get(run.spec or "") if self.ranks else None
+        return self.expected.share(cond, rank)
+
+
+def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCost | None]) -> UntilPlan | None:
     """What `until: decided` is expected to spend on the eval stage (`prbench.seqsim`), when it has two or more
     API judges to rank; None otherwise. The judges' accuracies: their published ones under `none` (the mean over
-    categories) when every API judge has one, else the default shape's spacing."""
+    categories) when every API judge has one, else the default shape's spacing (then every run gets the mean
+    share: which judge is which is unknown)."""
     from prbench.engines.providers import engine_provider
     from prbench.seqsim import expected_share, study_shape
 
@@ -126,7 +181,9 @@ def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCo
     shape = study_shape(items, len(api), len(cfg.conditions), len(cfg.models) - len(api), accuracies)
     note = ("the judges' published accuracies under none, mean over categories" if accuracies else
             "no published accuracy for every judge: the default shape's spacing")
-    return replace(expected_share(shape), note=note)
+    ranks = None if accuracies is None else {  # study_shape sorts the accuracies: rank = place in that order
+        m.spec: rank for rank, (_, m) in enumerate(sorted(zip(accuracies, api), key=lambda am: round(am[0], 3)))}
+    return UntilPlan(replace(expected_share(shape), note=note), list(cfg.conditions), ranks)
 
 
 def dollar_rows(runs: list[PlannedRun], usd: list[PlannedCost | None],

@@ -282,7 +282,11 @@ class OpenAIEngine(Engine):
                 "concurrency_limits": list(self.limiter.history)}
 
     def batch_api(self) -> BatchAPI:
-        """This engine's batch endpoints (`/v1/files` + `/v1/batches`)."""
+        """This engine's batch endpoints (`/v1/files` + `/v1/batches`). Anthropic's OpenAI-compatible layer serves
+        chat completions only (docs.claude.com/en/api/openai-sdk, 2026): its batches are the native engine's."""
+        if self.profile.provider == "anthropic":
+            raise PrbenchError(f"{self.spec}: Anthropic's OpenAI-compatible endpoint has no batch API; "
+                               f"for batches use the native engine, anthropic:{self.model}")
         return batch.OpenAIBatches(self)
 
     def _template_hash(self) -> str:

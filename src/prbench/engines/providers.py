@@ -341,6 +341,18 @@ def engine_provider(spec: str, options: dict[str, Any] | None = None) -> tuple[s
     return profile(opts.get("provider"), model, opts.get("base_url") or "").provider, model
 
 
+def batches_requests(spec: str, options: dict[str, Any] | None = None) -> bool:
+    """Whether the API engine behind `spec` can send provider batches: not Claude through Anthropic's
+    OpenAI-compatible endpoint (chat completions only: docs.claude.com/en/api/openai-sdk; Message Batches are
+    native-API only)."""
+    found = engine_provider(spec, options)
+    return found is not None and not _claude_through_openai_layer(spec, found)
+
+
+def _claude_through_openai_layer(spec: str, found: tuple[str, str]) -> bool:
+    return found[0] == "anthropic" and next(p for p in spec.split(":") if p in ("openai", "anthropic")) == "openai"
+
+
 def caches_prompts(spec: str, options: dict[str, Any] | None = None) -> bool:
     """Whether the API engine behind `spec` can have prompts cached: not with `prompt_cache: false`, and not
     Claude through Anthropic's OpenAI-compatible endpoint (prompt caching is native-API only:
@@ -348,5 +360,4 @@ def caches_prompts(spec: str, options: dict[str, Any] | None = None) -> bool:
     found = engine_provider(spec, options)
     if found is None or (options or {}).get("prompt_cache") is False:
         return False
-    kind = next(p for p in spec.split(":") if p in ("openai", "anthropic"))
-    return not (found[0] == "anthropic" and kind == "openai")
+    return not _claude_through_openai_layer(spec, found)

@@ -50,6 +50,7 @@ class PlannedRun:
     spec: str | None = None  # the model the calls go to (prices an API model's calls in the dry run)
     prefix_tokens: int = 0  # tokens at the start of each call shared by `calls_per_prefix` calls (prompt caching)
     calls_per_prefix: int = 1
+    condition: str | None = None  # an eval run's input condition (the dry run's expected share under `decided`)
 
 
 StageFn = Callable[[StudyContext], None]

@@ -96,7 +96,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
                                (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0), 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
             out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else n * per_item * per_call,
-                                  entry.spec, prefix_tokens=start, calls_per_prefix=per_item))
+                                  entry.spec, prefix_tokens=start, calls_per_prefix=per_item, condition=cond))
     for bench in ctx.cfg.benchmarks:  # pairs of other benchmarks (multi-response items count each pair)
         from prbench.data import iter_examples
 
