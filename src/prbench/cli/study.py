@@ -66,7 +66,7 @@ def priced(cfg: StudyConfig, runs: list[PlannedRun]) -> list[PlannedCost | None]
 
 
 def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], until: UntilPlan | None,
-                       swapped: tuple[float, float] | None) -> None:
+                       swapped: tuple[float, float | None] | None) -> None:
     """Every assumption behind the dollars: replies, cache hits and minimums, the simulation behind the
     expected dollars under `--until decided`, and what both orders would cost."""
     from prbench.cost import CACHE_HITS, REPLY_TOKENS, cache_note
@@ -87,9 +87,11 @@ def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], un
     if until is not None:
         _print_until(until)
     if swapped is not None:
+        total, decided = swapped
         typer.echo(f"both orders: with `both_orders: true` on the pairwise judges every item is judged twice, the "
-                   f"answers swapped: $ batch+cache {swapped[0]:,.2f} in all, and about {swapped[1]:,.2f} under "
-                   f"`until: decided` (the same shares, an item's two verdicts counted as one: an upper bound)")
+                   f"answers swapped: $ batch+cache {total:,.2f} in all"
+                   + ("" if decided is None else f", and about {decided:,.2f} under `until: decided` (the same "
+                                                 f"shares, an item's two verdicts counted as one: an upper bound)"))
 
 
 def _print_until(until: UntilPlan) -> None:
@@ -123,9 +125,9 @@ def _other_note(until: Expected) -> str:
         f"would spend {found.fraction:.3f} of the calls ({found.studies:,} studies; benchmarks/RESULTS_sequential.md)")
 
 
-def swapped_orders(cfg: StudyConfig, root: Path, until: UntilPlan | None) -> tuple[float, float] | None:
-    """($ batch+cache, $ under `until: decided`) of the same study with both orders on every pairwise API judge
-    that has one order now; None when none has."""
+def swapped_orders(cfg: StudyConfig, root: Path, until: UntilPlan | None) -> tuple[float, float | None] | None:
+    """($ batch+cache, $ under `until: decided` or None without it) of the same study with both orders on every
+    pairwise API judge that has one order now; None when none has."""
     from prbench.engines.providers import engine_provider
     from prbench.study.runner import plan_study
 
@@ -136,8 +138,7 @@ def swapped_orders(cfg: StudyConfig, root: Path, until: UntilPlan | None) -> tup
     runs = plan_study(both, root)
     usd = priced(both, runs)
     total = sum(u.batch_cache for u in usd if u)
-    decided = sum(u.batch_cache * (until.share(r) if until else 1.0) for r, u in zip(runs, usd) if u)
-    return total, decided
+    return total, None if until is None else sum(u.batch_cache * until.share(r) for r, u in zip(runs, usd) if u)
 
 
 UNTIL_COLUMN = "$ until decided (expected)"
