@@ -19,23 +19,41 @@ from __future__ import annotations
 from typing import Any
 
 GEMM_ROWS = 256  # rows per matmul: a power of two (whole kernel tiles), large enough to keep 2 cores' GEMMs efficient
-ALIGN = 64  # bytes: MKL may take another path for unaligned inputs, so a chunk that is not aligned is copied
+ALIGN = 64  # bytes: MKL may take another path for unaligned data, so a window that is not aligned is copied
 
 
 def linear_in_fixed_rows(torch: Any, x: Any, weight: Any, bias: Any, rows: int = GEMM_ROWS) -> Any:
-    """`torch.nn.functional.linear(x, weight, bias)` computed `rows` rows at a time (the last chunk zero-padded)."""
-    linear = torch.nn.functional.linear
+    """`torch.nn.functional.linear(x, weight, bias)` computed in windows of exactly `rows` rows.
+
+    Windows start at 0, `rows`, 2 * `rows`, ...; the rows past the last whole one are computed in
+    the window that ends at the last row (it overlaps the one before and rewrites some of its rows
+    with the same bits: the invariant itself), or with fewer than `rows` rows in all, zero-padded.
+    An aligned window is written straight into the result (`torch.addmm(..., out=)`, the call
+    `F.linear` makes for 2-D input), so it copies nothing; an unaligned one goes through a copy.
+    """
     flat = x.reshape(-1, x.shape[-1])
-    m = flat.shape[0]
+    m, k = flat.shape
     out = flat.new_empty((m, weight.shape[0]))
-    for start in range(0, m, rows):
-        part = flat[start:start + rows]
-        n = part.shape[0]
-        if n < rows or part.data_ptr() % ALIGN or not part.is_contiguous():
-            buf = flat.new_zeros((rows, flat.shape[1]))
-            buf[:n] = part
-            part = buf
-        out[start:start + n] = linear(part, weight, bias)[:n]
+    wt = weight.t()
+
+    def multiply(start: int, n: int) -> None:
+        """Rows [start, start + n) of the result, from a matmul of exactly `rows` rows."""
+        part, dest = flat[start:start + rows], out[start:start + rows]
+        if n == rows and part.is_contiguous() and not (part.data_ptr() % ALIGN or dest.data_ptr() % ALIGN):
+            if bias is None:
+                torch.mm(part, wt, out=dest)
+            else:
+                torch.addmm(bias, part, wt, out=dest)
+        else:  # short or unaligned: a zero-padded, freshly allocated (so aligned) copy
+            buf = flat.new_zeros((rows, k))
+            buf[:n] = flat[start:start + n]
+            out[start:start + n] = torch.nn.functional.linear(buf, weight, bias)[:n]
+
+    whole = m - m % rows
+    for start in range(0, whole, rows):
+        multiply(start, rows)
+    if whole < m:  # the window ending at the last row, or the rows there are, padded
+        multiply(m - rows, rows) if m > rows else multiply(0, m)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
