@@ -39,10 +39,13 @@ for k, n in [(64, 64), (384, 1536), (1536, 384), (1536, 576), (576, 1)]:
     x = torch.randn(1200, k, generator=gen)
     with torch.no_grad():
         ref = linear_in_fixed_rows(torch, x, lin.weight, lin.bias)
-        for m in (1, 7, 8, 64, 100, 192, 256, 257, 700):
+        for m in (1, 7, 8, 64, 100, 192, 256, 257, 512, 700):
             idx = torch.tensor(rng.sample(range(1200), m))
+            shifted = torch.empty(m * k + 1)[1:].view(m, k)  # 4 bytes off alignment: windows go through copies
+            shifted.copy_(x[idx])
             for got in (linear_in_fixed_rows(torch, x[idx], lin.weight, lin.bias),
-                        linear_in_fixed_rows(torch, x[idx].reshape(1, m, k), lin.weight, lin.bias)[0]):
+                        linear_in_fixed_rows(torch, x[idx].reshape(1, m, k), lin.weight, lin.bias)[0],
+                        linear_in_fixed_rows(torch, shifted, lin.weight, lin.bias)):
                 if not torch.equal(got, ref[idx]):
                     bad.append((k, n, m))
 print(torch.get_num_threads(), bad)
@@ -51,8 +54,10 @@ print(torch.get_num_threads(), bad)
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fixed_row_matmuls_give_each_row_the_same_bits_in_any_company(threads: int) -> None:
-    """A row's result never depends on which rows, or how many, share its matmul (torch's own F.linear fails this:
-    on the dev VM, a 1536-wide layer sums 64-192 rows another way than 256 at 2 threads, 8 rows than 16 at 1)."""
+    """A row's result never depends on which rows, or how many, share its matmul, nor on where its input lies in
+    memory: whole windows, the overlapping last window (257, 700), a lone padded one (< 256), unaligned input
+    (torch's own F.linear fails this: on the dev VM, a 1536-wide layer sums 64-192 rows another way than 256 at
+    2 threads, 8 rows than 16 at 1)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
                                           os.environ.get("PYTHONPATH", "")])}
