@@ -2,8 +2,9 @@
 
 The mechanism (`prbench.engines.buckets`): each sequence is padded to a width fixed by its own
 length, only sequences of one width share a batch, widths are multiples of 8, and a row count
-that a per-sequence layer sees is rounded to whole 8-row tiles. The first test pins the fact
-about torch's CPU matmul (MKL) this rests on; the others check MiniLM and transformer RMs at
+that a per-sequence layer sees is rounded to whole 8-row tiles. The first tests pin the fact
+about torch's CPU matmul (MKL) this rests on and the fixed-shape windows built on it
+(`prbench.engines.fixed_gemm`); the others check MiniLM and transformer RMs at
 batch sizes 1, 7 and 64 in shuffled, mixed compositions (shared prompts, lone responses, long and
 short), as the reward server's /score sends them, and an `hf:` eval interrupted by a real
 SIGINT and resumed at another batch size against a clean run.
@@ -39,10 +40,13 @@ for k, n in [(64, 64), (384, 1536), (1536, 384), (1536, 576), (576, 1)]:
     x = torch.randn(1200, k, generator=gen)
     with torch.no_grad():
         ref = linear_in_fixed_rows(torch, x, lin.weight, lin.bias)
-        for m in (1, 7, 8, 64, 100, 192, 256, 257, 700):
+        for m in (1, 7, 8, 64, 100, 192, 256, 257, 512, 700):
             idx = torch.tensor(rng.sample(range(1200), m))
+            shifted = torch.empty(m * k + 1)[1:].view(m, k)  # 4 bytes off alignment: windows go through copies
+            shifted.copy_(x[idx])
             for got in (linear_in_fixed_rows(torch, x[idx], lin.weight, lin.bias),
-                        linear_in_fixed_rows(torch, x[idx].reshape(1, m, k), lin.weight, lin.bias)[0]):
+                        linear_in_fixed_rows(torch, x[idx].reshape(1, m, k), lin.weight, lin.bias)[0],
+                        linear_in_fixed_rows(torch, shifted, lin.weight, lin.bias)):
                 if not torch.equal(got, ref[idx]):
                     bad.append((k, n, m))
 print(torch.get_num_threads(), bad)
@@ -51,13 +55,53 @@ print(torch.get_num_threads(), bad)
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_fixed_row_matmuls_give_each_row_the_same_bits_in_any_company(threads: int) -> None:
-    """A row's result never depends on which rows, or how many, share its matmul (torch's own F.linear fails this:
-    on the dev VM, a 1536-wide layer sums 64-192 rows another way than 256 at 2 threads, 8 rows than 16 at 1)."""
+    """A row's result never depends on which rows, or how many, share its matmul, nor on where its input lies in
+    memory: whole windows, the overlapping last window (257, 700), a lone padded one (< 256), unaligned input
+    (torch's own F.linear fails this: on the dev VM, a 1536-wide layer sums 64-192 rows another way than 256 at
+    2 threads, 8 rows than 16 at 1)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
                                           os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", GEMM_CHECK], env=env, capture_output=True, text=True, timeout=300,
                           check=True)
+    assert done.stdout.split() == [str(threads), "[]"], done.stdout
+
+
+SEQUENCE_CHECK = """
+import random, torch
+from prbench.engines.fixed_gemm import GEMM_ROWS, _fixed_forward, sequence_windows, window_rows
+gen, rng = torch.Generator().manual_seed(0), random.Random(0)
+bad = []
+for k, n in [(576, 576), (1536, 576), (384, 1536)]:
+    lin = torch.nn.Linear(k, n)
+    for width in (8, 24, 104, 200, 312):
+        seqs = torch.randn(12, width, k, generator=gen)
+        with torch.no_grad(), sequence_windows(width):
+            alone = [_fixed_forward(lin, seqs[i:i + 1])[0] for i in range(12)]
+            for rows in (3, 7, 12):
+                idx = rng.sample(range(12), rows)
+                got = _fixed_forward(lin, seqs[idx])
+                bad += [(k, n, width, rows) for r, i in enumerate(idx) if not torch.equal(got[r], alone[i])]
+with sequence_windows(104):
+    assert window_rows((5, 104, 576)) == 104 and window_rows((520, 576)) == GEMM_ROWS
+    assert window_rows((1, 520, 576)) == GEMM_ROWS  # a batch folded into one row: not a sequence's own count
+with sequence_windows(24):
+    assert window_rows((5, 24, 576)) == 48
+assert window_rows((5, 104, 576)) == GEMM_ROWS  # outside a bucketed pass
+print(torch.get_num_threads(), bad)
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_whole_sequence_windows_give_each_sequence_the_same_bits_in_any_company(threads: int) -> None:
+    """Inside a bucketed pass a layer multiplies whole sequences per window (one, or several short ones to 64 rows):
+    a sequence's result is the same alone as among 3, 7 or 12 of its width, shuffled."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", SEQUENCE_CHECK], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [str(threads), "[]"], done.stdout
 
 

@@ -251,7 +251,7 @@ def _hub_offline() -> Iterator[None]:
 
 # Names the encoding of `encode_texts`: caches of embeddings put it in their keys, so values of an
 # earlier encoding (each text alone, or a padded batch) are never read back as this one's.
-ENCODING = "bucketed-v2"  # v2: fixed-row matmuls on CPU (prbench.engines.fixed_gemm)
+ENCODING = "bucketed-v3"  # v2: fixed-row matmuls on CPU; v3: whole sequences per matmul window (engines.fixed_gemm)
 ENCODE_ROWS = 32  # rows per batch, sentence-transformers' default batch size
 ENCODE_TOKENS = 4096  # padded tokens per batch
 ENCODE_CHUNK = 2048  # texts tokenized at once
@@ -281,7 +281,7 @@ def _encode_chunk(torch: Any, encoder: Any, texts: Sequence[str]) -> Any:
     import numpy as np
 
     from prbench.engines.buckets import bucketed_batches, pads_rows
-    from prbench.engines.fixed_gemm import fix_gemm_rows
+    from prbench.engines.fixed_gemm import fix_gemm_rows, sequence_windows
 
     if not pads_rows(encoder.device):
         fix_gemm_rows(encoder)  # idempotent; see _load_sentence_encoder
@@ -301,7 +301,7 @@ def _encode_chunk(torch: Any, encoder: Any, texts: Sequence[str]) -> Any:
                 part[key] = _to_width(torch, value[rows], batch.width, fill).to(device)
             else:
                 part[key] = value
-        with torch.inference_mode():
+        with torch.inference_mode(), sequence_windows(batch.width):
             emb = encoder(part)["sentence_embedding"]
             emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
         out[batch.index] = emb[: len(batch.index)].cpu().numpy()

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from prbench.cache import text_hash
 from prbench.conditions import View
 from prbench.engines.buckets import ROW_TILE, Batch, bucketed_batches, kv_width, pads_rows
-from prbench.engines.fixed_gemm import GEMM_ROWS, fix_gemm_rows
+from prbench.engines.fixed_gemm import GEMM_RULE, fix_gemm_rows, sequence_windows
 from prbench.engines.prefix import (
     MIN_SHARED_PREFIX,
     PromptCaches,
@@ -101,7 +101,7 @@ class SequenceClassifierRM(PointwiseRM):
         self.model = transformers.AutoModelForSequenceClassification.from_pretrained(
             model, trust_remote_code=trust_remote_code, dtype=resolve_dtype(dtype, self.device)
         ).to(self.device).eval()
-        self.gemm_rows = None if pads_rows(self.device) else GEMM_ROWS  # CPU: fixed-shape matmuls (engines.fixed_gemm)
+        self.gemm_rows = None if pads_rows(self.device) else GEMM_RULE  # CPU: fixed-shape matmuls (engines.fixed_gemm)
         if self.gemm_rows:
             fix_gemm_rows(self.model)
         if self.tokenizer.pad_token_id is None:
@@ -225,7 +225,7 @@ class SequenceClassifierRM(PointwiseRM):
             ids = self._padded(batch_ids, batch)
             lengths = torch.tensor([len(batch_ids[batch.index[min(r, len(batch.index) - 1)]])
                                     for r in range(batch.rows)])
-            with torch.no_grad():
+            with torch.no_grad(), sequence_windows(batch.width):
                 if split is not None:
                     backbone, head = split
                     logits = head(backbone(input_ids=ids.to(self.device)).last_hidden_state)  # every position: see _at
@@ -273,7 +273,7 @@ class SequenceClassifierRM(PointwiseRM):
         plan = bucketed_batches([len(p) for p in plist], self.token_budget, self.batch_size, fixed)
         for n, pre in enumerate(plan):
             beat(f"scoring {len(pre.index)} prompts")
-            with torch.no_grad():
+            with torch.no_grad(), sequence_windows(pre.width):
                 cache = output_cache(backbone(input_ids=self._padded(plist, pre).to(self.device), use_cache=True))
             caches.add(cache, pre.index, kv_width(pre.width))
             held.append(pre)
@@ -309,7 +309,7 @@ class SequenceClassifierRM(PointwiseRM):
                 mask[row, width : width + len(seqs[j]) - cuts[j]] = 1
                 pos[row] = torch.arange(sub.width) + cuts[j]
                 last.append(len(seqs[j]) - cuts[j] - 1)
-            with torch.no_grad():
+            with torch.no_grad(), sequence_windows(sub.width):
                 hidden = backbone(input_ids=self._padded(suffixes, sub).to(self.device),
                                   attention_mask=mask.to(self.device), position_ids=pos.to(self.device),
                                   use_cache=True, **{kwarg: caches.gather([owner[j] for j in js])}).last_hidden_state
