@@ -32,15 +32,60 @@ def _torchrun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
            "PYTHONFAULTHANDLER": "1"}
     cmd = [torchrun, "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(port), "-m",
            "prbench", *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # its own process group: a hung rank is never left behind
+    # Output goes to files, not pipes: a process that outlives torchrun and holds a pipe would make reading it
+    # wait forever and look like a hung rank. Such a process is found below and named instead.
+    out_path, err_path = tmp_path / "torchrun.out", tmp_path / "torchrun.err"
+    with out_path.open("w") as out_file, err_path.open("w") as err_file:
+        proc = subprocess.Popen(cmd, stdout=out_file, stderr=err_file, text=True, env=env,
+                                start_new_session=True)  # its own process group: a hung rank is never left behind
+        try:
+            proc.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGABRT)  # faulthandler prints where every rank hangs
+            try:
+                proc.wait(timeout=30)
+            finally:
+                _kill_group(proc.pid)
+            pytest.fail(f"torchrun {' '.join(args[:2])} hung:\n{err_path.read_text()[-6000:]}")
+    left = _group_left(proc.pid)
+    assert not left, f"torchrun {' '.join(args[:2])} exited but left processes behind: {left}"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out_path.read_text(), err_path.read_text())
+
+
+def _group_left(pgid: int, grace: float = 15.0) -> list[str]:
+    """The processes of torchrun's group still alive `grace` seconds after it exited (killed, then named)."""
+    import time
+
+    import psutil
+
+    def alive() -> list[psutil.Process]:
+        found = []
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    found.append(p)
+            except (OSError, psutil.Error):
+                pass
+        return found
+
+    until = time.time() + grace
+    while (procs := alive()) and time.time() < until:
+        time.sleep(0.5)
+    names = []
+    for p in procs:
+        try:
+            names.append(" ".join(p.cmdline())[:200])
+        except psutil.Error:
+            pass
+    _kill_group(pgid)
+    return names
+
+
+def _kill_group(pgid: int) -> None:
     try:
-        out, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGABRT)  # faulthandler prints where every rank hangs
-        out, err = proc.communicate(timeout=30)
-        pytest.fail(f"torchrun {' '.join(args[:2])} hung:\n{err[-6000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _one_report(res: subprocess.CompletedProcess) -> dict:
