@@ -85,12 +85,8 @@ def two_order_credits(shape: StudyShape, rng: np.random.Generator, own: float) -
     into `own` shared by a judge's two orders of one item and the rest drawn per order (a position flip)."""
     from scipy.stats import norm
 
-    n, k = shape.items, shape.models * shape.conditions
-    user = rng.integers(0, shape.users, n)
-    common = (np.sqrt(shape.user_share) * rng.standard_normal(shape.users)[user]
-              + np.sqrt(shape.item_share) * rng.standard_normal(n)
-              + np.sqrt(own) * rng.standard_normal((k, n)))
-    flip = np.sqrt(1 - shape.user_share - shape.item_share - own) * rng.standard_normal((k, n, 2))
+    common = shape.latent(rng, own)
+    flip = np.sqrt(1 - shape.user_share - shape.item_share - own) * rng.standard_normal((*common.shape, 2))
     acc = shape.accuracies(rng)
     return acc, (common[:, :, None] + flip < norm.ppf(acc)[:, None, None]).astype(float)
 

@@ -375,7 +375,7 @@ class PlannedCost:
 
 CACHE_REASONS = {
     "cached": "cached",
-    "route": "no caching on this route (Anthropic's OpenAI-compatible endpoint or prompt_cache off; use anthropic:)",
+    "route": "no caching on this route (prompt_cache off)",
     "layer": "no batches and no caching on Anthropic's OpenAI-compatible endpoint: $ batch is the synchronous price "
              "(use anthropic:)",
     "table": "no prompt caching in the price table",

@@ -75,12 +75,17 @@ class StudyShape:
         components, thresholded at each run's accuracy."""
         from scipy.stats import norm
 
+        latent = self.latent(rng, 1 - self.user_share - self.item_share)
+        return (latent < norm.ppf(self.accuracies(rng))[:, None]).astype(float)[:, rng.permutation(self.items)]
+
+    def latent(self, rng: np.random.Generator, run_share: float) -> np.ndarray:
+        """The latent (runs x items): the user and item parts, and `run_share` of the variance drawn per run and
+        item (the rest of it, when `run_share` leaves some, is the caller's: say, a judge's two orders)."""
         n, k = self.items, self.models * self.conditions
         user = rng.integers(0, self.users, n)
-        latent = (math.sqrt(self.user_share) * rng.standard_normal(self.users)[user]
-                  + math.sqrt(self.item_share) * rng.standard_normal(n)
-                  + math.sqrt(1 - self.user_share - self.item_share) * rng.standard_normal((k, n)))
-        return (latent < norm.ppf(self.accuracies(rng))[:, None]).astype(float)[:, rng.permutation(n)]
+        return (math.sqrt(self.user_share) * rng.standard_normal(self.users)[user]
+                + math.sqrt(self.item_share) * rng.standard_normal(n)
+                + math.sqrt(run_share) * rng.standard_normal((k, n)))
 
 
 @dataclass(frozen=True)

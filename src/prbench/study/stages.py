@@ -115,8 +115,8 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
 @stage("eval", _plan_eval, order=20)
 def run_eval(ctx: StudyContext) -> None:
     bar = ctx.outputs.get("progress")
-    results: list[dict[str, Any]] = _eval_until(ctx) if ctx.cfg.until else []
     handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # options checked once; an RM per run that scores
+    results: list[dict[str, Any]] = _eval_until(ctx, handles) if ctx.cfg.until else []
     for entry in ctx.cfg.models if not ctx.cfg.until else ():
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
@@ -145,7 +145,7 @@ def run_eval(ctx: StudyContext) -> None:
     ctx.outputs["eval"] = results
 
 
-def _eval_until(ctx: StudyContext) -> list[dict[str, Any]]:
+def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict[str, Any]]:
     """The study's main runs under `until` (`prbench.sequential`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
     `until_max` (else `limit`) caps the items."""
@@ -153,7 +153,6 @@ def _eval_until(ctx: StudyContext) -> list[dict[str, Any]]:
     from prbench.sequential import StopRule, record_outcome, run_until
 
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
-    handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # options checked once; an RM per look that scores
 
     def at(i: int, n: int) -> Any:
         entry, cond = jobs[i]
