@@ -64,8 +64,10 @@ def linear_in_fixed_rows(torch: Any, x: Any, weight: Any, bias: Any, rows: int =
     whole = m - m % rows
     for start in range(0, whole, rows):
         multiply(start, rows)
-    if whole < m:  # the window ending at the last row, or the rows there are, padded
-        multiply(m - rows, rows) if m > rows else multiply(0, m)
+    if whole < m and m > rows:  # the rest: in the window ending at the last row
+        multiply(m - rows, rows)
+    elif whole < m:  # fewer rows than one window: all of them, padded
+        multiply(0, m)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
