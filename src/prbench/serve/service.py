@@ -96,6 +96,14 @@ class ViewCache:
         return view
 
 
+def check_reward(fallback_reward: float, reward_scale: float) -> None:
+    """A fallback and a scale that give rewards to learn from (checked before any model loads)."""
+    if not (math.isfinite(fallback_reward) and math.isfinite(reward_scale)):
+        raise PrbenchError("fallback reward and reward scale must be finite numbers")
+    if reward_scale <= 0:  # 0 makes every reward 0 (nothing to learn); below 0 rewards what the RM dislikes
+        raise PrbenchError(f"--reward-scale must be > 0, got {reward_scale!r}")
+
+
 class RewardService:
     """Request -> Views (through conditions) -> RM scores; independent of the HTTP layer."""
 
@@ -110,8 +118,7 @@ class RewardService:
             raise PrbenchError("the reward server does not offer 'wrong-profile' (a benchmark control, not a reward)")
         if condition == "planner" and not planner_file:
             raise PrbenchError("condition 'planner' needs --planner-file (aspects keyed by item id)")
-        if not (math.isfinite(fallback_reward) and math.isfinite(reward_scale)):
-            raise PrbenchError("fallback reward and reward scale must be finite numbers")
+        check_reward(fallback_reward, reward_scale)
         self.rm, self.condition, self.top_k = rm, condition, top_k
         self.retriever = retriever or load_retriever("bm25")
         self.planner = read_planner_file(planner_file) if planner_file else None
