@@ -312,6 +312,58 @@ def test_score_honours_and_checks_stances_as_get_reward_does() -> None:
         assert ok.status_code == 200 and ok.json()["invalid"] == 0
 
 
+# -- item 17 ----------------------------------------------------------------------------------------
+class Counts(PointwiseRM):
+    """Scores a view by how many profile items it shows; asks for `asks` of them, as a trained folder does."""
+
+    uses_context, calls_model = True, False
+
+    def __init__(self, asks: int | None):
+        self.spec, self.view_top_k, self.seen = f"test:counts{asks}", asks, []
+
+    def score(self, batch: Sequence[tuple[View, str]]) -> list[Score]:
+        self.seen += [len(v.posts) for v, _ in batch]
+        return [Score(float(len(v.posts))) for v, _ in batch]
+
+
+def test_the_served_reward_shows_the_profile_items_the_rm_asks_for_as_eval_does(tmp_path) -> None:
+    """Item 17: serve-reward (and the in-process reward files, bon and rl) showed 10 profile items while
+    eval honoured the trained folder's `view_top_k` (stance: the whole profile)."""
+    from prbench import evaluate
+    from prbench.schema import Example
+    from prbench.serve.service import RewardService
+
+    profile = [{"id": f"p{j}", "text": f"I agree: statement {j}"} for j in range(30)]
+    question, answer = "What should the town do?", "Plant trees."
+    for asks, given, shown in ((40, None, 30), (None, None, 10), (40, 5, 5)):
+        k = {"top_k": given} if given else {}
+        measured = Counts(asks)
+        evaluate(measured, [Example.model_validate({"id": "r1", "user_id": "u1", "question": question,
+                                                    "profile": profile, "chosen": answer, "rejected": "Cut trees."})],
+                 "profile", **k)
+        assert set(measured.seen) == {shown}
+        with ThreadedServer(create_app(Counts(asks), "profile", policy_template=TOKENIZER, **k)) as srv:
+            item = {"query": question, "response": answer, "profile": profile}
+            assert httpx.post(f"{srv.base_url}/score", json={"items": [item]}).json()["scores"] == [shown]
+            query = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>"
+            label = json.dumps({"question": question, "profile": profile})
+            reply = httpx.post(f"{srv.base_url}/get_reward", json={"query": [query], "labels": [label]}).json()
+            assert reply["rewards"] == [shown]
+        in_process = RewardService(Counts(asks), "profile", **k)  # the reward files' service
+        assert in_process.reward_rows([({"question": question, "profile": profile}, answer)]) == [(shown, True)]
+    # bon and rl resolve --top-k from the RM spec as eval does (a prbench-trained folder's config.json)
+    from prbench.cli.downstream import _view_k
+
+    folder = tmp_path / "stance-rm"
+    folder.mkdir()
+    (folder / "prbench_rm.json").write_text('{"kind": "stance"}', encoding="utf-8")
+    (folder / "config.json").write_text('{"view_top_k": 40}', encoding="utf-8")
+    assert _view_k(None, [f"stance:{folder}"]) == 40 and _view_k(7, [f"stance:{folder}"]) == 7
+    assert _view_k(None, ["baseline:length"]) == 10
+    with pytest.raises(PrbenchError, match=r"different numbers of profile items .*stance-rm 40, baseline:length 10"):
+        _view_k(None, [f"stance:{folder}", "baseline:length"])
+
+
 # -- item 18 (server parts) -------------------------------------------------------------------------
 def test_bogus_log_level_zero_reward_scale_and_empty_users_are_refused_at_start(setup, tmp_path) -> None:
     """Item 18: `--log-level bogus` was uvicorn's KeyError after the model loaded; `--reward-scale 0` made

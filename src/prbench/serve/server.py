@@ -428,7 +428,7 @@ def create_app(
     token: str | None = None,
     max_batch: int = 64,
     max_body_bytes: int = 1_000_000,
-    top_k: int = 10,
+    top_k: int | None = None,
     retriever: str = "bm25",
     planner_file: str | None = None,
     max_context_chars: int | None = None,
@@ -445,7 +445,8 @@ def create_app(
     allowed_hosts: Sequence[str] | None = LOOPBACK,
     view_cache_bytes: int | None = None,
 ) -> RewardApp:
-    """The ASGI app. `token` is the bearer token value itself (the CLI reads it from an env var);
+    """The ASGI app. `token` is the bearer token value itself (the CLI reads it from an env var); `top_k`
+    None shows what the RM's trained folder asks for, else 10 (`prbench eval`'s rule);
     `allowed_hosts` are the names the Host header may carry (None: any, for a server behind a proxy)."""
     if token is not None and not token.strip():
         raise PrbenchError("the bearer token is empty (unset the variable to serve without auth on loopback)")
