@@ -28,7 +28,6 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, escape, progress, table
 from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings, SampleSettings
 
-
 RMTopK = Annotated[int | None, typer.Option(
     "--top-k", min=1, max=10_000, help="Profile posts kept after retrieval (default: the number a trained model's "
                                       "folder asks for, e.g. stance's whole profile of judgments; else 10), as eval.")]
