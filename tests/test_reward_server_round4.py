@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 
 from prbench.conditions import View
 from prbench.data import load_examples
+from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.integrations.export import verl_rows, write_parquet
 from prbench.rewards.base import PointwiseRM, Score, load_rm
@@ -312,6 +314,19 @@ def test_score_honours_and_checks_stances_as_get_reward_does() -> None:
         assert ok.status_code == 200 and ok.json()["invalid"] == 0
 
 
+class OneGrader(Engine):
+    """A rubric grader's engine that grades every aspect 1 (`prbench.downstream.grader`'s reply format)."""
+
+    spec = "scripted:grader"
+
+    def generate(self, prompts: Sequence[Messages], params: GenParams | Sequence[GenParams]) -> list[Generation]:
+        out = []
+        for p in prompts:
+            n = int(re.search(r"expects \((\d+) aspects\)", p[-1]["content"]).group(1))
+            out.append(Generation(text=json.dumps({"grades": [{"aspect": j + 1, "score": 1} for j in range(n)]})))
+        return out
+
+
 # -- item 17 ----------------------------------------------------------------------------------------
 class Counts(PointwiseRM):
     """Scores a view by how many profile items it shows; asks for `asks` of them, as a trained folder does."""
@@ -327,8 +342,9 @@ class Counts(PointwiseRM):
 
 
 def test_the_served_reward_shows_the_profile_items_the_rm_asks_for_as_eval_does(tmp_path) -> None:
-    """Item 17: serve-reward (and the in-process reward files, bon and rl) showed 10 profile items while
-    eval honoured the trained folder's `view_top_k` (stance: the whole profile)."""
+    """Item 17: serve-reward, the in-process reward files and bon showed 10 profile items while eval
+    honoured the trained folder's `view_top_k` (stance: the whole profile). (rl takes the same rule in
+    `train_rl`; a GRPO run is too slow to repeat here.)"""
     from prbench import evaluate
     from prbench.schema import Example
     from prbench.serve.service import RewardService
@@ -351,17 +367,26 @@ def test_the_served_reward_shows_the_profile_items_the_rm_asks_for_as_eval_does(
             assert reply["rewards"] == [shown]
         in_process = RewardService(Counts(asks), "profile", **k)  # the reward files' service
         assert in_process.reward_rows([({"question": question, "profile": profile}, answer)]) == [(shown, True)]
-    # bon and rl resolve --top-k from the RM spec as eval does (a prbench-trained folder's config.json)
-    from prbench.cli.downstream import _view_k
+    # Best-of-N gives each RM its own view (RMs that ask alike share one); --top-k still wins
+    from prbench.downstream.bon import best_of_n
+    from prbench.downstream.grader import RubricGrader
+    from prbench.downstream.sampling import SampleSet
+    from prbench.testing.records import make_record
 
-    folder = tmp_path / "stance-rm"
-    folder.mkdir()
-    (folder / "prbench_rm.json").write_text('{"kind": "stance"}', encoding="utf-8")
-    (folder / "config.json").write_text('{"view_top_k": 40}', encoding="utf-8")
-    assert _view_k(None, [f"stance:{folder}"]) == 40 and _view_k(7, [f"stance:{folder}"]) == 7
-    assert _view_k(None, ["baseline:length"]) == 10
-    with pytest.raises(PrbenchError, match=r"different numbers of profile items .*stance-rm 40, baseline:length 10"):
-        _view_k(None, [f"stance:{folder}", "baseline:length"])
+    items = []
+    for i in range(2):
+        rec = make_record(i)
+        rec["profile"] = profile
+        items.append(Example.model_validate(rec))
+    ss = SampleSet(path=tmp_path, config={"n": 2}, items=items, samples={it.id: ["One.", "Two words."] for it in items})
+    for given, asked, shown in ((None, {"test:counts40": 40, "test:countsNone": 10}, {"test:counts40": 30,
+                                                                                    "test:countsNone": 10}),
+                                (5, {"test:counts40": 5}, {"test:counts40": 5})):
+        rms = [Counts(40), Counts(None)] if given is None else [Counts(40)]
+        res = best_of_n(ss, rms, RubricGrader(engine=OneGrader()), condition="profile", n_boot=50,
+                        **({"top_k": given} if given else {}))
+        assert {rm.spec: set(rm.seen) for rm in rms} == {k: {v} for k, v in shown.items()}
+        assert {r["rm"]: r["top_k"] for r in res.summary["rms"]} == asked  # what each RM was given
 
 
 # -- item 18 (server parts) -------------------------------------------------------------------------

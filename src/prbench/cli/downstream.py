@@ -28,26 +28,6 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, escape, progress, table
 from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings, SampleSettings
 
-RMTopK = Annotated[int | None, typer.Option(
-    "--top-k", min=1, max=10_000, help="Profile posts kept after retrieval (default: the number a trained model's "
-                                      "folder asks for, e.g. stance's whole profile of judgments; else 10), as eval.")]
-
-
-def _view_k(given: int | None, rms: list[str]) -> int:
-    """`--top-k`, else what the RMs' trained folders ask for (`prbench eval`'s rule, issue 51.17); RMs that
-    ask for different views cannot share one (a Best-of-N run builds each item's view once)."""
-    from prbench.errors import PrbenchError
-    from prbench.rewards.base import DEFAULT_TOP_K, view_top_k
-
-    if given is not None:
-        return given
-    asks = {rm: view_top_k(rm) or DEFAULT_TOP_K for rm in rms}
-    if len(set(asks.values())) > 1:
-        shown = ", ".join(f"{rm} {k}" for rm, k in asks.items())
-        raise PrbenchError(f"these RMs ask for different numbers of profile items ({shown}): pass --top-k, "
-                           "or run once per RM")
-    return next(iter(asks.values()), DEFAULT_TOP_K)
-
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
@@ -96,7 +76,6 @@ def bon(
     max_usd: MaxUsd = None,
     prices: Prices = None,
     batch: Annotated[bool, typer.Option("--batch", help="Grade through provider batches (API graders; half price).")] = False,
-    top_k: RMTopK = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
@@ -104,8 +83,6 @@ def bon(
     from prbench.cache import Cache
     from prbench.downstream.bon import best_of_n
     from prbench.downstream.grader import load_grader
-
-    settings = settings.model_copy(update={"top_k": _view_k(top_k, rm)})
 
     out = out or samples / "bon" / settings.condition
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,
@@ -153,15 +130,12 @@ def rl(
     grader: Annotated[str | None, typer.Option("--grader", "-g", help="Grader of held-out answers (any grader spec, as for bon).")] = None,
     max_length: MaxLength = None,
     mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
-    top_k: RMTopK = None,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
     """Fine-tune a policy with the RM as reward (TRL GRPO). Then grade it on held-out items."""
     from prbench.downstream.rl import train_rl
     from prbench.train import is_main_process
-
-    settings = settings.model_copy(update={"top_k": _view_k(top_k, [rm])})  # the policy prompt's too
 
     gopts = {"engine_options": grader_engine_options(grader, access, grader_access)} if grader else None
     with progress(quiet or json_out or not is_main_process()) as bar:
@@ -214,7 +188,6 @@ def serve_reward(
     body_timeout: Annotated[float, typer.Option(help="Seconds for a request's body to arrive (else 408).")] = 30.0,
     idle_timeout: Annotated[float, typer.Option(help="Seconds before an idle keep-alive connection is closed.")] = 5.0,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
-    top_k: RMTopK = None,
 ) -> None:
     """Serve an RM over HTTP for RL frameworks. POST /score, /get_reward (OpenRLHF), /classify and /pooling
     (vLLM's pooling API, verl's Reward Loop); GET /v1/models, /health, /stats."""
@@ -241,7 +214,7 @@ def serve_reward(
     rm_options = set_options(mode=view.mode, max_length=view.max_length, batch_size=view.batch_size,
                              engine=scale.engine, **access.model_dump())
     app_options: dict[str, Any] = {"token": token, "max_batch": max_batch, "max_body_bytes": max_body_bytes,
-                                   "top_k": top_k,  # None: the RM's own view (`RewardService`)
+                                   "top_k": view.top_k,  # None: the RM's own view (`RewardService`)
                    "retriever": view.retriever, "planner_file": view.planner_file,
                    "max_context_chars": view.max_context_chars, "items": load_items(items) if items else [],
                    "policy_template": policy_template, "users": users, "rm_template": rm_template,

@@ -17,7 +17,8 @@ Endpoints (bodies in `prbench.serve.protocols`)
 - `POST /classify`, `POST /pooling`, `GET /v1/models`: vLLM's pooling API as verl's Reward Loop
   calls it (`{"model", "input", "use_activation": false}`, reading `data[-1].probs[-1]`). The user
   context comes from the training rows given at start (`--users`, matched by the prompt rendered
-  with `--rm-template`, `prbench.serve.chat.RenderedPrompts`); errors in vLLM's body shape.
+  with `--rm-template`, `prbench.serve.chat.RenderedPrompts`); every error of these routes (401/403,
+  Host, 408, 413, 499, 503 too) in vLLM's body shape.
 - `GET /health`, `GET /stats`.
 
 Request path (measured in benchmarks/RESULTS_serve.md): a plain ASGI callable, no framework
@@ -30,9 +31,11 @@ its default loop, uvloop where installed (the `serve` extra installs it).
 Safety: binds 127.0.0.1 unless `allow_remote`; browsers are treated as hostile: with a token, every
 route needs it (401 / 403); the `Host` header must name this server (a DNS-rebinding page cannot
 reach it: 400); POST bodies must be `application/json` (415; a page's form or `text/plain` post
-cannot either). Bodies over `max_body_bytes` get 413, batches over `max_batch` 413, invalid JSON 400,
-a wrong shape 422; a client that disconnects while queued has its items dropped (counted
-`abandoned`). Connection limits: `prbench.serve.guard`.
+cannot either); a repeated `Host`, `Content-Type`, `Content-Length` or `Authorization` is 400 (two
+Hosts could each name another server: RFC 9112 section 3.2). Bodies over `max_body_bytes` get 413,
+batches over `max_batch` 413, invalid JSON (a lone surrogate escape named) 400, a wrong shape 422; a
+client that disconnects while queued has its items dropped (counted `abandoned`, answered 499).
+Connection limits: `prbench.serve.guard`.
 """
 
 from __future__ import annotations
