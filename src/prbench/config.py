@@ -211,6 +211,7 @@ class BonSettings(ContextSpec, RunSpec):
 
     ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
     batch_size: int = field_of(EvalSettings, "batch_size")
+    top_k: int | None = field_of(EvalSettings, "top_k")  # type: ignore[assignment]  # None: each RM's own, as eval
 
 
 class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
@@ -218,6 +219,9 @@ class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
 
     conditions: ClassVar[tuple[str, ...]] = tuple(c for c in CONDITIONS if c != "wrong-profile")
     split: str = opt("train", "Split of a hub dataset to train on.")
+    top_k: int | None = count(  # type: ignore[assignment]  # wider than ContextSpec's, as EvalSettings'
+        None, "Profile posts kept after retrieval (default: for the RM, the number its trained folder asks for, "
+              "e.g. stance's whole profile, as eval; else 10; the policy prompt shows 10).", 10_000)
     condition: str = opt("profile", "What the RM sees: none, profile, planner, oracle.", "-c", metavar="NAME")
     steps: int = count(50, "Optimizer steps.", 10**6)
     lr: float = opt(1e-6, "Learning rate.", gt=0)

@@ -193,9 +193,18 @@ def serve_reward(
     (vLLM's pooling API, verl's Reward Loop); GET /v1/models, /health, /stats."""
     from prbench.serve.batcher import Batching
     from prbench.serve.guard import Limits
-    from prbench.serve.server import check_bind, check_sizes, create_app, hosts_for, serve, token_from_env
+    from prbench.serve.server import (
+        check_bind,
+        check_log_level,
+        check_sizes,
+        create_app,
+        hosts_for,
+        serve,
+        token_from_env,
+    )
     from prbench.sources import load_items
 
+    log_level = check_log_level(log_level)  # before any model loads, as the checks below
     token = token_from_env(token_env, required=require_token)
     check_bind(host, token, allow_remote, port)  # before any model loads: a refused bind costs nothing
     limits = Limits(max_connections=max_connections, header_timeout=header_timeout, body_timeout=body_timeout,
@@ -205,7 +214,7 @@ def serve_reward(
     rm_options = set_options(mode=view.mode, max_length=view.max_length, batch_size=view.batch_size,
                              engine=scale.engine, **access.model_dump())
     app_options: dict[str, Any] = {"token": token, "max_batch": max_batch, "max_body_bytes": max_body_bytes,
-                                   "top_k": view.top_k,
+                                   "top_k": view.top_k,  # None: the RM's own view (`RewardService`)
                    "retriever": view.retriever, "planner_file": view.planner_file,
                    "max_context_chars": view.max_context_chars, "items": load_items(items) if items else [],
                    "policy_template": policy_template, "users": users, "rm_template": rm_template,

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # typer >= 0.26 runs its own copy of click: these are the cla
     from typer._click.core import Context
     from typer._click.formatting import HelpFormatter
 
-from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, field_of, opt
+from prbench.config import ContextSpec, DataSpec, EvalSettings, RunSpec, Settings, field_of, opt
 from prbench.errors import SpecError
 from prbench.registry import ENGINES, REWARDS
 
@@ -21,7 +21,7 @@ from prbench.registry import ENGINES, REWARDS
 class RMView(Settings):
     """What a served RM sees of each user and how it is run (`serve-reward`)."""
 
-    top_k: int = field_of(ContextSpec, "top_k")
+    top_k: int | None = field_of(EvalSettings, "top_k")  # None: the RM's own view, as eval (issue 51.17)
     retriever: str = field_of(ContextSpec, "retriever")
     planner_file: str | None = field_of(ContextSpec, "planner_file")
     max_context_chars: int | None = field_of(ContextSpec, "max_context_chars")

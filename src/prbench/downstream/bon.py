@@ -40,7 +40,7 @@ from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, read_samples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
-from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, RewardModel, load_rm, view_top_k
 from prbench.runs import dumps, slug, write_json_atomic
 from prbench.scoring import score_cached
 
@@ -134,13 +134,17 @@ def best_of_n(
     oracle, rand = _curve(oracle_items, ks, s.seed, s.n_boot), _curve(random_items, ks, s.seed, s.n_boot)
 
     # 3. RM scores under the condition, views built once through conditions
-    views = _views(ss.items, s, persist)
+    views_of: dict[int, list[Any]] = {}  # by top_k: RMs that ask for the same view share it
     options = {"batch_size": s.batch_size, "seed": s.seed, **(rm_options or {})}
     results: dict[str, DownstreamResult] = {}
     rm_summaries: list[dict[str, Any]] = []
     out_path = Path(out) if out is not None else None
     for spec in rms:
         rm = _load_rm(spec, options)
+        top_k = s.top_k or view_top_k(rm) or DEFAULT_TOP_K  # eval's rule (`prbench._evaluate`): the RM's own view
+        if top_k not in views_of:
+            views_of[top_k] = _views(ss.items, s.model_copy(update={"top_k": top_k}), persist)
+        views = views_of[top_k]
         name = getattr(rm, "name", rm.spec)
         if on_progress:
             on_progress(f"scoring {name}")
@@ -158,7 +162,8 @@ def best_of_n(
         results[name] = res
         rm_summaries.append({"rm": name, "n_items": len(usable), "k": list(ks), "first_k": res.first_k,
                              "expected": res.expected, "ci_low": res.ci_low, "ci_high": res.ci_high,
-                             "n_invalid_score_items": len(gradable) - len(usable), "truncated_inputs": truncated})
+                             "n_invalid_score_items": len(gradable) - len(usable), "truncated_inputs": truncated,
+                             "top_k": top_k})
         if out_path is not None:
             _write_rm(out_path / slug(name), res, ids, score_of, ks)
 

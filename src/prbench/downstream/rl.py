@@ -55,7 +55,7 @@ from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.prompts import load_prompt
 from prbench.retrieval import Retriever, load_retriever
-from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, RewardModel, load_rm, view_top_k
 from prbench.runs import write_json_atomic
 from prbench.schema import RubricAspect, SourceItem, posts_from_wire, posts_to_wire
 from prbench.scoring import score_cached
@@ -276,7 +276,8 @@ def train_rl(
     ret = load_retriever(s.retriever)
     planner = read_planner_file(s.planner_file) if s.planner_file else None
     prompt = load_prompt("policy_answer", s.prompt_file)
-    policy_views = build_views(train_items, s.policy_condition, retriever=ret, top_k=s.top_k, seed=s.seed)
+    policy_k = s.top_k or DEFAULT_TOP_K
+    policy_views = build_views(train_items, s.policy_condition, retriever=ret, top_k=policy_k, seed=s.seed)
     rows = _rows(train_items, policy_views, s.condition, prompt, s.max_words)
     dataset = datasets.Dataset.from_list(rows)
 
@@ -286,7 +287,8 @@ def train_rl(
         raise PrbenchError(f"{rm_obj.spec}: RL needs a pointwise RM (a judge in --mode pointwise)")
     rm_name = getattr(rm_obj, "name", rm_obj.spec)
     pool = [it.model_copy(update={"narrative": ""}) for it in train_items]
-    reward = RMReward(rm_obj, s.condition, retriever=ret, top_k=s.top_k, planner=planner, pool=pool, seed=s.seed,
+    rm_k = s.top_k or view_top_k(rm_obj) or DEFAULT_TOP_K  # eval's rule (`prbench._evaluate`): the RM's own view
+    reward = RMReward(rm_obj, s.condition, retriever=ret, top_k=rm_k, planner=planner, pool=pool, seed=s.seed,
                       max_context_chars=s.max_context_chars, scale=s.reward_scale)
 
     use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
@@ -354,7 +356,7 @@ def train_rl(
         from prbench.engines.transformers_engine import TransformersEngine
 
         common: dict[str, Any] = {
-            "n": s.eval_n, "condition": s.policy_condition, "top_k": s.top_k, "retriever": s.retriever,
+            "n": s.eval_n, "condition": s.policy_condition, "top_k": policy_k, "retriever": s.retriever,
             "temperature": s.eval_temperature, "top_p": s.top_p if s.eval_temperature > 0 else 1.0,
             "max_new_tokens": s.eval_max_new_tokens, "max_words": s.max_words, "prompt_file": s.prompt_file,
             "seed": s.seed}

@@ -14,7 +14,7 @@ environment variables, so a framework that only imports a file can still be conf
 | `fallback_reward` | PRBENCH_FALLBACK_REWARD | reward of an item that cannot be scored (0.0) |
 | `reward_scale` | PRBENCH_REWARD_SCALE | multiplies every valid score (the paper used 0.1) |
 | `device` | PRBENCH_DEVICE | in-process RM device (e.g. cuda:1) |
-| `top_k`, `retriever` | PRBENCH_TOP_K, PRBENCH_RETRIEVER | in-process: profile posts shown to the RM (10, bm25) |
+| `top_k`, `retriever` | PRBENCH_TOP_K, PRBENCH_RETRIEVER | in-process: profile posts shown to the RM (default: what its trained folder asks for, else 10, as `prbench eval`; bm25) |
 | `concurrency` | PRBENCH_REWARD_CONCURRENCY | most requests in flight per process (and event loop): 32 (httpx slows past it) |
 | `retry_s` | PRBENCH_REWARD_RETRY_S | how long to keep retrying a busy or unreachable server: 120 s |
 | `batch` | PRBENCH_REWARD_BATCH | `ascore`: most rows per request when concurrent calls are sent together (64, the server's --max-batch) |
@@ -50,7 +50,7 @@ ENV = {"url": "PRBENCH_REWARD_URL", "rm": "PRBENCH_RM", "condition": "PRBENCH_CO
        "retriever": "PRBENCH_RETRIEVER", "concurrency": "PRBENCH_REWARD_CONCURRENCY",
        "retry_s": "PRBENCH_REWARD_RETRY_S", "batch": "PRBENCH_REWARD_BATCH"}
 DEFAULTS = {"fallback_reward": 0.0, "reward_scale": 1.0, "top_k": 10, "concurrency": 32, "retry_s": 120.0,
-            "batch": 64}
+            "batch": 64}  # top_k: 10 gives its type only; unset, it stays None (the RM's own view, `RewardService`)
 RETRY_STATUS = (429, 503)
 _CLIENTS: dict[tuple, RewardClient] = {}
 _LOCK = threading.Lock()
@@ -59,6 +59,7 @@ _LOCK = threading.Lock()
 def settings(given: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword settings first, then the environment; unknown keywords (framework extras) are dropped."""
     out: dict[str, Any] = {k: given.get(k) if given.get(k) is not None else os.environ.get(v) for k, v in ENV.items()}
+    unset_k = out["top_k"] is None or out["top_k"] == ""
     for key, default in DEFAULTS.items():
         raw, kind = out[key], type(default)
         try:
@@ -73,6 +74,8 @@ def settings(given: Mapping[str, Any]) -> dict[str, Any]:
     if out["retry_s"] < 0:
         raise PrbenchError(f"retry_s must be >= 0, got {out['retry_s']!r}")
     out["retriever"] = out["retriever"] or "bm25"
+    if unset_k:
+        out["top_k"] = None
     return out
 
 
@@ -93,7 +96,7 @@ class RewardClient:
     def __init__(self, url: str | None = None, rm: str | None = None, *, condition: str | None = None,
                  items: str | Sequence[SourceItem] | None = None, token_env: str | None = None,
                  fallback_reward: float = 0.0, reward_scale: float = 1.0, device: str | None = None,
-                 top_k: int = 10, retriever: str = "bm25", timeout: float = 120.0, concurrency: int = 32,
+                 top_k: int | None = None, retriever: str = "bm25", timeout: float = 120.0, concurrency: int = 32,
                  retry_s: float = 120.0, batch: int = 64, **_: Any):
         if bool(url) == bool(rm):
             raise PrbenchError("give exactly one reward source: a serve-reward URL (PRBENCH_REWARD_URL / url=) "

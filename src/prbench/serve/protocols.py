@@ -35,13 +35,6 @@ def validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
 
 
 # -- prbench /score -------------------------------------------------------------------------------
-class ProfileIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    id: StrictStr | StrictInt
-    category: StrictStr = ""
-    text: NonBlank
-
-
 class AspectIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
     aspect: NonBlank
@@ -49,10 +42,13 @@ class AspectIn(BaseModel):
 
 
 class ScoreItem(BaseModel):
+    """`profile` is read as /get_reward reads a label's (`prbench.schema.posts_from_wire`): posts, stances and
+    past choices alike, an unknown stance refused, so the same profile gets the same reward by either route."""
+
     model_config = ConfigDict(extra="ignore")
     query: NonBlank
     response: StrictStr
-    profile: list[ProfileIn] | None = None
+    profile: list[Any] | None = None
     rubric_aspects: list[AspectIn] | None = None
     id: StrictStr | StrictInt | None = None
 
@@ -77,6 +73,34 @@ class _VLLMModel(BaseModel):
     model_config = ConfigDict(extra="allow")  # as vLLM's OpenAIBaseModel: unknown fields are ignored
 
 
+class ChatMessage(_VLLMModel):
+    """One message of the chat form as vLLM 0.24.0 reads it (`CustomChatCompletionMessageParam`,
+    `entrypoints/chat_utils.py` lines 323-353: `role` required; `content` a string, a list of parts, or
+    absent / null, which `_parse_chat_message_content` (lines 1743-1760) reads as no text). Text parts
+    (`{"type": "text", "text"}` or a bare string) are joined with newlines as vLLM joins them for a
+    string-content template (`_parse_chat_message_content_parts`, lines 1567-1605). prbench scores text:
+    any other part (an image, audio) or a tool call is refused, where vLLM would pass it to the model."""
+
+    role: StrictStr
+    content: StrictStr | list[StrictStr | dict[str, Any]] | None = None
+    tool_calls: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _text_only(self) -> ChatMessage:
+        if self.tool_calls:
+            raise ValueError("prbench scores text: a message with tool_calls cannot be scored")
+        for j, part in enumerate(self.content if isinstance(self.content, list) else []):
+            if isinstance(part, dict) and (part.get("type") != "text" or not isinstance(part.get("text"), str)):
+                raise ValueError(f"content part {j}: prbench scores text, so a part must be "
+                                 f'{{"type": "text", "text": "..."}}, got type {str(part.get("type"))[:40]!r}')
+        return self
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "\n".join(p if isinstance(p, str) else p["text"] for p in self.content)
+        return self.content or ""
+
+
 class PoolingRequest(_VLLMModel):
     """The union of vLLM 0.24.0's completion and chat pooling requests (`input` xor `messages`)."""
 
@@ -89,7 +113,7 @@ class PoolingRequest(_VLLMModel):
     mm_processor_kwargs: dict[str, Any] | None = None
     cache_salt: str | None = None
     input: list[int] | list[list[int]] | str | list[str] | None = None
-    messages: list[dict[str, Any]] | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = None
     add_special_tokens: bool | None = None
     add_generation_prompt: bool = False
     continue_final_message: bool = False
@@ -113,11 +137,50 @@ class PoolingRequest(_VLLMModel):
         return self
 
 
-def vllm_error(message: str, status: int = 400, param: str | None = None) -> dict[str, Any]:
-    """vLLM's `ErrorResponse` body (`entrypoints/openai/engine/protocol.py`, `ErrorInfo` lines 60-68)."""
+NO_PROMPT = "You must pass at least one prompt"  # vLLM 0.24.0 `renderers/base.py` lines 369-375
+
+
+def vllm_error(message: str, status: int = 400, param: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    """vLLM's `ErrorResponse` body (`entrypoints/openai/engine/protocol.py`, `ErrorInfo` lines 60-68), as its
+    `http_exception_handler` gives any HTTP error (`serve/utils/server_utils.py` lines 394-409): `type` is the
+    status's phrase, or `kind` where vLLM names the error (`create_error_response`, `serve/utils/error_response.py`
+    lines 16-72: "BadRequestError" for a ValueError). 499 (a client that left, nginx's code) has no phrase
+    in `http.HTTPStatus`, which raised here before."""
     from http import HTTPStatus
 
-    return {"error": {"message": message, "type": HTTPStatus(status).phrase, "param": param, "code": status}}
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Client Closed Request" if status == 499 else "Error"
+    return {"error": {"message": message, "type": kind or phrase, "param": param, "code": status}}
+
+
+def json_text_error(body: bytes) -> str | None:
+    """Why `body` is not JSON text a route can read (invalid JSON, or a lone UTF-16 surrogate escape such as
+    `"\\ud800"`, which Python's json reads but pydantic-core and UTF-8 refuse), or None when it is.
+
+    Only on the error path: a body pydantic-core refused is parsed again to name the problem."""
+    import json
+
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError) as err:  # also huge integers, deep nesting
+        return f"body is not valid UTF-8 JSON ({str(err)[:200]})"
+    stack = [raw]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as err:
+                return (f"body holds a lone surrogate escape \\u{ord(value[err.start]):04x} in a string: JSON text "
+                        "must be valid Unicode (RFC 8259 section 8.2; pair it with its other half or drop it)")
+        elif isinstance(value, dict):
+            stack.extend(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return None
 
 
 def vllm_validation_error(exc: ValidationError) -> dict[str, Any]:

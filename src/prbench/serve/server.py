@@ -17,7 +17,8 @@ Endpoints (bodies in `prbench.serve.protocols`)
 - `POST /classify`, `POST /pooling`, `GET /v1/models`: vLLM's pooling API as verl's Reward Loop
   calls it (`{"model", "input", "use_activation": false}`, reading `data[-1].probs[-1]`). The user
   context comes from the training rows given at start (`--users`, matched by the prompt rendered
-  with `--rm-template`, `prbench.serve.chat.RenderedPrompts`); errors in vLLM's body shape.
+  with `--rm-template`, `prbench.serve.chat.RenderedPrompts`); every error of these routes (401/403,
+  Host, 408, 413, 499, 503 too) in vLLM's body shape.
 - `GET /health`, `GET /stats`.
 
 Request path (measured in benchmarks/RESULTS_serve.md): a plain ASGI callable, no framework
@@ -30,9 +31,11 @@ its default loop, uvloop where installed (the `serve` extra installs it).
 Safety: binds 127.0.0.1 unless `allow_remote`; browsers are treated as hostile: with a token, every
 route needs it (401 / 403); the `Host` header must name this server (a DNS-rebinding page cannot
 reach it: 400); POST bodies must be `application/json` (415; a page's form or `text/plain` post
-cannot either). Bodies over `max_body_bytes` get 413, batches over `max_batch` 413, invalid JSON 400,
-a wrong shape 422; a client that disconnects while queued has its items dropped (counted
-`abandoned`). Connection limits: `prbench.serve.guard`.
+cannot either); a repeated `Host`, `Content-Type`, `Content-Length` or `Authorization` is 400 (two
+Hosts could each name another server: RFC 9112 section 3.2). Bodies over `max_body_bytes` get 413,
+batches over `max_batch` 413, invalid JSON (a lone surrogate escape named) 400, a wrong shape 422; a
+client that disconnects while queued has its items dropped (counted `abandoned`, answered 499).
+Connection limits: `prbench.serve.guard`.
 """
 
 from __future__ import annotations
@@ -61,22 +64,43 @@ from prbench.extras import require
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, Score, load_rm
 from prbench.runs import redact_url
-from prbench.schema import ProfilePost, RubricAspect, SourceItem
+from prbench.schema import RubricAspect, SourceItem, posts_from_wire
 from prbench.serve import protocols as wire
 from prbench.serve.batcher import Abandoned, Batcher, Batching, Overloaded, TooLarge
 from prbench.serve.chat import ChatSplitter, RenderedPrompts, load_splitter, load_tokenizer
 from prbench.serve.guard import DISCONNECT, Limits, check_fd_limit
 from prbench.serve.items import item_from_context, read_rows
-from prbench.serve.service import DEFAULT_FALLBACK_REWARD, Invalid, Pair, Reject, RewardService, ViewCache
+from prbench.serve.service import (
+    DEFAULT_FALLBACK_REWARD,
+    Invalid,
+    Pair,
+    Reject,
+    RewardService,
+    ViewCache,
+    check_reward,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TOKEN_ENV = "PRBENCH_REWARD_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 Reply = tuple[int, Any, Sequence[tuple[bytes, bytes]]]
+VLLM_ROUTES = ("/classify", "/pooling", "/v1/models")  # every error of these is in vLLM's body shape
+ONCE = (b"host", b"content-type", b"content-length", b"authorization")  # never a list: a repeat is ambiguous
 NO_USERS = ("/classify needs the training rows to know whose prompt this is: restart serve-reward with "
             "--users (the file `prbench export verl` wrote) and --rm-template (the tokenizer verl's "
             "reward_model.model_path names)")
+
+
+def repeated(headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+    """The first of `ONCE` that `headers` carry more than once (two Host headers could each name another server)."""
+    seen: set[bytes] = set()
+    for name, _ in headers:
+        if name in ONCE:
+            if name in seen:
+                return name.decode()
+            seen.add(name)
+    return None
 
 
 def public_name(model: RewardModel) -> str:
@@ -126,6 +150,8 @@ class RewardApp:
             status, payload, headers = 500, {"detail": f"internal error ({type(exc).__name__})"}, ()
         if status >= 400:
             self.service.stats.count_rejected(status)
+            if scope["path"] in VLLM_ROUTES and isinstance(payload, dict) and "detail" in payload:
+                payload = wire.vllm_error(str(payload["detail"]), status)  # 413, Host, 401/403, 408, 499, 503 too
         body = payload if isinstance(payload, bytes) else _json(payload)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -134,8 +160,11 @@ class RewardApp:
 
     async def dispatch(self, scope: dict[str, Any], receive: Any) -> Reply:
         self.service.stats.requests += 1
-        headers = dict(scope["headers"])  # lower-case names (ASGI); a repeated header keeps its last value
+        headers = dict(scope["headers"])  # lower-case names (ASGI)
         route = self.routes.get(scope["path"])
+        if len(headers) != len(scope["headers"]) and (twice := repeated(scope["headers"])) is not None:
+            return 400, {"detail": f"the {twice} header is repeated: send it once (RFC 9110 section 5.3; "
+                                   "RFC 9112 section 3.2 for Host)"}, ()
         denied = self.host_error(headers) or self.auth_error(headers)
         if denied is not None:
             return denied
@@ -146,7 +175,7 @@ class RewardApp:
             return 405, {"detail": "method not allowed"}, ((b"allow", method.encode()),)
         if method == "GET":
             return await handler()
-        vllm = scope["path"] in ("/classify", "/pooling")
+        vllm = scope["path"] in VLLM_ROUTES
         media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
         if media != b"application/json":
             msg = "Unsupported Media Type: Only 'application/json' is allowed"
@@ -191,8 +220,18 @@ class RewardApp:
             if int(length) > self.max_body_bytes:
                 return 413, {"detail": f"body over {self.max_body_bytes} bytes"}, ()
         task = asyncio.current_task()
-        timer = asyncio.get_running_loop().call_later(self.body_timeout, task.cancel) if task else None
-        body = bytearray()  # a timer, not wait_for: no extra task per request on the hot path
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            if task is not None:
+                task.cancel()
+
+        # a timer, not wait_for: no extra task per request on the hot path. Whether it fired is the flag it
+        # sets, never the clock: uvloop runs timers up to ~1 ms before their `when()` (issue 51.5)
+        timer = asyncio.get_running_loop().call_later(self.body_timeout, expire) if task else None
+        body = bytearray()
         try:
             while True:
                 msg = await receive()
@@ -204,7 +243,7 @@ class RewardApp:
                 if not msg.get("more_body"):
                     return bytes(body)
         except asyncio.CancelledError:
-            if timer is None or asyncio.get_running_loop().time() < timer.when():
+            if not expired:
                 raise  # cancelled by someone else (shutdown), not by the body deadline
             return 408, {"detail": f"request body not received within {self.body_timeout:g} s"}, \
                 ((b"connection", b"close"),)
@@ -231,12 +270,11 @@ class RewardApp:
         return None
 
     def invalid(self, exc: ValidationError, body: bytes, key: str, noun: str) -> Reply:
-        """400 for a body that is not JSON, 413 for an over-long batch, else 422 with the fields (a body
-        Python's json reads but pydantic-core's parser does not, such as a lone surrogate escape, is 422)."""
-        try:
-            raw = json.loads(body)
-        except (ValueError, RecursionError) as err:  # also huge integers, deep nesting
-            return 400, {"detail": f"body is not valid UTF-8 JSON ({str(err)[:200]})"}, ()
+        """400 for a body that is not JSON text (a lone surrogate escape named), 413 for an over-long batch,
+        else 422 with the fields."""
+        if (why := wire.json_text_error(body)) is not None:
+            return 400, {"detail": why}, ()
+        raw = json.loads(body)
         if isinstance(raw, dict) and isinstance(raw.get(key), list) and (big := self.too_many(len(raw[key]), noun)):
             return big
         return 422, {"detail": wire.validation_detail(exc)}, ()
@@ -246,9 +284,14 @@ class RewardApp:
         out = []
         for n, it in enumerate(items):
             item_id = str(it.id) if it.id is not None else content_key("server", it.query)[:16]
-            item = SourceItem(id=item_id, question=it.query, category="server",
-                              profile=[ProfilePost(id=str(p.id), category=p.category, text=p.text)
-                                       for p in it.profile or []],
+            try:
+                posts = posts_from_wire(it.profile) if it.profile is not None else []
+            except ValidationError as exc:  # one line: the first problem and where
+                first = exc.errors()[0]
+                raise Reject(422, f"items[{n}].profile.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            except (ValueError, TypeError) as exc:
+                raise Reject(422, f"items[{n}].profile: {exc}") from None
+            item = SourceItem(id=item_id, question=it.query, category="server", profile=posts,
                               rubric_aspects=[RubricAspect(aspect=a.aspect, reason=a.reason)
                                               for a in it.rubric_aspects or []])
             if (why := self.service.missing(item, has_profile=it.profile is not None)) is not None:
@@ -301,7 +344,16 @@ class RewardApp:
         if self.prompts is None:
             return 400, wire.vllm_error(NO_USERS), ()
         if req.messages is not None:
-            texts = [self.prompts.render(req.messages)]
+            try:
+                texts = [self.prompts.render([{"role": m.role, "content": m.text()} for m in req.messages])]
+            except Exception as exc:  # noqa: BLE001 - the chat template refused these messages (a jinja error,
+                # often raised by the template itself): the input's fault, 400 as vLLM's create_error_response
+                # makes a TemplateError, ValueError or TypeError (serve/utils/error_response.py lines 40-56)
+                return 400, wire.vllm_error(f"the RM's chat template cannot render these messages "
+                                            f"({type(exc).__name__}: {str(exc)[:200]})", 400, "messages",
+                                            "BadRequestError"), ()
+        elif isinstance(req.input, list) and not req.input:
+            return 400, wire.vllm_error(wire.NO_PROMPT, 400, None, "BadRequestError"), ()
         elif isinstance(req.input, str):
             texts = [req.input]
         elif isinstance(req.input, list) and all(isinstance(t, str) for t in req.input):
@@ -328,6 +380,8 @@ class RewardApp:
         try:
             req = wire.PoolingRequest.model_validate_json(body)
         except ValidationError as exc:
+            if exc.errors()[0]["type"] == "json_invalid" and (why := wire.json_text_error(body)) is not None:
+                return 400, wire.vllm_error(why, 400), ()
             return 400, wire.vllm_validation_error(exc), ()
         if self.check_model and req.model is not None and req.model != self.model_name:
             return 404, wire.vllm_error(f"The model `{req.model}` does not exist.", 404, "model"), ()
@@ -339,8 +393,7 @@ class RewardApp:
             return pairs
         scores = await self.scored(pairs, len(body), watch)
         if not isinstance(scores, list):
-            status, payload, headers = scores
-            return status, wire.vllm_error(payload["detail"], status), headers
+            return scores  # 503, 413 or 499: in vLLM's shape by `__call__`
         values, _ = self.service.rewards(pairs, scores)
         if req.use_activation is not False:  # vLLM's default activation of a one-class classifier: sigmoid
             values = [1.0 / (1.0 + math.exp(-v)) if v > -700 else 0.0 for v in values]
@@ -378,7 +431,7 @@ def create_app(
     token: str | None = None,
     max_batch: int = 64,
     max_body_bytes: int = 1_000_000,
-    top_k: int = 10,
+    top_k: int | None = None,
     retriever: str = "bm25",
     planner_file: str | None = None,
     max_context_chars: int | None = None,
@@ -395,7 +448,8 @@ def create_app(
     allowed_hosts: Sequence[str] | None = LOOPBACK,
     view_cache_bytes: int | None = None,
 ) -> RewardApp:
-    """The ASGI app. `token` is the bearer token value itself (the CLI reads it from an env var);
+    """The ASGI app. `token` is the bearer token value itself (the CLI reads it from an env var); `top_k`
+    None shows what the RM's trained folder asks for, else 10 (`prbench eval`'s rule);
     `allowed_hosts` are the names the Host header may carry (None: any, for a server behind a proxy)."""
     if token is not None and not token.strip():
         raise PrbenchError("the bearer token is empty (unset the variable to serve without auth on loopback)")
@@ -403,6 +457,7 @@ def create_app(
     check_sizes(max_batch, max_body_bytes, batching)
     if not (isinstance(body_timeout, (int, float)) and 0 < body_timeout < math.inf):
         raise PrbenchError(f"--body-timeout must be a finite number of seconds > 0, got {body_timeout!r}")
+    check_reward(fallback_reward, reward_scale)
     if (users is None) != (rm_template is None):
         raise PrbenchError("--users and --rm-template go together: /classify renders each row's prompt with the "
                            "RM tokenizer's chat template to know whose prompt an input is")
@@ -414,7 +469,11 @@ def create_app(
     prompts = None
     if users is not None and rm_template is not None:
         try:
-            prompts = RenderedPrompts(load_tokenizer(rm_template), read_rows(users), rm_template)
+            rows = read_rows(users)
+            if not rows:  # else "/classify: on" at start, then every input a 400
+                raise ValueError("no training rows: /classify would refuse every input (export them with "
+                                 "`prbench export verl`)")
+            prompts = RenderedPrompts(load_tokenizer(rm_template), rows, rm_template)
         except (OSError, ValueError) as exc:
             raise PrbenchError(f"--users {users}: {exc}") from None
     cache = ViewCache(max_bytes=view_cache_bytes) if view_cache_bytes is not None else None
@@ -459,6 +518,14 @@ def token_from_env(env_name: str | None, required: bool = False) -> str | None:
         raise PrbenchError(f"environment variable {env_name} is set but empty: put the token in it, "
                            "or unset it to serve without auth (loopback only)")
     return value.strip()
+
+
+def check_log_level(level: str) -> str:
+    """uvicorn's level names (its `LOG_LEVELS`); another is one line here, not a KeyError from uvicorn's config."""
+    uvicorn_config = require("uvicorn", "serve").config
+    if level.lower() not in uvicorn_config.LOG_LEVELS:
+        raise PrbenchError(f"--log-level {level!r}: use one of {', '.join(uvicorn_config.LOG_LEVELS)}")
+    return level.lower()
 
 
 def check_bind(host: str, token: str | None, allow_remote: bool, port: int = 8000) -> None:
@@ -518,6 +585,7 @@ def serve(app: RewardApp, *, host: str = "127.0.0.1", port: int = 8000, log_leve
           limits: Limits | None = None, on_ready: Callable[[], None] | None = None) -> int | None:
     """Run `app` in the foreground until SIGINT / SIGTERM; returns the signal that stopped it."""
     uvicorn = require("uvicorn", "serve")
+    log_level = check_log_level(log_level)
     limits = limits or Limits()
     check_fd_limit(limits)
     app.body_timeout = limits.body_timeout
