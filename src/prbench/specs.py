@@ -12,20 +12,56 @@ plug-in declares them the same way):
 - `resolve_spec(rest, root) -> rest`: names checked and local paths made absolute against
   `root` (a study config's folder), before anything runs.
 - `model_class(rest, **options) -> class`: the class it would build, for `capabilities`.
+- `run_name(rest, **options) -> str`: the run's model name without building it (optional).
+
+A kind built by a function declares them through `Kind` (typed attributes, so mypy checks them);
+a class declares them as class attributes.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from prbench.errors import SpecError
 from prbench.registry import ENGINES
+
+
+T = TypeVar("T")
+
+
+class Kind(Generic[T]):
+    """A registered kind built by a function, with what it declares about its specs (see the module docstring).
+
+    Calling it builds (`build(rest, **options)`); its name, docstring and signature are the function's.
+    Why a class rather than attributes set on the function: the declarations are typed and checked,
+    and a misspelt one is an error instead of an attribute nobody reads.
+    """
+
+    def __init__(self, build: Callable[..., T], *,
+                 options_model: type[KindOptions] | Callable[[str], type[KindOptions]] | None = None,
+                 resolve_spec: Callable[[str, Path], str] | None = None,
+                 model_class: Callable[..., Any] | None = None,
+                 run_name: Callable[..., str] | None = None) -> None:
+        functools.update_wrapper(self, build)
+        self.build = build
+        self.options_model = options_model
+        self.resolve_spec = resolve_spec
+        self.model_class = model_class
+        self.run_name = run_name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> T:
+        return self.build(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Kind({getattr(self.build, '__qualname__', self.build)!r})"
 
 
 class KindOptions(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any
 from prbench.cache import content_key
 from prbench.downstream.grader import Grade, GraderStats
 from prbench.schema import SourceItem
-from prbench.specs import model_or_builtin
+from prbench.specs import Kind, model_or_builtin
 
 
 @dataclass
@@ -69,10 +69,10 @@ class EmbeddingRubricGrader:
         return {"grader": self.spec, "low": self.low, "high": self.high, **self.stats.as_dict()}
 
 
-def load_embedding_grader(encoder: str, **options: Any) -> EmbeddingRubricGrader:
+def _load_embedding_grader(encoder: str, **options: Any) -> EmbeddingRubricGrader:
     """`embedding:<encoder>`; options: `low`, `high` thresholds. Engine-grader options are not for it."""
     known = {k: v for k, v in options.items() if k in ("low", "high")}
     return EmbeddingRubricGrader(encoder or "builtin:minilm-l6", **known)
 
 
-load_embedding_grader.resolve_spec = model_or_builtin  # type: ignore[attr-defined]  # builtin:NAME or a folder
+load_embedding_grader = Kind(_load_embedding_grader, resolve_spec=model_or_builtin)  # builtin:NAME or a folder

@@ -36,6 +36,7 @@ from prbench.engines.transformers_engine import TransformersOptions, quiet_progr
 from prbench.errors import PrbenchError, SpecError
 from prbench.extras import require
 from prbench.progress import step
+from prbench.specs import Kind
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +206,7 @@ def builtin_path(name: str) -> Path:
     raise SpecError(f"unknown builtin model {name!r} (known: {', '.join(BUILTIN_NAMES)})")
 
 
-def builtin_engine(name: str, **opts: Any) -> Any:
+def _builtin_engine(name: str, **opts: Any) -> Any:
     """A generation engine for a builtin model; options go to `TransformersEngine`."""
     from prbench.engines.transformers_engine import TransformersEngine
 
@@ -231,8 +232,8 @@ def check_builtin(name: str) -> str:
     return name
 
 
-builtin_engine.options_model = TransformersOptions  # type: ignore[attr-defined]
-builtin_engine.resolve_spec = lambda rest, root: check_builtin(rest)  # type: ignore[attr-defined]
+builtin_engine = Kind(_builtin_engine, options_model=TransformersOptions,
+                      resolve_spec=lambda rest, root: check_builtin(rest))
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
+from pathlib import Path
 from collections.abc import Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from prbench.conditions import View
 from prbench.errors import SpecError
 from prbench.rewards.base import PointwiseRM, Score
-from prbench.specs import RMOptions
+from prbench.specs import Kind, RMOptions
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -119,7 +120,7 @@ BASELINES: dict[str, type[PointwiseRM]] = {"length": LengthRM, "short": LengthRM
              "embedding": EmbeddingRM}
 
 
-def load_baseline(name: str, seed: int = 0, encoder: str | None = None, **_: object) -> PointwiseRM:
+def _load_baseline(name: str, seed: int = 0, encoder: str | None = None, **_: object) -> PointwiseRM:
     """Build a baseline by name (see module docstring)."""
     if name == "length":
         return LengthRM(1.0, "baseline:length")
@@ -148,9 +149,14 @@ class BaselineOptions(RMOptions):
     encoder: str | None = None  # baseline:embedding's sentence encoder (default builtin:minilm-l6)
 
 
-load_baseline.model_class = baseline_class  # type: ignore[attr-defined]
-load_baseline.options_model = BaselineOptions  # type: ignore[attr-defined]
-load_baseline.resolve_spec = lambda rest, root: baseline_class(rest) and rest  # type: ignore[attr-defined]
-load_baseline.run_name = (  # type: ignore[attr-defined]
-    lambda rest, encoder=None, **_: EmbeddingRM.name_for(encoder or "builtin:minilm-l6") if rest == "embedding"
-    else f"baseline:{rest}")
+def _baseline_spec(rest: str, root: Path) -> str:
+    baseline_class(rest)  # an unknown baseline is refused with the closest name
+    return rest
+
+
+def _baseline_run_name(rest: str, encoder: str | None = None, **_: object) -> str:
+    return EmbeddingRM.name_for(encoder or "builtin:minilm-l6") if rest == "embedding" else f"baseline:{rest}"
+
+
+load_baseline = Kind(_load_baseline, model_class=baseline_class, options_model=BaselineOptions,
+                     resolve_spec=_baseline_spec, run_name=_baseline_run_name)

@@ -43,7 +43,7 @@ from prbench.extras import require
 from prbench.fingerprint import local_digest
 from prbench.progress import beat
 from prbench.rewards.base import PointwiseRM, Score
-from prbench.specs import RMOptions, model_or_builtin
+from prbench.specs import Kind, RMOptions, model_or_builtin
 
 CACHE_BYTES = 1 << 30  # prompt KV caches held at once (responses batch across them): 64 profile prompts of a 135M model
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
@@ -426,7 +426,7 @@ class VLLMClassifierRM(SequenceClassifierRM):
         return out
 
 
-def load_classifier(rest: str, engine: str = "transformers", **options: Any) -> SequenceClassifierRM:
+def _load_classifier(rest: str, engine: str = "transformers", **options: Any) -> SequenceClassifierRM:
     """`hf:<hub id | dir>`; `engine="vllm"` scores it on vLLM's pooling runner."""
     from prbench.rewards.folders import check_classifier_folder
 
@@ -454,7 +454,6 @@ class ClassifierOptions(RMOptions):
     vllm_options: dict[str, Any] | None = None
 
 
-load_classifier.options_model = ClassifierOptions  # type: ignore[attr-defined]
-load_classifier.resolve_spec = model_or_builtin  # type: ignore[attr-defined]
-load_classifier.model_class = (  # type: ignore[attr-defined]
-    lambda rest, engine="transformers": VLLMClassifierRM if engine == "vllm" else SequenceClassifierRM)
+load_classifier = Kind(
+    _load_classifier, options_model=ClassifierOptions, resolve_spec=model_or_builtin,
+    model_class=lambda rest, engine="transformers": VLLMClassifierRM if engine == "vllm" else SequenceClassifierRM)

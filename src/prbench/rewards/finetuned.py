@@ -13,7 +13,7 @@ from typing import Any
 from prbench.errors import PrbenchError
 from prbench.rewards.classifier import ClassifierOptions, SequenceClassifierRM
 from prbench.rewards.heads import read_meta, read_protocol
-from prbench.specs import local_path
+from prbench.specs import Kind, local_path
 
 
 class FinetunedRM(SequenceClassifierRM):
@@ -37,7 +37,7 @@ class FinetunedRM(SequenceClassifierRM):
         return self.model_id
 
 
-def load_finetuned(rest: str, **options: Any) -> FinetunedRM:
+def _load_finetuned(rest: str, **options: Any) -> FinetunedRM:
     if not (Path(rest) / "prbench_rm.json").is_file():
         raise PrbenchError(f"finetune:{rest}: no prbench_rm.json (train with `prbench train finetune`)")
     from prbench.manifest import verify
@@ -46,7 +46,6 @@ def load_finetuned(rest: str, **options: Any) -> FinetunedRM:
     return FinetunedRM(rest, **options)
 
 
-load_finetuned.model_class = lambda rest: FinetunedRM  # type: ignore[attr-defined]
-load_finetuned.options_model = ClassifierOptions  # type: ignore[attr-defined]
-load_finetuned.resolve_spec = lambda rest, root: local_path(rest, root, False)  # type: ignore[attr-defined]
+load_finetuned = Kind(_load_finetuned, model_class=lambda rest: FinetunedRM, options_model=ClassifierOptions,
+                      resolve_spec=lambda rest, root: local_path(rest, root, False))
 

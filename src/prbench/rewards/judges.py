@@ -43,7 +43,7 @@ from prbench.errors import SpecError
 from prbench.prompts import load_prompt
 from prbench.registry import ENGINES
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
-from prbench.specs import KindOptions, OpenOptions, RMOptions, combine, options_model, resolve_spec
+from prbench.specs import Kind, KindOptions, OpenOptions, RMOptions, combine, options_model, resolve_spec
 
 MODES = ("pairwise", "pointwise", "likelihood")
 RAW_CHARS = 400  # raw model output kept per verdict (head ... tail)
@@ -556,7 +556,7 @@ class LikelihoodJudge(_JudgeBase, PairwiseRM):
         return out
 
 
-def load_judge(
+def _load_judge(
     engine_spec: str | Engine,
     mode: str = "pairwise",
     prompt_file: str | None = None,
@@ -625,11 +625,6 @@ def engine_spec(rest: str, root: Path) -> str:
     return resolve_spec(ENGINES, rest, root)
 
 
-load_judge.options_model = over_engine(JudgeOptions)  # type: ignore[attr-defined]
-load_judge.resolve_spec = engine_spec  # type: ignore[attr-defined]
-load_judge.model_class = (  # type: ignore[attr-defined]
-    lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(mode, PairwiseJudge))
-# (the mode decides pointwise or pairwise)
 
 
 def _judge_run_name(rest: str, mode: str = "pairwise", debias_position: bool = False, **_: Any) -> str:
@@ -639,4 +634,8 @@ def _judge_run_name(rest: str, mode: str = "pairwise", debias_position: bool = F
     return f"judge:{rest}" if mode == "pairwise" else f"judge[{mode}]:{rest}"
 
 
-load_judge.run_name = _judge_run_name  # type: ignore[attr-defined]
+load_judge = Kind(
+    _load_judge, options_model=over_engine(JudgeOptions), resolve_spec=engine_spec, run_name=_judge_run_name,
+    # the mode decides pointwise or pairwise
+    model_class=lambda rest, mode="pairwise": {"pointwise": PointwiseJudge, "likelihood": LikelihoodJudge}.get(
+        mode, PairwiseJudge))

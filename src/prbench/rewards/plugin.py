@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import SpecError
-from prbench.specs import OpenOptions, local_path
+from prbench.specs import Kind, OpenOptions, local_path
 
 
-def load_plugin(target: str, base_dir: str | Path | None = None, **options: Any):
+def _load_plugin(target: str, base_dir: str | Path | None = None, **options: Any):
     """Import `file.py` (relative to `base_dir` when given, e.g. a study file's folder) and build `Class`."""
     from prbench.rewards.base import PairwiseRM, PointwiseRM
 
@@ -49,5 +49,4 @@ def _resolve(rest: str, root: Path) -> str:
     return f"{local_path(file, root, True)}:{cls}"
 
 
-load_plugin.options_model = PluginOptions  # type: ignore[attr-defined]
-load_plugin.resolve_spec = _resolve  # type: ignore[attr-defined]
+load_plugin = Kind(_load_plugin, options_model=PluginOptions, resolve_spec=_resolve)

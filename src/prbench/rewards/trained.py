@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from prbench.rewards.folders import HEAD_KINDS, trained_kind, wrong_prefix
-from prbench.specs import folder
+from prbench.specs import Kind, folder
 
 
-def load_bt(rest: str, **options: Any):
+def _load_bt(rest: str, **options: Any):
     """A head over a frozen encoder loads like PAL (same file format); a full model as a classifier."""
     from prbench.hub import require_folder
 
@@ -24,7 +24,7 @@ def load_bt(rest: str, **options: Any):
     return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)
 
 
-def load_pal(rest: str, **options: Any):
+def _load_pal(rest: str, **options: Any):
     """`pal:<dir>`: a PAL or context-BT head folder; a full BT classifier folder names its spec."""
     from prbench.hub import require_folder
 
@@ -60,7 +60,6 @@ def _pal_options(rest: str):
     return PALOptions
 
 
-load_pal.model_class = _pal_class  # type: ignore[attr-defined]  # capabilities without loading weights
-load_pal.options_model = _pal_options  # type: ignore[attr-defined]
-load_bt.options_model = _bt_options  # type: ignore[attr-defined]
-load_pal.resolve_spec = load_bt.resolve_spec = folder  # type: ignore[attr-defined]  # always a local folder
+# always a local folder; PAL's class is known without loading weights (capabilities)
+load_pal = Kind(_load_pal, model_class=_pal_class, options_model=_pal_options, resolve_spec=folder)
+load_bt = Kind(_load_bt, options_model=_bt_options, resolve_spec=folder)
