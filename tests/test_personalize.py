@@ -308,3 +308,28 @@ def test_the_recommended_method_beats_wrong_profile_on_the_mirrored_test(built, 
     ids = sorted(a)
     cmp = paired_comparison(np.array([a[i] for i in ids]), np.array([b[i] for i in ids]), seed=0, n_boot=1000)
     assert cmp["ci_low"] > 0, (spec, profile.summary["accuracy"], wrong.summary["accuracy"])
+
+
+def test_mirrored_couples_are_two_different_people_and_never_a_torn_one():
+    """A person who chose one pair both ways is on neither side; the rest pair up one-to-one."""
+    from prbench.data.personalize import Choice, mirrored
+
+    def choice(person: str, chosen: str, line: int) -> Choice:
+        return Choice(person, "P", chosen, {"x": "y", "y": "x"}[chosen], line, line, None)
+
+    test = [choice("torn", "x", 1), choice("torn", "y", 2), choice("ann", "x", 3), choice("ann", "x", 4),
+            choice("bob", "y", 5), choice("cy", "x", 6)]
+    pairs, unmatched = mirrored(test, seed=0)
+    assert len(pairs) == 1 and unmatched == 4
+    (c, d), = pairs
+    assert {c.chosen, d.chosen} == {"x", "y"} and d.person == "bob" and c.person in {"ann", "cy"}
+
+
+def test_options_out_of_range_are_one_line(tmp_path):
+    rows, _ = planted_rows(6, 4)
+    src = write_jsonl(rows, tmp_path / "j.jsonl")
+    for args, says in ((["--test-fraction", "1.5"], "--test-fraction: Input should be less than 1"),
+                       (["--profile-order", "latest"], "--profile-order: Input should be 'sample' or 'recent'"),
+                       (["--min-choices", "1"], "--min-choices: Input should be greater than or equal to 2")):
+        res = main_cli("data", "personalize", src, "--by", "judge", "--out", tmp_path / "o", *args)
+        assert res.returncode == 2 and res.stderr.strip() == f"error: {says}", res.stderr

@@ -350,7 +350,8 @@ def mirrored(test: Sequence[Choice], seed: int) -> tuple[list[tuple[Choice, Choi
 
     Each pair is chosen A-over-B by one person and B-over-A by another, so any scorer that reads
     only the prompt and the answer is right on exactly one of the two. A person's repeated choice
-    on one pair counts once. Returns the pairs and the number of test choices left unmatched.
+    on one pair counts once; a person who chose it both ways is on neither side. Returns the pairs
+    and the number of test choices left unmatched.
     """
     sides: dict[tuple[str, frozenset[str]], dict[str, dict[str, Choice]]] = defaultdict(lambda: defaultdict(dict))
     for c in test:
@@ -359,13 +360,11 @@ def mirrored(test: Sequence[Choice], seed: int) -> tuple[list[tuple[Choice, Choi
     pairs: list[tuple[Choice, Choice]] = []
     for key in sorted(sides, key=lambda k: (k[0], sorted(k[1]))):
         one, two = (list(sides[key].get(ans, {}).values()) for ans in sorted(key[1]))
+        torn = {c.person for c in one} & {c.person for c in two}  # chose both ways: no side is theirs
+        one, two = [c for c in one if c.person not in torn], [c for c in two if c.person not in torn]
         rng.shuffle(one)
         rng.shuffle(two)
-        for c in one:
-            match = next((d for d in two if d.person != c.person), None)
-            if match is not None:
-                two.remove(match)
-                pairs.append((c, match))
+        pairs += zip(one, two, strict=False)  # min(len) couples, each of two different people
     return pairs, len(test) - 2 * len(pairs)
 
 
