@@ -12,8 +12,9 @@ statement chosen over a disagreed one. Two renderings, both from polis-dev's own
   The judged pair's statements are never in the profile (polis-dev guarantees it).
 - `OUT/annotator.jsonl`: one row per choice, the annotator-level shape of `prbench data
   personalize` (`participant, question, statement_a, statement_b, winner, conversation`): each
-  person's judged pair(s), then their other votes paired once each (agreed and disagreed lists
-  shuffled and zipped: a vote is in one choice only, so no choice leaks the vote behind another).
+  person's judged pair(s) (a second one that shares a statement with the first is dropped), then
+  their other votes paired once each (agreed and disagreed lists shuffled and zipped): a vote is in
+  one choice only, so no choice leaks the vote behind another.
   The A/B order of every row is drawn by the seed.
 
     python scripts/polis_past_choices.py ../shared/data/polis-dev OUT [--seed 0]
@@ -72,12 +73,16 @@ def annotator_rows(records: list[Any], seed: int) -> list[dict[str, Any]]:
     rows = []
     for user in sorted(people):
         me = people[user]
-        judged = {t for pair in me["pairs"] for t in pair}
+        pairs, judged = [], set()
+        for pair in me["pairs"]:  # a person's two test records may share a statement: its vote goes in one choice
+            if not judged & set(pair):
+                pairs.append(pair)
+                judged |= set(pair)
         agreed = sorted(t for t, s in me["votes"].items() if s > 0 and t not in judged)
         disagreed = sorted(t for t, s in me["votes"].items() if s < 0 and t not in judged)
         rng.shuffle(agreed)
         rng.shuffle(disagreed)
-        for chosen, rejected in me["pairs"] + list(zip(agreed, disagreed, strict=False)):
+        for chosen, rejected in pairs + list(zip(agreed, disagreed, strict=False)):
             a_first = rng.random() < 0.5
             rows.append({"participant": user, "question": me["question"],
                          "statement_a": chosen if a_first else rejected,

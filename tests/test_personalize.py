@@ -333,3 +333,36 @@ def test_options_out_of_range_are_one_line(tmp_path):
                        (["--min-choices", "1"], "--min-choices: Input should be greater than or equal to 2")):
         res = main_cli("data", "personalize", src, "--by", "judge", "--out", tmp_path / "o", *args)
         assert res.returncode == 2 and res.stderr.strip() == f"error: {says}", res.stderr
+
+
+POLIS = Path(__file__).resolve().parents[2] / "shared" / "data" / "polis-dev"
+
+
+@pytest.mark.skipif(not (POLIS / "test.jsonl").exists(), reason="needs ../shared/data/polis-dev (not in a fresh clone)")
+def test_polis_dev_votes_as_past_choices_on_real_people(tmp_path):
+    """scripts/polis_past_choices.py on the real polis-dev files, then `data personalize` on its annotator file."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "polis_past_choices.py"
+    res = subprocess.run([sys.executable, str(script), str(POLIS), str(tmp_path)], capture_output=True, text=True,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    shipped = read_jsonl(POLIS / "test.jsonl")
+    rendered = read_jsonl(tmp_path / "same-split" / "test.jsonl")
+    assert [(r["id"], r["user_id"], r["chosen"], r["rejected"]) for r in rendered] == [
+        (r["id"], r["user_id"], r["chosen"], r["rejected"]) for r in shipped]  # the same mirrored test
+    for rec in rendered:
+        assert rec["profile"] and all(set(i) == {"id", "prompt", "chosen", "rejected"} for i in rec["profile"])
+        assert not {rec["chosen"], rec["rejected"]} & {t for i in rec["profile"] for t in (i["chosen"], i["rejected"])}
+    res = cli("data", "personalize", tmp_path / "annotator.jsonl", "--by", "participant", "--a", "statement_a",
+              "--b", "statement_b", "--category", "conversation", "--out", tmp_path / "p")
+    assert res.exit_code == 0, res.output
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["counts"]["annotators"] == len({r["user_id"] for r in read_jsonl(POLIS / "train.jsonl") + shipped})
+    assert m["test_pairs"] > 100 and m["counts"]["ties"] == 0
+    train, test = read_jsonl(tmp_path / "p" / "train.jsonl"), read_jsonl(tmp_path / "p" / "test.jsonl")
+    assert not {r["user_id"] for r in train} & {r["user_id"] for r in test}
+    for rec in test:  # a vote is in one choice only: the judged statements are nowhere in the profile
+        assert rec["category"].startswith("polis:")
+        assert not {rec["chosen"], rec["rejected"]} & {t for i in rec["profile"] for t in (i["chosen"], i["rejected"])}
