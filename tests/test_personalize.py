@@ -152,6 +152,8 @@ def test_split_is_person_disjoint_and_test_is_mirrored(built):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["records"] == {"train": len(train), "test": len(test)}
     assert manifest["test_pairs"] * 2 == len(test)
+    assert manifest["people"]["test_in_records"] == len({r["user_id"] for r in test}) <= manifest["people"]["test"]
+    assert manifest["people"]["train"] == len({r["user_id"] for r in train})
 
 
 def test_profile_blind_scorer_gets_exactly_half(built, tmp_path):

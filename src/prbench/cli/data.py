@@ -162,8 +162,8 @@ def personalize(
                f"{m.too_few['annotators']} annotators with fewer than {cfg.min_choices} choices "
                f"({m.too_few['choices']} choices)")
     typer.echo(f"train: {m.records['train']} records of {m.people['train']} people; test: {m.records['test']} "
-               f"records ({m.test_pairs} mirrored pairs) of {m.people['test']} other people, "
-               f"{m.test_choices_unmirrored} test choices without a mirror left out")
+               f"records ({m.test_pairs} mirrored pairs) of {m.people['test_in_records']} of the {m.people['test']} "
+               f"other people; {m.test_choices_unmirrored} test choices without a mirror left out of the test")
     typer.echo(f"profiles: {m.profile['min']:.0f}-{m.profile['max']:.0f} past choices (median "
                f"{m.profile['median']:.0f}); wrote {out}/train.jsonl, test.jsonl, manifest.json")
 

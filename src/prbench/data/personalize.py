@@ -90,7 +90,7 @@ class Manifest(BaseModel):
     config: PersonalizeConfig
     counts: Counts
     too_few: dict[str, int]  # annotators with fewer than min_choices distinct pairs, and their choices
-    people: dict[str, int]  # train / test
+    people: dict[str, int]  # train / test / test_in_records (test people with a mirrored record)
     records: dict[str, int]  # train / test
     test_pairs: int  # mirrored pairs: two test records each
     test_choices_unmirrored: int  # test people's choices whose pair no other test person chose the other way
@@ -379,6 +379,14 @@ def _write_jsonl(records: Sequence[dict[str, Any]], path: Path) -> None:
 OUTPUTS = ("train.jsonl", "test.jsonl", "manifest.json")
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def personalize(path: str | Path, out: str | Path, cfg: PersonalizeConfig, overwrite: bool = False) -> Manifest:
     """Write DIR/train.jsonl, DIR/test.jsonl (mirrored) and DIR/manifest.json from an annotator-level file."""
     out = Path(out)
@@ -409,10 +417,11 @@ def personalize(path: str | Path, out: str | Path, cfg: PersonalizeConfig, overw
     test = [_record(c, by_person[c.person], cfg, file) for pair in pairs for c in pair]
     sizes = sorted(len(r["profile"]) for r in train + test)
     manifest = Manifest(
-        source=file, sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest(), fields=fields, config=cfg,
+        source=file, sha256=_sha256(Path(path)), fields=fields, config=cfg,
         counts=counts,
         too_few={"annotators": len(few), "choices": sum(len(by_person.get(p, [])) for p in few)},
-        people={"train": len(train_people), "test": len(test_people)},
+        people={"train": len(train_people), "test": len(test_people),
+                "test_in_records": len({c.person for pair in pairs for c in pair})},
         records={"train": len(train), "test": len(test)}, test_pairs=len(pairs),
         test_choices_unmirrored=unmatched,
         profile={"min": sizes[0], "median": sizes[len(sizes) // 2], "max": sizes[-1]})
