@@ -103,4 +103,69 @@ def convert(
     typer.echo(f"wrote {n} records to {dst}")
 
 
+@app.command()
+def personalize(
+    src: Annotated[Path, typer.Argument(help="Annotator-level file: .jsonl, .jsonl.gz, .json, .parquet, .csv or .tsv.")],
+    by: Annotated[str, typer.Option(help="The annotator field: one person per value.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for train.jsonl, test.jsonl and manifest.json.")],
+    prompt: Annotated[str | None, typer.Option(help="Prompt field (default: prompt, question, instruction, query, "
+                                                    "input or context; else the user turns of answer A).")] = None,
+    a: Annotated[str | None, typer.Option("--a", help="Answer A field (default: response_a, answer_a, "
+                                                      "completion_a, ..., conversation_a).")] = None,
+    b: Annotated[str | None, typer.Option("--b", help="Answer B field (default: as --a with b / 2).")] = None,
+    winner: Annotated[str | None, typer.Option(help="Winner field (default: winner, preference, "
+                                                    "overall_preference, label or choice).")] = None,
+    a_wins: Annotated[str | None, typer.Option(help="Comma list of winner values for A (default: model_a, a, 1, "
+                                                    "response_a, ...).")] = None,
+    b_wins: Annotated[str | None, typer.Option(help="Comma list of winner values for B (default: model_b, b, 2, "
+                                                    "...).")] = None,
+    ties: Annotated[str | None, typer.Option(help="Comma list of tie values (default: tie, tie (bothbad), "
+                                                  "both_bad, equal, draw, ...).")] = None,
+    signed: Annotated[bool, typer.Option(help="The winner is a signed score: < 0 A, > 0 B, 0 a tie.")] = False,
+    turn: Annotated[str, typer.Option(help="With conversation answers: the judged turn's field (absent: the "
+                                           "last turn).")] = "turn",
+    time: Annotated[str | None, typer.Option(help="Field ordering a person's choices for --profile-order recent "
+                                                  "(default: file order).")] = None,
+    category: Annotated[str | None, typer.Option(help="Field copied to each record's category.")] = None,
+    test_fraction: Annotated[float, typer.Option(help="Share of the people in the test part.")] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the person split, the mirrored matching and profile samples.")
+                    ] = 0,
+    min_choices: Annotated[int, typer.Option(help="Fewest distinct judged pairs (ties not counted) an annotator "
+                                                  "needs; others are left out, counted.")] = 3,
+    profile_max: Annotated[int, typer.Option(help="Most past choices in a profile.")] = 30,
+    profile_order: Annotated[str, typer.Option(help="Which past choices a capped profile keeps: sample (seeded) "
+                                                    "or recent.")] = "sample",
+    overwrite: Annotated[bool, typer.Option(help="Replace the records of an earlier run in --out.")] = False,
+    json_out: Json = False,
+) -> None:
+    """Turn one row per annotator judgment into personalized records (past choices as profiles, mirrored test)."""
+    from pydantic import ValidationError
+
+    from prbench.data.personalize import PersonalizeConfig
+    from prbench.data.personalize import personalize as build
+
+    lists = {k: tuple(split_csv(v) or ()) for k, v in (("a_wins", a_wins), ("b_wins", b_wins), ("ties", ties)) if v}
+    try:
+        cfg = PersonalizeConfig(by=by, prompt=prompt, a=a, b=b, winner=winner, signed=signed, turn=turn, time=time,
+                                category=category, test_fraction=test_fraction, seed=seed, min_choices=min_choices,
+                                profile_max=profile_max, profile_order=profile_order, **lists)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise PrbenchError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+    m = build(src, out, cfg, overwrite=overwrite)
+    if json_out:
+        emit_json(m.model_dump(mode="json"))
+        return
+    c = m.counts
+    typer.echo(f"read {c.rows} rows of {c.annotators} annotators ({', '.join(f'{k} <- {v}' for k, v in m.fields.items())})")
+    typer.echo(f"left out: {c.ties} ties, {c.same_answers} rows with the same answer twice, "
+               f"{m.too_few['annotators']} annotators with fewer than {cfg.min_choices} choices "
+               f"({m.too_few['choices']} choices)")
+    typer.echo(f"train: {m.records['train']} records of {m.people['train']} people; test: {m.records['test']} "
+               f"records ({m.test_pairs} mirrored pairs) of {m.people['test_in_records']} of the {m.people['test']} "
+               f"other people; {m.test_choices_unmirrored} test choices without a mirror left out of the test")
+    typer.echo(f"profiles: {m.profile['min']:.0f}-{m.profile['max']:.0f} past choices (median "
+               f"{m.profile['median']:.0f}); wrote {out}/train.jsonl, test.jsonl, manifest.json")
+
+
 app.command("synth-users")(synth_users)  # a training data set, written by `prbench.cli.train`
