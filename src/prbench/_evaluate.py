@@ -31,7 +31,7 @@ from prbench.errors import (
     PrbenchError,
 )
 from prbench.fingerprint import data_digest, spec_digest
-from prbench.records import stamp
+from prbench.records import RunSettings, stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
     DEFAULT_TOP_K,
@@ -520,4 +520,7 @@ def _summary(records: list[dict], rm: RewardModel | None, spec: str, data_name: 
         "cost": ledger.summary() if ledger is not None else None,
     })
     summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
+    # every setting that changes the numbers, in the summary itself (the folder's name carries only the model's
+    # options and both orders; readers of older runs take these from config.json)
+    summary["settings"] = {k: getattr(s, k) for k in RunSettings.model_fields if hasattr(s, k)}
     return summary
