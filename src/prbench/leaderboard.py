@@ -228,35 +228,48 @@ class Headline:
     best_baseline: dict[str, Any] | None = None
     not_ranked: list[dict[str, Any]] = field(default_factory=list)  # scored higher than `best` but failed a check
 
-    def lines(self) -> list[str]:
-        """The headline as plain sentences (the terminal's; the report writes the same in HTML)."""
-        out = [f"{self.data}: does an RM use the person? {self.person_text()}"]
-        out.append(f"{self.data}: {self.best_text()}")
-        out += [f"{self.data}: not ranked: {_row_name(r)} [{r['condition']}] {_acc_text(r)}: "
-                f"{'; '.join(r['faults'])}" for r in self.not_ranked]
+    def lines(self, html: bool = False) -> list[str]:
+        """The headline as sentences: plain for the terminal, HTML (escaped, names in bold) for the report."""
+        q, b = _quoting(html)
+        out = [f"{q(self.data)}: does an RM use the person? {self.person_text(html)}",
+               f"{q(self.data)}: {self.best_text(html)}"]
+        out += [f"{q(self.data)}: not named best: {b(_row_name(r))} under {q(r['condition'])}, {q(_acc_text(r))}: "
+                f"{q('; '.join(r['faults']))}." for r in self.not_ranked]
         return out
 
-    def person_text(self) -> str:
+    def person_text(self, html: bool = False) -> str:
+        q, b = _quoting(html)
         r = self.person
         if r is None:
             return ("not measured: no run has its wrong-user control beside it (prbench eval -c profile,wrong-profile "
                     "scores the same RM with another person's evidence).")
         g, card = r["validity"]["gain"], r["validity"]
         verdict = ("yes" if g["ci_low"] is not None and g["ci_low"] > 0 else "not beyond chance")
-        who = f"{_row_name(r)}{' (a baseline; no other RM with its control passed its checks)' if self.person_baseline else ''}"
-        return (f"{verdict}: {who}: {card['condition']} - {card['control']} {100 * g['diff']:+.1f} points "
+        who = b(_row_name(r)) + (" (a baseline; no other RM with its control passed its checks)"
+                                 if self.person_baseline else "")
+        return (f"{verdict}: {who}: {q(card['condition'])} - {q(card['control'])} {100 * g['diff']:+.1f} points "
                 f"[{_pp(g['ci_low'])}, {_pp(g['ci_high'])}], p = {_p(g['p_value'])}, paired over {card['n_shared']} "
                 "pairs.")
 
-    def best_text(self) -> str:
+    def best_text(self, html: bool = False) -> str:
+        q, b = _quoting(html)
         if self.best is None:
             return "no reward model (not a baseline) is named best: none is both scored and free of a failed check."
-        b = self.best
-        text = f"best reward model (not a baseline): {_row_name(b)} under {b['condition']}: {_acc_text(b)}"
+        r = self.best
+        text = f"the best reward model (not a baseline) is {b(_row_name(r))} under {q(r['condition'])}: {q(_acc_text(r))}"
         if self.best_baseline is not None:
-            text += (f"; best baseline {_row_name(self.best_baseline)} under {self.best_baseline['condition']}: "
-                     f"{_acc_text(self.best_baseline)}")
+            bb = self.best_baseline
+            text += f"; the best baseline, {q(_row_name(bb))} under {q(bb['condition'])}: {q(_acc_text(bb))}"
         return text + "."
+
+
+def _quoting(html: bool) -> tuple[Any, Any]:
+    """(escape, bold) for text in a headline: identity for the terminal, HTML escapes and <b> for the report."""
+    if not html:
+        return str, str
+    from html import escape
+
+    return escape, lambda s: f"<b>{escape(s)}</b>"
 
 
 def _pp(x: float | None) -> str:
