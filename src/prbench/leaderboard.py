@@ -97,7 +97,7 @@ APPLIES: dict[str, frozenset[str] | None] = {
     "max_context_chars": frozenset(ALL_CONDITIONS) - {"none"}}
 """The conditions each setting acts on (None: all): elsewhere it cannot change the number and names no row."""
 
-SORTED = "rows by condition (none, profile, planner, oracle, wrong-profile, history, persona ...), then accuracy, best first"
+SORTED = "rows by condition (none, profile, planner, oracle, wrong-profile, history, persona, others by name), then accuracy, best first"
 
 
 def _applies(key: str, condition: str) -> bool:
@@ -227,6 +227,7 @@ class Headline:
     best: dict[str, Any] | None = None  # the most accurate non-baseline row whose checks hold (no control condition)
     best_baseline: dict[str, Any] | None = None
     not_ranked: list[dict[str, Any]] = field(default_factory=list)  # scored higher than `best` but failed a check
+    models: bool = False  # any scored row that is not a baseline
 
     def lines(self, html: bool = False) -> list[str]:
         """The headline as sentences: plain for the terminal, HTML (escaped, names in bold) for the report."""
@@ -254,9 +255,12 @@ class Headline:
     def best_text(self, html: bool = False) -> str:
         q, b = _quoting(html)
         if self.best is None:
-            return "no reward model (not a baseline) is named best: none is both scored and free of a failed check."
-        r = self.best
-        text = f"the best reward model (not a baseline) is {b(_row_name(r))} under {q(r['condition'])}: {q(_acc_text(r))}"
+            text = ("no reward model (not a baseline) is named best: "
+                    + ("none is both scored and free of a failed check" if self.models else "only baselines ran"))
+        else:
+            r = self.best
+            text = (f"the best reward model (not a baseline) is {b(_row_name(r))} under {q(r['condition'])}: "
+                    f"{q(_acc_text(r))}")
         if self.best_baseline is not None:
             bb = self.best_baseline
             text += f"; the best baseline, {q(_row_name(bb))} under {q(bb['condition'])}: {q(_acc_text(bb))}"
@@ -302,6 +306,7 @@ def headlines(rows: Sequence[dict[str, Any]]) -> list[Headline]:
             h.person = max(models or cards, key=lambda r: _gain(r)["diff"])  # type: ignore[index]
             h.person_baseline = not models
         ranked = [r for r in group if not r["condition"].startswith("wrong-")]  # a control condition is never best
+        h.models = any(not r["baseline"] for r in group)
         best = [r for r in ranked if not r["baseline"] and not r["faults"]]
         h.best = max(best, key=lambda r: _accuracy(r) or 0.0, default=None)
         h.best_baseline = max((r for r in ranked if r["baseline"]), key=lambda r: _accuracy(r) or 0.0, default=None)
@@ -437,7 +442,7 @@ def wrap_name(name: str, width: int = 20) -> str:
         if lines[-1] and len(lines[-1].rstrip()) + len(part.rstrip()) > width:
             lines.append("")
         lines[-1] += part
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(lines)  # a line broken at a space keeps it: joined back, the name is whole
 
 
 LEGEND = ("accuracy: share of pairs where the RM prefers the chosen answer (ties 0.5), 95% bootstrap CI; "
@@ -451,10 +456,32 @@ def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False,
     out = []
     for data in dict.fromkeys(r["data"] for r in rows):
         group = [r for r in rows if r["data"] == data]
-        head, body = render_rows(group, with_categories, wide)
+        head, body = render_rows(group, wide=wide)
         body = [[wrap_name(row[0]), *(c.replace(" [", "\n[") if not wide else c for c in row[1:])] for row in body]
         out.append((f"{data}: accuracy % [95% CI]", head, body))
+        if with_categories and columns(group):
+            out.append((f"{data}: accuracy % by category", *_category_rows(group)))
     return out
+
+
+def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(model, category, accuracy per condition): as many columns as conditions, so it reads at 100 columns."""
+    conds = list(dict.fromkeys(r["condition"] for r in rows))
+    keys = differing_settings(rows)
+    models: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:  # a model's rows, one per condition (settings that differ name the model apart)
+        name = _row_name(r) + (f" ({_settings_text(r, keys)})" if keys and _settings_text(r, keys) != "-" else "")
+        models.setdefault(name, {})[r["condition"]] = r
+    body = []
+    for name, by_cond in models.items():
+        first = True
+        for cat in columns(rows):
+            accs = [by_cond[c]["cells"].get(f"{c}/{cat}") if c in by_cond else None for c in conds]
+            if all(a is None for a in accs):
+                continue
+            body.append([wrap_name(name) if first else "", cat, *[_fmt(a) for a in accs]])
+            first = False
+    return ["model", "category", *conds], body
 
 
 def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:

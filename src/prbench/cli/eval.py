@@ -287,18 +287,20 @@ def leaderboard_cmd(
 def show_leaderboard(rows: list[dict[str, Any]], categories: bool = False, wide: bool = False,
                      title: str | None = None) -> None:
     """The leaderboard's tables, each under its data set's headline (`prbench leaderboard`, a study's end)."""
+    import shutil
     import textwrap
 
     from prbench.leaderboard import LEGEND, headlines, render_tables
 
+    width = min(120, shutil.get_terminal_size((220, 24)).columns)  # COLUMNS when set
     said = {h.data: h.lines() for h in headlines(rows)}
     for name, head, body in render_tables(rows, categories, wide):
         data = name.removesuffix(": accuracy % [95% CI]")
-        for line in said.get(data, []):
-            typer.echo(line if wide else textwrap.fill(line, 120, subsequent_indent="  "))
+        for line in said.pop(data, []):  # above its data set's first table
+            typer.echo(line if wide else textwrap.fill(line, width, subsequent_indent="  "))
         table(title or name, head, body, keep_first=True,  # names break only where wrap_name put lines
               max_width=None if wide else 120)
-    typer.echo(LEGEND if wide else textwrap.fill(LEGEND, 120))
+    typer.echo(LEGEND if wide else textwrap.fill(LEGEND, width))
 
 
 def compare_cmd(
