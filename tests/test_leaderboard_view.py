@@ -37,7 +37,7 @@ def test_one_table_per_data_set_and_categories_at_100_columns(
     titles = [ln.strip() for ln in out.splitlines() if ": accuracy %" in ln]
     assert titles == ["sample: accuracy % [95% CI]", "sample: accuracy % by category",
                       "sample:hh-rlhf: accuracy % [95% CI]", "sample:hh-rlhf: accuracy % by category"]
-    sample_part, hh_part = out.split("sample:hh-rlhf: accuracy % [95% CI]")
+    sample_part, hh_part = out.split("sample:hh-rlhf: does an RM use the person?")  # its headline, then its tables
     assert "baseline:random" not in sample_part and "baseline:lexical" not in hh_part
     by_cat = sample_part.split("sample: accuracy % by category")[1]
     assert by_cat.count("baseline:lexical") == 1 and "Lifestyle" in by_cat and "/" not in by_cat

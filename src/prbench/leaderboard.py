@@ -145,10 +145,21 @@ def _cell(m: Accuracy, path: Path | None = None, n_invalid: int | None = None,
     return out
 
 
-def _is_control(run: Run) -> bool:
-    from prbench.report.widgets import is_baseline  # the report's rule, one for both readers
+def is_control_run(run: Run) -> bool:
+    """A baseline (control) row, never ranked as a model: from the run's recorded capabilities (runs before they
+    were recorded: its kind). The report's rule too (`report.widgets.is_baseline`)."""
+    caps = run.typed.capabilities if isinstance(run.typed, EvalSummary) else None
+    return caps.is_control if caps is not None else is_control_spec(run.key)
 
-    return is_baseline(run)
+
+def is_control_spec(spec: str) -> bool:
+    """Whether the RM kind a spec names is a control, from its class; unknown kinds are not."""
+    from prbench.rewards.base import capabilities
+
+    try:
+        return capabilities(str(spec)).is_control
+    except PrbenchError:
+        return False
 
 
 def leaderboard(root: str | Path) -> list[dict[str, Any]]:
@@ -174,7 +185,7 @@ def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
         key = (s.data, s.rm, s.condition, json.dumps([options, settings], sort_keys=True, default=str))
         row = rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "condition": s.condition,
                            "options": options, "settings": settings, "n_total": s.n_total,
-                           "baseline": _is_control(run), "cells": {s.condition: _cell(m, run.path, m.n_invalid,
+                           "baseline": is_control_run(run), "cells": {s.condition: _cell(m, run.path, m.n_invalid,
                                                                                        s.n_total)}}
         if s.cost is not None and s.cost.usd is not None:  # the run's API spend
             row["usd"] = s.cost.usd
@@ -213,7 +224,7 @@ def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
 
 
 def _gain(r: dict[str, Any]) -> dict[str, Any] | None:
-    card = r["validity"] if "validity" in r else None
+    card = r.get("validity")
     return card["gain"] if card else None
 
 
@@ -361,7 +372,7 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
                     "seen share", "seen accuracy", "unseen accuracy", "not ranked because", "usd"])
         for r in rows:
             c, g = r["cells"][r["condition"]], _gain(r) or {}
-            p = r["people"] if "people" in r else {}
+            p = r.get("people", {})
             w.writerow([r["data"], _row_name(r), r["condition"], r["n_total"], c["accuracy"], c["ci_low"], c["ci_high"],
                         *[r["cells"][f"{r['condition']}/{k}"]["accuracy"] if f"{r['condition']}/{k}" in r["cells"]
                           else None for k in cats],
