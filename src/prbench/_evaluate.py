@@ -421,6 +421,8 @@ def _first_items(previous: dict[str, Any], run: RunDir, order: dict[str, int], s
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
     summary = {**previous, "limit": s.limit, "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records),
                "metrics": m, "per_user": user_breakdown(records, None, seed=s.seed, n_boot=s.n_boot)}
+    if isinstance(previous.get("settings"), dict):  # the settings of what is returned: these first items
+        summary["settings"] = {**previous["settings"], "limit": s.limit}
     return EvalResult(summary, records, run.path, reused=True)
 
 
