@@ -115,8 +115,8 @@ def test_meta_leaderboard_and_report_show_agreement(fake_openai, api_key_env: tu
 
     rows = leaderboard(runs)
     sharp = next(r for r in rows if r["model"] == "judge:openai:sharp")
-    assert sharp["resolvable"]["none"] == pytest.approx(resolvable(res["sharp"].records))
-    head, _ = render_rows(rows)
+    assert sharp["resolvable"] == pytest.approx(resolvable(res["sharp"].records))
+    head, _ = render_rows(rows, wide=True)
     assert "resolves (pts)" in head
 
     html = build_report(runs, tmp_path / "report.html", n_boot=10, n_perm=10).read_text(encoding="utf-8")

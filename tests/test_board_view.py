@@ -150,4 +150,4 @@ def test_two_runs_differing_only_in_top_k_are_two_rows_not_one(tmp_path: Path) -
     rows = leaderboard(tmp_path)
     assert sorted((r["settings"]["top_k"], r["cells"]["profile"]["n_total"]) for r in rows) == [(5, 9), (10, 14)]
     head, body = render_rows(rows)
-    assert head[:3] == ["model", "n", "settings"] and sorted(b[2] for b in body) == ["top_k=10", "top_k=5"]
+    assert head[:3] == ["model", "condition", "settings"] and sorted(b[2] for b in body) == ["top_k=10", "top_k=5"]

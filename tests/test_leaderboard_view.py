@@ -37,7 +37,7 @@ def test_one_table_per_data_set_and_categories_at_100_columns(
     titles = [ln.strip() for ln in out.splitlines() if ": accuracy %" in ln]
     assert titles == ["sample: accuracy % [95% CI]", "sample: accuracy % by category",
                       "sample:hh-rlhf: accuracy % [95% CI]", "sample:hh-rlhf: accuracy % by category"]
-    sample_part, hh_part = out.split("sample:hh-rlhf: accuracy % [95% CI]")
+    sample_part, hh_part = out.split("sample:hh-rlhf: does an RM use the person?")  # its headline, then its tables
     assert "baseline:random" not in sample_part and "baseline:lexical" not in hh_part
     by_cat = sample_part.split("sample: accuracy % by category")[1]
     assert by_cat.count("baseline:lexical") == 1 and "Lifestyle" in by_cat and "/" not in by_cat
@@ -49,8 +49,9 @@ def test_one_table_per_data_set_and_categories_at_100_columns(
 
 def test_n_column_mixed_n_settings_gain_label_names_and_modes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 41 items 4 and 5: a row mixing 12 and 40 pairs says so, top_k shows where it differs between rows,
-    the gain says what it subtracts, names break only at ':' at 100 columns, both files share one mode."""
+    """Issue 41 items 4 and 5, issue 50.3: one row per model x condition (so no row mixes 12 and 40 pairs), top_k
+    shows where it differs between rows, the gain says what it subtracts, names break only at ':' at 100 columns,
+    both files share one mode."""
     import json
     import os
 
@@ -64,20 +65,24 @@ def test_n_column_mixed_n_settings_gain_label_names_and_modes(
     out = run_cli(capsys, "leaderboard", "runs")
     assert all(len(line) <= 100 for line in out.splitlines()), max(out.splitlines(), key=len)
     lines = out.splitlines()
-    lex = next(ln for ln in lines if "baseline:lexical" in ln)  # the whole name on one line, never "baseline:lexi / cal"
-    length = next(ln for ln in lines if "baseline:length" in ln)
-    assert "MIXED 12," in lex and "MIXED" not in length and "│ 40 " in length
-    assert "top_k=10" in lex and "top_k=5" in length  # the setting that changes the profile number
-    assert "gain:" in out and "profile -" in out  # profile minus its wrong-profile control, not "profile +5.0"
+    lex = [ln for ln in lines if "│ baseline:lexical" in ln]  # the whole name on one line, never "baseline:lexi / cal"
+    length = [ln for ln in lines if "│ baseline:length" in ln]
+    assert "MIXED" not in out and any("│ 12 " in ln and "│ none " in ln for ln in lex)
+    assert all("│ 40 " in ln for ln in length) and len(length) == 2
+    assert any("top_k=10" in ln for ln in lex) and all("top_k=5" in ln for ln in length)  # changes the profile number
+    assert all("top_k" not in ln for ln in lex if "│ none " in ln)  # top_k does not act on `none`: not shown there
+    assert "gain over control" in out and "profile - wrong-profile" in out  # what the gain subtracts
     rows = json.loads((tmp_path / "runs" / "leaderboard.json").read_text())["rows"]
-    assert {r["model"]: r["settings"]["top_k"] for r in rows} == {"baseline:lexical": 10, "baseline:length": 5}
+    assert sorted((r["model"], r["condition"], r["settings"].get("top_k")) for r in rows) == [
+        ("baseline:length", "profile", 5), ("baseline:length", "wrong-profile", 5), ("baseline:lexical", "none", None),
+        ("baseline:lexical", "profile", 10), ("baseline:lexical", "wrong-profile", 10)]
     modes = {os.stat(tmp_path / "runs" / f"leaderboard.{ext}").st_mode & 0o777 for ext in ("csv", "json")}
     mask = os.umask(0)
     os.umask(mask)
     assert modes == {0o666 & ~mask}
     with (tmp_path / "runs" / "leaderboard.csv").open(encoding="utf-8") as fh:
-        by_model = {r["model"]: r for r in csv.DictReader(fh)}
-    assert by_model["baseline:lexical"]["n"] == "12 40" and by_model["baseline:length"]["top_k"] == "5"
+        by_run = {(r["model"], r["condition"]): r for r in csv.DictReader(fh)}
+    assert by_run[("baseline:lexical", "none")]["n"] == "12" and by_run[("baseline:length", "profile")]["top_k"] == "5"
 
 
 def test_wrap_name_breaks_only_after_separators() -> None:

@@ -329,8 +329,8 @@ def test_validity_card_gain_is_zero_without_personalization_and_positive_with_it
     from prbench.report.html import build_report
 
     head, body = render_rows(leaderboard(tmp_path / "True"))
-    gain = head.index("gain: profile - wrong-profile")
-    assert body[0][gain].startswith("+")
+    gain = head.index("gain over control (pts)")
+    assert next(b for b in body if b[1] == "profile")[gain].startswith("+")
     page = build_report(tmp_path / "True", tmp_path / "report.html", n_boot=50, n_perm=50).read_text()
     assert "Validity, " in page and "gain over <code>wrong-profile</code>" in page
 

@@ -36,11 +36,18 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> str:
     return (root / "report.html").read_text(encoding="utf-8")
 
 
-def test_headline_names_the_best_model_and_sets_it_against_the_best_baseline(page: str) -> None:
-    [headline] = re.findall(r'<p class="headline">(.*?)</p>', page)
-    assert re.search(r"the best reward model \(not a baseline\) is <b>judge[^<]*:openai:stand-in \(both orders\)</b>",
-                     headline), headline
-    assert "on 6 pairs" in headline and "the best baseline, baseline:lexical under oracle" in headline
+def test_headline_never_crowns_the_always_a_judge_and_says_why(page: str) -> None:
+    """Issue 50.2: the judge answering "A" to every item (kappa 0) was "the best reward model"; now the headline
+    asks whether an RM uses the person, names no best, and gives the judge with the reason."""
+    person, best, *judges = re.findall(r'<p class="headline[^"]*">(.*?)</p>', page)
+    assert "does an RM use the person? not measured" in person  # no run has its wrong-profile control here
+    assert "no reward model (not a baseline) is named best" in best and "stand-in" not in best
+    assert "the best baseline, baseline:lexical under oracle" in best
+    for judge in judges:
+        assert re.search(r"not named best: <b>judge[^<]*:openai:stand-in \(both orders\)</b> under (none|oracle), "
+                         r"[0-9.]+ \[[0-9., ]+\] % on 6 pairs: answers &quot;A&quot; on 100% of 6 items; kappa 0.00 with "
+                         "the labels", judge), judge
+    assert len(judges) == 2 and page.count('class="headline warn"') == 2  # under none and oracle
 
 
 def test_pairs_per_run_are_per_model_and_the_card_gives_the_range(page: str) -> None:

@@ -137,13 +137,14 @@ def test_leaderboard_keeps_history_and_persona_columns(tmp_path: Path) -> None:
     for cond in ("none", "history", "persona", "wrong-history"):
         write_eval_run(runs, "rm:a", credits_with_mean(6, 10), ids=IDS, condition=cond)
     rows = leaderboard(runs)
-    head, body = render_rows(rows)
-    assert head[:6] == ["model", "n", "none", "history", "persona", "wrong-history"]
-    assert head[6:] == ["resolves (pts)"]  # the smallest difference these runs resolve (prbench.power)
-    assert body[0][1:] and all(cell != "-" for cell in body[0][1:])
+    head, body = render_rows(rows, wide=True)
+    assert head == ["model", "condition", "n", "accuracy % [95% CI]", "resolves (pts)"]  # resolves: prbench.power
+    assert [b[1] for b in body] == ["none", "history", "persona", "wrong-history"]  # the conditions' order
+    assert all(cell != "-" for b in body for cell in b)
     csv_path, json_path = write_leaderboard(rows, runs)
-    assert json.loads(json_path.read_text())["columns"][:4] == ["none", "history", "persona", "wrong-history"]
-    assert "history ci_low" in csv_path.read_text().splitlines()[0]
+    assert [r["condition"] for r in json.loads(json_path.read_text())["rows"]] == ["none", "history", "persona",
+                                                                                 "wrong-history"]
+    assert csv_path.read_text().splitlines()[0].startswith("data,model,condition,n,accuracy,ci_low,ci_high")
 
 
 def test_policy_accuracy_settings_are_grouped_by_one_key_in_meta_and_report(tmp_path: Path) -> None:

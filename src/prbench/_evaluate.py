@@ -31,7 +31,7 @@ from prbench.errors import (
     PrbenchError,
 )
 from prbench.fingerprint import data_digest, spec_digest
-from prbench.records import stamp
+from prbench.records import RunSettings, stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
     DEFAULT_TOP_K,
@@ -421,6 +421,8 @@ def _first_items(previous: dict[str, Any], run: RunDir, order: dict[str, int], s
     m = summarize(records, seed=s.seed, n_boot=s.n_boot)
     summary = {**previous, "limit": s.limit, "accuracy": m["accuracy"], "n": m["n"], "n_total": len(records),
                "metrics": m, "per_user": user_breakdown(records, None, seed=s.seed, n_boot=s.n_boot)}
+    if isinstance(previous.get("settings"), dict):  # the settings of what is returned: these first items
+        summary["settings"] = {**previous["settings"], "limit": s.limit}
     return EvalResult(summary, records, run.path, reused=True)
 
 
@@ -520,4 +522,7 @@ def _summary(records: list[dict], rm: RewardModel | None, spec: str, data_name: 
         "cost": ledger.summary() if ledger is not None else None,
     })
     summary["per_user"] = user_breakdown(records, rm, seed=s.seed, n_boot=s.n_boot)
+    # every setting that changes the numbers, in the summary itself (the folder's name carries only the model's
+    # options and both orders; readers of older runs take these from config.json)
+    summary["settings"] = {k: getattr(s, k) for k in RunSettings.model_fields if hasattr(s, k)}
     return summary

@@ -33,14 +33,15 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prbench import __version__
+from prbench import __version__, validity
 from prbench.errors import PrbenchError
+from prbench.records import EvalSummary
 from prbench.registry import ENGINES
 from prbench.runkinds import Run, scan_runs
 from prbench.runkinds.base import EEEPart
@@ -333,9 +334,41 @@ def layout(data: str, ident: Identity, eval_id: str) -> tuple[str, str]:
     return f"data/{_safe(data)}/{_safe(developer)}/{_safe(name or developer)}", str(uid)
 
 
+def _checked(run: Run, parts: list[EEEPart]) -> list[EEEPart]:
+    """An eval run's parts named for what the number is: a trained RM scored on people it was trained on says so in
+    the result's name and details, with the seen and unseen people's accuracies as results of their own (no
+    instances: the run folder keeps who each item's person is, not which people the RM saw), and every failed check
+    (`prbench.validity.faults`) is in the details, so a reader of the export never ranks it unawares."""
+    if not isinstance(run.typed, EvalSummary) or not parts:
+        return parts
+    s = run.typed
+    why = validity.faults(s, run.items)
+    who = validity.people(s)
+    main = parts[0]
+    details = dict(main.details)
+    if why:
+        details["not_a_ranking"] = "; ".join(why)
+    extra: list[EEEPart] = []
+    pu = s.per_user
+    if who is not None and pu is not None and pu.seen is not None and pu.unseen is not None:
+        details.update(seen_people=str(who.seen), unseen_people=str(who.unseen),
+                       seen_people_share=f"{who.share:.4f}")
+        for tag, part, acc in (("seen", pu.seen, who.seen_accuracy), ("unseen", pu.unseen, who.unseen_accuracy)):
+            if acc is None:
+                continue
+            extra.append(replace(main, result_id=f"{main.result_id}:{tag}-people",
+                                 name=f"{s.data} [{s.condition}, {tag} people]", score=acc, ci=None, n=part.n, items=[],
+                                 description=f"{main.description}; only the pairs of the {part.n_users} people the "
+                                             f"RM was {'' if tag == 'seen' else 'not '}trained on",
+                                 details={"people": str(part.n_users), "condition": s.condition}))
+    name = f"{s.data} [{s.condition}, seen people {100 * who.share:.0f}%]" if who is not None and who.seen \
+        else main.name
+    return [replace(main, name=name, details=details), *parts[1:], *extra]
+
+
 def export_run(run: Run, root: Path, out: Path) -> list[Path]:
     """Write one run's aggregate and instance files; [] for a kind that reports no evaluation result."""
-    parts = run.kind.eee_parts(run)
+    parts = _checked(run, run.kind.eee_parts(run))
     if not parts:
         return []
     data = dataset(run)

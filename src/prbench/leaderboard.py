@@ -1,14 +1,16 @@
 """Collect run summaries into a leaderboard and compare two runs item by item.
 
-Rows are models (baselines included), columns are condition x category; each cell is
-accuracy (ties 0.5) with its bootstrap 95% CI. A row is one run identity: data, spec and the
-options that decide results (`model_options`, `both_orders`), so two runs of one model with
-different options are two rows, labelled with the options that differ. Run settings that change
-a number (`top_k`, `retriever`, `max_context_chars`, `planner_file`, `both_orders`) are part of the
-identity too, and a table shows them where they differ between its rows; a row whose runs scored
-different numbers of pairs says so in its n column. The columns are the
-conditions the runs hold (history and persona conditions included), known ones first. Runs are
-read through `prbench.runkinds.scan_runs`: a damaged run folder is skipped with the one warning
+One row per run identity: data, model (its spec and the options that decide results), condition and
+the run settings that change a number (`top_k`, `retriever`, `max_context_chars`, `planner_file`,
+`both_orders`; each only under the conditions it acts on, so a planner file never splits the `none`
+rows). A row holds accuracy (ties 0.5) with its bootstrap 95% CI, per category too, the gain over the
+wrong-user control where that ran (the validity card), the people a trained RM was scored on that it was
+trained on (`per_user`), and the reasons it is not ranked (`prbench.validity.faults`). Rows are sorted by
+data set, condition (the toolkit's order: none, profile, planner, oracle, wrong-profile, then history and
+persona), then accuracy, best first. A headline per data set answers the toolkit's question first: does
+an RM use the person (profile minus wrong-profile, paired), then which model is best among those whose
+validity holds; a model that scores higher but fails a check is named with the reason, never crowned.
+Runs are read through `prbench.runkinds.scan_runs`: a damaged run folder is skipped with the one warning
 line meta and the report give too (file, line and the fix); the other runs still show.
 """
 
@@ -20,13 +22,14 @@ import logging
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from prbench import metrics
+from prbench import metrics, validity
 from prbench.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
 from prbench.power import resolvable
@@ -84,22 +87,47 @@ def _text(acc: float | None, lo: float | None, hi: float | None) -> str:
 log = logging.getLogger(__name__)
 
 
-SETTINGS = ("top_k", "retriever", "max_context_chars", "planner_file", "both_orders")
-"""Run settings that change a number (the context a model sees, how a judge is asked); shown where they differ."""
+SETTINGS = ("top_k", "retriever", "max_context_chars", "planner_file")
+"""Run settings that change a number (the context a model sees); shown where they differ. How a judge is asked
+(`both_orders`) is part of the model's identity, named in its label ("(both orders)")."""
+
+_EVIDENCE = frozenset({"profile", "wrong-profile", "history", "wrong-history"})
+APPLIES: dict[str, frozenset[str] | None] = {
+    "top_k": _EVIDENCE, "retriever": _EVIDENCE, "planner_file": frozenset({"planner"}),
+    "max_context_chars": frozenset(ALL_CONDITIONS) - {"none"}}
+"""The conditions each setting acts on (None: all): elsewhere it cannot change the number and names no row."""
+
+SORTED = "rows by condition (none, profile, planner, oracle, wrong-profile, history, persona, others by name), then accuracy, best first"
+
+
+def _applies(key: str, condition: str) -> bool:
+    where = APPLIES[key]
+    return where is None or condition in where
 
 
 def _identity(run: Run) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(model options, run settings) of a run that decide its results (config.json, read by the checked reader)."""
+    """(model options, run settings) of a run that decide its results: the settings from the summary (runs since it
+    carries them), else config.json (read by the checked reader); a setting that does not act on the run's
+    condition is left out."""
     cfg = RunConfig.model_validate(run.config)
     ident = dict(cfg.model_options)
     if cfg.both_orders:
         ident["both_orders"] = True
-    return ident, {k: getattr(cfg, k) for k in SETTINGS}
+    stated = run.summary_as(EvalSummary).settings
+    source: Any = stated if stated is not None else cfg
+    return ident, {k: getattr(source, k) for k in SETTINGS if _applies(k, run.condition)}
+
+
+def _short(v: Any) -> str:
+    """A setting's value as shown: a file path by its name (a row never carries a machine's absolute path)."""
+    if isinstance(v, str) and ("/" in v or os.sep in v) and Path(v).suffix:
+        return Path(v).name
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def setting_text(k: str, *values: Any) -> str:
     """`top_k=5`, or `top_k=5/10` for several values; None reads 'default'."""
-    shown = ("default" if v is None else v if isinstance(v, str) else json.dumps(v) for v in values)
+    shown = ("default" if v is None else _short(v) for v in values)
     return f"{k}={'/'.join(shown)}"
 
 
@@ -117,13 +145,35 @@ def _cell(m: Accuracy, path: Path | None = None, n_invalid: int | None = None,
     return out
 
 
+def is_control_run(run: Run) -> bool:
+    """A baseline (control) row, never ranked as a model: from the run's recorded capabilities (runs before they
+    were recorded: its kind). The report's rule too (`report.widgets.is_baseline`)."""
+    caps = run.typed.capabilities if isinstance(run.typed, EvalSummary) else None
+    return caps.is_control if caps is not None else is_control_spec(run.key)
+
+
+def is_control_spec(spec: str) -> bool:
+    """Whether the RM kind a spec names is a control, from its class; unknown kinds are not."""
+    from prbench.rewards.base import capabilities
+
+    try:
+        return capabilities(str(spec)).is_control
+    except PrbenchError:
+        return False
+
+
 def leaderboard(root: str | Path) -> list[dict[str, Any]]:
-    """One row per (data, spec, options) with accuracy per condition and per condition x category."""
+    """One row per (data, model, options, condition, settings), sorted (SORTED); see the module docstring."""
     scan = scan_runs([root])
     evals = scan.of("benchmark")
     if not evals and not scan.skipped:  # no eval run at all is an error, not an empty table
         raise PrbenchError(f"{root}: no eval runs found (folders with summary.json and examples.jsonl)")
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    return rows_of(evals)
+
+
+def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
+    """The leaderboard's rows of these eval runs (what the report's headline reads too)."""
+    rows: dict[tuple[str, str, str, str], dict[str, Any]] = {}
     for run in evals:
         try:
             options, settings = _identity(run)
@@ -132,79 +182,170 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
             continue
         s = run.summary_as(EvalSummary)
         m = s.metrics
-        key = (s.data, s.rm, json.dumps([options, settings], sort_keys=True, default=str))
-        if key not in rows:
-            rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "options": options,
-                         "settings": settings, "cells": {}}
-        row = rows[key]
-        row["cells"][s.condition] = _cell(m, run.path, m.n_invalid, s.n_total)
-        if s.cost is not None and s.cost.usd is not None:  # API spend of the row's runs, all conditions
-            row["usd"] = row["usd"] + s.cost.usd if "usd" in row else s.cost.usd
+        key = (s.data, s.rm, s.condition, json.dumps([options, settings], sort_keys=True, default=str))
+        row = rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "condition": s.condition,
+                           "options": options, "settings": settings, "n_total": s.n_total,
+                           "baseline": is_control_run(run), "cells": {s.condition: _cell(m, run.path, m.n_invalid,
+                                                                                       s.n_total)}}
+        if s.cost is not None and s.cost.usd is not None:  # the run's API spend
+            row["usd"] = s.cost.usd
         if s.validity is not None:  # the personalization validity card (prbench.validity)
-            row.setdefault("validity", {})[s.condition] = s.validity.model_dump()
+            row["validity"] = s.validity.model_dump()
         for cat, g in (m.categories.groups if m.categories else {}).items():
             row["cells"][f"{s.condition}/{CATEGORY_SHORT.get(cat, cat)}"] = _cell(g)
+        if (who := validity.people(s)) is not None:  # a trained RM: the people it was trained on, apart
+            row["people"] = {"seen": who.seen, "unseen": who.unseen, "seen_share": who.share,
+                             "seen_accuracy": who.seen_accuracy, "unseen_accuracy": who.unseen_accuracy}
+        row["faults"] = validity.faults(s, run.items)
         try:  # the smallest difference this run resolves (prbench.power)
             mde = resolvable(run.records)
         except DataError as exc:  # damaged records: the accuracy still shows, this column does not
             log.warning("no resolvable difference: %s", exc)
             mde = None
         if mde is not None:
-            row.setdefault("resolvable", {})[s.condition] = mde
+            row["resolvable"] = mde
     by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows.values():
         by_model.setdefault((r["data"], r["model"]), []).append(r)
-    for group in by_model.values():  # rows of one model: labelled with what tells them apart
+    for group in by_model.values():  # rows of one model: labelled with the options that tell them apart
         keys = sorted({k for r in group for k in r["options"]})
         differing = [k for k in keys if len({json.dumps(r["options"].get(k), sort_keys=True) for r in group}) > 1]
         for r in group:
-            r["label"] = _label(r["model"], r["options"], differing) if len(group) > 1 else r["model"]
+            r["label"] = _label(r["model"], r["options"], differing)
+            if r["options"].get("both_orders") and "both orders" not in r["label"]:
+                r["label"] += " (both orders)"
+    order = {c: i for i, c in enumerate(ALL_CONDITIONS)}
 
-    def best(r: dict[str, Any]) -> float:
-        accs = [c["accuracy"] for k, c in r["cells"].items() if "/" not in k and c["accuracy"] is not None]
-        return -max(accs) if accs else 0.0
-    return sorted(rows.values(), key=lambda r: (r["data"], best(r), r["label"]))
+    def acc(r: dict[str, Any]) -> float:
+        a = r["cells"][r["condition"]]["accuracy"]
+        return -1.0 if a is None else a
+    return sorted(rows.values(), key=lambda r: (r["data"], order.get(r["condition"], len(order)), r["condition"],
+                                                -acc(r), r["label"]))
+
+
+def _gain(r: dict[str, Any]) -> dict[str, Any] | None:
+    card = r.get("validity")
+    return card["gain"] if card else None
+
+
+@dataclass
+class Headline:
+    """A data set's answer: does an RM use the person, and which model is best among those whose checks hold."""
+
+    data: str
+    person: dict[str, Any] | None = None  # the row whose gain over its wrong-user control is largest (checks hold)
+    person_baseline: bool = False  # ... and it is a baseline: no model (not a baseline) ran with its control
+    best: dict[str, Any] | None = None  # the most accurate non-baseline row whose checks hold (no control condition)
+    best_baseline: dict[str, Any] | None = None
+    not_ranked: list[dict[str, Any]] = field(default_factory=list)  # scored higher than `best` but failed a check
+    models: bool = False  # any scored row that is not a baseline
+
+    def lines(self, html: bool = False) -> list[str]:
+        """The headline as sentences: plain for the terminal, HTML (escaped, names in bold) for the report."""
+        q, b = _quoting(html)
+        out = [f"{q(self.data)}: does an RM use the person? {self.person_text(html)}",
+               f"{q(self.data)}: {self.best_text(html)}"]
+        out += [f"{q(self.data)}: not named best: {b(_row_name(r))} under {q(r['condition'])}, {q(_acc_text(r))}: "
+                f"{q('; '.join(r['faults']))}." for r in self.not_ranked]
+        return out
+
+    def person_text(self, html: bool = False) -> str:
+        q, b = _quoting(html)
+        r = self.person
+        if r is None:
+            return ("not measured: no run has its wrong-user control beside it (prbench eval -c profile,wrong-profile "
+                    "scores the same RM with another person's evidence).")
+        g, card = r["validity"]["gain"], r["validity"]
+        verdict = ("yes" if g["ci_low"] is not None and g["ci_low"] > 0 else "not beyond chance")
+        who = b(_row_name(r)) + (" (a baseline; no other RM with its control passed its checks)"
+                                 if self.person_baseline else "")
+        return (f"{verdict}: {who}: {q(card['condition'])} - {q(card['control'])} {100 * g['diff']:+.1f} points "
+                f"[{_pp(g['ci_low'])}, {_pp(g['ci_high'])}], p = {_p(g['p_value'])}, paired over {card['n_shared']} "
+                "pairs.")
+
+    def best_text(self, html: bool = False) -> str:
+        q, b = _quoting(html)
+        if self.best is None:
+            text = ("no reward model (not a baseline) is named best: "
+                    + ("none is both scored and free of a failed check" if self.models else "only baselines ran"))
+        else:
+            r = self.best
+            text = (f"the best reward model (not a baseline) is {b(_row_name(r))} under {q(r['condition'])}: "
+                    f"{q(_acc_text(r))}")
+        if self.best_baseline is not None:
+            bb = self.best_baseline
+            text += f"; the best baseline, {q(_row_name(bb))} under {q(bb['condition'])}: {q(_acc_text(bb))}"
+        return text + "."
+
+
+def _quoting(html: bool) -> tuple[Any, Any]:
+    """(escape, bold) for text in a headline: identity for the terminal, HTML escapes and <b> for the report."""
+    if not html:
+        return str, str
+    from html import escape
+
+    return escape, lambda s: f"<b>{escape(s)}</b>"
+
+
+def _pp(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2g}"
+
+
+def _accuracy(r: dict[str, Any]) -> float | None:
+    acc: float | None = r["cells"][r["condition"]]["accuracy"]
+    return acc
+
+
+def _acc_text(r: dict[str, Any]) -> str:
+    c = r["cells"][r["condition"]]
+    return f"{_text(c['accuracy'], c['ci_low'], c['ci_high'])} % on {r['n_total']} pairs"
+
+
+def headlines(rows: Sequence[dict[str, Any]]) -> list[Headline]:
+    """One Headline per data set (see the module docstring): a row with a failed check is never best."""
+    out = []
+    for data in dict.fromkeys(r["data"] for r in rows):
+        group = [r for r in rows if r["data"] == data and _accuracy(r) is not None]
+        h = Headline(data)
+        cards = [r for r in group if _gain(r) and not r["faults"]]
+        models = [r for r in cards if not r["baseline"]]
+        if cards:
+            h.person = max(models or cards, key=lambda r: _gain(r)["diff"])  # type: ignore[index]
+            h.person_baseline = not models
+        ranked = [r for r in group if not r["condition"].startswith("wrong-")]  # a control condition is never best
+        h.models = any(not r["baseline"] for r in group)
+        best = [r for r in ranked if not r["baseline"] and not r["faults"]]
+        h.best = max(best, key=lambda r: _accuracy(r) or 0.0, default=None)
+        h.best_baseline = max((r for r in ranked if r["baseline"]), key=lambda r: _accuracy(r) or 0.0, default=None)
+        floor = _accuracy(h.best) if h.best is not None else -1.0
+        h.not_ranked = sorted((r for r in ranked if not r["baseline"] and r["faults"]
+                               and (_accuracy(r) or 0.0) >= (floor or 0.0)), key=lambda r: -(_accuracy(r) or 0.0))
+        out.append(h)
+    return out
 
 
 def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Every condition the rows hold (known ones in their order, then the rest by name), then condition x category."""
-    keys = {k for r in rows for k in r["cells"]}
-    present = {k for k in keys if "/" not in k} | {k.split("/", 1)[0] for k in keys if "/" in k}
-    conds = [c for c in ALL_CONDITIONS if c in present] + sorted(present - set(ALL_CONDITIONS))
-    cats = sorted({k.split("/", 1)[1] for k in keys if "/" in k})
-    return conds + [f"{c}/{cat}" for c in conds for cat in cats if f"{c}/{cat}" in keys]
+    """The categories the rows hold (short names, sorted): the leaderboard's per-category columns."""
+    return sorted({k.split("/", 1)[1] for r in rows for k in r["cells"] if "/" in k})
 
 
-_EMPTY: dict[str, Any] = {"accuracy": None, "ci_low": None, "ci_high": None}
-
-
-def _at(row: dict[str, Any], col: str) -> tuple[float | None, float | None, float | None]:
-    """(accuracy, ci_low, ci_high) of a row's cell (all None where the row has no run); categories carry no CI."""
-    cell = {**_EMPTY, **row["cells"][col]} if col in row["cells"] else _EMPTY
-    return cell["accuracy"], cell["ci_low"], cell["ci_high"]
-
-
-def _name(row: dict[str, Any]) -> str:
+def _row_name(row: dict[str, Any]) -> str:
     return row["label"] if "label" in row else row["model"]
 
 
-def n_pairs(row: dict[str, Any]) -> list[int]:
-    """The distinct numbers of pairs the row's runs scored (one per condition run); more than one is a mixed row."""
-    return sorted({c["n_total"] for k, c in row["cells"].items() if "/" not in k and c.get("n_total") is not None})
-
-
-def _n_text(row: dict[str, Any]) -> str:
-    ns = n_pairs(row)
-    return "-" if not ns else str(ns[0]) if len(ns) == 1 else f"MIXED {', '.join(map(str, ns))}"
-
-
 def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The run settings (SETTINGS) whose values differ between these rows: numbers not comparable as they stand."""
-    return [k for k in SETTINGS if len({json.dumps(r.get("settings", {}).get(k)) for r in rows}) > 1]
+    """The run settings (SETTINGS) whose values differ between these rows (a setting not acting on a row's
+    condition does not count): numbers not comparable as they stand."""
+    return [k for k in SETTINGS
+            if len({json.dumps(r["settings"][k]) for r in rows if k in r.get("settings", {})}) > 1]
 
 
 def _settings_text(row: dict[str, Any], keys: Sequence[str]) -> str:
-    return ", ".join(setting_text(k, row.get("settings", {}).get(k)) for k in keys)
+    return ", ".join(setting_text(k, row["settings"][k]) for k in keys if k in row.get("settings", {})) or "-"
 
 
 def _normal_mode(path: Path) -> None:
@@ -214,55 +355,76 @@ def _normal_mode(path: Path) -> None:
     os.chmod(path, 0o666 & ~mask)
 
 
+GAIN = "condition - wrong-user control"
+"""What the gain column holds: the condition's accuracy minus its wrong-user control's, in points."""
+
+
 def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
-    """leaderboard.csv (accuracy and CI columns, n, settings) and leaderboard.json (everything), one file mode."""
+    """leaderboard.csv (one line per row: accuracy and CI, categories, settings, gain, seen people, checks) and
+    leaderboard.json (rows and headlines), one file mode."""
     out = Path(out_dir)
-    cols = columns(rows)
+    cats = columns(rows)
     csv_path, json_path = out / "leaderboard.csv", out / "leaderboard.json"
     with csv_path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        head = ["data", "model", "n"]
-        for c in cols:
-            head += [c, f"{c} ci_low", f"{c} ci_high"] if "/" not in c else [c]
-        w.writerow([*head, *SETTINGS, f"personalization gain ({GAIN})", "usd"])
+        w.writerow(["data", "model", "condition", "n", "accuracy", "ci_low", "ci_high", *cats, *SETTINGS,
+                    "both_orders", "control", "gain", "gain ci_low", "gain ci_high", "gain p", "seen people", "unseen people",
+                    "seen share", "seen accuracy", "unseen accuracy", "not ranked because", "usd"])
         for r in rows:
-            line: list[Any] = [r["data"], _name(r), " ".join(map(str, n_pairs(r)))]
-            for c in cols:
-                acc, lo, hi = _at(r, c)
-                line += [acc, lo, hi] if "/" not in c else [acc]
-            sets = [r.get("settings", {}).get(k) for k in SETTINGS]
-            w.writerow([*line, *sets, _gain_cell(r["validity"]) if "validity" in r else None, r.get("usd")])
-    write_json_atomic(json_path, {"columns": cols, "rows": list(rows),
+            c, g = r["cells"][r["condition"]], _gain(r) or {}
+            p = r.get("people", {})
+            w.writerow([r["data"], _row_name(r), r["condition"], r["n_total"], c["accuracy"], c["ci_low"], c["ci_high"],
+                        *[r["cells"][f"{r['condition']}/{k}"]["accuracy"] if f"{r['condition']}/{k}" in r["cells"]
+                          else None for k in cats],
+                        *[_short(r["settings"][k]) if r["settings"].get(k) is not None else None for k in SETTINGS],
+                        bool(r["options"].get("both_orders")),
+                        r["validity"]["control"] if "validity" in r else None,
+                        *[g[k] if g else None for k in ("diff", "ci_low", "ci_high", "p_value")],
+                        *[p[k] if p else None for k in ("seen", "unseen", "seen_share", "seen_accuracy",
+                                                       "unseen_accuracy")],
+                        "; ".join(r["faults"]) or None, r.get("usd")])
+    write_json_atomic(json_path, {"rows": list(rows), "headlines": [h.lines() for h in headlines(rows)],
+                                  "sorted": SORTED,
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
     _normal_mode(json_path)
     return csv_path, json_path
 
 
-GAIN = "condition - wrong-profile"
-"""What the gain column holds: the condition's accuracy minus its wrong-user control's, in points."""
-
-
-def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -> tuple[list[str], list[list[str]]]:
-    """(head, body): model, n (pairs per run; MIXED when the row's runs differ), the settings that differ
-    between these rows, accuracy per condition, then gain and cost where any row has them."""
-    cols = [c for c in columns(rows) if with_categories or "/" not in c]
+def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False, wide: bool = False
+                ) -> tuple[list[str], list[list[str]]]:
+    """(head, body): model, condition, the settings that differ between these rows, n, accuracy [CI] (marked
+    "seen" where the RM was trained on the people), then where any row has them: the gain over the wrong-user
+    control, the people it was trained on (seen vs unseen accuracy), why a row is not ranked; `wide` adds the
+    smallest difference each run resolves and the gain's p-value, `with_categories` accuracy per category."""
     keys = differing_settings(rows)
-    body = [[_name(r), _n_text(r), *([_settings_text(r, keys)] if keys else []),
-             *[_text(*_at(r, c)) for c in cols]] for r in rows]
-    head = ["model", "n", *(["settings"] if keys else []), *cols]
-    gains = sorted({(c, card["control"]) for r in rows if "validity" in r for c, card in r["validity"].items()})
-    for cond, control in gains:  # personalization gain: a condition minus its wrong-user control, in points
-        head.append(f"gain: {cond} - {control}")
+    cats = columns(rows) if with_categories else []
+    head = ["model", "condition", *(["settings"] if keys else []), "n", "accuracy % [95% CI]", *cats]
+    body = []
+    for r in rows:
+        c = r["cells"][r["condition"]]
+        seen = r["people"]["seen_share"] if "people" in r and r["people"]["seen"] else None
+        mark = "" if seen is None else " seen" if seen >= 1 else f" seen {100 * seen:.0f}%"
+        body.append([_row_name(r), r["condition"], *([_settings_text(r, keys)] if keys else []), str(r["n_total"]),
+                     _text(c["accuracy"], c["ci_low"], c["ci_high"]) + mark,
+                     *[_fmt(r["cells"].get(f"{r['condition']}/{k}")) for k in cats]])
+    if any(_gain(r) for r in rows):  # personalization gain: a condition minus its wrong-user control, in points
+        head.append("gain over control (pts)")
         for r, line in zip(rows, body):
-            cards = r["validity"] if "validity" in r else {}  # noqa: SIM401 (no .get in readers: test_typed_reads)
-            g = cards[cond]["gain"] if cond in cards else None
-            line.append("-" if not g else f"{100 * g['diff']:+.1f} [{100 * g['ci_low']:.1f}, "
-                                          f"{100 * g['ci_high']:.1f}] p={g['p_value']:.2g}")
-    if any("resolvable" in r for r in rows):  # 80% power at level 0.05 against a fixed value (prbench.power)
+            g = _gain(r)
+            line.append("-" if not g else f"{100 * g['diff']:+.1f} [{_pp(g['ci_low'])}, {_pp(g['ci_high'])}]"
+                        + (f" p={_p(g['p_value'])}" if wide else ""))
+    if any("people" in r for r in rows):  # a trained RM: the people it was trained on, their accuracy apart
+        head.append("people trained on: acc")
+        for r, line in zip(rows, body):
+            line.append(_people_text(r["people"]) if "people" in r else "-")
+    if any(r["faults"] for r in rows):
+        head.append("not ranked because")
+        for r, line in zip(rows, body):
+            line.append("; ".join(r["faults"]) or "-")
+    if wide and any("resolvable" in r for r in rows):  # 80% power at level 0.05 against a fixed value
         head.append("resolves (pts)")
         for r, line in zip(rows, body):
-            v = sorted(r["resolvable"].values()) if "resolvable" in r else []
-            line.append("-" if not v else f"{100 * v[0]:.1f}" if v[0] == v[-1] else f"{100 * v[0]:.1f}-{100 * v[-1]:.1f}")
+            line.append(f"{100 * r['resolvable']:.1f}" if "resolvable" in r else "-")
     if any("usd" in r for r in rows):  # a cost column once any run spent API money
         head.append("$")
         for r, line in zip(rows, body):
@@ -270,59 +432,65 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False) -
     return head, body
 
 
-def _gain_cell(cards: dict[str, Any]) -> str:
-    parts = []
-    for cond, card in sorted(cards.items()):
-        g = card["gain"]  # a ValidityCard's dump: every field present
-        if g:
-            parts.append(f"{cond} - {card['control']} {100 * g['diff']:+.1f} "
-                         f"[{100 * g['ci_low']:.1f}, {100 * g['ci_high']:.1f}] p={g['p_value']:.2g}")
-    return "; ".join(parts) or "-"
+def _fmt(cell: dict[str, Any] | None) -> str:
+    return "-" if cell is None or cell["accuracy"] is None else f"{100 * cell['accuracy']:.1f}"
+
+
+def _people_text(p: dict[str, Any]) -> str:
+    """'seen 40/40: 96.0; unseen 0: -' (accuracy over each part's pairs)."""
+    def acc(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}"
+    return (f"seen {p['seen']}/{p['seen'] + p['unseen']}: {acc(p['seen_accuracy'])}; "
+            f"unseen {p['unseen']}: {acc(p['unseen_accuracy'])}")
 
 
 def wrap_name(name: str, width: int = 20) -> str:
-    """A model name in lines of at most `width` where it can break after ':' or '/', so a narrow terminal
-    wraps it there and never mid-word ("baseline:embeddi / ng"); a part longer than `width` stays whole."""
-    parts = re.findall(r"[^:/]+[:/]?|[:/]", name)
+    """A model name in lines of at most `width` where it can break after ':', '/' or a space, so a narrow
+    terminal wraps it there and never mid-word ("baseline:embeddi / ng"); a part longer than `width` stays whole."""
+    parts = re.findall(r"[^:/ ]+[:/ ]?|[:/ ]", name)
     lines = [""]
     for part in parts:
-        if lines[-1] and len(lines[-1]) + len(part) > width:
+        if lines[-1] and len(lines[-1].rstrip()) + len(part.rstrip()) > width:
             lines.append("")
         lines[-1] += part
-    return "\n".join(lines)
+    return "\n".join(lines)  # a line broken at a space keeps it: joined back, the name is whole
 
 
-def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False
+LEGEND = ("accuracy: share of pairs where the RM prefers the chosen answer (ties 0.5), 95% bootstrap CI; "
+          "seen: scored on people the RM was trained on; gain: accuracy minus the same RM's with another person's "
+          f"evidence (wrong-*), paired; {SORTED}.")
+
+
+def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False, wide: bool = False
                   ) -> list[tuple[str, list[str], list[list[str]]]]:
-    """(title, head, body) per data set, so numbers of different benchmarks never share a column.
-
-    With categories, a long table follows each (model, category, accuracy per condition): as many
-    columns as conditions, never condition x category, so it reads at 100 columns.
-    """
+    """(title, head, body) per data set, so numbers of different benchmarks never share a column."""
     out = []
     for data in dict.fromkeys(r["data"] for r in rows):
         group = [r for r in rows if r["data"] == data]
-        head, body = render_rows(group)
-        body = [[wrap_name(row[0]), *(c.replace(" [", "\n[") for c in row[1:])] for row in body]  # CI under
+        head, body = render_rows(group, wide=wide)
+        body = [[wrap_name(row[0]), *(c.replace(" [", "\n[") if not wide else c for c in row[1:])] for row in body]
         out.append((f"{data}: accuracy % [95% CI]", head, body))
-        if with_categories and any("/" in k for r in group for k in r["cells"]):
+        if with_categories and columns(group):
             out.append((f"{data}: accuracy % by category", *_category_rows(group)))
     return out
 
 
 def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    cols = columns(rows)
-    conds = [c for c in cols if "/" not in c]
-    cats = list(dict.fromkeys(c.split("/", 1)[1] for c in cols if "/" in c))
+    """(model, category, accuracy per condition): as many columns as conditions, so it reads at 100 columns."""
+    conds = list(dict.fromkeys(r["condition"] for r in rows))
+    keys = differing_settings(rows)
+    models: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:  # a model's rows, one per condition (settings that differ name the model apart)
+        name = _row_name(r) + (f" ({_settings_text(r, keys)})" if keys and _settings_text(r, keys) != "-" else "")
+        models.setdefault(name, {})[r["condition"]] = r
     body = []
-    for r in rows:
+    for name, by_cond in models.items():
         first = True
-        for cat in cats:
-            accs = [_at(r, f"{c}/{cat}")[0] for c in conds]
+        for cat in columns(rows):
+            accs = [by_cond[c]["cells"].get(f"{c}/{cat}") if c in by_cond else None for c in conds]
             if all(a is None for a in accs):
                 continue
-            body.append([_name(r) if first else "", cat,
-                         *["-" if a is None else f"{100 * a:.1f}" for a in accs]])
+            body.append([wrap_name(name) if first else "", cat, *[_fmt(a) for a in accs]])
             first = False
     return ["model", "category", *conds], body
 

@@ -172,6 +172,46 @@ class SequentialStop(_Open):
     method: str = ""
 
 
+class UserSpread(_Open):
+    """Accuracy per person (`prbench.train.protocol.distribution`): mean over people with a CI over people."""
+
+    n_users: int = Field(default=0, ge=0)
+    mean: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+class PeoplePart(UserSpread):
+    """The people of a run an RM was (`seen`) or was not (`unseen`) trained on, and their pairs' accuracy."""
+
+    pair_accuracy: float | None = None
+    n: int = Field(default=0, ge=0)
+
+
+class PerUser(_Open):
+    """An eval run's `per_user` (`prbench.train.protocol.user_breakdown`): seen/unseen only for trained RMs."""
+
+    users: UserSpread | None = None
+    seen: PeoplePart | None = None
+    unseen: PeoplePart | None = None
+    warning: str | None = None
+
+
+class RunSettings(_Open):
+    """The run settings that change an eval run's numbers beyond its model, data, condition and seed
+    (`prbench._evaluate`; runs written before the summary carried them read theirs from config.json)."""
+
+    top_k: int | None = None
+    retriever: str | None = None
+    max_context_chars: int | None = None
+    planner_file: str | None = None
+    both_orders: bool = False
+    split: str | None = None
+    categories: list[str] | None = None
+    format: str | None = None
+    limit: int | None = None  # a smaller --limit reads the first items of a larger run (its n says)
+
+
 class EvalSummary(_Open):
     """What every reader of an eval run relies on."""
 
@@ -190,6 +230,8 @@ class EvalSummary(_Open):
     cost: CostSummary | None = None  # API runs only
     validity: ValidityCard | None = None  # the personalization validity card, when its control ran
     sequential: SequentialStop | None = None  # `--until` runs: the rule, the items used and why it stopped
+    per_user: PerUser | None = None  # accuracy per person; seen vs unseen people for a trained RM
+    settings: RunSettings | None = None  # what changes the numbers (absent from runs written before it was)
     capabilities: Capabilities | None = None  # what the RM kind can do (runs before they were recorded: none)
     model_info: dict[str, Any] = {}  # free-form per RM kind (fingerprint, prompt and template hashes)
     versions: dict[str, str | None] = {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 from scipy import stats
 
 from prbench import metrics
+from prbench.records import EvalSummary, PairwiseRecord, PointwiseRecord
 
 try:
     import fcntl
@@ -157,3 +159,77 @@ def attach(run_dir: str | Path, summary: dict[str, Any], records: Sequence[dict[
                 write_json_atomic(run_dir.parent / cond / "summary.json", other)
                 return run_dir.parent / cond
     return None
+
+
+# -- what keeps a number from being named best (readers: eval's table, leaderboard, report, EEE export) ------------
+CONSTANT_SHARE = 0.95  # one letter on at least this share of first-order verdicts: the answer ignores the pair
+TIE_SHARE = 0.5  # at least half the validly scored pairs tied: the RM does not separate the answers
+MIN_ITEMS = 5  # fewer verdicts say nothing about a constant answer
+
+
+@dataclass(frozen=True)
+class People:
+    """Who a trained RM's number is about: the people it was trained on (seen) and the others (unseen)."""
+
+    seen: int
+    unseen: int
+    seen_accuracy: float | None  # over the seen people's pairs
+    unseen_accuracy: float | None
+
+    @property
+    def share(self) -> float:
+        """The share of the run's people the RM was trained on."""
+        return self.seen / (self.seen + self.unseen) if self.seen + self.unseen else 0.0
+
+    def text(self) -> str:
+        """'seen people 40 of 40 (100%): 96.0; unseen: none' (accuracies in %, over each part's pairs)."""
+        def acc(x: float | None) -> str:
+            return "-" if x is None else f"{100 * x:.1f}"
+        unseen = f"unseen {self.unseen}: {acc(self.unseen_accuracy)}" if self.unseen else "unseen: none"
+        return (f"seen people {self.seen} of {self.seen + self.unseen} ({100 * self.share:.0f}%): "
+                f"{acc(self.seen_accuracy)}; {unseen}")
+
+
+def people(s: EvalSummary) -> People | None:
+    """Seen vs unseen people of a run, where the RM knows whom it was trained on (None otherwise)."""
+    pu = s.per_user
+    if pu is None or pu.seen is None or pu.unseen is None:
+        return None
+    return People(pu.seen.n_users, pu.unseen.n_users, pu.seen.pair_accuracy, pu.unseen.pair_accuracy)
+
+
+def faults(s: EvalSummary, items: Sequence[PointwiseRecord | PairwiseRecord] | None = None) -> list[str]:
+    """Why a run's accuracy must not be named best, in words (empty: no reason found).
+
+    Each is a failure of the run's validity, not a low score: people the RM was trained on (a training
+    person's score is no estimate for anyone new), one letter answered whatever the pair (a judge saying "A"
+    to every item scores the share of pairs whose chosen answer came first), picks that agree with the labels
+    no more than chance (Cohen's kappa of the position picked vs the chosen answer's position <= 0; needs the
+    records), and ties on most pairs. With `items`, counts come from the records, else from the summary.
+    """
+    out = []
+    who = people(s)
+    if who is not None and who.seen:
+        out.append(f"trained on {who.seen} of its {who.seen + who.unseen} people")
+    pw = s.metrics.pairwise
+    firsts = [r.verdicts[0] for r in items or () if isinstance(r, PairwiseRecord) and r.verdicts]
+    letters = [v for v in firsts if v in ("A", "B")]
+    share_a = (sum(v == "A" for v in letters) / len(letters) if letters else None) if items is not None \
+        else pw.share_verdict_A if pw is not None else None
+    n_letters = len(letters) if items is not None else s.metrics.n
+    if share_a is not None and n_letters >= MIN_ITEMS and max(share_a, 1 - share_a) >= CONSTANT_SHARE:
+        letter, share = ("A", share_a) if share_a >= 0.5 else ("B", 1 - share_a)
+        out.append(f'answers "{letter}" on {100 * share:.0f}% of {n_letters} items')
+    shown = [(r.verdicts[0], r.chosen_position) for r in items or ()
+             if isinstance(r, PairwiseRecord) and r.verdicts and r.verdicts[0] in ("A", "B")]
+    if len(shown) >= MIN_ITEMS:
+        from prbench.meta.stats import cohen_kappa
+
+        kappa = cohen_kappa([v for v, _ in shown], [c for _, c in shown])
+        if kappa is not None and kappa <= 0.0:
+            out.append(f"kappa {kappa:.2f} with the labels")
+    credits = [r.credit for r in items or () if r.credit is not None]
+    ties, n = (sum(c == 0.5 for c in credits), len(credits)) if items is not None else (s.metrics.ties, s.metrics.n)
+    if ties is not None and n and ties / n >= TIE_SHARE:
+        out.append(f"ties on {100 * ties / n:.0f}% of {n} pairs")
+    return out

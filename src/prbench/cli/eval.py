@@ -205,13 +205,20 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
 
 def _print_runs(summaries: list[dict]) -> None:
     """The accuracy table of the runs, then each benchmark's own headline (RewardBench sections, RM-Bench grid)."""
-    rows = []
+    rows, notes = [], []
     for s in summaries:
         m = s["metrics"]
         ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
         acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
-        rows.append((s["model"], s["condition"], acc, ci, m["n"], m["n_invalid"], s["path"]))
+        who, why = _checks(s)
+        rows.append((s["model"], s["condition"], acc + (" seen" if who and who.seen else ""), ci, m["n"],
+                     m["n_invalid"], s["path"]))
+        if who and who.seen:  # a training person's score is no estimate for a new person (prbench.validity)
+            notes.append(f"{s['model']} [{s['condition']}]: {who.text()}: a score on people it was trained on")
+        notes += [f"{s['model']} [{s['condition']}]: not a ranking: {w}" for w in why if not w.startswith("trained on")]
     table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
+    for note in notes:
+        typer.echo(note)
     for why in dict.fromkeys(s["sequential"]["stopped"] for s in summaries if "sequential" in s):  # one per group
         typer.echo(f"stopped: {why}")
     if any("sequential" in s for s in summaries):
@@ -223,6 +230,22 @@ def _print_runs(summaries: list[dict]) -> None:
             typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
                        f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
 
+
+
+def _checks(s: dict[str, Any]) -> tuple[Any, list[str]]:
+    """(seen vs unseen people, why the number is not a ranking) of a finished run (`prbench.validity`)."""
+    from prbench import validity
+    from prbench.records import EvalSummary, typed_summary
+    from prbench.runkinds import open_run
+
+    summary = typed_summary({k: v for k, v in s.items() if k != "path"})
+    if not isinstance(summary, EvalSummary):
+        return None, []
+    try:
+        items = open_run(s["path"]).items if s.get("path") not in (None, "None") else None
+    except (PrbenchError, OSError):  # no folder (no --out): the summary's own counts
+        items = None
+    return validity.people(summary), validity.faults(summary, items)
 
 
 # The eval kind's command (`prbench.runkinds.eval`): its options grouped in `--help`, examples after them.
@@ -239,22 +262,45 @@ def _say_reused(res: Any) -> None:
 
 def leaderboard_cmd(
     runs: Annotated[Path, typer.Argument(help="Runs folder.")] = Path("runs"),
-    categories: Annotated[bool, typer.Option("--by-category", help="Also show condition x category.")] = False,
+    categories: Annotated[bool, typer.Option("--by-category", help="Also show accuracy per category.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Every column (p-values, resolvable differences), as wide as "
+                                                      "it takes; by default the table fits 120 columns.")] = False,
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Accuracy of every run, one table per data set. Models by condition, baselines included; CSV and JSON beside the runs."""
-    from prbench.leaderboard import leaderboard, render_tables, write_leaderboard
+    """Accuracy of every run, one table per data set: one row per model x condition x the settings that differ,
+    baselines included, under a headline (does an RM use the person; the best model whose checks hold). CSV and
+    JSON beside the runs."""
+    from prbench.leaderboard import headlines, leaderboard, write_leaderboard
 
     rows = leaderboard(runs)
     csv_path, json_path = write_leaderboard(rows, runs)
     if json_out:
-        emit_json({"rows": rows, "csv": str(csv_path), "json": str(json_path)})
+        emit_json({"rows": rows, "headlines": [h.lines() for h in headlines(rows)], "csv": str(csv_path),
+                   "json": str(json_path)})
         return
     if not quiet:
-        for title, head, body in render_tables(rows, categories):
-            table(title, head, body, keep_first=True)  # model names break only where wrap_name put lines
+        show_leaderboard(rows, categories, wide)
         typer.echo(f"wrote {csv_path} and {json_path}")
+
+
+def show_leaderboard(rows: list[dict[str, Any]], categories: bool = False, wide: bool = False,
+                     title: str | None = None) -> None:
+    """The leaderboard's tables, each under its data set's headline (`prbench leaderboard`, a study's end)."""
+    import shutil
+    import textwrap
+
+    from prbench.leaderboard import LEGEND, headlines, render_tables
+
+    width = min(120, shutil.get_terminal_size((220, 24)).columns)  # COLUMNS when set
+    said = {h.data: h.lines() for h in headlines(rows)}
+    for name, head, body in render_tables(rows, categories, wide):
+        data = name.removesuffix(": accuracy % [95% CI]")
+        for line in said.pop(data, []):  # above its data set's first table
+            typer.echo(line if wide else textwrap.fill(line, width, subsequent_indent="  "))
+        table(title or name, head, body, keep_first=True,  # names break only where wrap_name put lines
+              max_width=None if wide else 120)
+    typer.echo(LEGEND if wide else textwrap.fill(LEGEND, width))
 
 
 def compare_cmd(

@@ -260,11 +260,12 @@ def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
         return
     if quiet:
         return
-    from prbench.leaderboard import leaderboard, render_rows
+    from prbench.cli.eval import show_leaderboard
+    from prbench.leaderboard import leaderboard
 
     if ctx.runs.exists():
-        head, body = render_rows(leaderboard(ctx.runs))
-        table(f"leaderboard: {ctx.cfg.name} (accuracy % [95% CI], ties 0.5)", head, body)
+        typer.echo(f"leaderboard: {ctx.cfg.name}")
+        show_leaderboard(leaderboard(ctx.runs))
     if "report" in ctx.outputs:
         typer.echo(f"report: {ctx.outputs['report']}")
     typer.echo(f"study folder: {ctx.out}  (stage seconds: {ctx.outputs.get('timings')})")

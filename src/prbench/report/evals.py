@@ -8,10 +8,10 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import ValidationError
 
-from prbench import metrics
+from prbench import metrics, validity
 from prbench.errors import DataError, PrbenchError
 from prbench.leaderboard import SETTINGS, RunConfig, setting_text
-from prbench.records import Accuracy, LengthBias, PairwiseStats, ValidityCard
+from prbench.records import Accuracy, LengthBias, PairwiseStats
 from prbench.report import plots
 from prbench.report.data import ReportData, category_stats, conditions_of, ev, model_order
 from prbench.report.widgets import (
@@ -110,7 +110,7 @@ def _best_per_condition(cell: dict, models: list[str], base: dict[str, bool], co
         val = {m: a.accuracy for m, a in acc.items() if a.accuracy is not None}
         top = max((m for m in val if not base[m]), key=lambda m: val[m], default=None)
         bar = max((val[m] for m in val if base[m]), default=0.0)
-        ok = top is not None and val[top] > bar and (acc[top].ci_low or 0.0) > 0.5
+        ok = top is not None and val[top] > bar and (acc[top].ci_low or 0.0) > 0.5 and not _faults(cell[(top, c)])
         best[c] = top if ok else None
     return best
 
@@ -126,29 +126,16 @@ def _acc(r: Run) -> float:
 
 
 def headline(d: ReportData) -> str:
-    """One sentence per data set: the best model, its number, and how it compares with the best baseline."""
-    out = []
-    for data, runs in d.by_data().items():
-        scored = [r for r in runs if ev(r).metrics.accuracy is not None]
-        real = [r for r in scored if not is_baseline(r)]
-        base = [r for r in scored if is_baseline(r)]
-        if not real:
-            continue
-        top = max(real, key=lambda r: _acc(r))
-        m = ev(top).metrics
-        sent = (f"On <b>{esc(data)}</b>, the best reward model (not a baseline) is <b>{esc(display_name(runs, top.key))}</b> under "
-                f"<b>{esc(top.condition)}</b>: {pct(m.accuracy)}% [{pct(m.ci_low)}, {pct(m.ci_high)}] "
-                f"on {m.n_total} pairs")
-        if base:
-            b = max(base, key=lambda r: _acc(r))
-            best_base = _acc(b)
-            lo, hi = m.ci_low, m.ci_high
-            where = ("" if lo is None or hi is None else " (above that interval)" if best_base > hi
-                     else " (below that interval)" if best_base < lo else " (inside that interval)")
-            sent += (f"; the best baseline, {esc(display_name(runs, b.key))} under {esc(b.condition)}, reaches "
-                     f"{pct(best_base)}%{where}")
-        out.append(sent + ".")
-    return "".join(f'<p class="headline">{s}</p>' for s in out)
+    """Per data set, the toolkit's question first: does an RM use the person (its gain over the wrong-user
+    control, paired), then the best model among those whose checks hold (`prbench.validity.faults`: never one
+    scored on the people it was trained on, answering one letter, agreeing with the labels no more than chance or
+    tying most pairs); a model scoring higher that failed a check is named with the reason. The same sentences
+    as `prbench leaderboard` prints (`prbench.leaderboard.Headline`)."""
+    from prbench.leaderboard import headlines, rows_of
+
+    lines = [line for h in headlines(rows_of(d.evals)) for line in h.lines(html=True)]
+    return "".join(f'<p class="headline{" warn" if ": not named best:" in s else ""}">{s}</p>'
+                   for s in lines)
 
 
 def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
@@ -176,7 +163,15 @@ def leaderboard_section(d: ReportData, seed: int, n_boot: int) -> str:
                 s = ev(cell[(m, c)])
                 mm = s.metrics
                 tip = f"n = {mm.n} valid of {s.n_total}; invalid {mm.n_invalid}"
-                row.append(acc_cell(mm.accuracy, mm.ci_low, mm.ci_high, title=tip, best=best_per_cond[c] == m))
+                why = _faults(cell[(m, c)])
+                if why:
+                    tip += "; not ranked: " + "; ".join(why)
+                who = validity.people(s)
+                acc = acc_cell(mm.accuracy, mm.ci_low, mm.ci_high, title=tip, best=best_per_cond[c] == m)
+                if who is not None and who.seen:  # a training person's score, named where it shows
+                    acc = Cell(acc.html + f'<span class="warn inline-ci">seen people {100 * who.share:.0f}%</span>',
+                               acc.cls, acc.title)
+                row.append(acc)
             rows.append(row)
         body.append(table(head, rows, row_classes=["baseline" if base[m] else "" for m in models]))
         body.append(_by_category(runs, models, conds, cell, base, seed, n_boot))
@@ -334,25 +329,39 @@ def diagnostics_section(d: ReportData) -> str:
         body.append(table(head, rows, row_classes=classes,
                           caption="percentages except n, counts and margin (score units); – = not applicable; "
                                   "highlighted: length preference beyond 30/70% or an A/B accuracy gap over 10 points"))
-        body.extend(_validity_panel(r.key, v) for r in ordered if (v := ev(r).validity) is not None)
+        body.extend(_validity_panel(r) for r in ordered if ev(r).validity is not None or _faults(r))
     return section("diagnostics", "Diagnostics", explain, "".join(body))
+
+
+def _faults(r: Run) -> list[str]:
+    """Why a run's number is not a ranking (`prbench.validity.faults`), from its summary and records."""
+    return validity.faults(ev(r), r.items)
 
 
 def _p(p: float | None) -> str:
     return "–" if p is None else f"{p:.2g}"
 
 
-def _validity_panel(key: str, v: ValidityCard) -> str:
-    """One run's personalization validity card (prbench.validity): gain over its wrong-user control, controls."""
-    g, ln, pos = v.gain, v.length, v.position
-    gain = (f"gain over <code>{esc(v.control)}</code>: <b>{100 * g.diff:+.1f}</b> points "
-            f"[{pct(g.ci_low)}, {pct(g.ci_high)}], p = {_p(g.p_value)} (n = {v.n_shared})"
-            if g else "no item shared with the control")
-    length = f"prefers longer {pct(ln.prefers_longer)} (p = {fnum(ln.p_value, 3)})"
-    position = (f"says A {pct(pos.share_A)} (p = {fnum(pos.p_value, 3)})" if pos.applicable
-                else "position: n/a (pointwise)")
-    return (f"<p class=\"explain\">Validity, {esc(key)} [{esc(v.condition)}]: {gain}; {length}; {position}; "
-            f"scored with context {pct(v.context_share)}.</p>")
+def _validity_panel(r: Run) -> str:
+    """One run's validity card (prbench.validity): gain over its wrong-user control, controls, the people a trained RM
+    was scored on that it was trained on (their accuracy apart from the others'), and why it is not ranked."""
+    s, key = ev(r), r.key
+    parts = []
+    if (v := s.validity) is not None:
+        g, ln, pos = v.gain, v.length, v.position
+        parts.append(f"gain over <code>{esc(v.control)}</code>: <b>{100 * g.diff:+.1f}</b> points "
+                     f"[{pct(g.ci_low)}, {pct(g.ci_high)}], p = {_p(g.p_value)} (n = {v.n_shared})"
+                     if g else "no item shared with the control")
+        parts.append(f"prefers longer {pct(ln.prefers_longer)} (p = {fnum(ln.p_value, 3)})")
+        parts.append(f"says A {pct(pos.share_A)} (p = {fnum(pos.p_value, 3)})" if pos.applicable
+                     else "position: n/a (pointwise)")
+        parts.append(f"scored with context {pct(v.context_share)}")
+    if (who := validity.people(s)) is not None and who.seen:
+        parts.append(f'<span class="warn">{esc(who.text())}: a score on people it was trained on, no estimate for '
+                     "a new person</span>")
+    if why := _faults(r):
+        parts.append(f'<span class="warn">not ranked: {esc("; ".join(why))}</span>')
+    return f"<p class=\"explain\">Validity, {esc(key)} [{esc(r.condition)}]: {'; '.join(parts)}.</p>"
 
 
 def _published_rows(published: Mapping[str, Any]) -> list[tuple[str, str, str, float]]:

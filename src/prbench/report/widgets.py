@@ -9,11 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prbench.errors import PrbenchError
-from prbench.records import EvalSummary
+from prbench.leaderboard import is_control_run, is_control_spec  # noqa: F401  (re-exported)
 from prbench.report import plots
-from prbench.rewards.base import capabilities
-from prbench.runkinds import Run
 from prbench.schema import CATEGORY_SHORT
 
 CONDITION_HELP = {
@@ -124,18 +121,7 @@ def signed_pp(v: float | None) -> str:
     return f'<span class="{cls}">{100 * v:+.1f}</span>'
 
 
-def is_baseline(run: Run) -> bool:
-    """A control row: read from the run's recorded capabilities (runs before they were recorded: its kind)."""
-    caps = run.typed.capabilities if isinstance(run.typed, EvalSummary) else None
-    return caps.is_control if caps is not None else is_control_spec(run.key)
-
-
-def is_control_spec(spec: str) -> bool:
-    """Whether the RM kind a spec names is a control, from its class; unknown kinds are not."""
-    try:
-        return capabilities(str(spec)).is_control
-    except PrbenchError:
-        return False
+is_baseline = is_control_run  # a control row (the leaderboard's rule: one for both readers)
 
 
 def model_cell(name: str, baseline: bool = False, reference: str = "", rowspan: int = 1) -> Cell:
