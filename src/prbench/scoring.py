@@ -62,12 +62,19 @@ def score_cached(rm: PointwiseRM, items: Sequence[tuple[View, str]], cache: Cach
         if s.valid:
             store[keys[i]] = {"v": s.value, "t": s.truncated}
     cache.put_many(store)
+    done: list[Score] = []
     for i, k in enumerate(keys):
-        if out[i] is None:
+        got = out[i]
+        if got is None:
             j = first.get(k)
-            out[i] = (Score(out[j].value, truncated=out[j].truncated, error=out[j].error)  # type: ignore[union-attr]
-                      if j is not None else Score(hits[k]["v"], truncated=hits[k]["t"]))
-    return out  # type: ignore[return-value]
+            if j is not None:  # a shared response: the copy of its first occurrence's fresh score
+                twin = out[j]
+                assert twin is not None  # first occurrences are scored fresh above
+                got = Score(twin.value, truncated=twin.truncated, error=twin.error)
+            else:
+                got = Score(hits[k]["v"], truncated=hits[k]["t"])
+        done.append(got)
+    return done
 
 
 def _pointwise_records(rm: PointwiseRM, exs: Sequence[Example], views: Sequence[View], cache: Cache) -> list[dict]:

@@ -57,10 +57,13 @@ class CachedEngine:
                 else:
                     store[keys[i]] = {"text": g.text, "finish_reason": g.finish_reason, "n_tokens": g.n_tokens}
             self.cache.put_many(store)
+        done: list[Generation] = []
         for i, k in enumerate(keys):
-            if out[i] is None:
+            got = out[i]
+            if got is None:
                 h = hits[k]
                 self.counter.cache_hits += 1
-                out[i] = Generation(h["text"], finish_reason=h.get("finish_reason", "stop"),
-                                    n_tokens=h.get("n_tokens"), meta={"cached": True})
-        return out  # type: ignore[return-value]
+                got = Generation(h["text"], finish_reason=h.get("finish_reason", "stop"),
+                                 n_tokens=h.get("n_tokens"), meta={"cached": True})
+            done.append(got)
+        return done

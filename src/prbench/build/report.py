@@ -73,8 +73,8 @@ def _section(records: Sequence[Mapping[str, Any]], decisions: Mapping[str, list[
         "dropped": len(dropped),
         "dropped_by_reason": {k: first[k] for k in REASONS if first.get(k)},
         "failed_checks": {k: every[k] for k in REASONS if every.get(k)},
-        "scales_kept": scale_table([_scores(r) for r in kept]),  # type: ignore[misc]
-        "scales_validated": scale_table([_scores(r) for r in validated]),  # type: ignore[misc]
+        "scales_kept": scale_table(_all_scores(kept)),
+        "scales_validated": scale_table(_all_scores(validated)),
         "length_kept": length_stats([(r["chosen"]["words"], r["rejected"]["words"]) for r in kept]),
         "generation": gen,
         "validation": {
@@ -90,6 +90,11 @@ def _scores(rec: Mapping[str, Any]) -> tuple[dict, dict] | None:
     v = rec.get("validation") or {}
     c, r = (v.get("chosen") or {}).get("scores"), (v.get("rejected") or {}).get("scores")
     return (c, r) if c and r else None
+
+
+def _all_scores(recs: Sequence[Mapping[str, Any]]) -> list[tuple[dict, dict]]:
+    """The validator's (chosen, rejected) scores of records that have both."""
+    return [s for s in map(_scores, recs) if s is not None]
 
 
 def build_report(

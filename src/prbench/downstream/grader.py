@@ -52,9 +52,10 @@ class Grade:
     @property
     def score(self) -> float:
         """Mean aspect grade on the 0-2 scale; NaN when invalid."""
+        grades = [a for a in self.aspects if a is not None]
         if not self.valid:
             return math.nan
-        return sum(self.aspects) / len(self.aspects)  # type: ignore[arg-type]
+        return sum(grades) / len(grades)
 
     @property
     def normalized(self) -> float:

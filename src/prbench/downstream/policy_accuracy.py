@@ -255,8 +255,9 @@ def _apply_guidance(engine: Any, reqs: list[ScoreRequest], results: list[Respons
         guided: list[float] = []
         for i, c in enumerate(cands):
             lp = cand_lp[i, : len(c)]
-            if reward_rows[b] is not None:
-                r_raw = reward_rows[b][i]  # type: ignore[index]
+            rows = reward_rows[b]
+            if rows is not None:
+                r_raw = rows[i]
                 shaped, bad = shape_rewards(r_raw, params.reward_norm)
                 res.invalid_rewards += bad
                 if i == len(cands) - 1:

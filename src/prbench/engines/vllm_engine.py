@@ -150,7 +150,8 @@ def continuation_ids(tokenizer: Any, messages: Messages, continuation: str) -> t
     if is_mistral_tokenizer(tokenizer):
         prompt = prompt_ids(tokenizer, messages, True)
         return prompt, (_mistral_encode(tokenizer, continuation) if continuation else [])
-    return tuple(split_continuation(tokenizer, messages, continuation)[:2])  # type: ignore[return-value]
+    prompt, cont, _ = split_continuation(tokenizer, messages, continuation)
+    return prompt, cont
 
 
 def classifier_token_ids(tokenizer: Any, item: str | Messages) -> list[int]:

@@ -258,7 +258,9 @@ class SequenceClassifierRM(PointwiseRM):
         at positions that continue its own prompt.
         """
         torch = self.torch
-        backbone, head = self._split_model()  # type: ignore[misc]
+        split = self._split_model()
+        assert split is not None  # share_prefix is on only for a model that splits (__init__)
+        backbone, head = split
         kwarg = cache_kwarg(backbone)
         prompts: dict[tuple[int, ...], int] = {}
         owner = [prompts.setdefault(tuple(seq[:cut]), len(prompts)) for seq, cut in zip(seqs, cuts)]
@@ -324,7 +326,7 @@ class SequenceClassifierRM(PointwiseRM):
         out: list[Score] = [Score(math.nan, truncated=tr, error="input exceeds max_length without any profile")
                             if ids is None else Score(math.nan, truncated=tr) for ids, tr, _, _ in fitted]
         ok = [i for i, f in enumerate(fitted) if f[0] is not None]
-        seqs: list[list[int]] = [fitted[i][0] for i in ok]  # type: ignore[misc]
+        seqs: list[list[int]] = [ids for ids, _, _, _ in fitted if ids is not None]  # in the order of `ok`
         if self.share_prefix:
             prompt_ids: dict[str, list[int]] = {}  # one templating per prompt: chosen and rejected share it
             cuts = []
@@ -415,7 +417,7 @@ class VLLMClassifierRM(SequenceClassifierRM):
         ok = [i for i, (ids, _, _) in enumerate(fitted) if ids is not None]
         if ok:
             eng = self.engine
-            outputs = eng.llm.classify([token_prompt(fitted[i][0]) for i in ok],  # type: ignore[arg-type]
+            outputs = eng.llm.classify([token_prompt(ids) for ids, _, _ in fitted if ids is not None],
                                        pooling_params=raw_pooling_params(eng._vllm), use_tqdm=False)
             for i, o in zip(ok, outputs):
                 out[i].value = self._reduce_row([float(x) for x in o.outputs.probs])

@@ -587,12 +587,11 @@ def _load_judge(
         "engine_options": eng_opts,
     }
     if mode == "pointwise":
-        if isinstance(scale, str):
-            parts = [p for p in re.split(r"[,\s\-:]+", scale) if p]
-            scale = tuple(float(p) for p in parts)  # type: ignore[assignment]
-        if len(scale) != 2:
+        bounds = ([float(p) for p in re.split(r"[,\s\-:]+", scale) if p] if isinstance(scale, str)
+                  else [float(p) for p in scale])
+        if len(bounds) != 2:
             raise SpecError(f"judge scale must be two numbers, got {scale!r}")
-        return PointwiseJudge(engine_spec, scale=(float(scale[0]), float(scale[1])), seed=seed, **common)
+        return PointwiseJudge(engine_spec, scale=(bounds[0], bounds[1]), seed=seed, **common)
     if mode == "likelihood":
         return LikelihoodJudge(engine_spec, debias_position=debias_position, **common)
     return PairwiseJudge(engine_spec, **common)

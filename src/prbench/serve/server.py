@@ -357,7 +357,7 @@ class RewardApp:
         elif isinstance(req.input, str):
             texts = [req.input]
         elif isinstance(req.input, list) and all(isinstance(t, str) for t in req.input):
-            texts = list(req.input)  # type: ignore[arg-type]
+            texts = [t for t in req.input if isinstance(t, str)]  # all of them (typed as str for mypy)
         else:
             return 400, wire.vllm_error("prbench scores text: send `input` as a string or a list of strings, "
                                         "not token ids", 400, "input"), ()

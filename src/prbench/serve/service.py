@@ -237,7 +237,7 @@ class RewardService:
 
     def reward_rows(self, rows: Sequence[tuple[Mapping[str, Any], str]]) -> list[tuple[float, bool]]:
         """(reward, valid) per (user context, answer) row, scored in this process (the in-process client)."""
-        parsed: list[Pair | Invalid] = []
+        parsed: list[Pair] = []
         for ctx, response in rows:
             try:
                 item = item_from_context(ctx, self.items or None)
@@ -246,5 +246,5 @@ class RewardService:
             if (why := self.missing(item)) is not None:
                 raise PrbenchError(f"a training row cannot be rewarded: {why}")
             parsed.append((item, response))
-        values, flags = self.rewards(parsed, self.score_pairs(parsed))  # type: ignore[arg-type]
+        values, flags = self.rewards(parsed, self.score_pairs(parsed))
         return [(v, f == 0.0) for v, f in zip(values, flags)]

@@ -105,13 +105,26 @@ def _checked(kind: str, allowed: Sequence[str], given: dict[str, Any]) -> None:
             raise TypeError(f"{kind}.__init__() got an unexpected keyword argument '{key}'")
 
 
-def build_module(version: str = VERSIONS[-1], data_dir: Path | None = None) -> types.ModuleType:
+class StandInModule(types.ModuleType):
+    """The stand-in `vllm` module: what `build_module` puts in it, declared (mypy checks its uses)."""
+
+    __version__: str
+    FIELDS: dict[str, Any]
+    SamplingParams: type
+    PoolingParams: type
+    EngineArgs: type
+    ModelRegistry: Any
+    LLM: type
+    calls: list[tuple[str, int]]  # (method, n_prompts) of every LLM call, for tests
+
+
+def build_module(version: str = VERSIONS[-1], data_dir: Path | None = None) -> StandInModule:
     """A fresh `vllm` module object for `version`'s field lists."""
     spec = field_lists(version, data_dir)
-    mod = types.ModuleType("vllm")
-    mod.__version__ = version  # type: ignore[attr-defined]
+    mod = StandInModule("vllm")
+    mod.__version__ = version
     mod.__file__ = __file__
-    mod.FIELDS = spec  # type: ignore[attr-defined]
+    mod.FIELDS = spec
     sampling_defaults = {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
                          "max_tokens": 16, "seed": None, "stop": None, "logprobs": None,
                          "prompt_logprobs": None, "repetition_penalty": 1.0, "skip_special_tokens": True}
@@ -146,12 +159,12 @@ def build_module(version: str = VERSIONS[-1], data_dir: Path | None = None) -> t
         def get_supported_archs() -> list[str]:
             return sorted({a for names in spec["architectures"].values() for a in names})
 
-    mod.SamplingParams = SamplingParams  # type: ignore[attr-defined]
-    mod.PoolingParams = PoolingParams  # type: ignore[attr-defined]
-    mod.EngineArgs = EngineArgs  # type: ignore[attr-defined]
-    mod.ModelRegistry = _Registry()  # type: ignore[attr-defined]
-    mod.LLM = _make_llm(spec, EngineArgs)  # type: ignore[attr-defined]
-    mod.calls = []  # type: ignore[attr-defined]  # (method, n_prompts) of every LLM call, for tests
+    mod.SamplingParams = SamplingParams
+    mod.PoolingParams = PoolingParams
+    mod.EngineArgs = EngineArgs
+    mod.ModelRegistry = _Registry()
+    mod.LLM = _make_llm(spec, EngineArgs)
+    mod.calls = []
     return mod
 
 
@@ -359,16 +372,14 @@ def _make_llm(spec: dict[str, Any], engine_args: type) -> type:
 
 
 @contextlib.contextmanager
-def installed(version: str = VERSIONS[-1], data_dir: Path | None = None) -> Iterator[types.ModuleType]:
+def installed(version: str = VERSIONS[-1], data_dir: Path | None = None) -> Iterator[StandInModule]:
     """`sys.modules["vllm"]` is the stand-in for the block (the previous entry is restored)."""
     mod = build_module(version, data_dir)
-    missing = object()
-    before = sys.modules.get("vllm", missing)
+    had, before = "vllm" in sys.modules, sys.modules.get("vllm")  # an entry may be None: an import blocked
     sys.modules["vllm"] = mod
     try:
         yield mod
     finally:
-        if before is missing:
-            sys.modules.pop("vllm", None)
-        else:
-            sys.modules["vllm"] = before  # type: ignore[assignment]
+        sys.modules.pop("vllm", None)
+        if had:
+            sys.modules.update(vllm=before)  # type: ignore[arg-type]  # None is how sys.modules blocks an import

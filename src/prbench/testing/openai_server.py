@@ -192,11 +192,11 @@ def openai_fields(route: str) -> frozenset[str]:
     """Body fields the openai client itself sends for this route (its create() parameters, 3.57.0)."""
     import inspect
 
-    if route == "/v1/chat/completions":
-        from openai.resources.chat.completions import Completions
-    else:
-        from openai.resources.completions import Completions  # type: ignore[assignment]
-    return frozenset(inspect.signature(Completions.create).parameters) - _NOT_BODY
+    from openai.resources import completions
+    from openai.resources.chat import completions as chat
+
+    create = chat.Completions.create if route == "/v1/chat/completions" else completions.Completions.create
+    return frozenset(inspect.signature(create).parameters) - _NOT_BODY
 
 
 def _model(body: dict[str, Any]) -> str:
@@ -317,11 +317,11 @@ def _default_reply(body: dict[str, Any]) -> str:
 def _as_fault_fn(faults: FaultSpec) -> FaultFn:
     if faults is None:
         return lambda n, body: None
-    if callable(faults):
-        return faults  # type: ignore[return-value]
     if isinstance(faults, Mapping):
         table = dict(faults)
         return lambda n, body: table.get(n)
+    if not isinstance(faults, Sequence):
+        return faults  # a function (n, body) -> Fault | None
     rules = list(faults)
 
     def by_predicate(n: int, body: dict[str, Any]) -> Fault | None:
