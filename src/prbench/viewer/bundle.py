@@ -37,7 +37,7 @@ def write_bundle(paths: Sequence[str | Path], out: str | Path, data: dict[str, A
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's parameter name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -187,7 +187,7 @@ class Browser:
                 pass
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def __enter__(self) -> Browser:
+    def __enter__(self) -> Browser:  # noqa: PYI034 - py3.10 has no typing.Self
         return self
 
     def __exit__(self, *exc: object) -> None:

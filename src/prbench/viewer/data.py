@@ -108,7 +108,7 @@ class _Texts:
         self.cfg = cfg
         self.retriever: Any = None
 
-    def shown(self, ex: Any, condition: str) -> tuple[str | None, list[int]]:
+    def shown(self, ex: Any, condition: str) -> tuple[str, list[int]]:
         """(whose profile, indices of its items in the order shown) under `condition` (profile, wrong-profile)."""
         from prbench.conditions import build_view
         from prbench.retrieval import load_retriever
@@ -120,7 +120,7 @@ class _Texts:
                           max_context_chars=self.cfg.max_context_chars)
         owner = self.examples[view.meta["donor"]] if "donor" in view.meta else ex
         index = {p.id: i for i, p in enumerate(owner.profile)}
-        return owner.user_id or owner.id, [index[p.id] for p in view.posts[: view.shown_posts] if p.id in index]
+        return str(owner.user_id or owner.id), [index[p.id] for p in view.posts[: view.shown_posts] if p.id in index]
 
 
 class _Dataset:
@@ -164,7 +164,9 @@ class _Dataset:
             src = _Texts(self.cfg)
         except (PrbenchError, OSError, ValueError) as exc:
             return {"note": f"pair texts not shown: {str(exc).splitlines()[0][:300]}"}
-        pairs, profiles, people = [], {}, {}
+        pairs: list[dict[str, Any] | None] = []
+        profiles: dict[str, list[dict[str, Any]]] = {}
+        people: dict[str, int] = {}
         for pid in self.ids:
             ex = src.examples.get(pid)
             if ex is None:
@@ -285,7 +287,7 @@ def _meta(paths: Sequence[str | Path], scan: Any) -> dict[str, Any]:
         return {"note": f"meta-evaluation not shown: {str(exc).splitlines()[0]}"}
     rows = [{"benchmark": r["benchmark"]["label"], "setting": r["setting"]["label"], "n_rms": r["n_rms"],
              "metrics": {label: r["metrics"][name] for name, label in PAPER_COLUMNS} if r["metrics"] else {},
-             "note": r.get("note")} for r in main_rows(res)]  # noqa: SIM401 - meta's rows are dicts (no model)
+             "note": r.get("note")} for r in main_rows(res)]  # meta's rows are dicts (no model)
     return {"rows": rows, "columns": [label for _, label in PAPER_COLUMNS]}
 
 
