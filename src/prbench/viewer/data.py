@@ -41,10 +41,18 @@ class DataConfig(BaseModel):
     split: str = "test"
     format: str | None = None
     data_digest: str | None = None
-    top_k: int = 10
-    retriever: str = "bm25"
+    top_k: int | None = None  # None: the CLI's default, 10 (a trained RM folder's own k is not recorded here)
+    retriever: str | None = None  # None: bm25, the CLI's default
     seed: int = 0
     max_context_chars: int | None = None
+
+    @property
+    def k(self) -> int:
+        return 10 if self.top_k is None else self.top_k
+
+    @property
+    def ranker(self) -> str:
+        return self.retriever or "bm25"
 
 
 class TrainedUsers(BaseModel):
@@ -81,6 +89,10 @@ def trained_users(spec: str) -> list[str] | None:
     return sorted(seen) if found and seen else None
 
 
+def shown_as(cfg: DataConfig) -> str:
+    return f"top_k={cfg.k}, retriever={cfg.ranker}, seed={cfg.seed}"
+
+
 def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else float(f"{x:.{digits}g}")
 
@@ -114,8 +126,8 @@ class _Texts:
         from prbench.retrieval import load_retriever
 
         if self.retriever is None:
-            self.retriever = load_retriever(self.cfg.retriever)
-        view = build_view(ex, condition, retriever=self.retriever, top_k=self.cfg.top_k,
+            self.retriever = load_retriever(self.cfg.ranker)
+        view = build_view(ex, condition, retriever=self.retriever, top_k=self.cfg.k,
                           pool=list(self.examples.values()), seed=self.cfg.seed,
                           max_context_chars=self.cfg.max_context_chars)
         owner = self.examples[view.meta["donor"]] if "donor" in view.meta else ex
@@ -136,6 +148,7 @@ class _Dataset:
         self.cats: list[str] = []
         self.cat: list[int] = []
         self.cfg: DataConfig | None = None
+        self.shown_as: set[str] = set()  # every (top_k, retriever, seed) the runs of this data set used
         self.seen: dict[str, list[str]] = {}  # spec -> training people
 
     def _uid(self, u: str) -> int:
@@ -186,8 +199,11 @@ class _Dataset:
                     profiles[owner] = [_profile_item(p) for p in donor.profile]
             pairs.append(row)
             people.setdefault(ex.user_id or ex.id, len(ex.profile))
-        return {"pairs": pairs, "profiles": profiles, "size": people,
-                "shown_as": f"top_k={src.cfg.top_k}, retriever={src.cfg.retriever}, seed={src.cfg.seed}"}
+        shown = shown_as(src.cfg)
+        others = sorted(self.shown_as - {shown})
+        return {"pairs": pairs, "profiles": profiles, "size": people, "shown_as": shown,
+                **({"shown_note": f"other runs of this data set used {'; '.join(others)}: their RMs saw another "
+                                  "cut of the profile"} if others else {})}
 
     def dump(self) -> dict[str, Any]:
         return {"ids": self.ids, "users": self.users, "user": self.user, "cats": self.cats, "cat": self.cat,
@@ -283,7 +299,7 @@ def _meta(paths: Sequence[str | Path], scan: Any) -> dict[str, Any]:
 
     try:
         res = meta_evaluate(paths, paths, scanned=scan)
-    except PrbenchError as exc:
+    except (PrbenchError, ValueError) as exc:  # too few RMs, no shared items: the page says why
         return {"note": f"meta-evaluation not shown: {str(exc).splitlines()[0]}"}
     rows = [{"benchmark": r["benchmark"]["label"], "setting": r["setting"]["label"], "n_rms": r["n_rms"],
              "metrics": {label: r["metrics"][name] for name, label in PAPER_COLUMNS} if r["metrics"] else {},
@@ -306,8 +322,11 @@ def collect(paths: Sequence[str | Path], *, with_meta: bool = True) -> dict[str,
             if run.kind.role == "benchmark":
                 s = run.summary_as(EvalSummary)
                 ds = datasets.setdefault(s.data, _Dataset(s.data))
+                cfg = DataConfig.model_validate(run.config)
                 if ds.cfg is None:
-                    ds.cfg = DataConfig.model_validate(run.config)
+                    ds.cfg = cfg
+                if s.condition in ("profile", "wrong-profile"):
+                    ds.shown_as.add(shown_as(cfg))
                 row = _eval_row(run, ds, i)
                 if s.rm not in ds.seen and (seen := trained_users(s.rm)) is not None:
                     ds.seen[s.rm] = seen

@@ -254,6 +254,7 @@
         h("section", { class: "answers" }, h("div", { class: "answer chosen" }, h("h3", {}, "Chosen (the user's choice)"), h("p", {}, p.c)),
           h("div", { class: "answer rejected" }, h("h3", {}, "Rejected"), h("p", {}, p.r))),
         h("section", {}, h("h2", {}, "Profile as the RM saw it"), h("p", { class: "hint" }, `under profile, ${ds.shown_as}, most relevant first`),
+          ds.shown_note ? h("p", { class: "note" }, ds.shown_note) : null,
           p.px ? h("p", { class: "note" }, p.px) : profileList(ds, p.p, "profile")));
     }
     const conds = conditions(data);
