@@ -65,6 +65,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 "none,profile,wrong-profile", "--out", str(runs), "-q")
         run_cli("eval", "-m", "judge:openai:stand-in", "--base-url", server.base_url, "--api-key-env", "MY_KEY",
                 "--both-orders", "-d", str(data), "-c", "profile", "--limit", "8", "--out", str(runs), "-q")
+    trained = root / "trained-rm"  # a trained RM's folder names its training people (here: PERSON alone)
+    trained.mkdir()
+    (trained / "config.json").write_text(json.dumps({"users": [PERSON], "encoder": "x"}), encoding="utf-8")
+    [lexical] = [p.parent for p in runs.rglob("summary.json") if "lexical" in str(p) and p.parent.name == "profile"]
+    copy = runs / "trained" / "profile"
+    copy.mkdir(parents=True)
+    for f in lexical.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    summary = json.loads((copy / "summary.json").read_text(encoding="utf-8"))
+    summary.update(spec=f"pal:{trained}", model="trained-rm")
+    (copy / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
     good = sorted(p.parent for p in runs.rglob("summary.json"))
     damaged = runs / "damaged" / "profile"
     damaged.mkdir(parents=True)
@@ -102,7 +113,7 @@ def _run_index(site: dict, model: str, cond: str) -> int:
 def test_leaderboard_shows_every_run_and_the_damaged_one_as_one_skipped_line(site: dict, browser: Browser) -> None:
     _show(browser, site["url"], "board")
     shown = browser.eval("[...document.querySelectorAll('tbody tr[data-run]')].map(tr => tr.dataset.run)")
-    assert sorted(shown) == sorted(str(p) for p in site["good"])  # 6 baseline runs and the judge's
+    assert sorted(shown) == sorted(str(p) for p in site["good"])  # 6 baseline runs, the trained RM's, the judge's
     skipped = browser.eval("[...document.querySelectorAll('#skipped .skipped p')].map(p => p.textContent)")
     assert len(skipped) == 1 and skipped[0].startswith("skipped: ") and str(site["damaged"]) in skipped[0]
     judge = browser.eval("[...document.querySelectorAll('tbody tr')].find(tr => tr.textContent.includes("
@@ -110,7 +121,7 @@ def test_leaderboard_shows_every_run_and_the_damaged_one_as_one_skipped_line(sit
     assert re.search(r"\b[1-9]\d*\+[1-9]\d* tok", judge)  # the API judge's input + output tokens
     column = "[...document.querySelectorAll('tbody tr')].map(tr => parseFloat(tr.children[3].textContent))"
     accs = browser.eval(column)
-    assert accs == sorted(accs, reverse=True) and len(accs) == 7  # best first
+    assert accs == sorted(accs, reverse=True) and len(accs) == 8  # best first
     browser.click("th button[data-key=acc]")  # sortable: a click turns the order round
     browser.wait_for("location.hash.includes('sort=acc&dir=asc')")
     assert browser.eval(column) == sorted(accs)
@@ -182,11 +193,32 @@ def test_a_reloaded_deep_link_shows_the_same_view(site: dict, browser: Browser) 
     assert values == sorted(values, reverse=True) and len(values) > 10
 
 
-def test_downstream_view_draws_best_of_n_curves(site: dict, browser: Browser) -> None:
+def test_seen_and_unseen_people_follow_the_trained_rm_folder(site: dict, browser: Browser) -> None:
+    ds = site["dataset"]
+    people = "[...document.querySelectorAll('a.person')].map(a => a.textContent)"
+    _show(browser, f"{site['url']}#/people?data={ds}&cond=profile&seen=seen", "people")
+    assert browser.eval(people) == [PERSON]
+    _show(browser, f"{site['url']}#/people?data={ds}&cond=profile&seen=unseen", "people")
+    unseen = browser.eval(people)
+    assert PERSON not in unseen and len(unseen) == len(site["data"]["datasets"][ds]["users"]) - 1
+
+
+def test_downstream_view_draws_best_of_n_curves_and_meta_agreement(site: dict, browser: Browser) -> None:
+    from prbench.meta import PAPER_COLUMNS, main_rows, meta_evaluate
+
     _show(browser, site["url"] + "#/downstream", "downstream")
     assert browser.eval("document.querySelectorAll('svg.chart path.line').length") == 3
     keys = browser.eval("[...document.querySelectorAll('figcaption .key')].map(k => k.textContent)")
     assert sorted(k.lstrip("■ ") for k in keys) == ["baseline:length", "baseline:lexical", "judge:openai:stand-in"]
+    want = main_rows(meta_evaluate([site["runs"]], [site["runs"]]))  # what `prbench meta` computes, its defaults
+    rows = browser.eval("[...[...document.querySelectorAll('main table')].pop().querySelectorAll('tbody tr')]"
+                        ".map(tr => [...tr.children].map(td => td.textContent))")
+    assert len(rows) == len(want)
+    k, first = next((k, r) for k, r in enumerate(want) if r["metrics"])  # rows of too few shared RMs carry a note
+    cells = rows[k]
+    assert cells[:2] == [first["benchmark"]["label"], first["setting"]["label"]]
+    ndcg = first["metrics"][PAPER_COLUMNS[0][0]]
+    assert cells[3] == f"{ndcg['value']:.3f} [{ndcg['ci_low']:.3f}, {ndcg['ci_high']:.3f}]"
 
 
 def test_no_request_leaves_the_folder(site: dict) -> None:

@@ -210,7 +210,7 @@
     ds.user.forEach((x, i) => {
       if (x !== u) return;
       const p = ds.pairs ? ds.pairs[i] : null;
-      const keys = { id: ds.ids[i], cat: ds.cats[ds.cat[i]] };
+      const keys = { id: ds.ids[i], cat: ds.cats[ds.cat[i]], q: p ? p.q : null };
       const cells = [h("a", { href: link("pair", [data, ds.ids[i]]), class: "pair" }, ds.ids[i]), keys.cat, p ? p.q : "–"];
       cols.forEach((c, j) => { const ch = c.runs[cond].credit[i]; keys["rm" + j] = ch === "-" ? null : CREDIT[ch]; cells.push(MARK[ch]); });
       rows.push({ cells, keys });
