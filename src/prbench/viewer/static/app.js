@@ -109,6 +109,7 @@
         select("category", cat, [["", "all"], ...cats.map((c) => [c, c])], (v) => go("board", [], { ...q, cat: v })))];
     const rows = [];
     const anyCost = RUNS.some((r) => r.cost), anyStop = RUNS.some((r) => r.stop);
+    const oneSet = data !== "" || dsNames.length === 1;  // the data set column only where rows differ in it
     for (const d of dsNames) {
       if (data && d !== data) continue;
       const label = labeller(d), ds = DS[d];
@@ -122,17 +123,17 @@
           const a = accOver(r, idx); acc = a.acc; n = a.n; lo = hi = null;
           if (!n) continue;
         }
-        const cells = [h("a", { href: link("people", [], { data: d, cond: r.cond }) }, label(r)), r.cond, d, pct(acc), ci(lo, hi),
-          `${n}${r.n_invalid ? ` (${r.n_invalid} invalid)` : ""}`, diffSet.map((k) => `${k}=${JSON.stringify(r.settings[k])}`).join(", ") || "–",
+        const cells = [h("a", { href: link("people", [], { data: d, cond: r.cond }) }, label(r)), r.cond, pct(acc), ci(lo, hi),
+          `${n}${r.n_invalid ? ` (${r.n_invalid} invalid)` : ""}`, ...(oneSet ? [] : [d]), diffSet.map((k) => `${k}=${JSON.stringify(r.settings[k])}`).join(", ") || "–",
           r.gain ? `${signed(r.gain.diff)} ${ci(r.gain.lo, r.gain.hi)} vs ${r.gain.control}` : "–"];
         if (anyCost) cells.push(r.cost ? `${r.cost.usd === null ? "?" : "$" + r.cost.usd.toFixed(2)} · ${r.cost.in}+${r.cost.out} tok` : "–");
         if (anyStop) cells.push(r.stop ? `${r.stop.rule}: ${r.stop.used}/${r.stop.of}, ${r.stop.why}` : "–");
         rows.push({ cells, attrs: { "data-run": r.path }, keys: { model: label(r), cond: r.cond, data: d, acc, ci: hi === null ? null : hi - lo, n, settings: diffSet.map((k) => JSON.stringify(r.settings[k])).join(), gain: r.gain ? r.gain.diff : null, cost: r.cost ? r.cost.usd : null, stop: r.stop ? r.stop.used : null } });
       }
     }
-    const head = [{ key: "model", text: "model" }, { key: "cond", text: "condition" }, { key: "data", text: "data set" },
+    const head = [{ key: "model", text: "model" }, { key: "cond", text: "condition" },
       { key: "acc", text: "accuracy %", num: true }, { key: "ci", text: "95% CI", num: true }, { key: "n", text: "n", num: true },
-      { key: "settings", text: "settings that differ" }, { key: "gain", text: "gain vs control", num: true }];
+      ...(oneSet ? [] : [{ key: "data", text: "data set" }]), { key: "settings", text: "settings that differ" }, { key: "gain", text: "gain vs control", num: true }];
     if (anyCost) head.push({ key: "cost", text: "cost · tokens", num: true });
     if (anyStop) head.push({ key: "stop", text: "stopping rule: used/of", num: false });
     wrap.push(rows.length ? sortable(head, rows, q.sort || "acc", q.dir || "desc", (k, dir) => go("board", [], { ...q, sort: k, dir }))
