@@ -33,16 +33,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from prbench import summarize  # noqa: E402
-from prbench.runs import RunDir  # noqa: E402
-from prbench.viewer import collect, write_bundle  # noqa: E402
-from prbench.viewer.chromium import Browser, find_chromium  # noqa: E402
-from prbench.viewer.data import to_js  # noqa: E402
+from prbench import summarize
+from prbench.runs import RunDir
+from prbench.viewer import collect, write_bundle
+from prbench.viewer.chromium import Browser, find_chromium
+from prbench.viewer.data import to_js
 
 CONDITIONS = ("none", "profile", "wrong-profile", "planner", "oracle")
 CATS = ("Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture")
-WORDS = ("film camera develop night shift budget garden recipe training plan novel chapter history vote city "
-         "policy debate music guitar practice health sleep travel rent savings code language class").split()
+WORDS = ("film", "camera", "develop", "night", "shift", "budget", "garden", "recipe", "training", "plan",
+         "novel", "chapter", "history", "vote", "city", "policy", "debate", "music", "guitar", "practice",
+         "health", "sleep", "travel", "rent", "savings", "code", "language", "class")
 
 
 def _text(rng: random.Random, n: int) -> str:
