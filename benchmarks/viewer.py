@@ -161,8 +161,10 @@ def main() -> None:
                 times["grid_columnar"].append(timed(b, col.as_uri(), "grid"))
                 times["grid_records"].append(timed(b, alt.as_uri(), "grid"))
             b.goto((bundle / "index.html").as_uri() + "#/people?cond=profile")
+            b.wait_for("document.body.dataset.view === 'people'")
             people_rows = b.eval("document.querySelectorAll('tbody tr').length")
-            b.goto((bundle / "index.html").as_uri() + "#/board")
+            b.goto((bundle / "index.html").as_uri() + "#/board")  # a new fragment only: no load event, wait for it
+            b.wait_for("document.body.dataset.view === 'board'")
             board_rows = b.eval("document.querySelectorAll('tbody tr').length")
         res = {
             "rms": args.rms, "conditions": len(CONDITIONS), "pairs": args.pairs, "people": args.people,
