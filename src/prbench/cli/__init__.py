@@ -52,7 +52,7 @@ COMMANDS: dict[str, str | None] = {
     "serve-reward": "prbench.cli.downstream:serve_reward", "rgd": None, "policy-accuracy": None, "icl": None,
     "meta": "prbench.cli.meta:meta", "report": "prbench.cli.meta:report",
     "data": "prbench.cli.data:app", "build": None, "train": "prbench.cli.train:app", "plan": None,
-    "export": "prbench.cli.export:app",
+    "export": "prbench.cli.export:app", "view": "prbench.cli.view:view_cmd",
 }
 
 
