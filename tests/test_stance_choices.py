@@ -114,3 +114,25 @@ def test_polis_dev_stance_beats_the_covote_nearest_neighbour_by_3_points(tmp_pat
     assert 59 <= reference <= 62  # 60.6 in RESULTS_methods.md: the same rule on the same file
     assert per_user_mean(rm, "profile", view_top_k(rm)) >= reference + 3
     assert 47 <= per_user_mean(rm, "wrong-profile", view_top_k(rm)) <= 53
+
+
+def test_a_folder_with_the_earlier_uncentered_readout_is_one_line_not_a_wrong_score(tmp_path: Path,
+                                                                                     minilm_cache: Any) -> None:
+    """A folder trained before #47 records its co-vote readout without a prior (ridge l2 instead): loading it
+    names the folder and says to retrain, rather than scoring it with the centered readout."""
+    import json
+
+    from prbench.errors import PrbenchError
+    from prbench.manifest import seal
+    from prbench.rewards import load_rm
+
+    fn, _ = METHODS["stance"].load()
+    fn(choice_records(8, seed=0), tmp_path / "m", make_config("stance", {"epochs": 1, "members": 1}),
+       cache=minilm_cache)
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["votes"]["texts"] and config["votes"]["prior"] == 5.0
+    votes = {k: v for k, v in config["votes"].items() if k != "prior"} | {"l2": 0.3}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config | {"votes": votes}))
+    seal(tmp_path / "m")  # as the earlier prbench sealed its own files
+    with pytest.raises(PrbenchError, match=r"^stance:.*/m: this folder holds the earlier uncentered co-vote"):
+        load_rm(spec_for("stance", tmp_path / "m"), encoder_cache=minilm_cache)

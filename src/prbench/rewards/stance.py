@@ -63,6 +63,10 @@ from prbench.rewards.pal import shown_pairs, torch_threads
 READOUTS = ("mean", "nearest")
 
 
+class EarlierVotes(PrbenchError):
+    """A folder trained before the co-vote readout was centered (#47): scoring it with this one would be wrong."""
+
+
 def build_stance(config: dict[str, Any]) -> Any:
     torch = require("torch", "hf")
     nn = torch.nn
@@ -131,8 +135,8 @@ def build_stance(config: dict[str, Any]) -> Any:
 
     votes = config.get("votes") or {}
     if votes.get("texts") and "prior" not in votes:  # the uncentered ridge readout of folders before #47
-        raise PrbenchError("this stance folder holds the earlier uncentered co-vote readout, which this prbench no "
-                           "longer scores: retrain it with `prbench train stance`")
+        raise EarlierVotes("this folder holds the earlier uncentered co-vote readout, which this prbench no longer "
+                           "scores: retrain it with `prbench train stance`")
     return StanceModel(config["feature_dim"], config["rank"], config["members"], config["readouts"],
                        config["tau"], votes)
 
@@ -195,6 +199,12 @@ class StanceReward(HeadReward):
 
     kind_name = "stance"
     build = staticmethod(build_stance)
+
+    def __init__(self, path: str, *args: Any, **kwargs: Any):
+        try:
+            super().__init__(path, *args, **kwargs)
+        except EarlierVotes as exc:
+            raise PrbenchError(f"stance:{path}: {exc}") from None
 
     def evidence(self, view: View) -> list[tuple[str, float]]:
         """The view's signed evidence: shown history pairs, else shown posts; plus `adapt`ed shots of its user."""
