@@ -37,7 +37,7 @@ and r_votes(y) = q(y) . u = mean_j (s_j - m_j) K(e_j, y): what the person's depa
 crowd on their judged texts say of y, through the training people who judged both. Why centered:
 a text most people agree with tells nothing of *this* person when they agree too; the departures
 do (on polis-dev's held-out training people the uncentered ridge fit of the signs read 63.5%, the
-centered kernel 70.5%, `benchmarks/polis_select.py`). A past choice is two judgments (chosen +1,
+centered kernel 70.6%, `benchmarks/polis_select.py`). A past choice is two judgments (chosen +1,
 rejected -1), so it enters as its chosen minus its rejected text's factor, each centered.
 It knows only texts the training people judged (or near-duplicates of them); elsewhere it is 0
 and the projection decides. Stored per training person: nothing (the people's columns are

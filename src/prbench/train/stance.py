@@ -9,6 +9,7 @@ as with thirty. Bradley-Terry on `scale` x margin, minibatches, Adam. All `membe
 are trained on the same draws from different random starts (the ensemble of the reward).
 A person whose profile holds no -1 item (plain posts) still trains: their labelled pairs' rejected
 answers are the -1 items. The co-vote factors (`votes_rank` > 0) are an SVD of the same judgments,
+each text's shrunk mean vote taken out (`votes_prior`; the centered kernel of `prbench.rewards.stance`),
 computed once after the projection is trained (the projection never sees them: a training person's
 own votes are in the factors, so they would only teach it to trust them).
 Seconds to a few minutes on CPU for hundreds of people (the frozen encoder runs once per text).
