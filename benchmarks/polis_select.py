@@ -3,9 +3,12 @@
 20% of train.jsonl's people (by a hash of their id) are held out; from their votes (profile and
 pair) mirrored records are built as test.jsonl is: a statement pair one held-out person agreed /
 rejected and another the other way round, the evidence all their other votes. `stance` is trained on
-the other 80%; the script prints pair accuracy of the projection alone, the co-vote factors alone
-(rank x l2 grid), their sum at several factor weights, and the co-vote nearest-neighbour reference
-(`real_text.CovoteNN`, exact texts), every one on the person's whole profile.
+the other 80%; the script prints pair accuracy (and the mean over people) of the projection alone,
+the earlier uncentered co-vote readout (ridge fit of the signs on an SVD of the votes, rank 64,
+l2 0.3), the centered co-vote kernel alone (rank x prior grid), the projection plus the kernel at
+several weights, the co-vote nearest-neighbour reference (`real_text.CovoteNN`, exact texts), and
+the kernel and the reference fitted on random 220-person subsets of the 80% (the sizes users
+have); every one on the person's whole profile.
 
     python benchmarks/polis_select.py ../shared/data/polis-dev [--cache /tmp/emb.sqlite]
 """
@@ -25,7 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-RANKS, L2S, WEIGHTS = (8, 16, 32, 64), (0.3, 1.0, 3.0), (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 100.0)
+RANKS, PRIORS, WEIGHTS = (64, 256, 10_000), (0.0, 5.0, 20.0), (0.0, 5.0, 10.0, 20.0, 50.0, 200.0)
+SUBSETS, SUBSET_PEOPLE = 5, 220
 
 
 def held_out(user: str, seed: int = 0) -> bool:
@@ -54,12 +58,42 @@ def mirrored(votes: dict[str, dict[str, float]], seed: int = 0, cap: int = 3000)
     return out
 
 
-def accuracy(margins: np.ndarray) -> float:
-    return round(100 * float(np.mean((margins > 0) + 0.5 * (margins == 0))), 1)
+def accuracy(margins: np.ndarray, users: list[str] | None = None) -> str:
+    """Pair accuracy, and with `users` the mean over people too (ties count half)."""
+    credit = (margins > 0) + 0.5 * (margins == 0)
+    pairs = f"{100 * float(np.mean(credit)):.1f}"
+    if users is None:
+        return pairs
+    by: dict[str, list[float]] = defaultdict(list)
+    for u, c in zip(users, credit):
+        by[u].append(float(c))
+    return f"{pairs} (per person {100 * float(np.mean([np.mean(v) for v in by.values()])):.1f})"
 
 
-def parts(rm, records: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """Per record, the chosen-minus-rejected margin of the projection and of the co-vote readout."""
+def uncentered(people: list, records: list[tuple], rank: int = 64, l2: float = 0.3) -> np.ndarray:
+    """Margins of the co-vote readout before the centering (2026-12-03): the person's signs ridge-fitted on an
+    SVD of the row-normalised, uncentered votes, read at the candidate (exact texts)."""
+    texts = list(dict.fromkeys(t for items in people for t, s in items if s))
+    index = {t: i for i, t in enumerate(texts)}
+    v = np.zeros((len(texts), len(people)))
+    for j, items in enumerate(people):
+        for t, s in items:
+            v[index[t], j] = np.sign(s)
+    v /= np.sqrt(np.abs(v).sum(1, keepdims=True))
+    u, sv, _ = np.linalg.svd(v, full_matrices=False)
+    q = u[:, :rank] * sv[:rank]
+    out = []
+    for _, c, r, ev in records:
+        known = [(index[t], s) for t, s in ev if t in index]
+        qe, s = q[[i for i, _ in known]], np.array([s for _, s in known])
+        w = np.linalg.solve(qe.T @ qe + l2 * np.eye(q.shape[1]), qe.T @ s)
+        out.append(sum(sign * (q[index[t]] @ w) for t, sign in ((c, 1), (r, -1)) if t in index))
+    return np.array(out)
+
+
+def parts(rm, records: list[tuple], projection: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, the chosen-minus-rejected margin of the projection (0 when `projection` is False: not computed)
+    and of the co-vote readout."""
     import torch
 
     from prbench.rewards.stance import pad_evidence
@@ -73,9 +107,11 @@ def parts(rm, records: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
         ev, sign, mask = pad_evidence(rows, table, index)
         c, r = table[[index[x[1]] for x in chunk]], table[[index[x[2]] for x in chunk]]
         with torch.no_grad():
-            proj += (rm.model.reward(c, ev, sign, mask, votes=False) - rm.model.reward(r, ev, sign, mask, votes=False)).tolist()
+            if projection:
+                proj += (rm.model.reward(c, ev, sign, mask, votes=False)
+                         - rm.model.reward(r, ev, sign, mask, votes=False)).tolist()
             votes += (rm.model.covote(c, ev, sign, mask) - rm.model.covote(r, ev, sign, mask)).tolist()
-    return np.array(proj), np.array(votes)
+    return np.array(proj) if projection else np.zeros(len(votes)), np.array(votes)
 
 
 def main() -> None:
@@ -99,35 +135,48 @@ def main() -> None:
     votes = {p.user_id: {**{e.text: e.sign for e in post_evidence(p.profile) if e.sign}, p.chosen: 1.0,
                          p.rejected: -1.0} for p in hold}
     records = mirrored(votes)
-    print(f"fit on {len(fit)} people; {len(records)} mirrored records of {len({r[0] for r in records})} held-out people",
+    users = [r[0] for r in records]
+    print(f"fit on {len(fit)} people; {len(records)} mirrored records of {len(set(users))} held-out people",
           flush=True)
     cache = Cache(Path(args.cache), namespace="embeddings")
+    defaults = StanceConfig()
+    people = list(judgments_by_user(fit).values())
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        train_stance(fit, Path(tmp) / "m", StanceConfig(), cache=cache)
+        train_stance(fit, Path(tmp) / "m", defaults, cache=cache)
         print(f"stance trained in {time.perf_counter() - t0:.0f} s", flush=True)
         rm = load_rm(f"stance:{Path(tmp) / 'm'}", encoder_cache=cache)
+
+        def kernel(group: list, rank: int, prior: float) -> np.ndarray:
+            texts, factors, means = covote_factors(group, rank, prior)
+            rm.model.vote_keys = torch.from_numpy(rm.embed(texts))
+            rm.model.vote_factors, rm.model.vote_means = torch.from_numpy(factors), torch.from_numpy(means)
+            return parts(rm, records, projection=False)[1]
+
         proj, _ = parts(rm, records)
-        print("projection alone", accuracy(proj))
-        people = list(judgments_by_user(fit).values())
-        kept = None
+        print("projection alone:", accuracy(proj, users))
+        print("co-vote readout before (uncentered ridge fit, rank 64, l2 0.3):", accuracy(uncentered(people, records),
+                                                                                          users), flush=True)
         for rank in RANKS:
-            texts, factors = covote_factors(people, rank)
-            rm.model.vote_keys, rm.model.vote_factors = torch.from_numpy(rm.embed(texts)), torch.from_numpy(factors)
-            for l2 in L2S:
-                rm.model.votes_l2 = l2
-                _, cov = parts(rm, records)
-                print(f"factors alone, rank {rank}, l2 {l2}:", accuracy(cov), flush=True)
-                if (rank, l2) == (StanceConfig().votes_rank, StanceConfig().votes_l2):
-                    kept = cov
-        if kept is not None:
-            for w in WEIGHTS:
-                print(f"projection + factors (the defaults' rank and l2), weight {w}:", accuracy(proj + w * kept))
-    ref = CovoteNN(fit)
-    for k in (10, 5, 20):
-        ref.k = k
-        scores = [(_ev_score(ref, c, ev) - _ev_score(ref, r, ev)) for _, c, r, ev in records]
-        print(f"reference co-vote nearest neighbour, {k} nearest votes:", accuracy(np.array(scores)))
+            for prior in PRIORS:
+                print(f"centered co-vote kernel alone, rank {rank}, prior {prior}:",
+                      accuracy(kernel(people, rank, prior), users), flush=True)
+        kept = kernel(people, defaults.votes_rank, defaults.votes_prior)
+        for w in WEIGHTS:
+            print(f"projection + kernel (rank {defaults.votes_rank}, prior {defaults.votes_prior}), weight {w}:",
+                  accuracy(proj + w * kept, users))
+        ref = CovoteNN(fit)
+        for k in (10, 5, 20):
+            ref.k = k
+            scores = [(_ev_score(ref, c, ev) - _ev_score(ref, r, ev)) for _, c, r, ev in records]
+            print(f"reference co-vote nearest neighbour, {k} nearest votes:", accuracy(np.array(scores), users))
+        for seed in range(SUBSETS):
+            group = random.Random(seed).sample(fit, SUBSET_PEOPLE)
+            ref = CovoteNN(group)
+            scores = [(_ev_score(ref, c, ev) - _ev_score(ref, r, ev)) for _, c, r, ev in records]
+            cov = kernel(list(judgments_by_user(group).values()), defaults.votes_rank, defaults.votes_prior)
+            print(f"{SUBSET_PEOPLE} people (subset seed {seed}): kernel alone {accuracy(cov, users)}; "
+                  f"reference (10 nearest) {accuracy(np.array(scores), users)}", flush=True)
 
 
 def _ev_score(ref, y: str, evidence: list[tuple[str, float]]) -> float:

@@ -23,18 +23,25 @@ so `none` is chance by construction and `wrong-profile` reads another person's s
 k shots (`adapt`, or the pairs a `history` view shows) add their chosen answer as +1 and the
 rejected one as -1 evidence.
 
-Co-vote factors (`votes` readout, added for polis-dev, docs/methods.md). What the projection
-cannot learn from text alone is which statements the *same people* agreed with. From the
-training people's signed judgments, V (texts x people, +1 / -1, 0 unjudged), each row divided
-by the square root of its number of judgments, a rank-R SVD gives each judged text a factor
-q_i (U_R S_R). A text y borrows the factor of the training text nearest to it in the frozen
-feature space when their cosine is at least `votes_match` (the same statement: 1.0), else
-q(y) = 0. The person's evidence is regressed on the factors (ridge, `votes_l2`):
-w = (Q_e^T Q_e + l2 I)^-1 Q_e^T s, and r_votes(y) = q(y) . w: a latent user vector fitted from
-their signed judgments, read at the candidate. It knows only texts the training people judged
-(or near-duplicates of them); elsewhere it is 0 and the projection decides. Stored per training
-person: nothing (the factors are per text; the people's columns are dropped); per judged text its
-frozen feature and its factor.
+Co-vote readout (`votes`, docs/methods.md). What the projection cannot learn from text alone is
+which statements the *same people* voted alike on. From the training people's signed judgments,
+V (texts x people, +1 / -1, 0 unjudged), each text's mean vote m_i = sum_p V_ip / (n_i + prior)
+(shrunk toward 0 when few judged it) is taken out of its judgments: C_ip = V_ip - m_i where
+judged, else 0. The co-vote kernel K = C C^T / mean_i |C_i|^2 says how two texts' deviations from
+the crowd go together over the people who judged both (scaled so its mean diagonal is 1, whatever
+the number of people). It is stored as factors q_i (rank R SVD of the scaled C, K ~ q_a . q_b).
+A text y borrows the factor (and mean) of the training text nearest to it in the frozen feature
+space when their cosine is at least `votes_match` (the same statement: 1.0), else q(y) = 0.
+The person's evidence, centered the same way, gives a user vector u = mean_j (s_j - m_j) q(e_j),
+and r_votes(y) = q(y) . u = mean_j (s_j - m_j) K(e_j, y): what the person's departures from the
+crowd on their judged texts say of y, through the training people who judged both. Why centered:
+a text most people agree with tells nothing of *this* person when they agree too; the departures
+do (on polis-dev's held-out training people the uncentered ridge fit of the signs read 63.5%, the
+centered kernel 70.6%, `benchmarks/polis_select.py`). A past choice is two judgments (chosen +1,
+rejected -1), so it enters as its chosen minus its rejected text's factor, each centered.
+It knows only texts the training people judged (or near-duplicates of them); elsewhere it is 0
+and the projection decides. Stored per training person: nothing (the people's columns are
+dropped); per judged text its frozen feature, its factor and its mean.
 Training (`prbench.train.stance`): Bradley-Terry on leave-two-out draws from each training
 person's judgments: one agreed and one rejected item are held out, a random subset of the rest is
 the evidence, the margin r(agreed) - r(rejected) is pushed up.
@@ -46,6 +53,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prbench.conditions import View
+from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.judgments import Evidence, pair_evidence, post_evidence
 from prbench.rewards.base import Score
@@ -53,6 +61,10 @@ from prbench.rewards.heads import HeadReward
 from prbench.rewards.pal import shown_pairs, torch_threads
 
 READOUTS = ("mean", "nearest")
+
+
+class EarlierVotes(PrbenchError):
+    """A folder trained before the co-vote readout was centered (#47): scoring it with this one would be wrong."""
 
 
 def build_stance(config: dict[str, Any]) -> Any:
@@ -70,8 +82,8 @@ def build_stance(config: dict[str, Any]) -> Any:
             texts, factors = int(votes.get("texts", 0)), int(votes.get("rank", 0))
             self.register_buffer("vote_keys", torch.zeros(texts, dim))  # frozen features of the judged texts
             self.register_buffer("vote_factors", torch.zeros(texts, factors))  # their co-vote factors q_i
-            self.votes_weight = float(votes.get("weight", 0.0))
-            self.votes_l2, self.votes_match = float(votes.get("l2", 1.0)), float(votes.get("match", 1.0))
+            self.register_buffer("vote_means", torch.zeros(texts))  # their shrunk mean votes m_i
+            self.votes_weight, self.votes_match = float(votes.get("weight", 0.0)), float(votes.get("match", 1.0))
 
         def space(self, phi: Any) -> Any:
             """(M, n, B): each member's normalised view of the texts `phi` (n, d)."""
@@ -95,20 +107,22 @@ def build_stance(config: dict[str, Any]) -> Any:
                 out = out + self.votes_weight * self.covote(y, ev, sign, mask)
             return out
 
-        def factors(self, phi: Any) -> Any:
-            """q(t) of each row of `phi` (..., d): the nearest judged text's factor if close enough, else 0."""
+        def factors(self, phi: Any) -> tuple[Any, Any]:
+            """(q, m) of each row of `phi` (..., d): the nearest judged text's factor and mean vote if close
+            enough, else 0 and 0."""
             cos = phi @ self.vote_keys.T
             best, at = cos.max(-1)
-            return torch.where((best >= self.votes_match).unsqueeze(-1), self.vote_factors[at],
-                               torch.zeros((), dtype=self.vote_factors.dtype))
+            known = best >= self.votes_match
+            zero = torch.zeros((), dtype=self.vote_factors.dtype)
+            return (torch.where(known.unsqueeze(-1), self.vote_factors[at], zero),
+                    torch.where(known, self.vote_means[at], zero))
 
         def covote(self, y: Any, ev: Any, sign: Any, mask: Any) -> Any:
-            """r_votes(y): the ridge fit of the person's signs on their evidence's factors, read at y."""
-            qe = self.factors(ev) * mask.unsqueeze(-1)  # (n, J, R)
-            eye = torch.eye(qe.shape[-1], dtype=qe.dtype)
-            gram = qe.transpose(1, 2) @ qe + self.votes_l2 * eye
-            w = torch.linalg.solve(gram, (qe * (sign * mask).unsqueeze(-1)).sum(1))
-            return (self.factors(y) * w).sum(-1)
+            """r_votes(y) = q(y) . mean_j (s_j - m_j) q(e_j): the person's departures from the crowd, read at y."""
+            qe, me = self.factors(ev)  # (n, J, R), (n, J)
+            weight = (sign - me) * mask
+            u = (qe * weight.unsqueeze(-1)).sum(1) / mask.sum(-1, keepdim=True).clamp(min=1)
+            return (self.factors(y)[0] * u).sum(-1)
 
         def _nearest(self, sim: Any, sign: Any, mask: Any) -> Any:
             big = torch.finfo(sim.dtype).min
@@ -119,13 +133,18 @@ def build_stance(config: dict[str, Any]) -> Any:
                 parts.append(torch.where(keep.any(-1), lse, torch.zeros_like(lse)))
             return parts[0] - parts[1]
 
+    votes = config.get("votes") or {}
+    if votes.get("texts") and "prior" not in votes:  # the uncentered ridge readout of folders before #47
+        raise EarlierVotes("this folder holds the earlier uncentered co-vote readout, which this prbench no longer "
+                           "scores: retrain it with `prbench train stance`")
     return StanceModel(config["feature_dim"], config["rank"], config["members"], config["readouts"],
-                       config["tau"], config.get("votes") or {})
+                       config["tau"], votes)
 
 
-def covote_factors(people: Sequence[Sequence[tuple[str, float]]], rank: int) -> tuple[list[str], Any]:
-    """(judged texts, their factors (T, R)): rank-R SVD of the row-normalised texts x people sign matrix
-    (module docstring). R is capped below min(T, people); texts nobody signed are left out."""
+def covote_factors(people: Sequence[Sequence[tuple[str, float]]], rank: int, prior: float
+                   ) -> tuple[list[str], Any, Any]:
+    """(judged texts, their factors (T, R), their mean votes (T,)) of the centered co-vote kernel (module
+    docstring). R is capped at min(T, people); texts nobody signed are left out."""
     import numpy as np
 
     texts = list(dict.fromkeys(t for items in people for t, s in items if s))
@@ -137,18 +156,24 @@ def covote_factors(people: Sequence[Sequence[tuple[str, float]]], rank: int) -> 
                 rows.append(index[t])
                 cols.append(j)
                 vals.append(float(np.sign(s)))
-    r = min(rank, len(texts) - 1, len(people) - 1)
+    r = min(rank, len(texts), len(people))
     if r < 1:
-        return [], np.zeros((0, 0), dtype=np.float32)
+        return [], np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32)
     from scipy.sparse import csr_matrix
     from scipy.sparse.linalg import svds
 
-    v = csr_matrix((vals, (rows, cols)), shape=(len(texts), len(people)), dtype=np.float64)
-    norm = np.sqrt(np.asarray(abs(v).sum(1)).ravel())
-    v = csr_matrix(v.multiply(1.0 / norm[:, None]))
-    u, sv, _ = svds(v, k=r, random_state=0) if r < min(v.shape) - 1 else np.linalg.svd(v.toarray(), False)
+    rows_a, vals_a = np.asarray(rows), np.asarray(vals)
+    counts = np.bincount(rows_a, minlength=len(texts))
+    means = np.bincount(rows_a, weights=vals_a, minlength=len(texts)) / (counts + prior)
+    centered = vals_a - means[rows_a]  # only judged cells: an unjudged one stays 0, not -m_i
+    scale = np.sqrt(max(float(np.sum(centered**2)) / len(texts), 1e-12))
+    c = csr_matrix((centered / scale, (rows, cols)), shape=(len(texts), len(people)), dtype=np.float64)
+    if r < min(c.shape) - 1:
+        u, sv, _ = svds(c, k=r, random_state=0)
+    else:  # svds needs k < min(shape); a small matrix is decomposed whole
+        u, sv, _ = np.linalg.svd(c.toarray(), full_matrices=False)
     order = np.argsort(-sv)[:r]
-    return texts, (u[:, order] * sv[order]).astype(np.float32)
+    return texts, (u[:, order] * sv[order]).astype(np.float32), means.astype(np.float32)
 
 
 def signed(evidence: Sequence[Evidence]) -> list[tuple[str, float]]:
@@ -174,6 +199,12 @@ class StanceReward(HeadReward):
 
     kind_name = "stance"
     build = staticmethod(build_stance)
+
+    def __init__(self, path: str, *args: Any, **kwargs: Any):
+        try:
+            super().__init__(path, *args, **kwargs)
+        except EarlierVotes as exc:
+            raise PrbenchError(f"stance:{path}: {exc}") from None
 
     def evidence(self, view: View) -> list[tuple[str, float]]:
         """The view's signed evidence: shown history pairs, else shown posts; plus `adapt`ed shots of its user."""

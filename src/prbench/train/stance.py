@@ -9,6 +9,7 @@ as with thirty. Bradley-Terry on `scale` x margin, minibatches, Adam. All `membe
 are trained on the same draws from different random starts (the ensemble of the reward).
 A person whose profile holds no -1 item (plain posts) still trains: their labelled pairs' rejected
 answers are the -1 items. The co-vote factors (`votes_rank` > 0) are an SVD of the same judgments,
+each text's shrunk mean vote taken out (`votes_prior`; the centered kernel of `prbench.rewards.stance`),
 computed once after the projection is trained (the projection never sees them: a training person's
 own votes are in the factors, so they would only teach it to trust them).
 Seconds to a few minutes on CPU for hundreds of people (the frozen encoder runs once per text).
@@ -32,6 +33,10 @@ from prbench.rewards.stance import READOUTS, build_stance, covote_factors, pad_e
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 
+# The co-vote readout's weight: its kernel has mean diagonal 1 whatever the data size, so one number serves;
+# chosen on polis-dev's held-out training people (docs/methods.md, "Decided by measurement").
+WEIGHT = 20.0
+
 
 class StanceConfig(MethodView):
     """The stance space: a learned projection of frozen sentence features in which a candidate is compared with
@@ -52,10 +57,11 @@ class StanceConfig(MethodView):
     batch_size: int = count(64, "Samples per optimisation step.", 1 << 20)
     top_k: int = count(100, "Profile items each view shows; a person's judgments are the evidence, so all of them "
                             "(eval uses the folder's number unless --top-k is given).", 10_000)
-    votes_rank: int = count(64, "Rank of the co-vote factors of the training people's judgments (0: none).", 4096,
-                            lo=0)
-    votes_l2: float = opt(0.3, "Ridge penalty of the person's fit on the co-vote factors.", gt=0)
-    votes_weight: float = opt(1.0, "Weight of the co-vote readout beside the projection's.", ge=0)
+    votes_rank: int = count(256, "Rank of the co-vote kernel's factors (at most the number of judged texts and of "
+                                 "people; 0: no co-vote readout).", 4096, lo=0)
+    votes_prior: float = opt(5.0, "Pseudo-count that shrinks a text's mean vote toward 0 when few people judged it.",
+                             ge=0)
+    votes_weight: float = opt(WEIGHT, "Weight of the co-vote readout beside the projection's.", ge=0)
     votes_match: float = opt(0.95, "Cosine of frozen features at which a text counts as a judged one.", gt=0, le=1)
 
     def readouts(self) -> tuple[str, ...]:
@@ -145,10 +151,10 @@ def _votes(model: Any, people: Sequence[list[tuple[str, float]]], cfg: StanceCon
     """Fill the model's co-vote buffers (`covote_factors`); returns what its config records of them."""
     import torch
 
-    texts, factors = covote_factors(people, cfg.votes_rank) if cfg.votes_rank else ([], None)
+    texts, factors, means = covote_factors(people, cfg.votes_rank, cfg.votes_prior) if cfg.votes_rank else ([], None, None)
     if not texts or factors is None:
         return {"texts": 0, "rank": 0, "weight": 0.0}
     model.vote_keys = torch.from_numpy(embed(texts))
-    model.vote_factors = torch.from_numpy(factors)
-    return {"texts": len(texts), "rank": int(factors.shape[1]), "weight": cfg.votes_weight, "l2": cfg.votes_l2,
+    model.vote_factors, model.vote_means = torch.from_numpy(factors), torch.from_numpy(means)
+    return {"texts": len(texts), "rank": int(factors.shape[1]), "weight": cfg.votes_weight, "prior": cfg.votes_prior,
             "match": cfg.votes_match}
