@@ -96,7 +96,8 @@ class DataSpec(Settings):
 class ContextSpec(Settings):
     condition: str = opt("none", "What the RM sees: none, profile, planner, oracle, wrong-profile.", "-c",
                          metavar="NAME")
-    top_k: int = count(10, "Profile posts kept after retrieval.", 10_000)
+    # None (where a driver allows it): each RM's own number, resolved by `prbench.rewards.base.view_top_k`
+    top_k: int | None = count(10, "Profile posts kept after retrieval.", 10_000)
     retriever: str = opt("bm25", "bm25, dense:MODEL or contriever:MODEL.", metavar="SPEC")
     max_context_chars: int | None = count(None, "Character budget for the user context.", 10**9)
     planner_file: str | None = opt(None, "Planner output (JSONL) for the planner condition.", metavar="PATH")
@@ -151,6 +152,7 @@ class PolicyScoringSpec(Settings):
 class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, DecodingSpec, RunSpec):
     """Reward-guided decoding (`prbench rgd`, `run_rgd`, the study's `rgd` section)."""
 
+    top_k: int = field_of(ContextSpec, "top_k")  # the policy's prompt and the RM's view alike: a number
     batch_size: int = count(8, "Items decoded together.", 65536)
     downstream_metric: Literal["auto", "grade", "rouge1", "rougeL", "embedding", "none"] = opt(
         "auto", "downstream.json value: auto, grade, rouge1, rougeL, embedding or none.", metavar="NAME")
@@ -161,6 +163,7 @@ class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, Decodin
 class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, PolicyScoringSpec, RunSpec):
     """Policy accuracy (`prbench policy-accuracy`, `policy_accuracy`, the study's section)."""
 
+    top_k: int = field_of(ContextSpec, "top_k")  # the policy's prompt and the RM's view alike: a number
     batch_size: int = count(4, "Responses per policy forward pass.", 65536)
 
 
@@ -191,7 +194,7 @@ class EvalSettings(DataSpec, ContextSpec, RunSpec):
     condition: str = opt("none", f"What the RM sees: {', '.join(ALL_CONDITIONS)}.", "-c", metavar="NAME")
     # None = resolved later (the model folder's own k, else 10): wider than ContextSpec's int, which pydantic
     # allows and mypy refuses (debt: a ContextSpec reader here must handle None)
-    top_k: int | None = count(  # type: ignore[assignment]
+    top_k: int | None = count(
         None, "Profile posts kept after retrieval (default: the number a trained model's folder "
               "asks for, e.g. stance's whole profile of judgments; else 10).", 10_000)
     format: str | None = opt(None, "Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: "
@@ -211,7 +214,7 @@ class BonSettings(ContextSpec, RunSpec):
 
     ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
     batch_size: int = field_of(EvalSettings, "batch_size")
-    top_k: int | None = field_of(EvalSettings, "top_k")  # type: ignore[assignment]  # None: each RM's own, as eval
+    top_k: int | None = field_of(EvalSettings, "top_k")  # None: each RM's own, as eval
 
 
 class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
@@ -219,7 +222,7 @@ class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
 
     conditions: ClassVar[tuple[str, ...]] = tuple(c for c in CONDITIONS if c != "wrong-profile")
     split: str = opt("train", "Split of a hub dataset to train on.")
-    top_k: int | None = count(  # type: ignore[assignment]  # wider than ContextSpec's, as EvalSettings'
+    top_k: int | None = count(
         None, "Profile posts kept after retrieval (default: for the RM, the number its trained folder asks for, "
               "e.g. stance's whole profile, as eval; else 10; the policy prompt shows 10).", 10_000)
     condition: str = opt("profile", "What the RM sees: none, profile, planner, oracle.", "-c", metavar="NAME")
@@ -394,7 +397,7 @@ class FinetuneConfig(MethodView):
     base_model: str = opt(ENCODER, "builtin:minilm-l6 (encoder), builtin:smollm2 (decoder) or a local model folder.",
                           metavar="SPEC")
     # None: the default depends on the base model (4 encoders, 10 decoders); wider than MethodView's, as above
-    top_k: int | None = count(  # type: ignore[assignment]
+    top_k: int | None = count(  # type: ignore[assignment]  # wider than MethodView's int: None is resolved per base model
         None, "Profile posts shown (default 4 encoders, 10 decoders).", 10_000)
     epochs: float = opt(1.0, "Training epochs (2 took 981 s on 400 pairs on a loaded 2-core CPU).", gt=0)
     lr: float | None = opt(None, "Learning rate (default 5e-5 full fine-tuning, 2e-4 LoRA).", gt=0)

@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from prbench.errors import SpecError
 from prbench.registry import ENGINES
 
-
 T = TypeVar("T")
 
 

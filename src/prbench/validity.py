@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +35,10 @@ from scipy import stats
 from prbench import metrics
 from prbench.records import EvalSummary, PairwiseRecord, PointwiseRecord
 
-try:
+if sys.platform != "win32":
     import fcntl
-except ImportError:  # pragma: no cover - non-POSIX systems: no OS lock
-    fcntl = None  # type: ignore[assignment]
+else:  # pragma: no cover - Windows has no fcntl: no OS lock
+    fcntl = None
 
 CONTROLS = {"profile": "wrong-profile", "history": "wrong-history", "persona": "wrong-persona"}
 CARD_FIELD = "validity"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
