@@ -1,0 +1,72 @@
+"""First contact, part 5 (#50): a demo that keeps its word, `--until` that says when its rule never acted, docs
+and help that match what the commands do."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prbench.testing.cli import run_cli
+from prbench.testing.records import make_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- #50.4: `--until` on a small set ---------------------------------------------------------------------------
+def test_until_on_the_63_pair_sample_says_the_rule_did_not_decide(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: the first look was at 100 items, so all 63 were scored and the exhausted data was reported as the
+    rule's decision ("ci=0.03 met at 63 of 63 items ... (+-0.000)")."""
+    args = ["eval", "-m", "baseline:length", "-m", "baseline:lexical", "-c", "profile", "--until", "ci=0.03",
+            "--out", str(tmp_path / "runs"), "--n-boot", "50"]
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    said = [ln for ln in out.splitlines() if ln.startswith("stopped:")]
+    assert said == ["stopped: ran out of items: the rule did not decide (all 63 items scored before ci=0.03 could "
+                    "stop the run; the answer is the fixed-n accuracy and its 95% CI)"], out
+    assert "met at 63 of 63" not in out
+    code, out, err = run_cli(capsys, *args, "--json")  # stored: read back from the folders, the same verdict
+    assert code == 0, err
+    for s in json.loads(out):
+        assert s["sequential"]["decided_by_rule"] is False and "versus" not in s["sequential"]
+        assert s["metrics"]["ci_low"] < s["accuracy"] < s["metrics"]["ci_high"]  # the fixed-n CI is the answer
+
+
+def test_until_decided_on_the_sample_decides_before_the_end_or_says_it_did_not(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: "decided=0.02 met at 63 of 63 items: decided: lexical > length", a verdict the exhausted data made
+    (a without-replacement sequence is exact on the whole set). Now the looks start at 13 of 63, and the rule
+    separates the two before the last item."""
+    code, out, err = run_cli(capsys, "eval", "-m", "baseline:length", "-m", "baseline:lexical", "-c", "profile",
+                             "--until", "decided", "--out", str(tmp_path / "runs"), "--n-boot", "50")
+    assert code == 0, err
+    [said] = [ln for ln in out.splitlines() if ln.startswith("stopped:")]
+    met = re.match(r"stopped: decided=0\.02 met at (\d+) of 63 items: decided: baseline:lexical \[profile\] > "
+                   r"baseline:length \[profile\]$", said)
+    assert met and int(met.group(1)) < 63, said
+
+
+def test_until_looks_scale_with_the_data_and_progress_counts_items(tmp_path: Path) -> None:
+    """300 pairs, a coin (baseline:random) under ci=0.001: before, the first look was at 100 items and the progress
+    lines' totals were look sizes (100, 110, 121, ...); now the first look is a fifth of the data and every
+    progress total is the 300 items the run may come to score."""
+    data = tmp_path / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(300)), encoding="utf-8")
+    res = subprocess.run(
+        [sys.executable, "-m", "prbench", "eval", "-m", "baseline:random", "--data", str(data), "--until", "ci=0.001",
+         "--out", str(tmp_path / "runs"), "--n-boot", "20"],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "PRBENCH_PROGRESS_SECONDS": "0.01", "PRBENCH_CACHE_DIR": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stderr
+    totals = {int(m) for m in re.findall(r"baseline:random \[none\]: (?:started, )?\d+/(\d+)", res.stderr)}
+    assert totals == {300}, res.stderr[-2000:]
+    [folder] = [p.parent for p in (tmp_path / "runs").rglob("summary.json")]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["sequential"]["n_used"] == 300 and summary["sequential"]["decided_by_rule"] is False
+    assert "stopped: ran out of items: the rule did not decide (all 300 items" in res.stdout
