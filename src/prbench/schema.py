@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
 
 # The three LaMP-QA categories of the paper; aliases map human spellings to config names.
 CATEGORIES = (
@@ -63,6 +63,15 @@ def _nonblank(value: str) -> str:
 
 def _nonblank_opt(value: str | None) -> str | None:
     return None if value is None else _nonblank(value)
+
+
+def _not_chosen(value: str, info: ValidationInfo) -> str:
+    """`rejected` (validated after `chosen`) differs from it: a pair of one text has nothing to prefer, and every
+    RM would tie on it at 0.5 (a number that looks like a measurement)."""
+    chosen = info.data.get("chosen")
+    if isinstance(chosen, str) and value.strip() == chosen.strip():
+        raise ValueError("the same text as chosen: a pair with nothing to prefer cannot be judged")
+    return value
 
 
 # Stance words (`prbench.judgments`) and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
@@ -219,6 +228,7 @@ class HistoryPair(_Record):
 
     _id = field_validator("id", mode="before")(_id_text)
     _texts = field_validator("id", "prompt", "chosen", "rejected")(_nonblank)
+    _differ = field_validator("rejected")(_not_chosen)
 
 
 class SourceItem(_Record):
@@ -262,6 +272,7 @@ class Example(SourceItem):
     format: str | None = None
 
     _responses = field_validator("chosen", "rejected")(_nonblank)
+    _differ = field_validator("rejected")(_not_chosen)
 
     @field_validator("rule")
     @classmethod
@@ -269,3 +280,25 @@ class Example(SourceItem):
         if value is not None and value not in RULES:
             raise ValueError(f"unknown item rule {value!r} (use {', '.join(RULES)})")
         return value
+
+
+def answer_leak(example: Example) -> str | None:
+    """Where a pair's own answer sits in its profile, or None: the judged pair as a past choice, or the chosen
+    text as a post. Why refuse it: the profile is shown to the RM, so the file's answer key would reach the
+    scorer (`eval -c profile` read 100% on such a file); docs/formats.md says a profile never holds the pair."""
+    chosen, rejected = example.chosen.strip(), example.rejected.strip()
+    for i, post in enumerate(example.profile):
+        if post.text.strip() != chosen:
+            continue
+        if post.is_choice and (post.rejected or "").strip() == rejected:
+            return f"profile[{i}]: {LEAK} the judged pair itself (its chosen over its rejected)"
+        return f"profile[{i}]: {LEAK} the chosen text as a post"
+    return None
+
+
+LEAK = "the profile holds"
+
+
+def is_answer_leak(fault: Exception) -> bool:
+    """Whether a located data error is `answer_leak`'s (`prbench data validate` counts them)."""
+    return getattr(fault, "reason", "").startswith(LEAK)

@@ -99,7 +99,8 @@ def _unclaimed(file: str, line: int, row: Any) -> str:
     """Refuse a row no reader claims, in one line: the closest formats and every column each misses."""
     if not isinstance(row, dict):
         raise DataError(file, line, None, f"a record must be a JSON object, got {type(row).__name__}")
-    cols = ", ".join(list(row)[:12]) + (", ..." if len(row) > 12 else "")
+    cols = ", ".join(k if k.isprintable() else repr(k) for k in map(str, list(row)[:12])) + (
+        ", ..." if len(row) > 12 else "")  # a column named "\n" stays on the one line
     close = nearest(row)
     if not close:
         raise DataError(file, line, None, f"no known format has these columns ({cols or 'none'}): see `prbench "
