@@ -70,3 +70,22 @@ def test_until_looks_scale_with_the_data_and_progress_counts_items(tmp_path: Pat
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["sequential"]["n_used"] == 300 and summary["sequential"]["decided_by_rule"] is False
     assert "stopped: ran out of items: the rule did not decide (all 300 items" in res.stdout
+
+
+# -- #50.5 / #50.8 / #50.9: help that matches the commands ------------------------------------------------------
+def test_eval_help_lists_every_rm_prefix_and_groups_until_with_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `-m` named six kinds (no style:, stance:, bt:, ...), `--until` sat under "Other options", and
+    `--split` said "of a hub dataset" though it also picks the rows of a local file."""
+    from prbench.registry import REWARDS
+
+    code, out, _ = run_cli(capsys, "eval", "--help")
+    assert code == 0
+    flat = " ".join(out.split())
+    model_help = flat.split("-m, --model SPEC")[1].split("-d, --data")[0]
+    missing = [name for name in REWARDS if f"{name}:" not in model_help.replace(" ", "")]
+    assert not missing, missing
+    group = out.split("\nCost and stopping (API calls, --until):\n")[1].split("\n\n")[0]
+    assert "--until " in group and "--until-max" in group and "--max-usd" in group
+    assert "Other options" not in out
+    assert "or the rows of a local file that name a `split`" in flat
+

@@ -79,7 +79,7 @@ def run_identity(settings: Settings, *, exclude: set[str], **facts: Any) -> dict
 
 
 class DataSpec(Settings):
-    split: str = opt("test", "Split of a hub dataset.")
+    split: str = opt("test", "Split to read: of a hub dataset, or the rows of a local file that name a `split`.")
     categories: list[str] | None = opt(None, "Categories to keep, comma-separated (e.g. arts,society).",
                                        metavar="LIST")
     limit: int | None = count(None, "Keep at most N items.", MAX_ITEMS)
@@ -217,7 +217,8 @@ class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
     """GRPO with an RM as the reward, then held-out grading (`prbench rl`, `train_rl`, the study's `rl`)."""
 
     conditions: ClassVar[tuple[str, ...]] = tuple(c for c in CONDITIONS if c != "wrong-profile")
-    split: str = opt("train", "Split of a hub dataset to train on.")
+    split: str = opt("train", "Split to train on: of a hub dataset, or the rows of a local file that name a "
+                              "`split`.")
     condition: str = opt("profile", "What the RM sees: none, profile, planner, oracle.", "-c", metavar="NAME")
     steps: int = count(50, "Optimizer steps.", 10**6)
     lr: float = opt(1e-6, "Learning rate.", gt=0)

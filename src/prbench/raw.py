@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from prbench.errors import DataError, PrbenchError
-from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category
+from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category, same_texts
 
 Kind = Literal["benchmark", "source"]
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
@@ -358,6 +358,10 @@ def parse_record(raw: Any, cls: type[M], file: str, line: int, any_category: boo
     except ValidationError as exc:
         field, reason = _first_error(exc)
         raise DataError(file, line, field, reason) from None
+    chosen, rejected = getattr(rec, "chosen", None), getattr(rec, "rejected", None)
+    if isinstance(chosen, str) and isinstance(rejected, str) and same_texts(chosen, rejected):
+        raise DataError(file, line, "rejected", "the same text as chosen: a pair with nothing to prefer cannot be "
+                                                "judged")
     if (miss := near_miss(rec)) is not None:
         raise DataError(file, line, miss[0], f"unknown field: did you mean {miss[1]!r}? (a misspelt field is read "
                                              "as absent)")

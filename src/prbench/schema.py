@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 # The three LaMP-QA categories of the paper; aliases map human spellings to config names.
 CATEGORIES = (
@@ -65,13 +65,11 @@ def _nonblank_opt(value: str | None) -> str | None:
     return None if value is None else _nonblank(value)
 
 
-def _not_chosen(value: str, info: ValidationInfo) -> str:
-    """`rejected` (validated after `chosen`) differs from it: a pair of one text has nothing to prefer, and every
-    RM would tie on it at 0.5 (a number that looks like a measurement)."""
-    chosen = info.data.get("chosen")
-    if isinstance(chosen, str) and value.strip() == chosen.strip():
-        raise ValueError("the same text as chosen: a pair with nothing to prefer cannot be judged")
-    return value
+def same_texts(chosen: str, rejected: str) -> bool:
+    """A pair of one text (up to surrounding space): nothing to prefer, and every RM ties on it at 0.5, a number
+    that looks like a measurement. prbench's own files refuse it where they are read (`raw.parse_record`); other
+    formats keep such rows as upstream scores them (RM-Bench has some)."""
+    return chosen.strip() == rejected.strip()
 
 
 # Stance words (`prbench.judgments`) and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
@@ -228,7 +226,6 @@ class HistoryPair(_Record):
 
     _id = field_validator("id", mode="before")(_id_text)
     _texts = field_validator("id", "prompt", "chosen", "rejected")(_nonblank)
-    _differ = field_validator("rejected")(_not_chosen)
 
 
 class SourceItem(_Record):
@@ -272,7 +269,6 @@ class Example(SourceItem):
     format: str | None = None
 
     _responses = field_validator("chosen", "rejected")(_nonblank)
-    _differ = field_validator("rejected")(_not_chosen)
 
     @field_validator("rule")
     @classmethod

@@ -47,6 +47,11 @@ Until = Annotated[str | None, typer.Option(
          "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
          "a rerun with a tighter rule extends the same folders.")]
 UntilMax = Annotated[int | None, typer.Option(help="With --until: score at most N items per run.", min=1)]
+MODEL_HELP = ("Model spec (repeatable): baseline:length|short|random|lexical|embedding, hf:HUB_ID|DIR, "
+              "judge:ENGINE, pmi:ENGINE, lik:ENGINE (ENGINE: builtin:NAME, openai:MODEL, vllm:MODEL, ...); "
+              "trained by `prbench train`: bt:DIR, pal:DIR, style:DIR, stance:DIR, lore:DIR, pref:DIR, gpo:DIR, "
+              "vpl:DIR, synthesizeme:DIR, finetune:DIR; your own: py:FILE:CLASS, or a plug-in's prefix. See "
+              "docs/reference/specs.md.")
 
 
 class EvalHelp(GroupedHelp):
@@ -55,8 +60,8 @@ class EvalHelp(GroupedHelp):
         **dict.fromkeys(("batch_size", "workers", "ray_address", "gpus_per_worker"), "Scale"),
         **dict.fromkeys(("mode", "debias_position", "both_orders", "prompt_file"), "Judges"),
         **dict.fromkeys(("max_length", "trust_remote_code"), "Model loading and access"),
-        **dict.fromkeys(("provider", "rpm", "tpm", "no_api_key", "max_usd", "prices", "batch", "no_wait"),
-                        "API calls and cost"),
+        **dict.fromkeys(("until", "until_max", "max_usd", "prices", "batch", "no_wait", "provider", "rpm", "tpm",
+                         "no_api_key"), "Cost and stopping (API calls, --until)"),
         **dict.fromkeys(("overwrite", "retry_failed", "repair", "no_cache", "max_invalid"), "Reruns and failures"),
         **dict.fromkeys(("quiet", "json_out", "help"), "Output"),
     }
@@ -75,7 +80,7 @@ EVAL_EXAMPLES = """Examples:
 
 @settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
 def eval_cmd(
-    model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
+    model: Annotated[list[str], typer.Option("--model", "-m", help=MODEL_HELP)],
     settings: EvalSettings,
     access: EngineAccess,
     data: Data = "sample",

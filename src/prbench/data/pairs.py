@@ -30,7 +30,6 @@ from prbench.schema import (
     SourceItem,
     _id_text,
     _nonblank,
-    _not_chosen,
     _Record,
     profile_items,
 )
@@ -54,7 +53,6 @@ class PreferencePair(_Record):
 
     _ids = field_validator("user_id", "id", mode="before")(_id_text)
     _texts = field_validator("user_id", "prompt", "chosen", "rejected")(_nonblank)
-    _differ = field_validator("rejected")(_not_chosen)
     _profile = field_validator("profile", mode="before")(profile_items)
 
     @property
