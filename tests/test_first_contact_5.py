@@ -89,3 +89,38 @@ def test_eval_help_lists_every_rm_prefix_and_groups_until_with_cost(capsys: pyte
     assert "Other options" not in out
     assert "or the rows of a local file that name a `split`" in flat
 
+
+
+def test_progress_says_encoding_once_the_encoder_is_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: "loading builtin:minilm-l6 (running 6m56s)" while MiniLM encoded (no step said what came after
+    the load), and a line after a step counted its running time from the step's start."""
+    import time
+
+    from prbench.engines.builtin import encode_texts, load_sentence_encoder
+    from prbench.progress import progress
+
+    lines: list[str] = []
+
+    class Err:
+        def write(self, text: str) -> int:
+            lines.extend(ln for ln in text.splitlines() if ln.strip())
+            return len(text)
+
+        def flush(self) -> None:
+            return None
+
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setenv("PRBENCH_PROGRESS_SECONDS", "0.01")
+    monkeypatch.setattr(sys, "stderr", Err())
+    with progress() as bar:
+        bar.add_task("embed", total=None)
+        encoder = load_sentence_encoder("builtin:minilm-l6")
+        time.sleep(0.05)
+        encode_texts(encoder, [f"text number {i} about hiking and baking" for i in range(64)])
+    monkeypatch.undo()
+    said = [ln for ln in lines if ln.startswith("embed: ")]
+    encoding = [i for i, ln in enumerate(said) if ln.startswith("embed: encoding 64 texts, 0 done")]
+    assert encoding, said
+    assert not [ln for ln in said[encoding[0]:] if "loading" in ln], said
