@@ -124,3 +124,40 @@ def test_progress_says_encoding_once_the_encoder_is_loaded(monkeypatch: pytest.M
     encoding = [i for i, ln in enumerate(said) if ln.startswith("embed: encoding 64 texts, 0 done")]
     assert encoding, said
     assert not [ln for ln in said[encoding[0]:] if "loading" in ln], said
+
+
+def test_the_copyable_classify_and_pooling_requests_in_the_docs_are_answered(tmp_path: Path) -> None:
+    """Before: no copyable request for `/classify` or `/pooling`: a user had to render prompts with the RM
+    tokenizer found in prbench's model cache. The three bodies on docs/rl.md are sent as written to a real
+    server on 127.0.0.1 started as the page says; the rendered one is what SmolLM2's template renders."""
+    import httpx
+
+    from prbench.data import load_examples
+    from prbench.integrations.export import verl_rows, write_parquet
+    from prbench.serve.chat import load_tokenizer
+    from prbench.serve.server import ThreadedServer, create_app
+    from prbench.serve.service import RewardService
+
+    page = (ROOT / "docs" / "rl.md").read_text(encoding="utf-8")
+    section = page.split("### A request by hand (`/classify`, `/pooling`)")[1].split("\n## ")[0]
+    assert "--policy-condition none" in section and "--rm-template builtin:smollm2-135m-instruct" in section
+    classify, pooling, chat = (json.loads(b) for b in re.findall(r"```json\n(.*?)\n```", section, re.DOTALL))
+    rows = verl_rows(load_examples("sample", "source"), condition="profile", policy_condition="none")
+    tok = load_tokenizer("builtin:smollm2-135m-instruct")
+    answer = chat["messages"][-1]["content"]
+    assert chat["messages"][:-1] == rows[0]["prompt"]
+    assert classify["input"] == tok.apply_chat_template([*rows[0]["prompt"], {"role": "assistant", "content": answer}],
+                                                       add_generation_prompt=False, tokenize=False)
+    users = write_parquet(rows, tmp_path / "verl" / "train.parquet")
+    app = create_app("baseline:lexical", "profile", users=str(users), rm_template="builtin:smollm2-135m-instruct")
+    with ThreadedServer(app) as srv:
+        got = [httpx.post(f"{srv.base_url}{route}", json=body, timeout=60)
+               for route, body in (("/classify", classify), ("/pooling", pooling), ("/classify", chat))]
+    assert [r.status_code for r in got] == [200, 200, 200], [r.text for r in got]
+    values = [r.json()["data"][0]["probs"][0] if "probs" in r.json()["data"][0] else r.json()["data"][0]["data"][0]
+              for r in got]
+    from prbench.rewards.base import load_rm
+
+    service = RewardService(load_rm("baseline:lexical"), "profile")
+    [(want, _)] = service.reward_rows([(rows[0]["extra_info"], answer)])
+    assert values == [want] * 3, (values, want)
