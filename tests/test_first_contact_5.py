@@ -161,3 +161,30 @@ def test_the_copyable_classify_and_pooling_requests_in_the_docs_are_answered(tmp
     service = RewardService(load_rm("baseline:lexical"), "profile")
     [(want, _)] = service.reward_rows([(rows[0]["extra_info"], answer)])
     assert values == [want] * 3, (values, want)
+
+
+# -- #50.1: a demo that fits its promise ------------------------------------------------------------------------
+def test_the_default_demo_is_the_small_grid_and_full_keeps_the_whole_study() -> None:
+    """Before: `prbench demo` was the whole study (planner, five conditions, 24 samples: 41 min under load) with
+    no smaller choice. Now the default plans about half the model calls and no planner stage, `--full` the
+    whole study; both announce a duration."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+    def plan(*extra: str) -> list[dict]:
+        res = subprocess.run([sys.executable, "-m", "prbench", "study", *extra, "--dry-run", "--json"],
+                             capture_output=True, text=True, check=False, env=env)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+
+    small, full = plan("--preset", "demo"), plan("--preset", "demo-full")
+    calls = {name: sum(r["model_calls"] for r in p) for name, p in (("small", small), ("full", full))}
+    assert calls["small"] <= 0.55 * calls["full"], calls
+    assert "plan" not in {r["stage"] for r in small} and "plan" in {r["stage"] for r in full}
+    res = subprocess.run([sys.executable, "-m", "prbench", "demo", "--full", "--dry-run"], capture_output=True,
+                         text=True, check=False, env=env)
+    assert res.returncode == 0 and "planner builtin:smollm2-135m-instruct" in res.stdout, res.stderr
+    from prbench.study.config import load_study_config
+
+    for preset in ("demo", "demo-full"):
+        cfg, _ = load_study_config(None, preset)
+        assert re.search(r"\d+ min", cfg.estimates["duration"]), cfg.estimates
