@@ -93,10 +93,18 @@ def test_json_errors_say_what_is_wrong_in_words(tmp_path: Path, capsys: pytest.C
     path.write_text(good + "\n" + good[:120] + "\n" + json.dumps(make_record(2))[:-1] + ",}\n", encoding="utf-8")
     code, _, err = run_cli(capsys, "data", "validate", str(path))
     assert code == 2
+    opened = good[:120].rindex('"') + 1  # the column of the quote that opens the cut string
     assert errors(err)[:2] == [
         f"error: {path}:2: invalid JSON: a string is not closed (its closing quote is missing before the end of the "
-        "line) (column 121)",
+        f"line) (column {opened})",
         f"error: {path}:3: invalid JSON: a trailing comma before '}}' (column {len(json.dumps(make_record(2))) + 1})"]
+
+    path.write_text(good[:50] + "\n" + good + "\n" + json.dumps(make_record(2, question=5)) + "\n", encoding="utf-8")
+    code, _, err = run_cli(capsys, "data", "validate", str(path))  # a broken first row: the format is detected
+    assert code == 2 and errors(err) == [                          # from the first row that parses
+        f"error: {path}:1: invalid JSON: the record ends early (a value is missing) (column 51)",
+        f"error: {path}:3: question: Input should be a valid string (got int)",
+        f"error: {path}: 2 faults, 1 valid records"]
 
 
 @pytest.mark.parametrize("prefix", ["style", "stance", "synthesizeme", "finetune"])

@@ -140,7 +140,7 @@ def _iter_jsonl(path: Path, faults: list[DataError] | None = None) -> Iterator[t
                         text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
                     if not text.strip():
                         continue
-                    parsed = _parse_json(text, file, lineno)
+                    parsed = _parse_json(text.rstrip("\r\n"), file, lineno)  # columns within the line
                 except UnicodeDecodeError as exc:
                     fault = DataError(file, lineno, None,
                                       f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of the line)")

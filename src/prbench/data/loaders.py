@@ -88,7 +88,12 @@ def iter_examples(
 
     if format is None:
         check_one_format(src, split)
-    reader = resolve(src, format, split)
+    try:
+        reader = resolve(src, format, split, skip_bad=faults is not None)
+    except DataError:
+        if faults is None:
+            raise
+        reader = resolve(src, format, split)  # no row parses at all: the first row's own error, raised
     native = reader.name in ("prb", "lamp-qa")
     if kind is None:
         kind = reader.kind
