@@ -83,7 +83,9 @@ STANCE_SIGNS: dict[str, float] = {
 
 
 class _Record(BaseModel):
-    # Unknown fields are kept (datasets grow columns), never fatal; ints/floats are not text.
+    # Unknown fields are kept (datasets grow columns), never fatal; `prbench data validate` names them, and a
+    # near-miss of a field left unset (`userid`) is refused where prbench's own files are read (`raw.near_miss`).
+    # Ints/floats are not text.
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
 
