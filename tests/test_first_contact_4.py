@@ -51,7 +51,7 @@ def test_eval_help_is_grouped_and_shows_examples(capsys) -> None:  # type: ignor
 
     code, out, _ = run_cli(capsys, "eval", "--help")
     assert code == 0
-    for group in ("What to score:", "Data:", "What the RM is shown:", "Judges:", "API calls and cost:",
+    for group in ("What to score:", "Data:", "What the RM is shown:", "Judges:", "Cost and stopping (API calls, --until):",
                   "Reruns and failures:"):
         assert f"\n{group}\n" in out, group
     assert "Examples:" in out and "prbench eval -m baseline:lexical" in out

@@ -240,7 +240,7 @@ def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     got = json.loads(out)
     assert [s["sequential"]["rule"] for s in got] == ["decided=0.02"] * 2
-    assert got[0]["sequential"]["n_used"] == 100  # planted: length always right, short always wrong
+    assert got[0]["sequential"]["n_used"] == 60  # planted: length always right, short always wrong; first look 300/5
     code, _, err = run_cli(capsys, *args, "--until", "soon")
     assert code == 2 and "--until 'soon'" in err
     code, _, err = run_cli(capsys, *args, "--until", "decided", "--limit", "50")
@@ -249,7 +249,7 @@ def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--until-max caps a sequential run" in err
     code, out, err = run_cli(capsys, *args[:-2], "--until", "ci=0.2")  # the table, then why each run stopped
     assert code == 0, err
-    assert out.count("stopped: ci=0.2 met at 100 of 300 items") == 2
+    assert out.count("stopped: ci=0.2 met at 60 of 300 items") == 2
 
 
 def test_study_eval_stage_until(tmp_path: Path) -> None:
@@ -264,10 +264,10 @@ def test_study_eval_stage_until(tmp_path: Path) -> None:
     cfg, root = load_study_config(tmp_path / "study.yaml")
     ctx = run_study(cfg, root, quiet=True)
     got = ctx.outputs["eval"]
-    assert len(got) == 4 and {r["sequential"]["n_used"] for r in got} == {100}
-    assert all("decided=0.02 met at 100 of 400 items" in r["sequential"]["stopped"] for r in got)
+    assert len(got) == 4 and {r["sequential"]["n_used"] for r in got} == {80}  # the first look: 400 / 5
+    assert all("decided=0.02 met at 80 of 400 items" in r["sequential"]["stopped"] for r in got)
     stored = json.loads((Path(got[0]["path"]) / "summary.json").read_text())
-    assert stored["sequential"]["rule"] == "decided=0.02" and stored["n_total"] == 100
+    assert stored["sequential"]["rule"] == "decided=0.02" and stored["n_total"] == 80
     with pytest.raises(Exception, match="until"):
         parse_study("name: x\nuntil: soon\nmodels:\n  - spec: baseline:length\n", "study.yaml")
 

@@ -79,7 +79,7 @@ def run_identity(settings: Settings, *, exclude: set[str], **facts: Any) -> dict
 
 
 class DataSpec(Settings):
-    split: str = opt("test", "Split of a hub dataset.")
+    split: str = opt("test", "Split to read: of a hub dataset, or the rows of a local file that name a `split`.")
     categories: list[str] | None = opt(None, "Categories to keep, comma-separated (e.g. arts,society).",
                                        metavar="LIST")
     limit: int | None = count(None, "Keep at most N items.", MAX_ITEMS)
@@ -221,7 +221,8 @@ class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
     """GRPO with an RM as the reward, then held-out grading (`prbench rl`, `train_rl`, the study's `rl`)."""
 
     conditions: ClassVar[tuple[str, ...]] = tuple(c for c in CONDITIONS if c != "wrong-profile")
-    split: str = opt("train", "Split of a hub dataset to train on.")
+    split: str = opt("train", "Split to train on: of a hub dataset, or the rows of a local file that name a "
+                              "`split`.")
     top_k: int | None = count(
         None, "Profile posts kept after retrieval (default: for the RM, the number its trained folder asks for, "
               "e.g. stance's whole profile, as eval; else 10; the policy prompt shows 10).", 10_000)

@@ -210,8 +210,8 @@ def step(detail: str) -> Iterator[None]:
         yield
     finally:
         with _LOCK:
-            if _STATE["detail"] == detail:
-                _STATE["detail"] = None
+            if _STATE["detail"] == detail:  # what comes next is timed from now, not from the step's start
+                _STATE["detail"], _STATE["detail_since"] = None, time.monotonic()
 
 
 def _due_line() -> None:

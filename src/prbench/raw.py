@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from prbench.errors import DataError, PrbenchError
-from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category
+from prbench.schema import CATEGORIES, Example, SourceItem, normalize_category, same_texts
 
 Kind = Literal["benchmark", "source"]
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
@@ -68,13 +68,47 @@ def short_text(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
+def json_words(exc: json.JSONDecodeError) -> str:
+    """What a JSON syntax error means, in words (the parser's own terms, e.g. "Invalid control character at",
+    name the symptom, not the usual cause: an unterminated string)."""
+    doc, pos = exc.doc if isinstance(exc.doc, str) else "", exc.pos
+    rest, before = doc[pos:], doc[:pos].rstrip()
+    at_end = not rest.strip()
+    msg = exc.msg
+    if msg.startswith(("Invalid control character", "Unterminated string")):
+        if msg.startswith("Unterminated") or (rest[:1] in ("\n", "\r") and at_end):
+            return "a string is not closed (its closing quote is missing before the end of the line)"
+        if rest[:1] in ("\n", "\r"):
+            return "a line break inside a string (write it as \\n)"
+        return f"a raw control character {rest[:1]!r} inside a string (escape it, e.g. \\t)"
+    if msg.startswith("Expecting property name"):
+        return "a trailing comma before '}'" if before.endswith(",") else "a key must be text in double quotes"
+    if msg.startswith("Expecting ':'"):
+        return "a key must be followed by ':'"
+    if msg.startswith("Expecting ','"):
+        return "the record ends early (a closing '}' or ']' is missing)" if at_end else \
+            "a comma is missing between two items"
+    if msg.startswith("Expecting value"):
+        if not doc.strip():
+            return "no value at all"
+        return "the record ends early (a value is missing)" if at_end else \
+            "a value is expected here (text in double quotes, a number, true, false, null, an object or a list)"
+    if msg.startswith("Extra data"):
+        return "more than one JSON value (one record per line, or one array per .json file)"
+    if msg.startswith("Invalid \\uXXXX"):
+        return "a broken \\u escape (four hex digits expected)"
+    if msg.startswith("Invalid \\escape"):
+        return "an unknown backslash escape in a string (write a backslash as \\\\)"
+    return msg
+
+
 def _parse_json(text: str | bytes, file: str, line: int | None) -> Any:
     """json.loads with every way it can fail turned into a DataError (never another exception)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        where = f", column {exc.colno}" if line is not None else f", line {exc.lineno} column {exc.colno}"
-        raise DataError(file, line, None, f"invalid JSON ({exc.msg}{where})") from None
+        where = f"column {exc.colno}" if line is not None else f"line {exc.lineno} column {exc.colno}"
+        raise DataError(file, line, None, f"invalid JSON: {json_words(exc)} ({where})") from None
     except RecursionError:
         raise DataError(file, line, None, "invalid JSON: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer over Python's 4300-digit conversion limit
@@ -85,8 +119,9 @@ def _open_binary(path: Path) -> io.BufferedIOBase:
     return gzip.open(path, "rb") if path.name.lower().endswith(".gz") else path.open("rb")
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """Records of a JSON Lines file (optionally gzipped), read line by line in bounded memory."""
+def _iter_jsonl(path: Path, faults: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
+    """Records of a JSON Lines file (optionally gzipped), read line by line in bounded memory. With `faults`, a
+    line that is not UTF-8 or not JSON is added to it and reading goes on (`prbench data validate`)."""
     file = str(path)
     lineno = 0
     try:
@@ -101,14 +136,24 @@ def _iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                                     f"line longer than {MAX_LINE_BYTES} bytes (one JSON record per line expected)")
                 try:
                     text = raw.decode("utf-8")
+                    if lineno == 1:
+                        text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
+                    if not text.strip():
+                        continue
+                    parsed = _parse_json(text.rstrip("\r\n"), file, lineno)  # columns within the line
                 except UnicodeDecodeError as exc:
-                    raise DataError(file, lineno, None,
-                                    f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of the line)") from None
-                if lineno == 1:
-                    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
-                if not text.strip():
+                    fault = DataError(file, lineno, None,
+                                      f"not UTF-8 text ({exc.reason} at byte {exc.start + 1} of the line)")
+                    if faults is None:
+                        raise fault from None
+                    faults.append(fault)
                     continue
-                yield lineno, _parse_json(text, file, lineno)
+                except DataError as fault:
+                    if faults is None:
+                        raise
+                    faults.append(fault)
+                    continue
+                yield lineno, parsed
     except (OSError, EOFError, zlib.error) as exc:
         reason = "truncated gzip stream" if isinstance(exc, EOFError) else (
             f"cannot read ({getattr(exc, 'strerror', None) or exc})")
@@ -156,10 +201,10 @@ def _iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
             yield row, rec
 
 
-def _iter_file(path: Path) -> Iterator[tuple[int, Any]]:
+def _iter_file(path: Path, faults: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz")):
-        return _iter_jsonl(path)
+        return _iter_jsonl(path, faults)
     if name.endswith(".json"):
         return _iter_json(path)
     if name.endswith(".parquet"):
@@ -188,12 +233,51 @@ def _iter_hub(dataset_id: str, split: str) -> Iterator[tuple[str, int, Any]]:
         ) from None
 
 
-def iter_raw(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, Any]]:
-    """(file label, line or row, raw record) for every record in `src`."""
+def lone_surrogate(value: Any) -> str | None:
+    """Where in a parsed record a text holds a lone surrogate (JSON's "\\ud800" escape decodes to one), or None.
+
+    Why refuse it where it is read: such a text is no Unicode, so it cannot be encoded as UTF-8; it passed every
+    check and then failed deep inside a later step (a cache key, a tokenizer) naming no file, line or field."""
+    stack: list[tuple[tuple[int | str, ...], Any]] = [((), value)]
+    while stack:
+        loc, v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return _loc(loc)
+        elif isinstance(v, dict):
+            for k, item in reversed(v.items()):
+                if isinstance(k, str) and lone_surrogate(k):
+                    return _loc(loc) if loc else "record"
+                stack.append(((*loc, str(k)), item))
+        elif isinstance(v, list):
+            stack.extend(((*loc, i), item) for i, item in reversed(list(enumerate(v))))
+    return None
+
+
+def _checked(file: str, rows: Iterator[tuple[int, Any]], faults: list[DataError] | None
+             ) -> Iterator[tuple[str, int, Any]]:
+    for n, r in rows:
+        if (where := lone_surrogate(r)) is not None:
+            fault = DataError(file, n, where, "a lone surrogate (an unpaired \\ud800-\\udfff escape): not text "
+                                              "that can be written as UTF-8; fix or drop the character")
+            if faults is None:
+                raise fault
+            faults.append(fault)
+            continue
+        yield file, n, r
+
+
+def iter_raw(src: str | Path, split: str = "test", faults: list[DataError] | None = None
+             ) -> Iterator[tuple[str, int, Any]]:
+    """(file label, line or row, raw record) for every record in `src`. With `faults`, a line that cannot be a
+    record (not UTF-8, not JSON, a lone surrogate) is added to it and reading goes on; else it is raised."""
     text = str(src)
     if text in SAMPLE_FILES:
         path = sample_path(text)
-        yield from ((text, n, r) for n, r in _iter_jsonl(path))
+        yield from _checked(text, _iter_jsonl(path, faults), faults)
         return
     path = Path(text)
     try:
@@ -205,18 +289,58 @@ def iter_raw(src: str | Path, split: str = "test") -> Iterator[tuple[str, int, A
         if not files:
             raise DataError(text, None, None, f"folder holds no {', '.join(SUFFIXES)} files")
         for f in files:
-            yield from ((str(f), n, r) for n, r in _iter_file(f))
+            yield from _checked(str(f), _iter_file(f, faults), faults)
         return
     if exists:
-        yield from ((text, n, r) for n, r in _iter_file(path))
+        yield from _checked(text, _iter_file(path, faults), faults)
         return
     if "/" in text and not text.startswith((".", "/")) and not path.suffix:
-        yield from _iter_hub(text, split)
+        for label, n, r in _iter_hub(text, split):
+            yield from _checked(label, iter([(n, r)]), faults)
         return
     raise DataError(text, None, None, "no such file, folder, built-in sample or hub dataset id")
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _models(m: BaseModel, loc: tuple[int | str, ...] = ()) -> Iterator[tuple[tuple[int | str, ...], BaseModel]]:
+    """The record and every record inside it (profile items, rubric aspects, messages, history), with places."""
+    yield loc, m
+    for name in type(m).model_fields:
+        value = getattr(m, name)
+        if isinstance(value, BaseModel):
+            yield from _models(value, (*loc, name))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    yield from _models(item, (*loc, name, i))
+
+
+def unknown_fields(rec: BaseModel) -> list[str]:
+    """Fields of a record (and the records inside it) that its schema does not name, as `profile[].stnace`:
+    kept with the record (datasets grow columns) but read by nothing."""
+    found: dict[str, None] = {}
+    for loc, m in _models(rec):
+        for key in m.model_extra or {}:
+            place = "".join("[]" if isinstance(p, int) else f".{p}" for p in (*loc, key))
+            found[place.removeprefix(".")] = None
+    return list(found)
+
+
+def near_miss(rec: BaseModel) -> tuple[str, str] | None:
+    """(place, known name) of the first unknown field that is a near-miss of a field the record left unset
+    (`userid` for `user_id`), or None. Why a fault and not a note: the misspelt field is read as absent, so a
+    file's users, stances or categories would silently vanish from every number."""
+    import difflib
+
+    for loc, m in _models(rec):
+        unset = [f for f in type(m).model_fields if f not in m.model_fields_set]
+        for key in m.model_extra or {}:
+            close = difflib.get_close_matches(key.lower(), unset, n=1, cutoff=0.8)
+            if close:
+                return _loc((*loc, key)), close[0]
+    return None
 
 
 def parse_record(raw: Any, cls: type[M], file: str, line: int, any_category: bool = True) -> M:
@@ -234,13 +358,20 @@ def parse_record(raw: Any, cls: type[M], file: str, line: int, any_category: boo
     except ValidationError as exc:
         field, reason = _first_error(exc)
         raise DataError(file, line, field, reason) from None
+    chosen, rejected = getattr(rec, "chosen", None), getattr(rec, "rejected", None)
+    if isinstance(chosen, str) and isinstance(rejected, str) and same_texts(chosen, rejected):
+        raise DataError(file, line, "rejected", "the same text as chosen: a pair with nothing to prefer cannot be "
+                                                "judged")
+    if (miss := near_miss(rec)) is not None:
+        raise DataError(file, line, miss[0], f"unknown field: did you mean {miss[1]!r}? (a misspelt field is read "
+                                             "as absent)")
     category = None if any_category else getattr(rec, "category", None)  # a record without one is refused
     if not any_category and category not in CATEGORIES:
         raise DataError(file, line, "category",
                         f"unknown category {short_text(category)} (known: {', '.join(CATEGORIES)})")
     return rec
 
-def split_rows(src: str | Path, split: str) -> Iterator[tuple[str, int, Any]]:
+def split_rows(src: str | Path, split: str, faults: list[DataError] | None = None) -> Iterator[tuple[str, int, Any]]:
     """The raw rows of `split` in a `prb` / pair file: rows that name a `split` are read only in it.
 
     Why: a row marked `split: test` must never be trained on (nor a `train` row scored). A file
@@ -250,7 +381,7 @@ def split_rows(src: str | Path, split: str) -> Iterator[tuple[str, int, Any]]:
     marked: bool | None = None
     present: set[str] = set()
     n_rows = 0
-    for file, line, raw in iter_raw(src, split):
+    for file, line, raw in iter_raw(src, split, faults):
         n_rows += 1
         has = isinstance(raw, dict) and "split" in raw
         if marked is None:

@@ -65,6 +65,13 @@ def _nonblank_opt(value: str | None) -> str | None:
     return None if value is None else _nonblank(value)
 
 
+def same_texts(chosen: str, rejected: str) -> bool:
+    """A pair of one text (up to surrounding space): nothing to prefer, and every RM ties on it at 0.5, a number
+    that looks like a measurement. prbench's own files refuse it where they are read (`raw.parse_record`); other
+    formats keep such rows as upstream scores them (RM-Bench has some)."""
+    return chosen.strip() == rejected.strip()
+
+
 # Stance words (`prbench.judgments`) and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
 STANCE_SIGNS: dict[str, float] = {
     "agree": 1.0, "agreed": 1.0, "like": 1.0, "liked": 1.0, "upvote": 1.0, "chose": 1.0, "chosen": 1.0,
@@ -76,7 +83,9 @@ STANCE_SIGNS: dict[str, float] = {
 
 
 class _Record(BaseModel):
-    # Unknown fields are kept (datasets grow columns), never fatal; ints/floats are not text.
+    # Unknown fields are kept (datasets grow columns), never fatal; `prbench data validate` names them, and a
+    # near-miss of a field left unset (`userid`) is refused where prbench's own files are read (`raw.near_miss`).
+    # Ints/floats are not text.
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
 
@@ -269,3 +278,25 @@ class Example(SourceItem):
         if value is not None and value not in RULES:
             raise ValueError(f"unknown item rule {value!r} (use {', '.join(RULES)})")
         return value
+
+
+def answer_leak(example: Example) -> str | None:
+    """Where a pair's own answer sits in its profile, or None: the judged pair as a past choice, or the chosen
+    text as a post. Why refuse it: the profile is shown to the RM, so the file's answer key would reach the
+    scorer (`eval -c profile` read 100% on such a file); docs/formats.md says a profile never holds the pair."""
+    chosen, rejected = example.chosen.strip(), example.rejected.strip()
+    for i, post in enumerate(example.profile):
+        if post.text.strip() != chosen:
+            continue
+        if post.is_choice and (post.rejected or "").strip() == rejected:
+            return f"profile[{i}]: {LEAK} the judged pair itself (its chosen over its rejected)"
+        return f"profile[{i}]: {LEAK} the chosen text as a post"
+    return None
+
+
+LEAK = "the profile holds"
+
+
+def is_answer_leak(fault: Exception) -> bool:
+    """Whether a located data error is `answer_leak`'s (`prbench data validate` counts them)."""
+    return getattr(fault, "reason", "").startswith(LEAK)

@@ -246,6 +246,24 @@ def pair_interval(plan: RacePlan, i: int, j: int, records: Sequence[Sequence[dic
     return difference_interval(records[i], records[j], population, alpha=plan.level)
 
 
+def first_look(n_items: int) -> int:
+    """Items before the first look on a benchmark of `n_items`: a fifth of it (at least 10), at most `FIRST_STEP`.
+
+    Why it scales: a fixed first look at 100 items scored all of a 63-pair sample before the rule could act, and
+    then reported the exhausted data as the rule's decision."""
+    return max(1, min(FIRST_STEP, max(10, math.ceil(n_items / 5)), n_items))
+
+
+def count_items(data: str, *, categories: Sequence[str] | None = None, split: str = "test",
+                format: str | None = None) -> int:
+    """Items (the pairs of a multi-response item count once) in the data a sequential run orders: what
+    `first_look` and the progress total are sized by. One pass over the data, as each look makes."""
+    from prbench.data import iter_examples
+
+    return len({getattr(ex, "item_id", None) or ex.id
+                for ex in iter_examples(data, categories=categories, split=split, format=format)})
+
+
 def schedule(n_max: int, first: int = FIRST_STEP, growth: float = GROWTH) -> list[int]:
     """The prefix lengths looked at: `first`, then 10% more each time, ending at `n_max`."""
     steps, n = [], min(first, n_max)
@@ -307,6 +325,7 @@ class Outcome:
             "low": p.low if i == index else -p.high, "high": p.high if i == index else -p.low}
             for (i, j), p in stop.last.pairs.items()}
         return {"rule": str(self.rule), "n_used": stop.n_used, "n_items": self.n_items, "stopped": stop.stopped,
+                "decided_by_rule": not stop.stopped.startswith(RAN_OUT),
                 "confidence_sequence": asdict(iv), "level": 1 - ALPHA,
                 "method": "betting CS, Waudby-Smith & Ramdas 2024 (hedged capital, aGRAPA bets, without replacement)"
                           + (f"; pairs at 0.05/{self.family} each" if self.rule.kind == "decided" else ""),
@@ -396,10 +415,10 @@ def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int
             if i in race.stops or i in race.plan.known:
                 continue
             state = race.state(i)
-            if state.met:
+            if n >= race.n_all:  # what was asked, not what came back: a run may hold fewer items (a planner cap)
+                state, why = ran_out(state, rule, race.n_all)
+            elif state.met:
                 why = f"{rule} met at {state.n} of {race.n_all} items: {state.why}"
-            elif n >= race.n_all:  # what was asked, not what came back: a run may hold fewer items (a planner cap)
-                why = f"all {state.n} items scored ({rule} not met: {state.why})"
             elif n >= cap:
                 why = f"--until-max {cap} reached ({rule} not met: {state.why})"
             else:
@@ -414,6 +433,39 @@ def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int
         n = next(s for s in schedule(cap, first) if s > min(n, race.n_all))
     return Outcome(race.results, [race.stops[i] for i in range(len(labels))], rule, race.n_all, list(labels),
                    race.plan.family)
+
+
+RAN_OUT = "ran out of items: the rule did not decide"
+
+
+def ran_out(state: Look, rule: StopRule, n_all: int) -> tuple[Look, str]:
+    """A run that scored every item before its rule stopped it: the rule decided nothing (on the whole benchmark
+    a without-replacement sequence is exact, so `met` there is no decision), so nothing is declared and the
+    answer is the fixed-n accuracy with its bootstrap CI."""
+    why = (f"{RAN_OUT} (all {state.n} items scored before {rule} could stop the run; the answer is the fixed-n "
+           f"accuracy and its 95% CI)")
+    return Look(state.n, state.runs, met=False, why=why), why
+
+
+def until_runs(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int, Callable[[int, int], None]], Any],
+               rule: str, *, paid: Sequence[bool], until_max: int | None, n_items: int,
+               on_progress: Callable[[int, int, int], None] | None = None) -> tuple[Outcome, list[dict[str, Any]]]:
+    """What `prbench eval --until` and a study's `until` both run: the looks sized by the data (`first_look`),
+    `run_until`, and each run's `sequential` block written (`record_outcome`).
+
+    `evaluate_at(i, n, progress)` scores run i on the first n items of the seeded order, reporting
+    `progress(done, total)`; `on_progress(i, done, total)` receives it with `total` the items the run may come to
+    score (the data, or `until_max`), never a look's size."""
+    total = min(n_items, until_max) if until_max else n_items
+
+    def at(i: int, n: int) -> Any:
+        def said(done: int, _look: int) -> None:
+            if on_progress is not None:
+                on_progress(i, done, total)
+        return evaluate_at(i, n, said)
+
+    outcome = run_until(labels, at, StopRule.parse(rule), until_max=until_max, paid=paid, first=first_look(n_items))
+    return outcome, record_outcome(outcome)
 
 
 def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from prbench.cli.output import emit_json, table
 from prbench.cli.train import synth_users
 from prbench.data import iter_examples, load_examples, write_examples
 from prbench.data.stats import dataset_stats
-from prbench.errors import PrbenchError
+from prbench.errors import DataError, PrbenchError
 from prbench.raw import Kind as RecordKind
 
 app = typer.Typer(help="Validate, describe and convert benchmark data.", no_args_is_help=True)
@@ -32,15 +32,60 @@ def _kind(src: str, kind: str | None, format_: str | None = None) -> RecordKind 
     return "source" if src == "sample:source" else "benchmark"
 
 
+class _Faults(list[DataError]):
+    """The faults `validate` shows (the first `keep`) and how many there were in all."""
+
+    def __init__(self, keep: int):
+        super().__init__()
+        self.keep, self.total, self.leaks = keep, 0, 0
+
+    def append(self, fault: DataError) -> None:
+        from prbench.schema import is_answer_leak
+
+        self.total += 1
+        self.leaks += is_answer_leak(fault)
+        if len(self) < self.keep:
+            super().append(fault)
+
+
+MaxFaults = Annotated[int, typer.Option("--max-faults", min=1, metavar="N",
+                                        help="Faults printed at most (all are counted).")]
+
+
 @app.command()
 def validate(src: DataArg, kind: Kind = "", format_: Format = None, split: Split = "test",
-             json_out: Json = False) -> None:
-    """Check every record of a data source. Exit 0 when all are valid, else print the first error and exit 2."""
-    n = sum(1 for _ in iter_examples(src, _kind(src, kind, format_), split=split, format=format_))
+             max_faults: MaxFaults = 20, json_out: Json = False) -> None:
+    """Check every record of a data source. Exit 0 when all are valid, else print every fault (file:line: field:
+    why, up to --max-faults) with their count and exit 2. Fields the schema does not name are listed; a near-miss
+    of a known field (`userid` for `user_id`) is a fault."""
+    from collections import Counter
+
+    from prbench.raw import unknown_fields
+
+    faults = _Faults(max_faults)
+    unknown: Counter[str] = Counter()
+    n = 0
+    for rec in iter_examples(src, _kind(src, kind, format_), split=split, format=format_, faults=faults):
+        n += 1
+        unknown.update(unknown_fields(rec))
+    extra = {"unknown_fields": dict(unknown)} if unknown else {}
     if json_out:
-        emit_json({"valid": True, "records": n})
-    else:
+        emit_json({"valid": not faults.total, "records": n, "faults": faults.total, "answer_leaks": faults.leaks,
+                   "shown": [str(f) for f in faults], **extra})
+    elif not faults.total:
         typer.echo(f"{src}: {n} valid records")
+    if unknown and not json_out:
+        listed = ", ".join(f"{name} ({count} record{'s' * (count != 1)})" for name, count in unknown.most_common(10))
+        typer.echo(f"note: fields no reader uses (kept with the records): {listed}", err=True)
+    if faults.total == 1:
+        raise faults[0]  # one fault: its own line, as every reader reports it
+    if faults.total:
+        for f in faults if not json_out else ():
+            typer.echo(f"error: {f}", err=True)
+        shown = f"; the first {len(faults)} shown (--max-faults)" if faults.total > len(faults) else ""
+        held = (f" ({faults.leaks} record{'s' * (faults.leaks != 1)} whose profile holds its own answer)"
+                if faults.leaks else "")
+        raise DataError(str(src), None, None, f"{faults.total} faults{held}, {n} valid records{shown}")
 
 
 @app.command()

@@ -47,6 +47,11 @@ Until = Annotated[str | None, typer.Option(
          "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
          "a rerun with a tighter rule extends the same folders.")]
 UntilMax = Annotated[int | None, typer.Option(help="With --until: score at most N items per run.", min=1)]
+MODEL_HELP = ("Model spec (repeatable): baseline:length|short|random|lexical|embedding, hf:HUB_ID|DIR, "
+              "judge:ENGINE, pmi:ENGINE, lik:ENGINE (ENGINE: builtin:NAME, openai:MODEL, vllm:MODEL, ...); "
+              "trained by `prbench train`: bt:DIR, pal:DIR, style:DIR, stance:DIR, lore:DIR, pref:DIR, gpo:DIR, "
+              "vpl:DIR, synthesizeme:DIR, finetune:DIR; your own: py:FILE:CLASS, or a plug-in's prefix. See "
+              "docs/reference/specs.md.")
 
 
 class EvalHelp(GroupedHelp):
@@ -55,8 +60,8 @@ class EvalHelp(GroupedHelp):
         **dict.fromkeys(("batch_size", "workers", "ray_address", "gpus_per_worker"), "Scale"),
         **dict.fromkeys(("mode", "debias_position", "both_orders", "prompt_file"), "Judges"),
         **dict.fromkeys(("max_length", "trust_remote_code"), "Model loading and access"),
-        **dict.fromkeys(("provider", "rpm", "tpm", "no_api_key", "max_usd", "prices", "batch", "no_wait"),
-                        "API calls and cost"),
+        **dict.fromkeys(("until", "until_max", "max_usd", "prices", "batch", "no_wait", "provider", "rpm", "tpm",
+                         "no_api_key"), "Cost and stopping (API calls, --until)"),
         **dict.fromkeys(("overwrite", "retry_failed", "repair", "no_cache", "max_invalid"), "Reruns and failures"),
         **dict.fromkeys(("quiet", "json_out", "help"), "Output"),
     }
@@ -75,7 +80,7 @@ EVAL_EXAMPLES = """Examples:
 
 @settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
 def eval_cmd(
-    model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec (repeatable): hf:DIR, baseline:length, judge:ENGINE, pmi:ENGINE, pal:DIR, py:FILE:CLASS.")],
+    model: Annotated[list[str], typer.Option("--model", "-m", help=MODEL_HELP)],
     settings: EvalSettings,
     access: EngineAccess,
     data: Data = "sample",
@@ -178,7 +183,7 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
     """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.sequential`)."""
     from prbench import evaluate
     from prbench.engines.providers import engine_provider
-    from prbench.sequential import StopRule, record_outcome, run_until
+    from prbench.sequential import StopRule, count_items, until_runs
 
     if no_wait:
         raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
@@ -186,21 +191,23 @@ def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], 
         raise PrbenchError("--until grows the number of items itself; cap it with --until-max instead of --limit")
     if until is None:
         raise PrbenchError("--until-max caps a sequential run: give --until ci=W or --until decided with it")
-    rule = StopRule.parse(until)
+    StopRule.parse(until)  # a bad rule is refused before the data is read
     rms = {spec: _handle(spec, per_model[spec], settings) for spec in specs}
     jobs = [(spec, cond) for spec in specs for cond in conds]
     labels = [(rms[spec].name, cond) for spec, cond in jobs]
+    n_items = count_items(data, categories=settings.categories, split=settings.split, format=settings.format)
     with progress(quiet) as bar:
         tasks = [bar.add_task(escape(f"{m} [{c}]"), total=None) for m, c in labels]
 
-        def at(i: int, n: int) -> Any:
+        def at(i: int, n: int, said: Any) -> Any:
             spec, cond = jobs[i]
             return evaluate(rms[spec], data, cond, settings=settings, out=out, seeded_order=True, limit=n, **kw,
-                            on_progress=lambda d, t, task=tasks[i]: bar.update(task, completed=d, total=t))
+                            on_progress=said)
 
         paid = [engine_provider(spec, per_model[spec]) is not None for spec, _ in jobs]
-        outcome = run_until(labels, at, rule, until_max=until_max, paid=paid)
-    return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, record_outcome(outcome), strict=True)]
+        outcome, summaries = until_runs(labels, at, until, paid=paid, until_max=until_max, n_items=n_items,
+                                        on_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
+    return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, summaries, strict=True)]
 
 
 def _print_runs(summaries: list[dict]) -> None:

@@ -102,7 +102,7 @@ def train_cmd(
     batch_size: Annotated[int, typer.Option(help="Items per device step.")] = 4,
     max_length: Annotated[int, typer.Option(help="Token budget per training example.")] = 2048,
     limit: Limit = None,
-    split: Annotated[str, typer.Option(help="Split of a hub dataset.")] = "train",
+    split: Annotated[str, typer.Option(help="Split to read: of a hub dataset, or the rows of a local file that name a `split`.")] = "train",
     seed: Seed = 0,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda:N (then the only GPU used; many GPUs: accelerate launch).")] = "auto",
     json_out: Json = False,

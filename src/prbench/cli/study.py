@@ -272,8 +272,14 @@ def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
 
 
 def demo_cmd(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("prbench-demo"),
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", help="Output folder (default prbench-demo, or prbench-demo-full with --full).")] = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="The whole demo study (preset demo-full): planner and oracle too, every baseline, more "
+                       "samples; several times longer.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Print the plan (runs, calls, tokens) and stop.")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Run the built-in demo study. The `demo` preset on the sample with the built-in models (CPU, offline)."""
-    study_cmd(None, preset="demo", list_=False, dry_run=False, out=out, batch=False, quiet=quiet, json_out=False)
+    preset = "demo-full" if full else "demo"
+    study_cmd(None, preset=preset, list_=False, dry_run=dry_run, out=out, batch=False, quiet=quiet, json_out=False)

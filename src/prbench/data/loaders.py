@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from prbench.raw import (  # noqa: F401  (the loader's public names, as before t
     short_text,
     split_rows,
 )
-from prbench.schema import CATEGORIES, SourceItem, normalize_category
+from prbench.schema import CATEGORIES, Example, SourceItem, answer_leak, normalize_category
 
 
 def check_one_format(src: str | Path, split: str = "test") -> None:
@@ -65,8 +65,13 @@ def iter_examples(
     split: str = "test",
     any_category: bool = True,
     format: str | None = None,
+    faults: list[DataError] | None = None,
 ) -> Iterator[SourceItem]:
     """Validated records in file order; duplicate ids are an error naming both places.
+
+    A pair whose profile holds its own answer (`schema.answer_leak`) is refused after the whole source is read,
+    with the count of such records. With `faults` (`prbench data validate`), every fault is added to that list
+    and reading goes on (a `prb` / `lamp-qa` file; another format's reader stops at its first fault).
 
     `format` names a reader of `prbench.formats` (`rewardbench2`, `prism:user`...); without it
     the format is detected from the first row's columns (a shape no reader knows is refused,
@@ -83,7 +88,12 @@ def iter_examples(
 
     if format is None:
         check_one_format(src, split)
-    reader = resolve(src, format, split)
+    try:
+        reader = resolve(src, format, split, skip_bad=faults is not None)
+    except DataError:
+        if faults is None:
+            raise
+        reader = resolve(src, format, split)  # no row parses at all: the first row's own error, raised
     native = reader.name in ("prb", "lamp-qa")
     if kind is None:
         kind = reader.kind
@@ -101,21 +111,41 @@ def iter_examples(
                             f"{', '.join(map(short_text, unknown))} (known: {', '.join(CATEGORIES)})")
     seen: dict[str, str] = {}
     found: set[str] = set()
+    leaks: list[DataError] = []
     kept = 0
+
+    def fault(error: DataError) -> None:
+        if faults is None:
+            raise error
+        faults.append(error)
+
     if native:
         records: Iterable[tuple[str, int, Any]] = (
-            (file, line, _native(raw, cls, file, line, any_category)) for file, line, raw in split_rows(src, split))
+            (file, line, rec) for file, line, raw in split_rows(src, split, faults)
+            if (rec := _native_or_fault(raw, cls, file, line, any_category, fault)) is not None)
     else:
-        records = reader.read(src, split)
+        records = _stop_at_fault(reader.read(src, split), faults)
     for file, line, rec in records:
         if rec.id in seen:
-            raise DataError(file, line or None, "id", f"duplicate id {short_text(rec.id)} (first at {seen[rec.id]})")
+            fault(DataError(file, line or None, "id", f"duplicate id {short_text(rec.id)} (first at {seen[rec.id]})"))
+            continue
         seen[rec.id] = f"{file}:{line}"
+        if isinstance(rec, Example) and (leak := answer_leak(rec)) is not None:
+            where, _, why = leak.partition(": ")
+            leaks.append(DataError(file, line or None, where, why))
+            if faults is not None:
+                faults.append(leaks[-1])
+            continue
         found.add(rec.category)
         if wanted is None or rec.category in wanted:
             kept += 1
             yield rec
-    if not seen:
+    if leaks and faults is None:
+        first = leaks[0]
+        raise DataError(first.file, first.line, first.field, f"{first.reason}: {len(leaks)} of {len(seen)} records "
+                        "do (the RM is shown the profile, so the answer would reach the scorer); remove the pair "
+                        "from those profiles")
+    if not seen and not faults:
         raise DataError(str(src), None, None, "no records (the source is empty)")
     if wanted and (absent := wanted - found):  # a misspelt category must not shrink a run silently
         raise DataError(str(src), None, "categories",
@@ -123,6 +153,28 @@ def iter_examples(
                         f"(the data has: {', '.join(sorted(map(short_text, found)))})")
 
 
+
+
+def _native_or_fault(raw: Any, cls: type, file: str, line: int, any_category: bool,
+                     fault: Callable[[DataError], None]) -> Any:
+    """`_native`, or None after handing its error to `fault` (which raises it unless faults are collected)."""
+    try:
+        return _native(raw, cls, file, line, any_category)
+    except DataError as error:
+        fault(error)
+        return None
+
+
+def _stop_at_fault(records: Iterable[tuple[str, int, Any]], faults: list[DataError] | None
+                   ) -> Iterator[tuple[str, int, Any]]:
+    """A format reader's records; its first error ends them, added to `faults` when those are collected (a
+    reader cannot go on past its own error)."""
+    try:
+        yield from records
+    except DataError as error:
+        if faults is None:
+            raise
+        faults.append(error)
 
 
 def _native(raw: Any, cls: type, file: str, line: int, any_category: bool) -> Any:

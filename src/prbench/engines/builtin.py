@@ -272,8 +272,11 @@ def encode_texts(encoder: Any, texts: Sequence[str]) -> Any:
     torch = require("torch", "dense")
     if not texts:
         return np.zeros((0, embedding_dim(encoder)), dtype=np.float32)
+    from prbench.progress import beat
+
     out = np.empty((len(texts), embedding_dim(encoder)), dtype=np.float32)
     for start in range(0, len(texts), ENCODE_CHUNK):  # bounds the token tensors, not the result
+        beat(f"encoding {len(texts)} texts, {start} done")  # what the line says once the encoder is loaded
         out[start:start + ENCODE_CHUNK] = _encode_chunk(torch, encoder, texts[start:start + ENCODE_CHUNK])
     return out
 

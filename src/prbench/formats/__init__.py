@@ -25,10 +25,11 @@ def load_reader(spec: str, **options: Any) -> Reader:
     return reader
 
 
-def _first_row(src: str | Path, split: str) -> tuple[str, int, Any]:
+def _first_row(src: str | Path, split: str, skip_bad: bool = False) -> tuple[str, int, Any]:
+    """The first row; with `skip_bad`, the first that parses (`prbench data validate` reports the others)."""
     from prbench.raw import iter_raw
 
-    for file, line, raw in iter_raw(src, split):
+    for file, line, raw in iter_raw(src, split, [] if skip_bad else None):
         return file, line, raw
     raise DataError(str(src), None, None, "no records (the source is empty)")
 
@@ -45,7 +46,7 @@ def _claims(row: Any) -> str | None:
     return min(candidates)[1] if candidates else None
 
 
-def detect(src: str | Path, split: str = "test") -> str:
+def detect(src: str | Path, split: str = "test", skip_bad: bool = False) -> str:
     """The name of the format whose columns the first row has.
 
     In a folder, files are tried in name order until one's first row is claimed (a LaMP
@@ -61,7 +62,7 @@ def detect(src: str | Path, split: str = "test") -> str:
     except (OSError, ValueError):  # a name too long, a NUL byte: the loader reports it with its location
         return "prb"
     if not is_dir:
-        file, line, row = _first_row(src, split)
+        file, line, row = _first_row(src, split, skip_bad)
         return _claims(row) or _unclaimed(file, line, row)
     first: tuple[str, int, Any] | None = None
     for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
@@ -99,7 +100,8 @@ def _unclaimed(file: str, line: int, row: Any) -> str:
     """Refuse a row no reader claims, in one line: the closest formats and every column each misses."""
     if not isinstance(row, dict):
         raise DataError(file, line, None, f"a record must be a JSON object, got {type(row).__name__}")
-    cols = ", ".join(list(row)[:12]) + (", ..." if len(row) > 12 else "")
+    cols = ", ".join(k if k.isprintable() else repr(k) for k in map(str, list(row)[:12])) + (
+        ", ..." if len(row) > 12 else "")  # a column named "\n" stays on the one line
     close = nearest(row)
     if not close:
         raise DataError(file, line, None, f"no known format has these columns ({cols or 'none'}): see `prbench "
@@ -115,9 +117,9 @@ def _unclaimed(file: str, line: int, row: Any) -> str:
                     f"row's columns ({cols}){also}; or name the reader with --format")
 
 
-def resolve(src: str | Path, spec: str | None, split: str = "test") -> Reader:
-    """The reader named by `spec`, else the detected one."""
-    return load_reader(spec or detect(src, split))
+def resolve(src: str | Path, spec: str | None, split: str = "test", skip_bad: bool = False) -> Reader:
+    """The reader named by `spec`, else the detected one (from the first row that parses, with `skip_bad`)."""
+    return load_reader(spec or detect(src, split, skip_bad))
 
 
 def format_score(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

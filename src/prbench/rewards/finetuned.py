@@ -38,6 +38,9 @@ class FinetunedRM(SequenceClassifierRM):
 
 
 def _load_finetuned(rest: str, **options: Any) -> FinetunedRM:
+    from prbench.rewards.folders import require_folder
+
+    require_folder(f"finetune:{rest}", rest, "finetune")
     if not (Path(rest) / "prbench_rm.json").is_file():
         raise PrbenchError(f"finetune:{rest}: no prbench_rm.json (train with `prbench train finetune`)")
     from prbench.manifest import verify

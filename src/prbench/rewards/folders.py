@@ -48,6 +48,15 @@ def suggested_spec(folder: str) -> str | None:
     return None
 
 
+def require_folder(spec: str, folder: str | Path, kind: str) -> None:
+    """Refuse a trained-model spec whose folder does not exist: "no trained model at ...", with the command that
+    writes one (not a list of files it would hold, which read as if the folder were damaged)."""
+    p = Path(folder).expanduser()
+    if not p.is_dir():
+        what = "a file, not a folder" if p.exists() else "no such folder"
+        raise SpecError(f"{spec}: no trained model at {p} ({what}; train one with `prbench train {kind} ... --out {p}`)")
+
+
 def wrong_prefix(prefix: str, folder: str, kind: str) -> SpecError:
     return SpecError(f"{prefix}:{folder}: this folder holds a {kind} model written by `{_TRAINED_BY.get(kind, 'prbench')}`, "
                      f"which {prefix}: cannot read; use {suggested_spec(folder)}")

@@ -46,7 +46,10 @@ def load_head(path: str | Path, kind: str, build: Callable[[dict[str, Any]], Any
     """(config, module in eval mode); a folder of another kind is refused with the spec to use."""
     from prbench.manifest import load_weights, verify
 
+    from prbench.rewards.folders import require_folder
+
     p = Path(path)
+    require_folder(f"{kind}:{path}", p, kind)
     verify(p, f"{kind}:{path}")
     if not (p / CONFIG_FILE).is_file() or not (p / WEIGHTS_FILE).is_file():
         raise PrbenchError(f"{kind}:{path}: expected {CONFIG_FILE} and {WEIGHTS_FILE} (train with `prbench train {kind}`)")

@@ -336,8 +336,11 @@ def load_folder(path: str | Path, spec: str | None = None):
     """(config, model in eval mode) from a folder written by `save_folder`; `spec`: what the user typed."""
     from prbench.manifest import load_weights, verify
 
+    from prbench.rewards.folders import require_folder
+
     p = Path(path)
     spec = spec or f"pal:{path}"
+    require_folder(spec, p, "pal")
     verify(p, spec)
     if not (p / CONFIG_FILE).is_file() or not (p / WEIGHTS_FILE).is_file():
         raise PrbenchError(f"{spec}: expected {CONFIG_FILE} and {WEIGHTS_FILE} in the folder (train with "

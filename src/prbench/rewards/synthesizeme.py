@@ -188,7 +188,10 @@ class SynthesizeMeReward(PointwiseRM):
     adaptable = True
 
     def __init__(self, path: str, spec: str | None = None, adapt: str | None = None, **_: Any):
+        from prbench.rewards.folders import require_folder
+
         p = Path(path)
+        require_folder(spec or f"synthesizeme:{path}", p, "synthesizeme")
         try:
             self.config = json.loads((p / "config.json").read_text(encoding="utf-8"))
             self.personas: dict[str, dict[str, Any]] = json.loads((p / PERSONAS_FILE).read_text(encoding="utf-8"))
