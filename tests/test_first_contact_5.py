@@ -28,8 +28,8 @@ def test_until_on_the_63_pair_sample_says_the_rule_did_not_decide(
     code, out, err = run_cli(capsys, *args)
     assert code == 0, err
     said = [ln for ln in out.splitlines() if ln.startswith("stopped:")]
-    assert said == ["stopped: ran out of items: the rule did not decide (all 63 items scored before ci=0.03 could "
-                    "stop the run; the answer is the fixed-n accuracy and its 95% CI)"], out
+    assert said == [("stopped: ran out of items: the rule did not decide (all 63 items scored before ci=0.03 could "
+                     "stop the run; the answer is the fixed-n accuracy and its 95% CI)")], out
     assert "met at 63 of 63" not in out
     code, out, err = run_cli(capsys, *args, "--json")  # stored: read back from the folders, the same verdict
     assert code == 0, err
@@ -168,7 +168,7 @@ def test_the_default_demo_is_the_small_grid_and_full_keeps_the_whole_study() -> 
     """Before: `prbench demo` was the whole study (planner, five conditions, 24 samples: 41 min under load) with
     no smaller choice. Now the default plans about half the model calls and no planner stage, `--full` the
     whole study; both announce a duration."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}  # the plan table's width: no wrapped cell
 
     def plan(*extra: str) -> list[dict]:
         res = subprocess.run([sys.executable, "-m", "prbench", "study", *extra, "--dry-run", "--json"],

@@ -46,9 +46,9 @@ def test_validate_reports_every_fault_with_the_count(tmp_path: Path, capsys: pyt
     assert code == 2 and out == ""
     assert errors(err) == [
         f"error: {path}:2: question: Input should be a valid string (got int)",
-        f"error: {path}:4: profile[0].stance: unknown stance 'disagre' (use agree, agreed, like, liked, upvote, "
+        (f"error: {path}:4: profile[0].stance: unknown stance 'disagre' (use agree, agreed, like, liked, upvote, "
         "chose, chosen, wrote, endorse, disagree, disagreed, dislike, disliked, downvote, rejected, reject, pass, "
-        "neutral, unsure)",
+        "neutral, unsure)"),
         f"error: {path}:6: chosen: missing required field",
         f"error: {path}: 3 faults, 3 valid records"]
     code, out, err = run_cli(capsys, "data", "validate", str(path), "--max-faults", "1", "--json")
@@ -95,8 +95,8 @@ def test_json_errors_say_what_is_wrong_in_words(tmp_path: Path, capsys: pytest.C
     assert code == 2
     opened = good[:120].rindex('"') + 1  # the column of the quote that opens the cut string
     assert errors(err)[:2] == [
-        f"error: {path}:2: invalid JSON: a string is not closed (its closing quote is missing before the end of the "
-        f"line) (column {opened})",
+        (f"error: {path}:2: invalid JSON: a string is not closed (its closing quote is missing before the end of the "
+        f"line) (column {opened})"),
         f"error: {path}:3: invalid JSON: a trailing comma before '}}' (column {len(json.dumps(make_record(2))) + 1})"]
 
     path.write_text(good[:50] + "\n" + good + "\n" + json.dumps(make_record(2, question=5)) + "\n", encoding="utf-8")
@@ -115,8 +115,8 @@ def test_a_missing_trained_folder_is_no_trained_model(prefix: str, tmp_path: Pat
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(capsys, "eval", "-m", f"{prefix}:rmm", "--limit", "2", "--out", "r")
     assert code == 2
-    assert errors(err) == [f"error: {prefix}:rmm: no trained model at rmm (no such folder; train one with "
-                           f"`prbench train {prefix} ... --out rmm`)"]
+    assert errors(err) == [(f"error: {prefix}:rmm: no trained model at rmm (no such folder; train one with "
+                           f"`prbench train {prefix} ... --out rmm`)")]
 
 
 # -- #51.2: the answer key in the profile ---------------------------------------------------------------------
@@ -135,9 +135,9 @@ def test_a_profile_holding_the_judged_pair_is_refused_by_validate_and_eval_with_
     code, out, err = run_cli(capsys, "eval", "-m", "baseline:lexical", "-c", "profile", "--data", str(path),
                              "--out", str(tmp_path / "runs"))
     assert code == 2 and out == "" and not (tmp_path / "runs").exists()
-    assert errors(err) == [f"error: {path}:1: profile[6]: the profile holds the judged pair itself (its chosen over "
+    assert errors(err) == [(f"error: {path}:1: profile[6]: the profile holds the judged pair itself (its chosen over "
                            "its rejected): 3 of 6 records do (the RM is shown the profile, so the answer would reach "
-                           "the scorer); remove the pair from those profiles"]
+                           "the scorer); remove the pair from those profiles")]
     # the same texts elsewhere (another pair's answer in this profile) are the point of a profile: accepted
     other = make_record(3)
     other["profile"] = [*other["profile"], {"text": make_record(4)["chosen"].replace("chess", "hiking")}]

@@ -34,13 +34,12 @@ from prbench.fingerprint import data_digest, spec_digest
 from prbench.records import RunSettings, stamp
 from prbench.retrieval import load_retriever
 from prbench.rewards.base import (
-    DEFAULT_TOP_K,
     CheckedOptions,
     RewardModel,
     build_rm,
     capabilities,
     checked_options,
-    view_top_k,
+    shown_top_k,
 )
 from prbench.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.schema import Example
@@ -285,8 +284,7 @@ def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example
     """One run of `evaluate` (one model, one condition)."""
     s = EvalSettings.build(settings, **given, **({} if condition is None else {"condition": condition}))
     if s.top_k is None:  # the model's own view (a trained folder that asks for one), else the benchmark's 10
-        asks = view_top_k(model.spec if isinstance(model, ModelHandle) else model)
-        s = s.model_copy(update={"top_k": asks or DEFAULT_TOP_K})
+        s = s.model_copy(update={"top_k": shown_top_k(None, model.spec if isinstance(model, ModelHandle) else model)})
     t0 = time.time()
     options = _plain_options(model.options if isinstance(model, ModelHandle) else model_options)
     spec = model.name if isinstance(model, ModelHandle) else getattr(model, "name", model.spec)

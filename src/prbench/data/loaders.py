@@ -84,31 +84,11 @@ def iter_examples(
     names a category no record has: a run over nothing (or over less than asked for) must never
     look like a finished run.
     """
-    from prbench.formats import resolve
-
-    if format is None:
-        check_one_format(src, split)
-    try:
-        reader = resolve(src, format, split, skip_bad=faults is not None)
-    except DataError:
-        if faults is None:
-            raise
-        reader = resolve(src, format, split)  # no row parses at all: the first row's own error, raised
+    reader, kind = _reader(src, format, split, kind, faults)
     native = reader.name in ("prb", "lamp-qa")
-    if kind is None:
-        kind = reader.kind
-    if (format or not native) and reader.kind != kind:
-        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items "
-                                                 f"(read them as such: --kind {reader.kind})")
-    if not native:
-        any_category = True  # other formats name their own categories
+    any_category = any_category or not native  # other formats name their own categories
     cls = _record_class(kind)
-    wanted = {normalize_category(c) for c in categories} if categories else None
-    if wanted and not any_category:
-        unknown = sorted(c for c in wanted if c not in CATEGORIES)
-        if unknown:
-            raise DataError(str(src), None, "categories", f"unknown categor{'y' if len(unknown) == 1 else 'ies'} "
-                            f"{', '.join(map(short_text, unknown))} (known: {', '.join(CATEGORIES)})")
+    wanted = _wanted(src, categories, any_category)
     seen: dict[str, str] = {}
     found: set[str] = set()
     leaks: list[DataError] = []
@@ -153,6 +133,36 @@ def iter_examples(
                         f"(the data has: {', '.join(sorted(map(short_text, found)))})")
 
 
+
+
+def _reader(src: str | Path, format: str | None, split: str, kind: Kind | None, faults: list[DataError] | None
+            ) -> tuple[Any, Kind]:
+    """The format reader of `src` and the kind of item to read (a format holding another kind is refused)."""
+    from prbench.formats import resolve
+
+    if format is None:
+        check_one_format(src, split)
+    try:
+        reader = resolve(src, format, split, skip_bad=faults is not None)
+    except DataError:
+        if faults is None:
+            raise
+        reader = resolve(src, format, split)  # no row parses at all: the first row's own error, raised
+    native = reader.name in ("prb", "lamp-qa")
+    if (format or not native) and kind is not None and reader.kind != kind:
+        raise DataError(str(src), None, None, f"format {reader.name!r} holds {reader.kind} items, not {kind} items "
+                                                 f"(read them as such: --kind {reader.kind})")
+    return reader, kind if kind is not None else reader.kind
+
+
+def _wanted(src: str | Path, categories: Iterable[str] | None, any_category: bool) -> set[str] | None:
+    """The categories asked for, normalized; outside LaMP-QA's three refused unless any category is allowed."""
+    wanted = {normalize_category(c) for c in categories} if categories else None
+    unknown = sorted(c for c in wanted or () if c not in CATEGORIES)
+    if unknown and not any_category:
+        raise DataError(str(src), None, "categories", f"unknown categor{'y' if len(unknown) == 1 else 'ies'} "
+                        f"{', '.join(map(short_text, unknown))} (known: {', '.join(CATEGORIES)})")
+    return wanted
 
 
 def _native_or_fault(raw: Any, cls: type, file: str, line: int, any_category: bool,

@@ -40,7 +40,7 @@ from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, read_samples
 from prbench.errors import PrbenchError
 from prbench.retrieval import load_retriever
-from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, RewardModel, load_rm, view_top_k
+from prbench.rewards.base import PointwiseRM, RewardModel, load_rm, shown_top_k
 from prbench.runs import dumps, slug, write_json_atomic
 from prbench.scoring import score_cached
 
@@ -90,6 +90,19 @@ def _load_rm(spec: str | RewardModel, options: dict[str, Any]) -> PointwiseRM:
     return rm
 
 
+def _cache(given: Cache | None, namespace: str, persist: bool) -> Cache:
+    """The cache given, else the shared one of `namespace` for a run that is written, else none."""
+    return given if given is not None else Cache(namespace=namespace) if persist else NullCache()
+
+
+def _rm_row(name: str, res: DownstreamResult, n_items: int, n_invalid: int, ks: Sequence[int], truncated: int,
+            top_k: int) -> dict[str, Any]:
+    """One RM's line of bon.json's `rms`."""
+    return {"rm": name, "n_items": n_items, "k": list(ks), "first_k": res.first_k, "expected": res.expected,
+            "ci_low": res.ci_low, "ci_high": res.ci_high, "n_invalid_score_items": n_invalid,
+            "truncated_inputs": truncated, "top_k": top_k}
+
+
 def best_of_n(
     samples: str | Path | SampleSet,
     rms: Sequence[str | RewardModel],
@@ -118,8 +131,7 @@ def best_of_n(
     ss = samples if isinstance(samples, SampleSet) else read_samples(samples)
     ks = _ks(s, ss)
     persist = out is not None
-    score_cache = score_cache if score_cache is not None else (Cache(namespace="scores") if persist else NullCache())
-    grade_cache = grade_cache if grade_cache is not None else (Cache(namespace="grades") if persist else NullCache())
+    score_cache, grade_cache = _cache(score_cache, "scores", persist), _cache(grade_cache, "grades", persist)
     grader_obj = grader if isinstance(grader, Grader) else load_grader(grader, cache=grade_cache, **(grader_options or {}))
     ids = [it.id for it in ss.items]
     # 1. grades: every distinct sample once (the grader dedupes identical texts within an item)
@@ -141,10 +153,9 @@ def best_of_n(
     out_path = Path(out) if out is not None else None
     for spec in rms:
         rm = _load_rm(spec, options)
-        top_k = s.top_k or view_top_k(rm) or DEFAULT_TOP_K  # eval's rule (`prbench._evaluate`): the RM's own view
-        if top_k not in views_of:
-            views_of[top_k] = _views(ss.items, s.model_copy(update={"top_k": top_k}), persist)
-        views = views_of[top_k]
+        top_k = shown_top_k(s.top_k, rm)  # eval's rule: the RM's own view unless one is given
+        views = views_of.get(top_k) or views_of.setdefault(
+            top_k, _views(ss.items, s.model_copy(update={"top_k": top_k}), persist))
         name = getattr(rm, "name", rm.spec)
         if on_progress:
             on_progress(f"scoring {name}")
@@ -160,10 +171,7 @@ def best_of_n(
                          excluded={"invalid_grade": excluded_grade, "invalid_score": len(gradable) - len(usable)},
                          truncated=truncated)
         results[name] = res
-        rm_summaries.append({"rm": name, "n_items": len(usable), "k": list(ks), "first_k": res.first_k,
-                             "expected": res.expected, "ci_low": res.ci_low, "ci_high": res.ci_high,
-                             "n_invalid_score_items": len(gradable) - len(usable), "truncated_inputs": truncated,
-                             "top_k": top_k})
+        rm_summaries.append(_rm_row(name, res, len(usable), len(gradable) - len(usable), ks, truncated, top_k))
         if out_path is not None:
             _write_rm(out_path / slug(name), res, ids, score_of, ks)
 

@@ -55,7 +55,7 @@ from prbench.errors import PrbenchError
 from prbench.extras import require
 from prbench.prompts import load_prompt
 from prbench.retrieval import Retriever, load_retriever
-from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, RewardModel, load_rm, view_top_k
+from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, RewardModel, load_rm, shown_top_k
 from prbench.runs import write_json_atomic
 from prbench.schema import RubricAspect, SourceItem, posts_from_wire, posts_to_wire
 from prbench.scoring import score_cached
@@ -276,10 +276,9 @@ def train_rl(
     ret = load_retriever(s.retriever)
     planner = read_planner_file(s.planner_file) if s.planner_file else None
     prompt = load_prompt("policy_answer", s.prompt_file)
-    policy_k = s.top_k or DEFAULT_TOP_K
+    policy_k = s.top_k or DEFAULT_TOP_K  # the policy prompt's posts; the RM's view follows eval's rule below
     policy_views = build_views(train_items, s.policy_condition, retriever=ret, top_k=policy_k, seed=s.seed)
-    rows = _rows(train_items, policy_views, s.condition, prompt, s.max_words)
-    dataset = datasets.Dataset.from_list(rows)
+    dataset = datasets.Dataset.from_list(_rows(train_items, policy_views, s.condition, prompt, s.max_words))
 
     source = resolve_policy(policy)  # before the RM loads: a missing policy fails at once
     rm_obj = rm if isinstance(rm, RewardModel) else load_rm(rm, **{"seed": s.seed, **rm_options})
@@ -287,9 +286,8 @@ def train_rl(
         raise PrbenchError(f"{rm_obj.spec}: RL needs a pointwise RM (a judge in --mode pointwise)")
     rm_name = getattr(rm_obj, "name", rm_obj.spec)
     pool = [it.model_copy(update={"narrative": ""}) for it in train_items]
-    rm_k = s.top_k or view_top_k(rm_obj) or DEFAULT_TOP_K  # eval's rule (`prbench._evaluate`): the RM's own view
-    reward = RMReward(rm_obj, s.condition, retriever=ret, top_k=rm_k, planner=planner, pool=pool, seed=s.seed,
-                      max_context_chars=s.max_context_chars, scale=s.reward_scale)
+    reward = RMReward(rm_obj, s.condition, retriever=ret, top_k=shown_top_k(s.top_k, rm_obj), planner=planner,
+                      pool=pool, seed=s.seed, max_context_chars=s.max_context_chars, scale=s.reward_scale)
 
     use_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     tokenizer = transformers.AutoTokenizer.from_pretrained(source)

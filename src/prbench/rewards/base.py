@@ -168,6 +168,19 @@ def view_top_k(model: str | RewardModel) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
+def shown_top_k(given: int | None, model: str | RewardModel) -> int:
+    """The profile items a view shows: the number given, else what the model (or its trained folder) asks for,
+    else DEFAULT_TOP_K. One rule for eval, Best-of-N, RL and the reward server, so the reward a run optimizes
+    is the one eval measured (issue 51.17: a stance folder asks for the whole profile)."""
+    if given:
+        return given
+    own = view_top_k(model)
+    spec = model if isinstance(model, str) else getattr(model, "spec", None)
+    if own is None and isinstance(spec, str) and spec:
+        own = view_top_k(spec)
+    return own or DEFAULT_TOP_K
+
+
 def rm_name(spec: str, options: Mapping[str, Any] | None = None) -> str:
     """The `name` the RM a spec builds will report, known without building it: the spec, unless its kind
     names a mode beside it (a pointwise judge: `judge[pointwise]:ENGINE`) through a

@@ -335,7 +335,6 @@ def save_folder(out: str | Path, config: dict[str, Any], model) -> Path:
 def load_folder(path: str | Path, spec: str | None = None):
     """(config, model in eval mode) from a folder written by `save_folder`; `spec`: what the user typed."""
     from prbench.manifest import load_weights, verify
-
     from prbench.rewards.folders import require_folder
 
     p = Path(path)

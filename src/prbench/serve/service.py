@@ -19,7 +19,7 @@ from typing import Any
 from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
 from prbench.errors import PrbenchError
 from prbench.retrieval import Retriever, load_retriever
-from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, Score, view_top_k
+from prbench.rewards.base import PointwiseRM, Score, shown_top_k
 from prbench.schema import SourceItem
 from prbench.serve.chat import ChatSplitter
 from prbench.serve.items import item_from_context, parse_label
@@ -96,13 +96,6 @@ class ViewCache:
         return view
 
 
-def folder_top_k(rm: PointwiseRM) -> int:
-    """The profile items a view shows when none are given: what the model (or its trained folder) asks for,
-    else the benchmark's 10 -- `prbench eval`'s rule (`prbench._evaluate`), so the served reward is the
-    one eval measured (issue 51.17: a stance folder asks for the whole profile)."""
-    return view_top_k(rm) or view_top_k(rm.spec) or DEFAULT_TOP_K
-
-
 def check_reward(fallback_reward: float, reward_scale: float) -> None:
     """A fallback and a scale that give rewards to learn from (checked before any model loads)."""
     if not (math.isfinite(fallback_reward) and math.isfinite(reward_scale)):
@@ -126,7 +119,7 @@ class RewardService:
         if condition == "planner" and not planner_file:
             raise PrbenchError("condition 'planner' needs --planner-file (aspects keyed by item id)")
         check_reward(fallback_reward, reward_scale)
-        self.rm, self.condition, self.top_k = rm, condition, top_k or folder_top_k(rm)
+        self.rm, self.condition, self.top_k = rm, condition, shown_top_k(top_k, rm)  # eval's rule
         self.retriever = retriever or load_retriever("bm25")
         self.planner = read_planner_file(planner_file) if planner_file else None
         self.max_context_chars = max_context_chars
