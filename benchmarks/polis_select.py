@@ -5,7 +5,7 @@ pair) mirrored records are built as test.jsonl is: a statement pair one held-out
 rejected and another the other way round, the evidence all their other votes. `stance` is trained on
 the other 80%; the script prints pair accuracy of the projection alone, the co-vote factors alone
 (rank x l2 grid), their sum at several factor weights, and the co-vote nearest-neighbour reference
-(`real_text.CovoteNN`, exact texts), every one on the person's whole profile.
+(`prbench.train.covote`, the `covote-nn` method's table), every one on the person's whole profile.
 
     python benchmarks/polis_select.py ../shared/data/polis-dev [--cache /tmp/emb.sqlite]
 """
@@ -80,13 +80,13 @@ def parts(rm, records: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
 
 def main() -> None:
     import torch
-    from real_text import CovoteNN
 
     from prbench.cache import Cache
     from prbench.data.pairs import load_pairs
     from prbench.judgments import post_evidence
     from prbench.rewards import load_rm
     from prbench.rewards.stance import covote_factors
+    from prbench.train.covote import CovoteTable
     from prbench.train.stance import StanceConfig, judgments_by_user, train_stance
 
     ap = argparse.ArgumentParser()
@@ -123,16 +123,19 @@ def main() -> None:
         if kept is not None:
             for w in WEIGHTS:
                 print(f"projection + factors (the defaults' rank and l2), weight {w}:", accuracy(proj + w * kept))
-    ref = CovoteNN(fit)
+    from prbench.train.covote import CovoteConfig
+
+    table, shrink = CovoteTable.from_pairs(fit), CovoteConfig().shrink
     for k in (10, 5, 20):
-        ref.k = k
-        scores = [(_ev_score(ref, c, ev) - _ev_score(ref, r, ev)) for _, c, r, ev in records]
+        scores = [table.score(c, _keyed(ev), k, shrink) - table.score(r, _keyed(ev), k, shrink)
+                  for _, c, r, ev in records]
         print(f"reference co-vote nearest neighbour, {k} nearest votes:", accuracy(np.array(scores)))
 
 
-def _ev_score(ref, y: str, evidence: list[tuple[str, float]]) -> float:
-    sims = sorted(((ref.sim(y, t), s) for t, s in evidence), key=lambda x: -abs(x[0]))[: ref.k]
-    return float(sum(v * s for v, s in sims))
+def _keyed(evidence: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    from prbench.train.covote import text_key
+
+    return [(text_key(t), s) for t, s in evidence]
 
 
 if __name__ == "__main__":

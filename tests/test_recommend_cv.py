@@ -172,3 +172,54 @@ def _write(path: Path, pairs: Sequence[PreferencePair]) -> None:
     rows = [{"id": p.id, "user_id": p.user_id, "question": p.prompt, "chosen": p.chosen, "rejected": p.rejected,
              "profile": [{"text": q.text, "stance": q.stance} for q in p.profile]} for p in pairs]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+# --------------------------------------------------------------------------- the reference rule (covote-nn)
+
+
+def _choosers(n: int, start: int, spaced: bool = False) -> list[PreferencePair]:
+    """People in two camps (short answers vs long ones) whose profiles are past choices `{prompt, chosen,
+    rejected}` on prompts 1-5 and who judge prompt 0; `spaced` writes their profile texts with other case and
+    spacing."""
+    out = []
+    for u in range(start, start + n):
+        short = u % 2 == 0
+
+        def pick(i: int) -> tuple[str, str]:
+            a, b = f"short answer {i}", f"a long and careful answer {i}"
+            return (a, b) if short else (b, a)
+
+        def shown(text: str) -> str:
+            return "  " + text.upper().replace(" ", "   ") if spaced else text
+
+        profile = [ProfilePost(id=f"c{u}-{i}", text=shown(pick(i)[0]), stance="chose", prompt=f"question {i}",
+                               rejected=shown(pick(i)[1])) for i in range(1, 6)]
+        chosen, rejected = pick(0)
+        out.append(PreferencePair(user_id=f"chooser{u}", id=f"j{u}", prompt="question 0", chosen=chosen,
+                                  rejected=rejected, profile=profile))
+    return out
+
+
+def test_covote_nn_reads_past_choices_and_matches_texts_however_spaced(tmp_path: Path) -> None:
+    """The rule over past choices: a new person's chosen and rejected answers on other prompts, compared with the
+    answers they now judge by how the training people co-chose them; the person's own choices decide (wrong-profile
+    is the other camp's)."""
+    from prbench.rewards import load_rm
+    from prbench.train.covote import CovoteConfig, train_covote
+    from prbench.train.protocol import ProtocolConfig, pair_credits
+
+    train = _choosers(20, 0)
+    # training people judged other prompts too: their judged pair's answers join the table as chosen +1 / rejected -1
+    train_covote(train + [p.model_copy(update={"prompt": "question 3", "id": f"{p.id}-3",
+                                               "chosen": p.profile[2].text, "rejected": p.profile[2].rejected})
+                          for p in train], tmp_path / "nn", CovoteConfig())
+    rm = load_rm(f"covote-nn:{tmp_path / 'nn'}")
+    assert rm.seen_users() == {f"chooser{u}" for u in range(20)} and rm.view_top_k == 100
+    new = _choosers(8, 100, spaced=True)
+    cfg = ProtocolConfig(top_k=100)
+    own, _ = pair_credits(rm, new, "profile", cfg)
+    other_camp = [p.model_copy(update={"profile": new[(i + 1) % 8].profile}) for i, p in enumerate(new)]
+    wrong, _ = pair_credits(rm, other_camp, "profile", cfg)
+    blind, _ = pair_credits(rm, new, "none", cfg)
+    assert own == [1.0] * 8  # every new person's camp read off their own past choices
+    assert wrong == [0.0] * 8 and blind == [0.5] * 8  # the other camp's choices mislead; no profile: ties

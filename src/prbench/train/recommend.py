@@ -233,8 +233,10 @@ def _choose(rows: dict[str, Candidate], names: list[str], cv: CVSettings, k: int
         row.n_people = len(row.per_person)
         if row.error or not row.per_person:
             continue
-        mine = sorted(row.per_person) if row.reference else common
-        vals = np.array([row.per_person[u] for u in mine if u in row.per_person])
+        mine = [u for u in common if u in row.per_person]  # a reference: on the same people where it scored them
+        if not mine:
+            continue
+        vals = np.array([row.per_person[u] for u in mine])
         row.mean = float(vals.mean())
         row.ci_low, row.ci_high = metrics.bootstrap_ci(vals, seed=cv.seed, n_boot=cv.n_boot)
         wrong = [row.wrong_profile[u] for u in mine if u in row.wrong_profile]
