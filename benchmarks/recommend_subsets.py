@@ -80,14 +80,38 @@ def one(train, test, size: int, seed: int, cache) -> dict:
     return row
 
 
+def table(path: str) -> str:
+    """The markdown rows of RESULTS_methods.md from the JSON lines of a run."""
+    out = ["| people | seed | recommended (CV: stance / style / covote-nn, P(stance best)) | recommended on test, "
+           "pairs [95% CI] | per person | wrong-profile (pairs) | style on test (pairs) | covote-nn on test (pairs) "
+           "| CV s |", "|---|---|---|---|---|---|---|---|---|"]
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        cv, test, rec = r["cv"], r["test"], r["recommended"]
+
+        def ci(v: list) -> str:
+            return f"{v[0]} [{v[1]}, {v[2]}]"
+
+        out.append(f"| {r['size']} | {r['seed']} | **{rec}** ({cv['stance']['mean']} / {cv['style']['mean']} / "
+                   f"{cv['covote-nn']['mean']}, {cv['stance']['p_best']:.2f}) | **{ci(test[rec]['profile']['pairs'])}** | "
+                   f"{ci(test[rec]['profile']['people'])} | {test[rec]['wrong-profile']['pairs'][0]} | "
+                   f"{test['style']['profile']['pairs'][0]} | {test['covote-nn']['profile']['pairs'][0]} | "
+                   f"{r['cv_seconds']:.0f} |")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("root", help="polis-dev folder (train.jsonl, test.jsonl)")
+    ap.add_argument("root", help="polis-dev folder (train.jsonl, test.jsonl); with --table, the JSON lines file")
+    ap.add_argument("--table", action="store_true", help="print the markdown table of a run's JSON lines")
     ap.add_argument("--sizes", default="220")
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "prbench-real-text-emb.sqlite"))
     ap.add_argument("--out", default=None, help="also append each JSON line here")
     args = ap.parse_args()
+    if args.table:
+        print(table(args.root))
+        return
     warnings.simplefilter("ignore")
     from prbench.cache import Cache
     from prbench.data.pairs import load_pairs
