@@ -82,9 +82,10 @@ def one(train, test, size: int, seed: int, cache) -> dict:
 
 def table(path: str) -> str:
     """The markdown rows of RESULTS_methods.md from the JSON lines of a run."""
-    out = ["| people | seed | recommended (CV: stance / style / covote-nn, P(stance best)) | recommended on test, "
-           "pairs [95% CI] | per person | wrong-profile (pairs) | style on test (pairs) | covote-nn on test (pairs) "
-           "| CV s |", "|---|---|---|---|---|---|---|---|---|"]
+    head = ("| people | seed | recommended (CV: stance / style / covote-nn, P(stance best)) | recommended on test, "
+            "pairs [95% CI] | per person | wrong-profile (pairs) | style on test (pairs) | covote-nn on test (pairs) "
+            "| CV s |")
+    out = [head, "|---|---|---|---|---|---|---|---|---|"]
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         r = json.loads(line)
         cv, test, rec = r["cv"], r["test"], r["recommended"]

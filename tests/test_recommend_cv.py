@@ -181,16 +181,14 @@ def _choosers(n: int, start: int, spaced: bool = False) -> list[PreferencePair]:
     """People in two camps (short answers vs long ones) whose profiles are past choices `{prompt, chosen,
     rejected}` on prompts 1-5 and who judge prompt 0; `spaced` writes their profile texts with other case and
     spacing."""
+    def shown(text: str) -> str:
+        return "  " + text.upper().replace(" ", "   ") if spaced else text
+
     out = []
     for u in range(start, start + n):
-        short = u % 2 == 0
-
-        def pick(i: int) -> tuple[str, str]:
+        def pick(i: int, short: bool = u % 2 == 0) -> tuple[str, str]:
             a, b = f"short answer {i}", f"a long and careful answer {i}"
             return (a, b) if short else (b, a)
-
-        def shown(text: str) -> str:
-            return "  " + text.upper().replace(" ", "   ") if spaced else text
 
         profile = [ProfilePost(id=f"c{u}-{i}", text=shown(pick(i)[0]), stance="chose", prompt=f"question {i}",
                                rejected=shown(pick(i)[1])) for i in range(1, 6)]
