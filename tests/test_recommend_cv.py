@@ -128,6 +128,7 @@ def test_every_person_is_held_out_once_and_the_numbers_pool_over_all_of_them(pla
     # the reference rule trains nothing and is measured in the same folds, never chosen
     [ref] = rec.references
     assert ref.method == "covote-nn" and ref.reference and ref.n_people == 37 and rec.method != "covote-nn"
+    assert ref.mean == 0.5 and rec.reference_note is None  # planted texts nobody else judged: the rule ties
     again = recommend(pairs, ["planted-cheap", "planted-pricey"], {"seed": 1}, settings=CVSettings(seed=1))
     timeless = {"candidates": {"__all__": {"train_seconds"}}, "references": {"__all__": {"train_seconds"}}}
     assert again.model_dump(exclude=timeless) == rec.model_dump(exclude=timeless)  # seeded
@@ -221,3 +222,12 @@ def test_covote_nn_reads_past_choices_and_matches_texts_however_spaced(tmp_path:
     blind, _ = pair_credits(rm, new, "none", cfg)
     assert own == [1.0] * 8  # every new person's camp read off their own past choices
     assert wrong == [0.0] * 8 and blind == [0.5] * 8  # the other camp's choices mislead; no profile: ties
+
+
+def test_the_reference_rule_is_said_when_it_reads_at_least_as_well_as_the_chosen_method(planted) -> None:
+    """On past choices that many people share, the table of who chose what reads every held-out person (100%),
+    while a planted method blind to the person cannot: the reference stays a row, never the answer, and is named."""
+    rec = recommend(_choosers(30, 0), ["planted-cheap"], {"seed": 0}, settings=CVSettings(n_boot=100))
+    [ref] = rec.references
+    assert rec.method == "planted-cheap" and ref.mean == 1.0 and (rec.row("planted-cheap").mean or 0) <= 0.75
+    assert rec.reference_note and "the reference covote-nn (trains nothing) reads 100.0%" in rec.reference_note

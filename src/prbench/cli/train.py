@@ -264,6 +264,8 @@ def _recommend_table(rec: Any) -> None:
         typer.echo(f"{rec.runner_up} minus {rec.method}: {100 * rec.gap:+.1f} points per person "
                    f"[{_pct(low)}, {_pct(high)}]; P({rec.method} is best) = {rec.row(rec.method).p_best:.2f}")
     typer.echo(f"recommended: {rec.why}")
+    if rec.reference_note:
+        typer.echo(f"note: {rec.reference_note}")
 
 
 @app.command()

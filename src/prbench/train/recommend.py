@@ -103,6 +103,7 @@ class Recommendation(BaseModel):
     gap: float | None = None  # runner-up minus chosen, per person, mean
     gap_ci: tuple[float | None, float | None] | None = None
     warning: str | None = None
+    reference_note: str | None = None  # a reference rule scored at least as well as the chosen method
     folds_of: dict[str, int] = {}  # person -> fold
 
     def row(self, method: str) -> Candidate:
@@ -271,6 +272,11 @@ def _choose(rows: dict[str, Candidate], names: list[str], cv: CVSettings, k: int
                            f"= {sure:.2f} (below {cv.sure:g}), {runner} minus {chosen} = {100 * diff.mean():+.1f} "
                            f"points per person [{100 * low:.1f}, {100 * high:.1f}], which allows more than the "
                            f"{pts} margin; {chosen} was kept because {why.split(': ', 1)[1]}")
+    level = [r for r in rec.references if r.mean is not None and r.mean >= means[chosen]]
+    if level:
+        rec.reference_note = "; ".join(
+            f"the reference {r.method} (trains nothing) reads {100 * (r.mean or 0):.1f}% on the same held-out people, "
+            f"{chosen} {100 * means[chosen]:.1f}%: {chosen} adds no accuracy over it on this data" for r in level)
     if cut:
         rec.why += f" ({cut})"
     return rec
