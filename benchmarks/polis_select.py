@@ -6,7 +6,7 @@ rejected and another the other way round, the evidence all their other votes. `s
 the other 80%; the script prints pair accuracy (and the mean over people) of the projection alone,
 the earlier uncentered co-vote readout (ridge fit of the signs on an SVD of the votes, rank 64,
 l2 0.3), the centered co-vote kernel alone (rank x prior grid), the projection plus the kernel at
-several weights, the co-vote nearest-neighbour reference (`real_text.CovoteNN`, exact texts), and
+several weights, the co-vote nearest-neighbour reference (`prbench.train.covote`, the `covote-nn` method's table), and
 the kernel and the reference fitted on random 220-person subsets of the 80% (the sizes users
 have); every one on the person's whole profile.
 
@@ -116,13 +116,13 @@ def parts(rm, records: list[tuple], projection: bool = True) -> tuple[np.ndarray
 
 def main() -> None:
     import torch
-    from real_text import CovoteNN
 
     from prbench.cache import Cache
     from prbench.data.pairs import load_pairs
     from prbench.judgments import post_evidence
     from prbench.rewards import load_rm
     from prbench.rewards.stance import covote_factors
+    from prbench.train.covote import CovoteConfig, CovoteTable
     from prbench.train.stance import StanceConfig, judgments_by_user, train_stance
 
     ap = argparse.ArgumentParser()
@@ -165,23 +165,27 @@ def main() -> None:
         for w in WEIGHTS:
             print(f"projection + kernel (rank {defaults.votes_rank}, prior {defaults.votes_prior}), weight {w}:",
                   accuracy(proj + w * kept, users))
-        ref = CovoteNN(fit)
+        shrink = CovoteConfig().shrink
         for k in (10, 5, 20):
-            ref.k = k
-            scores = [(_ev_score(ref, c, ev) - _ev_score(ref, r, ev)) for _, c, r, ev in records]
-            print(f"reference co-vote nearest neighbour, {k} nearest votes:", accuracy(np.array(scores), users))
+            scores = _reference(CovoteTable.from_pairs(fit), records, k, shrink)
+            print(f"reference co-vote nearest neighbour, {k} nearest votes:", accuracy(scores, users))
         for seed in range(SUBSETS):
             group = random.Random(seed).sample(fit, SUBSET_PEOPLE)
-            ref = CovoteNN(group)
-            scores = [(_ev_score(ref, c, ev) - _ev_score(ref, r, ev)) for _, c, r, ev in records]
+            scores = _reference(CovoteTable.from_pairs(group), records, 10, shrink)
             cov = kernel(list(judgments_by_user(group).values()), defaults.votes_rank, defaults.votes_prior)
             print(f"{SUBSET_PEOPLE} people (subset seed {seed}): kernel alone {accuracy(cov, users)}; "
-                  f"reference (10 nearest) {accuracy(np.array(scores), users)}", flush=True)
+                  f"reference (10 nearest) {accuracy(scores, users)}", flush=True)
 
 
-def _ev_score(ref, y: str, evidence: list[tuple[str, float]]) -> float:
-    sims = sorted(((ref.sim(y, t), s) for t, s in evidence), key=lambda x: -abs(x[0]))[: ref.k]
-    return float(sum(v * s for v, s in sims))
+def _reference(table, records: list[tuple], k: int, shrink: float) -> np.ndarray:
+    """The `covote-nn` rule's margin (chosen minus rejected) on each record, its `k` nearest votes."""
+    from prbench.train.covote import text_key
+
+    out = []
+    for _, c, r, ev in records:
+        keyed = [(text_key(t), s) for t, s in ev]
+        out.append(table.score(c, keyed, k, shrink) - table.score(r, keyed, k, shrink))
+    return np.array(out)
 
 
 if __name__ == "__main__":

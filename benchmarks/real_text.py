@@ -15,7 +15,8 @@ Progress (training done, each condition's accuracy) goes to stderr as it happens
 Any ROOT/<variant>/{train,test}.jsonl works the same way: polis-dev (real Polis votes; the test
 file is mirrored, so a scorer that ignores the person gets 50%) is `ROOT=../shared/data
 --variants polis-dev`. `reference:covote-nn` is the nearest-neighbour rule over the person's own
-profile votes (`CovoteNN`): no training, a table of how the training file's people voted.
+judgments (`prbench.train.covote`, the method `covote-nn`): no training, a table of how the training
+file's people judged each text (votes, stances, past choices).
 """
 
 from __future__ import annotations
@@ -30,49 +31,6 @@ import time
 from pathlib import Path
 
 CONDITIONS = ("profile", "wrong-profile", "none")
-
-
-class CovoteNN:
-    """The nearest-neighbour reference: a statement's closest profile votes by how the training people co-voted.
-
-    From the training file's profiles (`prbench.judgments` signs; `wrote` counts as agree), the
-    co-vote similarity of statements a and b is sum_p v_pa v_pb / (n_ab + 5) over the people who
-    voted on both (shrunk toward 0 when few did). A response's score is sum_j s_j sim(y, e_j) over
-    the `k` profile votes e_j with the largest |sim|. Texts are matched exactly: a statement no
-    training person voted on scores 0 (a tie). Like a kNN classifier it memorises statements, so it
-    is a reference for a data set whose test statements the training people also voted on.
-    """
-
-    def __init__(self, train: list, k: int = 10):
-        from collections import defaultdict
-
-        from prbench.judgments import post_evidence
-
-        self.k, votes = k, defaultdict(dict)
-        for p in train:
-            votes[p.user_id].update({e.text: e.sign for e in post_evidence(p.profile) if e.sign})
-            votes[p.user_id].update({p.chosen: 1.0, p.rejected: -1.0})
-        self.by_text: dict = defaultdict(dict)
-        for user, row in votes.items():
-            for text, sign in row.items():
-                self.by_text[text][user] = sign
-        self.name = self.spec = "reference:covote-nn"
-
-    def sim(self, a: str, b: str) -> float:
-        va, vb = self.by_text.get(a, {}), self.by_text.get(b, {})
-        both = va.keys() & vb.keys()
-        return sum(va[u] * vb[u] for u in both) / (len(both) + 5)
-
-    def score(self, batch: list) -> list:
-        from prbench.judgments import post_evidence
-        from prbench.rewards.base import Score
-
-        out = []
-        for view, response in batch:
-            ev = [(e.text, e.sign) for e in post_evidence(view.posts[: view.shown_posts]) if e.sign]
-            sims = sorted(((self.sim(response, t), s) for t, s in ev), key=lambda x: -abs(x[0]))[: self.k]
-            out.append(Score(float(sum(v * s for v, s in sims))))
-        return out
 
 
 def _one(root: str, variant: str, method: str, cache_path: str, options: dict, top_k: int | None = None) -> dict:
@@ -92,8 +50,12 @@ def _one(root: str, variant: str, method: str, cache_path: str, options: dict, t
     with tempfile.TemporaryDirectory() as tmp:
         if method.startswith(("baseline:", "judge:")):
             rm, row["train_s"] = load_rm(method), 0.0
-        elif method == "reference:covote-nn":
-            rm, row["train_s"] = CovoteNN(train), 0.0
+        elif method == "reference:covote-nn":  # the package's rule (`prbench.train.covote`), its folder a table
+            from prbench.train.covote import CovoteConfig, train_covote
+
+            t0 = time.perf_counter()
+            train_covote(train, Path(tmp) / "m", CovoteConfig(top_k=top_k or CovoteConfig().top_k))
+            rm, row["train_s"] = load_rm(f"covote-nn:{Path(tmp) / 'm'}"), round(time.perf_counter() - t0, 1)
         else:
             fn, _ = METHODS[method].load()
             t0 = time.perf_counter()

@@ -174,8 +174,9 @@ def test_cli_default_trains_the_recommended_method_and_eval_reports_the_protocol
     res = runner.invoke(app, ["train", "--data", str(data), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    rec = report["recommendation"]  # no method named: the candidates measured on held-out people of the file
-    assert {r["method"] for r in rec["rows"]} == {m for m in METHODS.names() if METHODS[m].recommend}
+    rec = report["recommendation"]  # no method named: the candidates cross-validated over the people of the file
+    assert {r["method"] for r in rec["candidates"]} == {m for m in METHODS.names() if METHODS[m].recommend}
+    assert [r["method"] for r in rec["references"]] == ["covote-nn"] and rec["scored_people"] == 12
     assert rec["why"].startswith(report["method"]) and report["loads_as"] == f"{METHODS[report['method']].spec}:{out}"
     assert {"train", "seen", "unseen_k0", "baseline:lexical"} <= set(report["protocol"])
     protocol = json.loads((out / "protocol.json").read_text())

@@ -1,4 +1,4 @@
-"""The stance method (`prbench.rewards.stance`) on planted judgments, and `recommend` choosing by the protocol.
+"""The stance method (`prbench.rewards.stance`) on planted judgments, and `recommend` choosing by cross-validation.
 
 Planted votes: two camps of people vote on the same statements of two sides of a debate; a record
 is a person's agreed vs rejected statement, and every statement pair appears for one person of
@@ -9,7 +9,6 @@ are the same for both camps: only the signs ("I agree:" / "I disagree:") tell th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 from pathlib import Path
@@ -19,8 +18,9 @@ import pytest
 
 from prbench.data.pairs import PreferencePair
 from prbench.schema import ProfilePost
-from prbench.train.methods import METHODS, make_config, recommend, spec_for
+from prbench.train.methods import METHODS, make_config, spec_for
 from prbench.train.protocol import ProtocolConfig, pair_credits
+from prbench.train.recommend import CVSettings, recommend
 
 SIDES = {
     "transit": ["We should build more bus lanes downtown", "We should make trains free for students",
@@ -115,19 +115,19 @@ def test_stance_trains_on_pairs_without_rubric_narrative_or_category(tmp_path: P
         train_stance([], tmp_path / "empty", cache=minilm_cache)
 
 
-# --------------------------------------------------------------------------- recommendation by the protocol
+# --------------------------------------------------------------------------- recommendation by cross-validation
 
 
-CHEAP = ProtocolConfig(ks=(0,), draws=1, n_boot=200, holdout_users=0.3, controls=False)
+CHEAP = CVSettings(folds=2, n_boot=200, references=())
 
 
 def test_recommend_keeps_stance_where_people_differ_in_what_they_endorse(minilm_cache: Any) -> None:
-    rec = recommend(planted_votes(48, agrees=False), ["style", "stance"], {"seed": 0, **FAST},
-                    protocol=dataclasses.replace(CHEAP, holdout_users=0.5), cache=minilm_cache)
-    rows = {r["method"]: r for r in rec.rows}
+    rec = recommend(planted_votes(48, agrees=False), ["style", "stance"], {"seed": 0, **FAST}, settings=CHEAP,
+                    cache=minilm_cache)
+    rows = {r.method: r for r in rec.candidates}
     assert rec.method == "stance", rec.why
-    assert rows["stance"]["unseen"] > 0.85 and rows["style"]["unseen"] < 0.7
-    assert "best on unseen users" in rec.why
+    assert (rows["stance"].mean or 0) > 0.85 and (rows["style"].mean or 1) < 0.7
+    assert "best mean over 48 held-out people" in rec.why
 
 
 def test_recommend_keeps_style_where_people_differ_in_how_they_write(minilm_cache: Any) -> None:
@@ -135,14 +135,14 @@ def test_recommend_keeps_style_where_people_differ_in_how_they_write(minilm_cach
     from prbench.data.synth_personas import synth_persona_examples
 
     pairs = pairs_from_examples(synth_persona_examples(24, 8, seed=0))
-    rec = recommend(pairs, ["stance", "style"], {"seed": 0, **FAST}, protocol=CHEAP, cache=minilm_cache)
-    rows = {r["method"]: r for r in rec.rows}
+    rec = recommend(pairs, ["stance", "style"], {"seed": 0, **FAST}, settings=CHEAP, cache=minilm_cache)
+    rows = {r.method: r for r in rec.candidates}
     assert rec.method == "style", rec.why
-    assert rows["style"]["unseen"] >= rows["stance"]["unseen"], rows
+    assert (rows["style"].mean or 0) >= (rows["stance"].mean or 0) - CHEAP.margin, rows
 
 
 def test_cli_train_without_a_method_falls_back_to_the_default_when_the_protocol_cannot_run(tmp_path: Path) -> None:
-    """Three people cannot be split into seen and unseen: the default method trains, and the CLI says why."""
+    """Three people cannot be cross-validated: the default method trains, and the CLI says why."""
     from typer.testing import CliRunner
 
     from prbench.cli import _register, app

@@ -123,8 +123,9 @@ def test_view_top_k_ignores_what_is_not_a_count(bad: Any) -> None:
 
 
 def test_recommend_measures_each_candidate_on_the_views_it_asks_for(minilm_cache: Any) -> None:
-    from prbench.train.methods import recommend
+    from prbench.train.recommend import CVSettings, recommend
 
-    rec = recommend(covotes(16, seed=0), ["style", "stance"], {"seed": 0, **BRIEF}, cache=minilm_cache)
-    views = {name: report["config"]["top_k"] for name, report in rec.reports.items()}
+    rec = recommend(covotes(16, seed=0), ["style", "stance"], {"seed": 0, **BRIEF},
+                    settings=CVSettings(folds=2, n_boot=100, references=()), cache=minilm_cache)
+    views = {c.method: c.top_k for c in rec.candidates}
     assert views == {"style": 10, "stance": make_config("stance", {}).top_k}

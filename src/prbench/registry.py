@@ -191,6 +191,7 @@ REWARDS = RewardRegistry("reward model", "prbench.rewards", {
     "vpl": "prbench.rewards.vpl:VPLReward",
     "style": "prbench.rewards.style:StyleReward",
     "stance": "prbench.rewards.stance:StanceReward",
+    "covote-nn": "prbench.train.covote:CovoteRM",
     "pref": "prbench.rewards.pref:PReFReward",
     "gpo": "prbench.rewards.gpo:GPOReward",
     "synthesizeme": "prbench.rewards.synthesizeme:SynthesizeMeReward",

@@ -33,7 +33,8 @@ from prbench.config import (
 from prbench.errors import PrbenchError, SpecError
 
 app = typer.Typer(help="Train personalized reward models, one command per method. With no method (prbench train "
-                       "--data D --out DIR), the candidates are measured on held-out people of D and the best kept.",
+                       "--data D --out DIR), the candidates are cross-validated over the people of D (every person "
+                       "held out once) and the best kept; a cheaper one within --margin points of it wins.",
                   invoke_without_command=True)
 Epochs = Annotated[float | None, typer.Option(help="Training epochs (default depends on the model).")]
 Lr = Annotated[float | None, typer.Option(help="Learning rate (default depends on the model).")]
@@ -182,9 +183,23 @@ def default(
     candidates: Annotated[str | None, typer.Option(
         help="Methods the recommendation measures, comma-separated, or 'all' (default: the cheap ones, "
              "`Method.recommend`).", metavar="LIST")] = None,
+    folds: Annotated[int | None, typer.Option(
+        help="Folds of people (default: 5, or half the people when fewer than 10).", min=2)] = None,
+    margin: Annotated[float, typer.Option(
+        help="A cheaper method within this many accuracy points of the best is kept.", min=0, max=100)] = 1.0,
+    budget: Annotated[float | None, typer.Option(
+        help="Seconds the folds may take; a fold that would not fit is cut (at least one runs; said).",
+        min=1)] = None,
+    protocol: Annotated[bool, typer.Option(
+        help="Also run the seen/unseen protocol for the chosen method (protocol.json; one more training).")] = True,
     json_out: Json = False,
 ) -> None:
-    """With no method: measure the candidates by the protocol on held-out people of --data, train the best."""
+    """With no method: cross-validate the candidates over the people of --data, train the best.
+
+    Every person is held out once (k folds by person); each candidate trains on the other people
+    and is scored on the held-out people's pairs (profile, k = 0). The best mean over people wins,
+    unless a cheaper method is within --margin points of it (then the cheaper). The nearest-neighbour
+    reference (covote-nn, trains nothing) is measured in the same folds and shown, never chosen."""
     if ctx.invoked_subcommand is not None:
         return
     if data is None or out is None:
@@ -193,16 +208,19 @@ def default(
             raise typer.Exit(0)
         raise PrbenchError("prbench train: give both --data and --out (or a method: prbench train lore --help)")
     from prbench.train import is_main_process
-    from prbench.train.methods import DEFAULT_METHOD, METHODS, options_for, recommend, train_method
+    from prbench.train.methods import DEFAULT_METHOD, METHODS, options_for, train_method
+    from prbench.train.recommend import CVSettings, recommend
 
     names = None
     if candidates:
-        names = [m for m in METHODS.names() if METHODS[m].command or m == "context-bt"] \
+        names = [m for m in METHODS.names() if (METHODS[m].command or m == "context-bt") and m != "covote-nn"] \
             if candidates.strip() == "all" else split_csv(candidates)
     pairs, _ = _load(data, None, format_, split)
     options = {"seed": seed, **({"encoder": encoder} if encoder != ENCODER else {})}  # the default may read no encoder
+    settings = CVSettings(folds=folds, margin=margin / 100, budget_s=budget, seed=seed)
     try:
-        rec = recommend(pairs, names, options)
+        rec = recommend(pairs, names, options, settings=settings,
+                        progress=None if json_out else lambda line: typer.echo(line, err=True))
     except PrbenchError as exc:
         if "at least 4 users" not in str(exc):
             raise
@@ -211,22 +229,43 @@ def default(
              split=split)
         return
     if not json_out:
-        _recommend_table(rec.rows)
-        typer.echo(f"recommended: {rec.why}")
+        _recommend_table(rec)
+    if rec.warning:
+        typer.echo(f"warning: {rec.warning}", err=True)
     result, report = train_method(rec.method, pairs, out, options_for(rec.method, options),
-                                  measured={**rec.reports[rec.method],
-                                            "recommendation": {"rows": rec.rows, "why": rec.why}})
+                                  run_protocol_check=protocol, recommendation=rec)
     if is_main_process():
         _report(result, json_out, report, rec.method, None)
 
 
-def _recommend_table(rows: list[dict]) -> None:
-    table("recommendation: each candidate by the protocol on held-out people (accuracy %, mean over users)",
-          ["method", "unseen users [95% CI]", "seen users", "wrong-profile", "swap drop (p)", "cost", "train s"],
-          [(r["method"], f"{_pct(r['unseen'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]", _pct(r["seen"]),
-            _pct(r["wrong_profile"]),
-            "-" if r["swap_drop"] is None else f"{_pct(r['swap_drop'])} (p={r['swap_p']:.2g})", r["cost"],
-            r["train_seconds"]) for r in rows])
+def _recommend_table(rec: Any) -> None:
+    """One row per candidate and reference rule, then what the choice rests on and why."""
+    def ci(c: Any) -> str:
+        return f"{_pct(c.mean)} [{_pct(c.ci_low)}, {_pct(c.ci_high)}]" if c.mean is not None else (c.error or "-")
+
+    def spread(c: Any) -> str:
+        if not c.fold_means:
+            return "-"
+        sd = f"sd {_pct(c.fold_sd)}, " if c.fold_sd is not None else ""
+        return f"{sd}{_pct(min(c.fold_means))}-{_pct(max(c.fold_means))}"
+
+    rows = [(c.method + (" (reference: trains nothing)" if c.reference else ""), ci(c), spread(c),
+             _pct(c.wrong_mean), "-" if c.p_best is None else f"{c.p_best:.2f}", f"{c.train_seconds:.1f}", c.cost)
+            for c in rec.candidates + rec.references]
+    table(f"recommendation: cross-validation over people, {rec.folds_run} of {rec.folds} folds "
+          "(accuracy % per held-out person, mean [95% CI over people])",
+          ["method", "held-out people", "over folds", "wrong-profile", "P(best)", "train s (all folds)", "cost"], rows)
+    typer.echo(f"the choice rests on {rec.scored_people} held-out people of {rec.people} ({rec.folds_rule}; "
+               f"every person held out once{'' if not rec.cut else ' in the folds that ran'}; seed {rec.settings.seed})")
+    if rec.cut:
+        typer.echo(f"cut: {rec.cut}")
+    if rec.gap is not None and rec.gap_ci is not None:
+        low, high = rec.gap_ci
+        typer.echo(f"{rec.runner_up} minus {rec.method}: {100 * rec.gap:+.1f} points per person "
+                   f"[{_pct(low)}, {_pct(high)}]; P({rec.method} is best) = {rec.row(rec.method).p_best:.2f}")
+    typer.echo(f"recommended: {rec.why}")
+    if rec.reference_note:
+        typer.echo(f"note: {rec.reference_note}")
 
 
 @app.command()

@@ -8,10 +8,11 @@ weights, so `prbench eval` shows the protocol in the run summary and warns about
 fits its training users far better than unseen ones. Too little data for the protocol (fewer
 than 4 users) is said in `protocol.json`, never silently skipped.
 
-DEFAULT_METHOD is what `prbench train --data D --out DIR` trains: the method with the best
-unseen-user accuracy on real persona text (the DSP persona split of `prbench.data.dsp_personas`,
-benchmarks/real_text.py; numbers in benchmarks/RESULTS_methods.md and docs/methods.md), where
-it also holds on the synthetic persona check (benchmarks/train_methods.py --check).
+`prbench train --data D --out DIR` (no method named) trains the method that cross-validation over
+the people of D recommends (`prbench.train.recommend`); DEFAULT_METHOD only when D has too few
+people to cross-validate: the method with the best unseen-user accuracy on real persona text (the
+DSP persona split, benchmarks/real_text.py; numbers in benchmarks/RESULTS_methods.md and
+docs/methods.md).
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import numpy as np
 
 from prbench.cache import Cache
 from prbench.data.pairs import PreferencePair
@@ -35,7 +34,7 @@ from prbench.registry import REWARDS, Registry, resolve
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
-DEFAULT_METHOD = "style"  # what runs when the data has too few users for the recommendation's protocol
+DEFAULT_METHOD = "style"  # what runs when the data has too few users for the recommendation's folds
 
 
 @dataclass(frozen=True)
@@ -121,6 +120,9 @@ BUILTIN = SimpleNamespace(**{m.name: m for m in (
     Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal", cost=2, command=False),
     Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal", cost=2,
            command=False),
+    Method("covote-nn", "prbench.train.covote:train_covote", "prbench.train.covote:CovoteConfig", "covote-nn",
+           "Write the nearest-neighbour reference: a table of how the training people judged each text; a response "
+           "scores by the person's judgments of the texts people judged alike; covote-nn:OUT.", cost=0),
 )})
 METHODS = MethodRegistry("training method", "prbench.methods",
                          {name: f"prbench.train.methods:BUILTIN.{name}" for name in vars(BUILTIN)})
@@ -149,12 +151,12 @@ def train_method(
     refit: bool | None = None,
     item_key: Callable[[PreferencePair], str] | None = None,
     cache: Cache | None = None,
-    measured: dict[str, Any] | None = None,
+    recommendation: Any = None,
 ) -> tuple[TrainResult, dict[str, Any]]:
     """Train `method` with the protocol (see module docstring); returns (result, protocol dict).
 
-    `measured`: a protocol report `recommend` already made for this method on these pairs; it is kept
-    as is and the final model is trained on all pairs (never the protocol's model: refit)."""
+    `recommendation`: the `prbench.train.recommend.Recommendation` that chose `method`, recorded in
+    `protocol.json` beside the protocol's numbers."""
     from prbench.rewards import load_rm
     from prbench.train import is_main_process, launched
 
@@ -166,14 +168,14 @@ def train_method(
         condition = "profile"  # PAL ignores context; the protocol still shows it the same views
     pcfg = protocol or ProtocolConfig(condition=condition if condition != "none" else "profile",
                                       top_k=getattr(cfg, "top_k", None) or 10, seed=getattr(cfg, "seed", 0))
-    refit = (METHODS[method].refit if refit is None else refit) or measured is not None
+    refit = METHODS[method].refit if refit is None else refit
     if refit and run_protocol_check and launched():  # two trainings: the launcher's process group ends after one
         raise PrbenchError(f"{method} under torchrun / accelerate launch trains once: add --no-refit (keep the "
                            "protocol's model) or --no-protocol")
     report: dict[str, Any] = {"method": method, "refit": refit}
-    if measured is not None:  # the recommendation already ran this protocol (same split and settings)
-        report.update(measured)
-    elif run_protocol_check:
+    if recommendation is not None:
+        report["recommendation"] = recommendation.model_dump(mode="json")
+    if run_protocol_check:
         try:
             split = split_protocol(pairs, pcfg, item_key=item_key) if item_key else split_protocol(pairs, pcfg)
         except PrbenchError as exc:
@@ -219,95 +221,7 @@ def _rm_options(method: str, cache: Cache | None) -> dict[str, Any]:
     return {"encoder_cache": cache} if cache is not None else {}
 
 
-# --------------------------------------------------------------------------- recommendation
-
-
-@dataclass
-class Recommendation:
-    """What `recommend` measured: the winner, one row per candidate (protocol headline and cost), and why."""
-
-    method: str
-    rows: list[dict[str, Any]]
-    why: str
-    reports: dict[str, dict[str, Any]]
-
-
 def options_for(method: str, options: dict[str, Any]) -> dict[str, Any]:
     """The common options (seed, encoder ...) that `method`'s settings have; the others are not its own."""
     fields = METHODS[method].settings().model_fields
     return {k: v for k, v in options.items() if k in fields}
-
-
-def recommend(pairs: Sequence[PreferencePair], candidates: Sequence[str] | None = None,
-              options: dict[str, Any] | None = None, *, protocol: ProtocolConfig | None = None,
-              cache: Cache | None = None) -> Recommendation:
-    """Run the protocol for each candidate on held-out people of `pairs` and keep the best on unseen users.
-
-    Every candidate sees the same split (seen vs unseen users, train vs test items; `protocol`'s
-    seed). The winner is the best mean over unseen users at k = 0; a pricier method (`Method.cost`)
-    wins over a cheaper one only when its per-user advantage on the same unseen users has a 95%
-    bootstrap CI above 0, so ties go to the cheaper. Why: a fixed default that is right on one kind
-    of data (style on DSP's writing personas) is at chance on another (votes), and the protocol on the
-    user's own people is the measurement that tells them apart. Fewer than 4 users: an error (the
-    caller falls back to DEFAULT_METHOD and says so).
-    """
-    import time
-
-    from prbench import metrics
-    from prbench.rewards import load_rm
-    from prbench.train.protocol import pair_credits, per_user
-
-    names = list(dict.fromkeys(candidates or [m.name for m in METHODS.methods() if m.recommend]))
-    for name in names:
-        if name not in METHODS:
-            raise PrbenchError(METHODS.unknown(name))
-    pcfg = protocol or ProtocolConfig(seed=int((options or {}).get("seed") or 0))
-    split = split_protocol(pairs, pcfg)
-    rows, reports, own = [], {}, {}
-    for name in names:
-        cfg = make_config(name, options_for(name, dict(options or {})))
-        fn, _ = METHODS[name].load()
-        # each candidate is measured on the views it asks for (stance: the whole profile of judgments)
-        mcfg = pcfg if protocol is not None else replace(pcfg, top_k=getattr(cfg, "top_k", None) or pcfg.top_k)
-        scratch = Path(tempfile.mkdtemp(prefix=f"prbench-recommend-{name}-"))
-        try:
-            start = time.perf_counter()
-            fn(split.train, scratch / "model", cfg, cache=cache)
-            seconds = time.perf_counter() - start
-            rm = load_rm(spec_for(name, scratch / "model"), **_rm_options(name, cache))
-            report = run_protocol(rm, split, mcfg, encoder=getattr(cfg, "encoder", None), cache=cache)
-            report["headline"] = headline(report)
-            own[name] = per_user(*pair_credits(rm, split.unseen_test, mcfg.condition, mcfg))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        reports[name] = report
-        zero = report["unseen"]["curve"][0]
-        rows.append({"method": name, "cost": METHODS[name].cost, "train_seconds": round(seconds, 1),
-                     "unseen": zero["mean"], "ci_low": zero["ci_low"], "ci_high": zero["ci_high"],
-                     "seen": (report.get("seen") or {}).get("mean"),
-                     "wrong_profile": ((report.get("controls") or {}).get("wrong_profile") or {}).get("mean"),
-                     "swap_drop": (report.get("swap") or {}).get("drop"),
-                     "swap_p": (report.get("swap") or {}).get("p_value")})
-    ranked = sorted(rows, key=lambda r: (METHODS[r["method"]].cost, r["method"]))
-    best = ranked[0]
-    why = f"{best['method']}: the cheapest candidate"
-    for row in ranked[1:]:
-        if row["unseen"] is None or (best["unseen"] is not None and row["unseen"] <= best["unseen"]):
-            why += f"; {row['method']} scored no higher on unseen users"
-            continue
-        users = sorted(set(own[row["method"]]) & set(own[best["method"]]))
-        diff = np.array([own[row["method"]][u] - own[best["method"]][u] for u in users])
-        if not diff.size:
-            why += f"; {row['method']} shares no unseen user with {best['method']}"
-            continue
-        low, high = metrics.bootstrap_ci(diff, seed=pcfg.seed, n_boot=pcfg.n_boot)
-        if low is None or high is None:  # one user only: no interval, so no evidence beyond chance
-            why += f"; {row['method']} is measured on too few unseen users to beat {best['method']}"
-            continue
-        gain = f"{100 * diff.mean():+.1f} points per unseen user [{100 * low:.1f}, {100 * high:.1f}]"
-        if low > 0:
-            why = f"{row['method']}: best on unseen users, {gain} over {best['method']}"
-            best = row
-        else:
-            why += f"; {row['method']} is not better beyond chance ({gain}), so the cheaper {best['method']} is kept"
-    return Recommendation(best["method"], rows, why, reports)
