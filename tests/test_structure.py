@@ -6,6 +6,7 @@ Both read the source as text (ast), so they hold for every module whether or not
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -188,3 +189,21 @@ def test_the_type_checker_is_strict_on_the_core_and_its_debt_only_shrinks():
     assert len(strict) == 1 and set(STRICT_CORE) <= set(strict[0]["module"])
     assert len(debt) <= MYPY_DEBT_CAP, f"{len(debt)} modules excused from mypy: fix one rather than add one"
     assert cfg["files"] == ["src/prbench"]
+    assert cfg.get("check_untyped_defs") is True  # untyped bodies are checked in every module too
+
+
+TYPE_IGNORE_CAP = 15  # issue #49: each a place where the type cannot be written (a base chosen at run time ...)
+
+
+def test_few_type_ignores_and_each_says_why():
+    """A `# type: ignore` names its error code and is followed by a comment saying why; at most TYPE_IGNORE_CAP."""
+    found, unexplained = [], []
+    for path in PKG.rglob("*.py"):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "type: ignore" in line:
+                where = f"{path.relative_to(PKG).as_posix()}:{n}"
+                found.append(where)
+                if not re.search(r"type: ignore\[[a-z,-]+\] +# \S", line):
+                    unexplained.append(where)
+    assert unexplained == [], f"say why after each of these (`# type: ignore[code]  # why`): {unexplained}"
+    assert len(found) <= TYPE_IGNORE_CAP, f"{len(found)} type: ignore in src/prbench: type the code instead ({found})"

@@ -228,6 +228,12 @@ def _gain(r: dict[str, Any]) -> dict[str, Any] | None:
     return card["gain"] if card else None
 
 
+def _gain_diff(r: dict[str, Any]) -> float:
+    """The profile - wrong-profile difference of a row that has one (-inf for one that has none)."""
+    gain = _gain(r)
+    return float(gain["diff"]) if gain else float("-inf")
+
+
 @dataclass
 class Headline:
     """A data set's answer: does an RM use the person, and which model is best among those whose checks hold."""
@@ -314,7 +320,7 @@ def headlines(rows: Sequence[dict[str, Any]]) -> list[Headline]:
         cards = [r for r in group if _gain(r) and not r["faults"]]
         models = [r for r in cards if not r["baseline"]]
         if cards:
-            h.person = max(models or cards, key=lambda r: _gain(r)["diff"])  # type: ignore[index]
+            h.person = max(models or cards, key=_gain_diff)
             h.person_baseline = not models
         ranked = [r for r in group if not r["condition"].startswith("wrong-")]  # a control condition is never best
         h.models = any(not r["baseline"] for r in group)

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import stat
+import sys
 import tempfile
 import weakref
 from collections.abc import Iterable
@@ -35,10 +36,10 @@ from typing import Any
 from prbench.cache import content_key
 from prbench.errors import DataError, PrbenchError, RunBusy
 
-try:
+if sys.platform != "win32":
     import fcntl
-except ImportError:  # pragma: no cover - non-POSIX systems: no OS lock
-    fcntl = None  # type: ignore[assignment]
+else:  # pragma: no cover - Windows has no fcntl: no OS lock
+    fcntl = None
 
 log = logging.getLogger(__name__)
 

@@ -166,7 +166,9 @@ def chunk_records(rm: RewardModel, exs: Sequence[Example], views: Sequence[View]
     """Records for one chunk of examples, whatever the RM kind (also what a Ray worker runs)."""
     if isinstance(rm, PairwiseRM):
         return _pairwise_records(rm, exs, views, seed, both_orders)
-    return _pointwise_records(rm, exs, views, cache)  # type: ignore[arg-type]
+    if not isinstance(rm, PointwiseRM):  # load_rm refuses any other kind; an RM built by hand may not be one
+        raise PrbenchError(f"{rm.spec}: a {type(rm).__name__} is neither a PointwiseRM nor a PairwiseRM")
+    return _pointwise_records(rm, exs, views, cache)
 
 
 def _base_record(ex: Example, view: View) -> dict[str, Any]:

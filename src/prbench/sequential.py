@@ -157,7 +157,7 @@ class StopRule:
         value = float(m.group(2)) if m.group(2) else DEFAULT_MARGIN
         if not 0 < value < 1:
             raise PrbenchError(f"--until {text!r}: the width or margin must lie strictly between 0 and 1")
-        return cls(m.group(1), value)  # type: ignore[arg-type]
+        return cls("ci" if m.group(1) == "ci" else "decided", value)
 
     def __str__(self) -> str:
         return f"{self.kind}={self.value:g}"

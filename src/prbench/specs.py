@@ -91,7 +91,8 @@ COMMAND_WIDE = frozenset({"device", "dtype", "base_url", "api_key_env", "max_len
 def combine(*models: type[KindOptions]) -> type[KindOptions]:
     """One options model with the fields of all (a judge's own options and its engine's)."""
     name = "+".join(m.__name__ for m in models)
-    return create_model(name, __base__=tuple(dict.fromkeys(models)))  # type: ignore[call-overload]
+    # pydantic's create_model overloads type one base class, not a tuple built at run time
+    return create_model(name, __base__=tuple(dict.fromkeys(models)))  # type: ignore[call-overload]  # see above
 
 
 def _factory(registry: Any, spec: str) -> tuple[Any, str, str]:

@@ -191,9 +191,10 @@ def personalize(
 
     lists = {k: tuple(split_csv(v) or ()) for k, v in (("a_wins", a_wins), ("b_wins", b_wins), ("ties", ties)) if v}
     try:
-        cfg = PersonalizeConfig(by=by, prompt=prompt, a=a, b=b, winner=winner, signed=signed, turn=turn, time=time,
-                                category=category, test_fraction=test_fraction, seed=seed, min_choices=min_choices,
-                                profile_max=profile_max, profile_order=profile_order, **lists)  # type: ignore[arg-type]
+        cfg = PersonalizeConfig.model_validate(
+            {"by": by, "prompt": prompt, "a": a, "b": b, "winner": winner, "signed": signed, "turn": turn,
+             "time": time, "category": category, "test_fraction": test_fraction, "seed": seed,
+             "min_choices": min_choices, "profile_max": profile_max, "profile_order": profile_order, **lists})
     except ValidationError as exc:
         err = exc.errors()[0]
         raise PrbenchError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None

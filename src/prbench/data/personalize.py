@@ -228,9 +228,11 @@ def _winner(value: Any, cfg: PersonalizeConfig, file: str, line: int, field: str
         got = "null" if value is None else type(value).__name__
         raise DataError(file, line, field, f"expected a winner label, got {got}")
     word = (str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)).strip().lower()
-    for name, values in (("a", cfg.a_wins), ("b", cfg.b_wins), ("tie", cfg.ties)):
+    sides: tuple[tuple[Literal["a", "b", "tie"], tuple[str, ...]], ...] = (
+        ("a", cfg.a_wins), ("b", cfg.b_wins), ("tie", cfg.ties))
+    for name, values in sides:
         if word in {v.strip().lower() for v in values}:
-            return name  # type: ignore[return-value]
+            return name
     raise DataError(file, line, field, f"unknown winner {short_text(value)} (A wins: {', '.join(cfg.a_wins)}; "
                                        f"B wins: {', '.join(cfg.b_wins)}; ties: {', '.join(cfg.ties)}; name yours "
                                        "with --a-wins / --b-wins / --ties)")

@@ -89,11 +89,11 @@ def guarded_protocol(max_connections: int, header_timeout: float, on_busy: Any =
     """
     Base, fast = _base_protocol(parser)
 
-    class Guarded(DisconnectWatch, Base):  # type: ignore[valid-type,misc]
+    class Guarded(DisconnectWatch, Base):  # type: ignore[valid-type,misc]  # a base chosen at run time (parser)
         _header_timer: asyncio.TimerHandle | None = None
         _late = 0
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]  # uvicorn narrows the transport
             super().connection_made(transport)
             if len(self.connections) > max_connections:
                 transport.write(BUSY_REPLY)

@@ -553,7 +553,7 @@ def _stoppable(config: Any, on_ready: Callable[[], None] | None) -> Any:
     shutdown, which the CLI would report as an interrupted run to resume: a server has nothing to resume)."""
     uvicorn = require("uvicorn", "serve")
 
-    class Server(uvicorn.Server):  # type: ignore[misc,name-defined]
+    class Server(uvicorn.Server):  # type: ignore[misc,name-defined]  # uvicorn: an optional extra, imported here
         stopped_by: int | None = None
 
         async def startup(self, sockets: Any = None) -> None:

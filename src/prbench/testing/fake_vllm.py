@@ -362,7 +362,7 @@ def _make_llm(spec: dict[str, Any], engine_args: type) -> type:
     def __init__(self: Any, model: str, **kwargs: Any) -> None:
         _StandInLLM.__init__(self, model, **kwargs)
 
-    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # inspect reads it; typeshed lacks it
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
          inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
         + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in sorted(llm_only)]
