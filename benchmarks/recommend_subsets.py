@@ -59,6 +59,7 @@ def one(train, test, size: int, seed: int, cache) -> dict:
                  "warning": rec.warning, "cv_seconds": round(time.perf_counter() - t0, 1), "folds": rec.folds,
                  "cv": {c.method: {"mean": round(100 * (c.mean or 0), 1), "ci": [round(100 * (c.ci_low or 0), 1),
                                                                                  round(100 * (c.ci_high or 0), 1)],
+                                   "own_profile": round(100 * (c.profile_mean or 0), 1),
                                    "wrong_profile": round(100 * (c.wrong_mean or 0), 1),
                                    "fold_sd": None if c.fold_sd is None else round(100 * c.fold_sd, 1),
                                    "p_best": c.p_best, "train_s": round(c.train_seconds, 1)}

@@ -53,7 +53,9 @@ def train_planted(pairs: Sequence[PreferencePair], out: str | Path, cfg: Any, *,
 
 
 class PlantedRM(PointwiseRM):
-    """Right (chosen "good ..." above rejected "bad ...") where the pair's planted difficulty is below its rate."""
+    """Right (chosen "good ..." above rejected "bad ...") where the pair's planted difficulty is below its rate,
+    with the person's own profile; with a stranger's profile it reads the other way round (a purely personal
+    method: the stranger stands for someone who chose the other way), so its mirrored accuracy is its rate."""
 
     calls_model = False
 
@@ -63,11 +65,13 @@ class PlantedRM(PointwiseRM):
 
     def score(self, batch: Sequence[tuple[Any, str]]) -> list[Score]:
         out = []
-        for _, response in batch:
+        for view, response in batch:
             good, tag = response.split(" ", 1)
             shared = _unit("shared?", tag) < 0.8
             right = _unit("u", tag) < self.rate if shared else _unit("u", self.salt, tag) < self.rate
-            out.append(Score(float((good == "good") == right)))
+            person = tag.split("-")  # s{seed}-{person}-{i}; a tag without a person: blind to the person
+            own = len(person) < 3 or [p.text for p in view.posts] == [f"person {person[1]}"]
+            out.append(Score(float((good == "good") == (right == own))))
         return out
 
 
@@ -96,7 +100,7 @@ def people(n: int, pairs_each: int, seed: int) -> list[PreferencePair]:
     """n people, each with `pairs_each` pairs of their own and a one-vote profile."""
     return [PreferencePair(user_id=f"p{u}", id=f"s{seed}-p{u}-{i}", prompt=f"question {i}",
                            chosen=f"good s{seed}-{u}-{i}", rejected=f"bad s{seed}-{u}-{i}",
-                           profile=[ProfilePost(id=f"v{u}", text=f"statement {u % 7}", stance="agree")])
+                           profile=[ProfilePost(id=f"v{u}", text=f"person {u}", stance="agree")])
             for u in range(n) for i in range(pairs_each)]
 
 
@@ -225,9 +229,12 @@ def test_covote_nn_reads_past_choices_and_matches_texts_however_spaced(tmp_path:
 
 
 def test_the_reference_rule_is_said_when_it_reads_at_least_as_well_as_the_chosen_method(planted) -> None:
-    """On past choices that many people share, the table of who chose what reads every held-out person (100%),
-    while a planted method blind to the person cannot: the reference stays a row, never the answer, and is named."""
+    """On past choices that many people share, the table of who chose what reads every held-out person (100% with
+    their own profile), while a planted method blind to the person reads 50% mirrored: the reference stays a row,
+    never the answer, and is named."""
     rec = recommend(_choosers(30, 0), ["planted-cheap"], {"seed": 0}, settings=CVSettings(n_boot=100))
     [ref] = rec.references
-    assert rec.method == "planted-cheap" and ref.mean == 1.0 and (rec.row("planted-cheap").mean or 0) <= 0.75
-    assert rec.reference_note and "the reference covote-nn (trains nothing) reads 100.0%" in rec.reference_note
+    planted = rec.row("planted-cheap")
+    assert rec.method == "planted-cheap" and ref.profile_mean == 1.0 and planted.mean == 0.5  # blind: mirrored 50%
+    assert (ref.mean or 0) >= 0.7  # a stranger of the other camp reads the other way, one of the same camp alike
+    assert rec.reference_note and "the reference covote-nn (trains nothing) reads" in rec.reference_note

@@ -126,8 +126,9 @@ def test_recommend_keeps_stance_where_people_differ_in_what_they_endorse(minilm_
                     cache=minilm_cache)
     rows = {r.method: r for r in rec.candidates}
     assert rec.method == "stance", rec.why
-    assert (rows["stance"].mean or 0) > 0.85 and (rows["style"].mean or 1) < 0.7
-    assert "best mean over 48 held-out people" in rec.why
+    assert (rows["stance"].profile_mean or 0) > 0.85 and (rows["style"].profile_mean or 1) < 0.7
+    assert (rows["stance"].mean or 0) > (rows["style"].mean or 1) + 0.1  # mirrored: what the person's own data adds
+    assert "best mirrored accuracy over 48 held-out people" in rec.why
 
 
 def test_recommend_keeps_style_where_people_differ_in_how_they_write(minilm_cache: Any) -> None:

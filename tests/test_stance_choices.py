@@ -97,10 +97,9 @@ def test_polis_dev_stance_beats_the_covote_nearest_neighbour_by_3_points(tmp_pat
     from prbench.rewards.base import view_top_k
     from prbench.train.protocol import ProtocolConfig, distribution, pair_credits, per_user
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from real_text import CovoteNN  # the reference row of RESULTS_methods.md
-
     train, test = (load_pairs(POLIS / f"{s}.jsonl") for s in ("train", "test"))
+    METHODS["covote-nn"].load()[0](train, tmp_path / "ref", make_config("covote-nn", {}))  # RESULTS_methods' row
+    covote = load_rm(spec_for("covote-nn", tmp_path / "ref"))
     fn, _ = METHODS["stance"].load()
     fn(train, tmp_path / "m", make_config("stance", {"epochs": 1, "members": 1}), cache=minilm_cache)
     rm = load_rm(spec_for("stance", tmp_path / "m"), encoder_cache=minilm_cache)
@@ -110,7 +109,7 @@ def test_polis_dev_stance_beats_the_covote_nearest_neighbour_by_3_points(tmp_pat
         assert None not in credits
         return 100 * float(distribution(per_user(credits, users), seed=0)["mean"])
 
-    reference = per_user_mean(CovoteNN(train), "profile", 100)
+    reference = per_user_mean(covote, "profile", 100)
     assert 59 <= reference <= 62  # 60.6 in RESULTS_methods.md: the same rule on the same file
     assert per_user_mean(rm, "profile", view_top_k(rm)) >= reference + 3
     assert 47 <= per_user_mean(rm, "wrong-profile", view_top_k(rm)) <= 53

@@ -4,14 +4,20 @@ The design (issue #47):
 
 - folds by person: the people of D in a seeded shuffle, cut into k folds (`folds_for`: 5, or
   half the people when fewer than 10; at least 4 people); every person is held out once;
-- per fold, every candidate trains on the other folds' people and is scored on the held-out
-  people's pairs under `profile` (k = 0: no shots), each on the views its folder asks for
-  (`view_top_k`, as `prbench eval` reads it); accuracy per person (ties 0.5, invalid scores left
-  out and counted), pooled over every held-out person. Beside it, the `wrong-profile` control
-  (another held-out person's profile): on a file that is not mirrored, what a method reads off
-  the pair alone (a popular statement wins) scores above 50% there too, and only the difference
-  is the person's own;
-- the choice: the candidate with the best mean over people, unless a cheaper one (`Method.cost`)
+- per fold, every candidate trains on the other folds' people and scores each held-out pair twice
+  (k = 0: no shots), each time on the views its folder asks for (`view_top_k`, as `prbench eval`
+  reads it): with the person's own profile, and with a stranger's (`stranger_pairs`: another
+  held-out person's profile, of the same category where there is one, holding neither answer);
+- the number is mirrored accuracy: per pair (own credit + 1 - stranger's credit) / 2, i.e. the
+  pair judged as the person did and, in reverse, by a stranger standing for someone who chose the
+  other way; per person its mean (ties 0.5, invalid scores left out and counted), pooled over every
+  held-out person. Why mirrored: on a file that is not mirrored, what a method reads off the pair
+  alone (a popular statement wins) scores as accuracy on unseen people, and that chose `style` (at
+  chance on polis-dev's mirrored test) over `stance` (62-65%) once stance stopped reading
+  popularity (measured on 220-person subsets, issue #47). Mirrored, a profile-blind method reads
+  exactly 50%, as on polis-dev's test file and the issue's held-out checks; the own-profile
+  accuracy and the stranger's are shown beside it;
+- the choice: the candidate with the best mirrored mean over people, unless a cheaper one (`Method.cost`)
   is within `margin` of it (default 1 point): then the cheapest of those. No significance test
   decides: on a few hundred people one has no power, and "not significantly better" kept a
   method at chance while another read 60-68% (issue #47);
@@ -71,18 +77,20 @@ class Candidate(BaseModel):
     reference: bool = False  # a reference rule: shown beside the candidates, never chosen
     top_k: int | None = None  # the views it was scored on (profile items shown)
     n_people: int = 0  # held-out people it scored validly
-    n_invalid: int = 0  # held-out pairs with an invalid score (left out)
-    mean: float | None = None  # mean over the people every candidate scored
+    n_invalid: int = 0  # held-out pairs with an invalid score, or no stranger to mirror them (left out)
+    mean: float | None = None  # mirrored accuracy: mean over the people every candidate scored (the choice)
     ci_low: float | None = None
     ci_high: float | None = None
     fold_means: list[float] = []
     fold_sd: float | None = None
     train_seconds: float = 0.0  # all folds
     p_best: float | None = None  # paired bootstrap over people (candidates only)
-    wrong_mean: float | None = None  # the wrong-profile control: how much of `mean` is the person's own
+    profile_mean: float | None = None  # accuracy with the person's own profile (what an unmirrored test reads)
+    wrong_mean: float | None = None  # accuracy with a stranger's profile: what the pair alone tells
     error: str | None = None
-    per_person: dict[str, float] = {}
-    wrong_profile: dict[str, float] = {}  # person -> accuracy with another held-out person's profile
+    per_person: dict[str, float] = {}  # person -> mirrored accuracy
+    own_profile: dict[str, float] = {}  # person -> accuracy with their own profile
+    wrong_profile: dict[str, float] = {}  # person -> accuracy with a stranger's profile
 
 
 class Recommendation(BaseModel):
@@ -138,10 +146,35 @@ def p_best(acc: np.ndarray, *, seed: int, n_boot: int) -> np.ndarray:
     return (top / top.sum(axis=1, keepdims=True)).mean(axis=0)
 
 
+def stranger_pairs(held: Sequence[PreferencePair], seed: int) -> list[PreferencePair | None]:
+    """Each pair shown with a stranger's profile (None where no one qualifies): another person of `held`,
+    of the pair's category where one is, whose profile holds neither answer of the pair (else their
+    own judgment of it would be read); drawn reproducibly from (seed, pair)."""
+    from prbench.train.covote import text_key
+
+    profiles: dict[str, PreferencePair] = {}
+    for p in held:
+        profiles.setdefault(p.user_id, p)
+    texts = {u: {text_key(t) for x in p.profile for t in (x.text, x.rejected) if t} for u, p in profiles.items()}
+    people = sorted(u for u, p in profiles.items() if p.profile)
+    out: list[PreferencePair | None] = []
+    for p in held:
+        answers = {text_key(p.chosen), text_key(p.rejected)}
+        ok = [u for u in people if u != p.user_id and not answers & texts[u]]
+        pool = [u for u in ok if profiles[u].category == p.category] or ok
+        if not pool:
+            out.append(None)
+            continue
+        donor = profiles[random.Random(f"{seed}:stranger:{p.key}").choice(pool)]
+        out.append(p.model_copy(update={"id": f"{p.key}~stranger", "profile": list(donor.profile)}))
+    return out
+
+
 def _measure(name: str, train: list[PreferencePair], held: list[PreferencePair], options: dict[str, Any],
-             cache: Cache | None, seed: int) -> tuple[dict[str, float], dict[str, float], int, float, int | None]:
-    """Train `name` on `train`, score `held` under profile (and the wrong-profile control: another held-out
-    person's profile) on the candidate's own views."""
+             cache: Cache | None, seed: int) -> tuple[dict[str, float], dict[str, float], dict[str, float], int,
+                                                      float, int | None]:
+    """Train `name` on `train`; per held-out person: mirrored accuracy, own-profile and stranger's-profile
+    accuracy (module doc), on the candidate's own views."""
     from prbench.rewards import load_rm
     from prbench.rewards.base import DEFAULT_TOP_K, view_top_k
     from prbench.train.methods import METHODS, _rm_options, make_config, options_for, spec_for
@@ -157,11 +190,18 @@ def _measure(name: str, train: list[PreferencePair], held: list[PreferencePair],
         rm = load_rm(spec_for(name, scratch / "model"), **_rm_options(name, cache))
         top_k = view_top_k(rm) or getattr(cfg, "top_k", None) or DEFAULT_TOP_K
         pcfg = ProtocolConfig(condition="profile", top_k=top_k, seed=seed)
-        credits, owners = pair_credits(rm, held, "profile", pcfg)
-        wrong = per_user(*pair_credits(rm, held, "wrong-profile", pcfg))
+        own, owners = pair_credits(rm, held, "profile", pcfg)
+        strangers = stranger_pairs(held, seed)
+        idx = [i for i, q in enumerate(strangers) if q is not None]
+        got, _ = pair_credits(rm, [q for q in strangers if q is not None], "profile", pcfg)
+        other: list[float | None] = [None] * len(held)
+        for i, c in zip(idx, got):
+            other[i] = c
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return per_user(credits, owners), wrong, sum(c is None for c in credits), seconds, top_k
+    mirrored = [None if c is None or o is None else (c + 1 - o) / 2 for c, o in zip(own, other)]
+    return (per_user(mirrored, owners), per_user(own, owners), per_user(other, owners),
+            sum(c is None for c in mirrored), seconds, top_k)
 
 
 def recommend(pairs: Sequence[PreferencePair], candidates: Sequence[str] | None = None,
@@ -202,11 +242,12 @@ def recommend(pairs: Sequence[PreferencePair], candidates: Sequence[str] | None 
             if row.error:
                 continue
             try:
-                acc, wrong, invalid, seconds, top_k = _measure(name, train, held, options, cache, cv.seed)
+                acc, own, wrong, invalid, seconds, top_k = _measure(name, train, held, options, cache, cv.seed)
             except PrbenchError as exc:
                 row.error = f"fold {fold + 1}: {exc}"
                 continue
             row.per_person.update(acc)
+            row.own_profile.update(own)
             row.wrong_profile.update(wrong)
             row.n_invalid += invalid
             row.train_seconds += seconds
@@ -240,8 +281,9 @@ def _choose(rows: dict[str, Candidate], names: list[str], cv: CVSettings, k: int
         vals = np.array([row.per_person[u] for u in mine])
         row.mean = float(vals.mean())
         row.ci_low, row.ci_high = metrics.bootstrap_ci(vals, seed=cv.seed, n_boot=cv.n_boot)
-        wrong = [row.wrong_profile[u] for u in mine if u in row.wrong_profile]
-        row.wrong_mean = float(np.mean(wrong)) if wrong else None
+        for field, values in (("profile_mean", row.own_profile), ("wrong_mean", row.wrong_profile)):
+            got = [values[u] for u in mine if u in values]
+            setattr(row, field, float(np.mean(got)) if got else None)
         row.fold_sd = float(np.std(row.fold_means, ddof=1)) if len(row.fold_means) > 1 else None
     acc = np.array([[rows[n].per_person[u] for n in measured] for u in common])
     for n, p in zip(measured, p_best(acc, seed=cv.seed, n_boot=cv.n_boot)):
@@ -252,7 +294,7 @@ def _choose(rows: dict[str, Candidate], names: list[str], cv: CVSettings, k: int
     chosen = min(near, key=lambda n: (rows[n].cost, -means[n], n))
     pts = f"{100 * cv.margin:g} point{'' if round(100 * cv.margin, 9) == 1 else 's'}"
     if chosen == best:
-        why = f"{chosen}: best mean over {len(common)} held-out people ({100 * means[chosen]:.1f}%)"
+        why = f"{chosen}: best mirrored accuracy over {len(common)} held-out people ({100 * means[chosen]:.1f}%)"
     else:
         why = (f"{chosen}: within {pts} of the best ({best} {100 * means[best]:.1f}% vs {100 * means[chosen]:.1f}% "
                f"over {len(common)} held-out people) and cheaper, so kept")
