@@ -16,6 +16,7 @@ from prbench.cli.options import (
     Json,
     Out,
     Seed,
+    folder_out,
     set_options,
     settings_command,
     split_csv,
@@ -174,7 +175,7 @@ def _score_eval(method: str, out: Path, pairs: list[Any], options: dict) -> dict
 def default(
     ctx: typer.Context,
     data: Annotated[str | None, typer.Option("--data", "-d", help="Training pairs (file or folder).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.", callback=folder_out)] = None,
     format_: Format = None,
     split: TrainSplit = "train",
     seed: Seed = 0,

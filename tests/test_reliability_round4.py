@@ -1,0 +1,237 @@
+"""Issue 51, round four (readers and files): each finding is a one-line refusal or the right behaviour.
+
+1: a reader checks every figure it publishes against the records (an edited CI, category or per-user figure
+is one `skipped:` line naming the field); 8: a key in the base URL's query never reaches a record or the
+terminal; 9: the ledger counts what was sent, settled from disk after kill -9; 10: every file read is
+bounded before it allocates (sparse files); 11: a FIFO is refused, never waited on; 12: `prbench power`
+refuses nonsense; 13: `train --out` onto a file is refused before any work; 18: the smaller ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from prbench import evaluate
+from prbench.testing.records import make_records
+
+PRBENCH = [sys.executable, "-m", "prbench"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *args: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr plus the warnings logged) of one in-process CLI call."""
+    from prbench.cli import main
+
+    capsys.readouterr()
+    caplog.clear()
+    code = 0
+    with mock.patch.object(sys, "argv", ["prbench", *args]):
+        try:
+            main()
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err + "".join(f"{r.getMessage()}\n" for r in caplog.records)
+
+
+def in_subprocess(code: str, *, timeout: float = 120) -> tuple[int, str, int]:
+    """(exit code, stderr, peak resident memory in MiB) of `code` run by a fresh Python (ends with a FIFO's
+    TimeoutExpired when it blocks)."""
+    body = textwrap.indent(textwrap.dedent(code), " " * 8)
+    script = ("import resource, sys\ntry:\n    from prbench.cli import main\n    rc = 0\n    try:\n" + body +
+              "\n    except SystemExit as exc:\n        rc = exc.code if isinstance(exc.code, int) else 1\n"
+              "finally:\n    print(f'MAXRSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}', "
+              "file=sys.stderr)\nsys.exit(rc)\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, check=False)
+    rss = int(res.stderr.rsplit("MAXRSS ", 1)[1].split()[0])
+    return res.returncode, res.stderr.rsplit("MAXRSS ", 1)[0], rss
+
+
+def cli_code(*args: str) -> str:
+    return f"sys.argv = {['prbench', *args]!r}\nmain()"
+
+
+# -- 1: readers check every published figure ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real eval runs (a length baseline and a random one) on 21 pairs of 4 users in 3 categories."""
+    root = tmp_path_factory.mktemp("round4")
+    data = root / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(21)), encoding="utf-8")
+    for spec in ("baseline:length", "baseline:random"):
+        evaluate(spec, str(data), "none", out=root / "runs", n_boot=200)
+    return root / "runs"
+
+
+def _edit(path: Path, edit: Callable[[dict], None]) -> None:
+    s = json.loads(path.read_text())
+    edit(s)
+    path.write_text(json.dumps(s))
+
+
+def _ci(s: dict) -> None:
+    s["metrics"].update(ci_low=0.90, ci_high=0.95)
+
+
+def _groups(s: dict) -> None:
+    for g in s["metrics"]["categories"]["groups"].values():
+        g["accuracy"] = 0.99
+
+
+def _users(s: dict) -> None:
+    s["per_user"]["users"]["mean"] = 0.99
+
+
+def _macro(s: dict) -> None:
+    s["metrics"]["categories"]["macro"]["ci_high"] = 0.99
+
+
+EDITS = {"ci": (_ci, "metrics.ci_low", "90.0"), "categories": (_groups, "metrics.categories.groups.", "99.0"),
+         "per user": (_users, "per_user.users.mean", None), "macro CI": (_macro, "metrics.categories.macro", None)}
+READERS = ("leaderboard", "by category", "report", "export eee")
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("edit", EDITS)
+def test_an_edited_figure_is_one_skipped_line_naming_it(finished: Path, tmp_path: Path, reader: str, edit: str,
+                                                        capsys: pytest.CaptureFixture[str],
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING")
+    root = tmp_path / "runs"
+    shutil.copytree(finished, root)
+    victim = next(p for p in root.rglob("summary.json") if "length" in str(p))
+    fn, field, shown = EDITS[edit]
+    _edit(victim, fn)
+    args = {"leaderboard": ["leaderboard", str(root)], "by category": ["leaderboard", str(root), "--by-category"],
+            "report": ["report", str(root), "-o", str(tmp_path / "r.html"), "--n-boot", "20", "--n-perm", "20"],
+            "export eee": ["export", "eee", str(root), "--out", str(tmp_path / "eee")]}[reader]
+    code, out, err = run_cli(capsys, caplog, *args)
+    skipped = [line for line in err.splitlines() if "skipped:" in line]
+    assert code == 0 and len(skipped) == 1, err
+    assert f"{victim}: {field}" in skipped[0] and "Traceback" not in err, skipped
+    published = out + "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".html", ".json")
+                              and "runs" not in p.parts)
+    assert "baseline:random" in published  # the healthy run is still read
+    assert "baseline:length" not in published.replace(str(victim.parent), "")
+    if shown:
+        assert f"{shown}" not in out
+
+
+def test_an_untouched_run_passes_every_recomputed_check(finished: Path) -> None:
+    """The check recomputes what the driver wrote, bit for bit: a fresh run is never refused (n_boot recorded)."""
+    from prbench.runkinds import open_run
+
+    for summary in finished.rglob("summary.json"):
+        run = open_run(summary.parent)
+        assert json.loads(summary.read_text())["metrics"]["n_boot"] == 200 and run.summary is not None
+
+
+# -- 10, 11: bounded reads, no FIFO ---------------------------------------------------------------------------
+def _sparse(path: Path, size: str) -> Path:
+    path.unlink(missing_ok=True)
+    subprocess.run(["truncate", "-s", size, str(path)], check=True)
+    return path
+
+
+def test_a_2gb_sparse_examples_file_is_skipped_in_bounded_memory(finished: Path, tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    shutil.copytree(finished, root)
+    victim = next(p for p in root.rglob("examples.jsonl") if "length" in str(p))
+    _sparse(victim, "2G")
+    code, err, rss = in_subprocess(cli_code("leaderboard", str(root)))
+    skipped = [line for line in err.splitlines() if "skipped:" in line]
+    assert code == 0 and len(skipped) == 1 and str(victim) in skipped[0], err
+    assert "longer than" in skipped[0], skipped
+    assert rss < 1200, f"{rss} MiB to refuse a 2 GB sparse file"
+
+
+def test_a_1gb_sparse_users_file_is_refused_in_bounded_memory(tmp_path: Path) -> None:
+    users = _sparse(tmp_path / "users.jsonl", "1G")
+    code, err, rss = in_subprocess(f"""
+        from prbench.errors import PrbenchError
+        from prbench.serve.items import read_rows
+        try:
+            read_rows({str(users)!r})
+        except PrbenchError as exc:
+            print("error:", exc, file=sys.stderr)
+    """)
+    assert code == 0 and f"error: {users}:1: line longer than" in err, err
+    assert rss < 1200, f"{rss} MiB to refuse a 1 GB sparse file"
+
+
+def test_a_large_json_data_file_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    data = _sparse(tmp_path / "bench.json", "1G")
+    code, err, rss = in_subprocess(cli_code("data", "validate", str(data)))
+    assert code == 2 and err.count("\n") == 1 and f"{data}: " in err and "read whole" in err, err
+    assert rss < 1200
+
+
+@pytest.mark.parametrize("reader", ["validate", "train", "eval", "serve-reward --users"])
+def test_a_fifo_is_refused_by_every_data_reader(tmp_path: Path, reader: str) -> None:
+    fifo = tmp_path / "bench.jsonl"
+    os.mkfifo(fifo)
+    code = {"validate": cli_code("data", "validate", str(fifo)),
+            "train": cli_code("train", "lore", "--data", str(fifo), "--out", str(tmp_path / "m")),
+            "eval": cli_code("eval", "-q", "-m", "baseline:length", "--data", str(fifo), "--out", str(tmp_path / "r")),
+            "serve-reward --users": f"""
+                from prbench.errors import PrbenchError
+                from prbench.serve.items import read_rows
+                try:
+                    read_rows({str(fifo)!r})
+                except PrbenchError as exc:
+                    print("error:", exc, file=sys.stderr)
+                    sys.exit(2)
+            """}[reader]
+    rc, err, _ = in_subprocess(code, timeout=60)  # the old readers opened the FIFO twice and waited for ever
+    assert rc == 2 and err.strip() == f"error: {fifo}: a FIFO, not a file; give a regular file" or \
+        reader.startswith("serve") and rc == 2 and f"{fifo}: a FIFO, not a file" in err, err
+
+
+# -- 12: power ------------------------------------------------------------------------------------------------
+POWER_NONSENSE = {
+    "icc nan": (["--icc", "nan"], "--icc"), "icc inf": (["--icc", "inf"], "--icc"),
+    "icc 1.5": (["--icc", "1.5"], "--icc"), "icc -0.1": (["--icc", "-0.1"], "--icc"),
+    "items-per-user inf": (["--items-per-user", "inf"], "--items-per-user"),
+    "items-per-user 0": (["--items-per-user", "0"], "--items-per-user"),
+    "items-per-user -3": (["--items-per-user", "-3"], "--items-per-user"),
+    "items-per-user 1e308": (["--items-per-user", "1e308"], "--items-per-user"),
+    "diff 1e-300": (["--diff", "1e-300"], "too small to detect"), "diff 1e308": (["--diff", "1e308"], "--diff"),
+    "diff nan": (["--diff", "nan"], "--diff"),
+    "accuracy beside discordance": (["--accuracy", "0.7"], "give one of them"),
+}
+
+
+def test_power_refuses_nonsense_in_one_line(capsys: pytest.CaptureFixture[str],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    base = ["power", "--discordance", "0.3", "--diff", "0.05"]
+    for name, (extra, says) in POWER_NONSENSE.items():
+        args = [*base, *extra] if extra[0] != "--diff" else ["power", "--discordance", "0.3", *extra]
+        code, out, err = run_cli(capsys, caplog, *args)
+        assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: ") and says in err, \
+            (name, err, out)
+    code, out, _ = run_cli(capsys, caplog, *base, "--icc", "0.05", "--items-per-user", "10")
+    assert code == 0 and "1355 items from 136 users" in out and "ICC 0.050" in out
+    code, out, _ = run_cli(capsys, caplog, "power", "--help")
+    assert "a fraction (0.05 = 5 points)" in " ".join(out.split())
+
+
+# -- 13: train --out onto the data file ------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["train"], ["train", "lore"], ["train", "bt", "--frozen-encoder"]])
+def test_train_out_onto_a_file_is_refused_before_any_work(tmp_path: Path, command: list[str]) -> None:
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(24)), encoding="utf-8")
+    before = data.read_bytes()
+    for out in (data, data / "model"):
+        rc, err, _ = in_subprocess(cli_code(*command, "--data", str(data), "--out", str(out)))
+        assert rc == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"error: --out {out}: {data} is a file, not a folder"), err
+    assert data.read_bytes() == before
