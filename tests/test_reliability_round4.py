@@ -235,3 +235,43 @@ def test_train_out_onto_a_file_is_refused_before_any_work(tmp_path: Path, comman
         assert rc == 2 and err.count("\n") == 1, err
         assert err.startswith(f"error: --out {out}: {data} is a file, not a folder"), err
     assert data.read_bytes() == before
+
+
+# -- 8: a key in the base URL's query ---------------------------------------------------------------------------
+SECRET = "SEKRIT-0123456789abcdef"
+
+
+@pytest.mark.parametrize("path", ["/v1", "/wrong"])
+def test_a_key_in_the_base_url_query_stays_a_query_and_is_never_written(tmp_path: Path, path: str) -> None:
+    """The query goes with each request as a query (never spliced into the path), and no record, file or terminal
+    line holds the key, also when the server echoes the path it was sent in an error (`no route ...`)."""
+    from prbench.testing.openai_server import serve
+
+    data = tmp_path / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(4)), encoding="utf-8")
+    env = {**os.environ, "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    with serve(lambda body: "A") as srv:
+        url = f"{srv.base_url.removesuffix('/v1')}{path}?api_key={SECRET}&region=eu"
+        res = subprocess.run([*PRBENCH, "eval", "-q", "-m", "judge:openai:m", "--data", str(data), "--base-url", url,
+                              "--no-api-key", "--out", str(tmp_path / "runs"), "-M", "max_retries=0"],
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
+        sent = [r.path for r in srv.records if r.method == "POST"]
+    assert sent and all(p == f"{path}/chat/completions?api_key={SECRET}&region=eu" for p in sent), sent
+    if path == "/v1":
+        assert res.returncode == 0, res.stderr
+    else:
+        assert res.returncode != 0 and "no route" in res.stderr and "REDACTED" in res.stderr, res.stderr
+    assert SECRET not in res.stdout + res.stderr
+    written = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()]
+    assert any(p.name == "examples.jsonl" for p in written)
+    assert not [p for p in written if SECRET.encode() in p.read_bytes()]
+
+
+def test_redaction_covers_a_bare_path_and_bool_switches_are_no_secret() -> None:
+    from prbench.runs import redact_url, refuse_secrets
+
+    assert redact_url(f"no route /v1/?api_key={SECRET}chat/completions") == \
+        "no route /v1/?api_key=REDACTED"
+    assert redact_url(f"HTTP 404: no route /v1/chat/completions?region=eu&token={SECRET}") == \
+        "HTTP 404: no route /v1/chat/completions?region=eu&token=REDACTED"
+    refuse_secrets({"no_api_key": True, "api_key_env": "MY_KEY"})  # --no-api-key was refused as "a secret"

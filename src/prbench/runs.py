@@ -61,16 +61,26 @@ def refuse_secrets(options: dict[str, Any], what: str = "model_options") -> None
     for name, value in options.items():
         if isinstance(value, dict):
             refuse_secrets(value, f"{what}.{name}")
+        elif isinstance(value, bool) or value is None:
+            continue  # a switch (no_api_key) or an unset option holds no secret
         elif _SECRET_NAME.search(str(name)) or (isinstance(value, str) and _SECRET_VALUE.search(value)):
             raise PrbenchError(f"{what}: {name!r} looks like a secret; pass secrets through the environment: "
                                "api_key_env=NAME (the name of the variable that holds it)")
 
 
+def secret_name(name: str) -> bool:
+    """Whether a setting's or query parameter's name says it holds a secret (api_key, token, ...)."""
+    return bool(_SECRET_NAME.search(name) or _URL_SECRET_PARAM.search(f"?{name}="))
+
+
 def redact_url(text: str) -> str:
-    """`http://user:pw@host/?api_key=x&a=1` -> `http://REDACTED@host/?api_key=REDACTED&a=1`."""
-    if "://" not in text:
-        return text
-    return _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", text))
+    """`http://user:pw@host/?api_key=x&a=1` -> `http://REDACTED@host/?api_key=REDACTED&a=1`.
+
+    Secret query parameters are redacted in any text, with or without a scheme (a server's error names the bare
+    path it was sent: `no route /v1/chat/completions?api_key=x`)."""
+    if "://" in text:
+        text = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+    return _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text) if "=" in text else text
 
 
 def redact(obj: Any) -> Any:
