@@ -275,3 +275,48 @@ def test_redaction_covers_a_bare_path_and_bool_switches_are_no_secret() -> None:
     assert redact_url(f"HTTP 404: no route /v1/chat/completions?region=eu&token={SECRET}") == \
         "HTTP 404: no route /v1/chat/completions?region=eu&token=REDACTED"
     refuse_secrets({"no_api_key": True, "api_key_env": "MY_KEY"})  # --no-api-key was refused as "a secret"
+
+
+# -- 18: the smaller ones ---------------------------------------------------------------------------------------
+def test_a_run_without_config_is_one_skipped_line_not_a_second_row(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING")
+    data = tmp_path / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(12)), encoding="utf-8")
+    for condition in ("none", "profile"):
+        evaluate("baseline:length", str(data), condition, out=tmp_path / "runs", n_boot=50)
+    victim = next((tmp_path / "runs").rglob("profile/config.json"))
+    victim.unlink()
+    code, out, err = run_cli(capsys, caplog, "leaderboard", str(tmp_path / "runs"), "--json")
+    skipped = [line for line in err.splitlines() if "skipped:" in line]
+    assert code == 0 and len(skipped) == 1 and f"{victim}: missing" in skipped[0], err
+    rows = json.loads(out)["rows"]
+    assert len(rows) == 1 and set(rows[0]["cells"]) >= {"none"} and "profile" not in rows[0]["cells"], rows
+
+
+def test_data_detect_on_an_empty_folder_refuses_as_validate_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "empty").mkdir()
+    for command in ("detect", "validate"):
+        code, out, err = run_cli(capsys, caplog, "data", command, str(tmp_path / "empty"))
+        assert code == 2 and out == "" and err.count("\n") == 1 and "folder holds no .jsonl" in err, (command, err)
+
+
+def test_train_shows_a_library_warning_as_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(24)), encoding="utf-8")
+    rc, err, _ = in_subprocess("""
+        import warnings
+        from unittest import mock
+        from prbench.errors import PrbenchError
+
+        def warns(*args, **kwargs):
+            warnings.warn("The least populated class in y has only 1 members,\\n  which is less than n_splits",
+                          UserWarning, stacklevel=1)
+            raise PrbenchError("stopped after the warning")
+
+        with mock.patch("prbench.train.methods.train_method", warns):
+    """.rstrip(" ") + textwrap.indent(cli_code("train", "lore", "--data", str(data), "--out", str(tmp_path / "m")), " " * 12))
+    assert rc == 2, err
+    assert err.splitlines() == ["warning: The least populated class in y has only 1 members,",
+                                "error: stopped after the warning"], err

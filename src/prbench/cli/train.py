@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -171,6 +172,13 @@ def _score_eval(method: str, out: Path, pairs: list[Any], options: dict) -> dict
     return distribution(per_user(credits, users), seed=0)
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  line: str | None = None) -> str:
+    """A library's warning during training as one line (Python's default adds the file, line and source text of
+    the library code that warned, which tells a user nothing)."""
+    return f"warning: {str(message).strip().splitlines()[0] if str(message).strip() else category.__name__}\n"
+
+
 @app.callback()
 def default(
     ctx: typer.Context,
@@ -186,6 +194,7 @@ def default(
     json_out: Json = False,
 ) -> None:
     """With no method: measure the candidates by the protocol on held-out people of --data, train the best."""
+    warnings.formatwarning = _warning_line  # every train command (this callback runs before each)
     if ctx.invoked_subcommand is not None:
         return
     if data is None or out is None:

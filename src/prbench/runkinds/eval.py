@@ -11,6 +11,7 @@ from prbench.errors import DataError
 from prbench.metrics import collapse_items
 from prbench.records import EvalSummary, typed_record
 from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind, mismatch
+from prbench.runs import regular_file
 
 OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 
@@ -34,6 +35,11 @@ class EvalKind(RunKind):
         """The summary must be what its records give: every figure a reader publishes (a cut or edited file is
         refused). Counts and accuracy first (the plainest message), then the rest recomputed."""
         super().check(run)
+        config = run.path / "config.json"
+        if not regular_file(config, "rerun the eval that wrote this run"):  # the run's identity is unknown
+            raise DataError(str(config), None, None, "missing: which options and settings this run was scored "
+                                                     "with is unknown (it would be taken for another model); rerun "
+                                                     "the eval that wrote this run")
         s = run.summary_as(EvalSummary)
         items = collapse_items(run.records)  # what the driver summarised: one credit per multi-response item
         credits = [float(r["credit"]) for r in items if r.get("credit") is not None]  # records, not a summary
