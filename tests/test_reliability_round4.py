@@ -249,11 +249,11 @@ def test_a_key_in_the_base_url_query_stays_a_query_and_is_never_written(tmp_path
 
     data = tmp_path / "bench.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in make_records(4)), encoding="utf-8")
-    env = {**os.environ, "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "PRBENCH_CACHE_DIR": str(tmp_path / "cache"), "PRB_ROUND4_KEY": "local-key"}
     with serve(lambda body: "A") as srv:
         url = f"{srv.base_url.removesuffix('/v1')}{path}?api_key={SECRET}&region=eu"
         res = subprocess.run([*PRBENCH, "eval", "-q", "-m", "judge:openai:m", "--data", str(data), "--base-url", url,
-                              "--no-api-key", "--out", str(tmp_path / "runs"), "-M", "max_retries=0"],
+                              "--api-key-env", "PRB_ROUND4_KEY", "--out", str(tmp_path / "runs"), "-M", "max_retries=0"],
                              env=env, capture_output=True, text=True, timeout=300, check=False)
         sent = [r.path for r in srv.records if r.method == "POST"]
     assert sent and all(p == f"{path}/chat/completions?api_key={SECRET}&region=eu" for p in sent), sent
@@ -320,3 +320,47 @@ def test_train_shows_a_library_warning_as_one_line(tmp_path: Path) -> None:
     assert rc == 2, err
     assert err.splitlines() == ["warning: The least populated class in y has only 1 members,",
                                 "error: stopped after the warning"], err
+
+
+# -- 9: the ledger counts what was sent -------------------------------------------------------------------------
+def test_kill_9_of_a_judge_run_never_under_counts_what_was_sent(tmp_path: Path) -> None:
+    """The stand-in counts the requests it received; a run killed with SIGKILL mid-chunk and resumed must have
+    cost.json count at least as many (answered-but-unsaved and in-flight requests included), and at most those
+    the killed process had journalled but not yet put on the wire."""
+    import signal
+    import time
+
+    from prbench.testing.openai_server import serve
+
+    data = tmp_path / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(48)), encoding="utf-8")
+    env = {**os.environ, "PRBENCH_CACHE_DIR": str(tmp_path / "cache"), "PRB_ROUND4_KEY": "local-key"}
+
+    def slow(body: dict) -> str:
+        time.sleep(0.05)
+        return "A"
+
+    with serve(slow) as srv:
+        args = [*PRBENCH, "eval", "-q", "-m", "judge:openai:m", "--data", str(data), "--base-url", srv.base_url,
+                "--api-key-env", "PRB_ROUND4_KEY", "--out", str(tmp_path / "runs"), "--batch-size", "4"]
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            recorded = list((tmp_path / "runs").rglob("examples.jsonl"))
+            if recorded and recorded[0].read_text().count("\n") >= 4 and srv.n_posts >= 12:
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed_at = srv.n_posts
+        folder = next((tmp_path / "runs").rglob("examples.jsonl")).parent
+        kept = (folder / "examples.jsonl").read_text().count("\n")
+        assert kept < 48
+        res = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert res.returncode == 0, res.stderr
+        time.sleep(0.2)  # the stand-in's last handler threads
+        received = srv.n_posts
+    ledger = json.loads((folder / "cost.json").read_text())
+    assert received > killed_at  # the resumed run sent what the killed one had not recorded
+    assert received <= ledger["requests"] <= received + 8, (received, ledger["requests"], killed_at, kept)
