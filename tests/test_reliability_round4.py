@@ -364,3 +364,19 @@ def test_kill_9_of_a_judge_run_never_under_counts_what_was_sent(tmp_path: Path) 
     ledger = json.loads((folder / "cost.json").read_text())
     assert received > killed_at  # the resumed run sent what the killed one had not recorded
     assert received <= ledger["requests"] <= received + 8, (received, ledger["requests"], killed_at, kept)
+
+
+def test_the_journal_carries_an_older_ledger_and_counts_unsettled_requests_once(tmp_path: Path) -> None:
+    from prbench import cost
+
+    price = cost.price_for("openai", "gpt-4.1-mini")
+    journal = cost.Journal(tmp_path / cost.JOURNAL_FILE)
+    older = {"input_tokens": 1000, "output_tokens": 100, "requests": 5, "usd": 0.5}  # a cost.json of before
+    led = cost.Ledger(price, earlier=older, label="openai:gpt-4.1-mini", journal=journal)
+    assert not journal.path.exists()  # nothing sent, nothing written (a finished run opens on read-only media)
+    led.settle(led.reserve("hello", 10), {"input_tokens": 7, "output_tokens": 3})
+    led.reserve("x" * 30, 20)  # sent, then the process dies before the reply
+    again = cost.Ledger(price, earlier=led.summary(), label="openai:gpt-4.1-mini", journal=journal)
+    assert again.requests == 7 and again.input_tokens == 1000 + 7 + 10 and again.total("output_tokens") == 123
+    assert again.usd == pytest.approx(0.5 + price.usd(17, 0, 23))
+    assert cost.Ledger(price, label="openai:gpt-4.1-mini", journal=journal).requests == 7  # read twice: once

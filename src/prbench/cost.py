@@ -261,14 +261,15 @@ class Ledger:
                                "prbench/prices/openai.json)")
         self.price, self.batch, self.max_usd, self.label = price, batch, max_usd, label
         self.journal = journal
+        self._carry: dict[str, Any] | None = None  # cost.json's counts, into the journal with its first request
         e = _sync_part(earlier or {})
         self.sync = {k: int(e.get(k) or 0) for k in USAGE_KEYS}
         self._earlier_usd = float(e.get("usd") or 0.0)  # at the prices of the time
         if journal is not None:
             found = journal.totals(label)
             if found is None:  # the first invocation with a journal: what cost.json held is carried into it
-                if any(self.sync.values()):
-                    journal.carry(label, {**self.sync, "usd": self._earlier_usd})
+                if any(self.sync.values()):  # (when a request is sent: a finished run opens on read-only media)
+                    self._carry = {**self.sync, "usd": self._earlier_usd}
             else:  # carried at the prices of their time, the journal's own requests at today's
                 self.sync, carried, carried_usd = found
                 since = {k: self.sync[k] - carried[k] for k in USAGE_KEYS}
@@ -324,8 +325,13 @@ class Ledger:
                     f"{self.label}: stopped before the next request: ${self.spent():.4f} spent or in flight, "
                     f"next ~${est:.4f} would pass --max-usd {self.max_usd:g}")
             self.reserved += est
-        rid = self.journal.sent(self.label, tokens, int(max_output_tokens)) if self.journal is not None else None
-        return Ticket(est, rid)
+        if self.journal is None:
+            return Ticket(est)
+        with self._lock:
+            if self._carry is not None:
+                self.journal.carry(self.label, self._carry)
+                self._carry = None
+        return Ticket(est, self.journal.sent(self.label, tokens, int(max_output_tokens)))
 
     def settle(self, reservation: Ticket | float, usage: dict[str, int] | None) -> None:
         """Replace a reservation by the reply's usage (None: the request failed, nothing billed)."""

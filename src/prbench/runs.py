@@ -189,9 +189,11 @@ def scan_records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str,
         raise DataError(str(path), None, None, f"cannot be read ({exc.strerror or type(exc).__name__})") from None
     with fh:
         for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
-            if len(raw) > MAX_LINE_BYTES:  # read no further: the rest of a line this long is no record either
+            if len(raw) > MAX_LINE_BYTES:  # no record is this long: pass over the rest of it, a block at a time
+                while raw and not raw.endswith(b"\n"):
+                    raw = fh.readline(MAX_LINE_BYTES)
                 problems.append((n, "unreadable", None, f"a line longer than {MAX_LINE_BYTES} bytes (damaged?)"))
-                break
+                continue
             if not raw.strip():
                 continue
             try:
