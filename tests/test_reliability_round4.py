@@ -380,3 +380,16 @@ def test_the_journal_carries_an_older_ledger_and_counts_unsettled_requests_once(
     assert again.requests == 7 and again.input_tokens == 1000 + 7 + 10 and again.total("output_tokens") == 123
     assert again.usd == pytest.approx(0.5 + price.usd(17, 0, 23))
     assert cost.Ledger(price, label="openai:gpt-4.1-mini", journal=journal).requests == 7  # read twice: once
+
+
+def test_an_overlong_line_is_passed_over_and_repair_keeps_the_records_after_it(tmp_path: Path) -> None:
+    from prbench.runs import MAX_LINE_BYTES, scan_records
+
+    path = tmp_path / "examples.jsonl"
+    with path.open("wb") as fh:
+        fh.write(b'{"id": "a", "credit": 1.0}\n')
+        fh.seek(MAX_LINE_BYTES + (1 << 25), os.SEEK_CUR)  # a sparse hole: a line of 96 MB of zero bytes
+        fh.write(b'\n{"id": "b", "credit": 0.0}\n')
+    records, problems = scan_records(path)
+    assert [r["id"] for r in records] == ["a", "b"]
+    assert problems == [(2, "unreadable", None, f"a line longer than {MAX_LINE_BYTES} bytes (damaged?)")]

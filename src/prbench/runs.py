@@ -190,8 +190,10 @@ def scan_records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str,
     with fh:
         for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
             if len(raw) > MAX_LINE_BYTES:  # no record is this long: pass over the rest of it, a block at a time
-                while raw and not raw.endswith(b"\n"):
-                    raw = fh.readline(MAX_LINE_BYTES)
+                while not raw.endswith(b"\n") and (raw := fh.read(1 << 24)):
+                    if (i := raw.find(b"\n")) >= 0:
+                        fh.seek(i + 1 - len(raw), os.SEEK_CUR)
+                        break
                 problems.append((n, "unreadable", None, f"a line longer than {MAX_LINE_BYTES} bytes (damaged?)"))
                 continue
             if not raw.strip():
