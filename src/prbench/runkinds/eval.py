@@ -71,7 +71,8 @@ class EvalKind(RunKind):
         assert run.summary is not None  # a typed summary came from it
         n_boot = _n_boot(run, s)
         fresh: dict[str, Any] = {"metrics": summarize(run.records, seed=s.seed, n_boot=n_boot)}
-        stored: dict[str, Any] = {"metrics": run.summary["metrics"]}
+        fresh["n"] = fresh["metrics"]["n"]
+        stored: dict[str, Any] = {"metrics": run.summary["metrics"], "n": s.n}
         if "per_user" in run.summary:  # seen / unseen need the RM's training users: their sums are checked below
             fresh["per_user"] = user_breakdown(run.records, None, seed=s.seed, n_boot=n_boot)
             stored["per_user"] = {k: v for k, v in run.summary["per_user"].items() if k == "users"} \
