@@ -195,7 +195,8 @@ def test_kill_build_and_resume(world: dict[str, Any], fake_openai, monkeypatch: 
     assert json.loads((crash / "build" / "summary.json").read_text())["resumed_from"] >= 2
     run_in_process(*args(tmp / "clean"))
     assert_clean_jsonl(crash / "build" / "examples.jsonl", [f"ex-{i:03d}" for i in range(10)])
-    volatile = {Path("build/summary.json"), Path("build/config.json"), Path("build/cost.json")}  # spend: a crash pays more
+    volatile = {Path("build/summary.json"), Path("build/config.json"), Path("build/cost.json"),  # spend: a crash
+                Path("build/cost.sent.jsonl")}  # pays more (the journal of what was sent, #51 item 9)
     crash_files = {p.relative_to(crash) for p in crash.rglob("*") if p.is_file()} - volatile
     clean_files = {p.relative_to(tmp / "clean") for p in (tmp / "clean").rglob("*") if p.is_file()} - volatile
     assert crash_files == clean_files and Path("build/examples.jsonl") in crash_files
@@ -273,12 +274,18 @@ def test_kill_bon_and_resume(world: dict[str, Any], fake_openai) -> None:
     # grades finished before a kill were kept (cache): the crashed runs together asked at most
     # one grading chunk (16) per kill again
     assert posts_with_crashes <= 40 + 2 * 16
-    files = sorted(p.relative_to(crash) for p in crash.rglob("*") if p.is_file())
+    # the spend counts what was sent, the killed runs' requests included (#51 item 9): at least what the stand-in
+    # received, at most that plus what each kill caught journalled but not yet on the wire
+    spent = json.loads((crash / "bon.json").read_text())["cost"]["requests"]
+    assert posts_with_crashes <= spent <= posts_with_crashes + 2 * 16, (spent, posts_with_crashes)
+    files = sorted(p.relative_to(crash) for p in crash.rglob("*") if p.is_file()
+                   and p.name not in ("cost.json", "cost.sent.jsonl"))
     assert Path("grades.jsonl") in files and Path("curves.csv") in files
     for rel in files:
         a, b = (crash / rel).read_bytes(), (tmp / "clean" / rel).read_bytes()
-        if rel.suffix == ".json":  # timings and call counters differ by design; the numbers must not
+        if rel.suffix == ".json":  # timings, call counters and spend differ by design; the numbers must not
             a, b = strip_volatile(json.loads(a)), strip_volatile(json.loads(b))
+            a, b = ({k: v for k, v in d.items() if k != "cost"} if isinstance(d, dict) else d for d in (a, b))
         assert a == b, rel
     assert_clean_jsonl(crash / "grades.jsonl", [f"ex-{i:03d}" for i in range(10)])
 

@@ -107,6 +107,7 @@ def summarize(records: Sequence[dict[str, Any]], *, seed: int, n_boot: int = 100
     out: dict[str, Any] = {
         **acc,
         "n_total": len(records),
+        "n_boot": n_boot,  # the resamples behind every CI here: a reader recomputes them from the records
         "n_invalid": len(records) - len(valid),
         "accuracy_invalid_as_wrong": float(credits.sum() / len(records)) if records else None,
         "categories": metrics.macro_micro({k: np.array(v) for k, v in sorted(by_cat.items())}, seed, n_boot=n_boot,

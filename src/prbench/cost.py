@@ -16,7 +16,13 @@ every run summary (`cost` object) and boundable before it is paid (`--max-usd`).
   the reply the reservation is replaced by the reply's usage. So a capped run stops within one
   request's estimate of the cap.
 - A run folder keeps its ledger in `cost.json`, saved as requests finish, so a resumed run adds
-  to what earlier invocations spent and the cap bounds the whole run. Under a cap, an engine without
+  to what earlier invocations spent and the cap bounds the whole run.
+- What was *sent* is settled from disk: each synchronous request is written to `cost.sent.jsonl`
+  (appended and fsynced) before it goes out, and its usage after the reply. A resumed run's
+  ledger is the journal's sum, where a request sent and never settled (a kill -9 in flight, or a
+  reply answered but not yet saved in `cost.json`) counts as sent at its estimate (prompt tokens
+  from its text, output at the token cap). Why: `cost.json` alone is saved per chunk, so answered
+  requests sent again on resume were never counted and `--max-usd` checked the lower figure. Under a cap, an engine without
   a response cache gets one in the run folder (`paid.sqlite`): the replies of a call stopped midway
   are reused on resume, never paid twice.
 """
@@ -29,6 +35,7 @@ import math
 import os
 import re
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -40,6 +47,7 @@ from prbench.errors import BudgetExceeded, PrbenchError
 
 PROVIDER_FILES = ("openai", "anthropic", "gemini")
 LEDGER_FILE = "cost.json"
+JOURNAL_FILE = "cost.sent.jsonl"
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,91 @@ def check_max_usd(max_usd: float | None) -> None:
         raise PrbenchError(f"--max-usd must be a finite number of dollars >= 0, got {max_usd}")
 
 
+@dataclass(frozen=True)
+class Ticket:
+    """One request's reservation: its estimated dollars and its line in the journal (None: no journal)."""
+
+    usd: float
+    id: str | None = None
+
+
+class Journal:
+    """`cost.sent.jsonl`: one line per synchronous request as it is sent (fsynced first) and one as it settles.
+
+    Lines: `{"sent": ID, "engine": LABEL, "input_tokens": EST, "output_tokens": CAP}`, `{"settled": ID, "engine":
+    LABEL, "usage": {...} | null}` (null: failed, nothing billed) and `{"carried": {...}, "engine": LABEL}` (what a
+    cost.json written before the journal existed held)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+
+    def _write(self, line: dict[str, Any], sync: bool) -> None:
+        data = (json.dumps(line, sort_keys=True) + "\n").encode()
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def sent(self, label: str, input_tokens: int, output_tokens: int) -> str:
+        rid = uuid.uuid4().hex
+        self._write({"sent": rid, "engine": label, "input_tokens": input_tokens, "output_tokens": output_tokens},
+                    sync=True)  # on disk before the request leaves: a kill after it never loses the request
+        return rid
+
+    def settled(self, rid: str, label: str, usage: dict[str, int] | None) -> None:
+        self._write({"settled": rid, "engine": label, "usage": usage}, sync=False)  # its `sent` line already counts
+
+    def carry(self, label: str, saved: dict[str, Any]) -> None:
+        self._write({"carried": saved, "engine": label}, sync=True)
+
+    def totals(self, label: str) -> tuple[dict[str, int], dict[str, int], float] | None:
+        """(usage of every request `label` sent, counting what was carried; the carried part; its dollars at the
+        prices of their time), or None when the journal holds nothing of `label`'s."""
+        if not self.path.is_file():
+            return None
+        sent: dict[str, dict[str, int]] = {}
+        usage = dict.fromkeys(USAGE_KEYS, 0)
+        carried = dict.fromkeys(USAGE_KEYS, 0)
+        carried_usd, found = 0.0, False
+        try:
+            fh = self.path.open("rb")
+        except OSError as exc:
+            raise PrbenchError(f"{self.path}: cannot be read ({exc.strerror}); it holds what this run sent") from None
+        with fh:
+            for raw in iter(lambda: fh.readline(1 << 20), b""):
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue  # a torn last line of a kill mid-append: its request was never sent
+                if not isinstance(line, dict) or line.get("engine") != label:
+                    continue
+                found = True
+                if "carried" in line and isinstance(line["carried"], dict):
+                    for k in USAGE_KEYS:
+                        carried[k] += int(line["carried"].get(k) or 0)
+                        usage[k] += int(line["carried"].get(k) or 0)
+                    carried_usd += float(line["carried"].get("usd") or 0.0)
+                elif "sent" in line:
+                    sent[str(line["sent"])] = {"input_tokens": int(line.get("input_tokens") or 0),
+                                               "output_tokens": int(line.get("output_tokens") or 0)}
+                elif "settled" in line and str(line["settled"]) in sent:
+                    del sent[str(line["settled"])]
+                    if isinstance(line.get("usage"), dict):
+                        for k in USAGE_KEYS[:-1]:
+                            usage[k] += int(line["usage"].get(k) or 0)
+                        usage["requests"] += 1
+        for est in sent.values():  # sent, never settled: counted as sent, at the estimate
+            usage["input_tokens"] += est["input_tokens"]
+            usage["output_tokens"] += est["output_tokens"]
+            usage["requests"] += 1
+        return (usage, carried, carried_usd) if found else None
+
+
 class Ledger:
     """What one run spent (thread-safe): tokens, dollars, an optional cap (see module docstring).
 
@@ -157,16 +250,30 @@ class Ledger:
     batch price, recomputed from the run folder's result files each time: never carried in memory)."""
 
     def __init__(self, price: Price | None, *, batch: bool = False, max_usd: float | None = None,
-                 earlier: dict[str, Any] | None = None, label: str = "", peers: list[Ledger] | None = None):
+                 earlier: dict[str, Any] | None = None, label: str = "", peers: list[Ledger] | None = None,
+                 journal: Journal | None = None):
+        """`journal`: the run folder's record of what was sent; where it holds this engine's lines it, not
+        `earlier` (cost.json), says what earlier invocations spent."""
         check_max_usd(max_usd)
         if max_usd is not None and price is None:
             raise PrbenchError(f"--max-usd needs a price for {label or 'this model'}, and no price table names it: "
                                "add it to a prices file (--prices FILE or $PRBENCH_PRICES; layout of "
                                "prbench/prices/openai.json)")
         self.price, self.batch, self.max_usd, self.label = price, batch, max_usd, label
+        self.journal = journal
+        self._carry: dict[str, Any] | None = None  # cost.json's counts, into the journal with its first request
         e = _sync_part(earlier or {})
         self.sync = {k: int(e.get(k) or 0) for k in USAGE_KEYS}
         self._earlier_usd = float(e.get("usd") or 0.0)  # at the prices of the time
+        if journal is not None:
+            found = journal.totals(label)
+            if found is None:  # the first invocation with a journal: what cost.json held is carried into it
+                if any(self.sync.values()):  # (when a request is sent: a finished run opens on read-only media)
+                    self._carry = {**self.sync, "usd": self._earlier_usd}
+            else:  # carried at the prices of their time, the journal's own requests at today's
+                self.sync, carried, carried_usd = found
+                since = {k: self.sync[k] - carried[k] for k in USAGE_KEYS}
+                self._earlier_usd = carried_usd + (self._usd(since, False) if price is not None else 0.0)
         self._base = dict(self.sync)
         self.batches: dict[str, int] = dict.fromkeys(USAGE_KEYS, 0)
         self.reserved = 0.0
@@ -207,23 +314,32 @@ class Ledger:
         parts = self.parts_usd()
         return None if parts is None else parts[0] + parts[1]
 
-    def reserve(self, prompt: Any, max_output_tokens: int) -> float:
-        """Book one request's estimate before it is sent; BudgetExceeded if it could pass the cap."""
-        if self.price is None:
-            return 0.0
-        est = self.price.usd(estimate_input_tokens(prompt), 0, int(max_output_tokens))
+    def reserve(self, prompt: Any, max_output_tokens: int) -> Ticket:
+        """Book one request's estimate before it is sent (in the journal, on disk); BudgetExceeded if it could
+        pass the cap."""
+        tokens = estimate_input_tokens(prompt)
+        est = 0.0 if self.price is None else self.price.usd(tokens, 0, int(max_output_tokens))
         with self._lock:
             if self.max_usd is not None and self.spent() + est > self.max_usd:
                 raise BudgetExceeded(
                     f"{self.label}: stopped before the next request: ${self.spent():.4f} spent or in flight, "
                     f"next ~${est:.4f} would pass --max-usd {self.max_usd:g}")
             self.reserved += est
-        return est
-
-    def settle(self, reservation: float, usage: dict[str, int] | None) -> None:
-        """Replace a reservation by the reply's usage (None: the request failed, nothing billed)."""
+        if self.journal is None:
+            return Ticket(est)
         with self._lock:
-            self.reserved = max(0.0, self.reserved - reservation)
+            if self._carry is not None:
+                self.journal.carry(self.label, self._carry)
+                self._carry = None
+        return Ticket(est, self.journal.sent(self.label, tokens, int(max_output_tokens)))
+
+    def settle(self, reservation: Ticket | float, usage: dict[str, int] | None) -> None:
+        """Replace a reservation by the reply's usage (None: the request failed, nothing billed)."""
+        ticket = reservation if isinstance(reservation, Ticket) else Ticket(float(reservation))
+        if ticket.id is not None and self.journal is not None:
+            self.journal.settled(ticket.id, self.label, usage)
+        with self._lock:
+            self.reserved = max(0.0, self.reserved - ticket.usd)
             if usage is not None:
                 for k in USAGE_KEYS[:-1]:
                     self.sync[k] += int(usage.get(k) or 0)
@@ -326,12 +442,13 @@ def tracking(models: Any, folder: str | Path | None, *, max_usd: float | None = 
         yield None
         return
     path = Path(folder) / LEDGER_FILE if folder else None
+    journal = Journal(Path(folder) / JOURNAL_FILE) if folder else None
     peers: list[Ledger] = []
     for e in engines:
         provider = getattr(getattr(e, "profile", None), "provider", "")
         label = getattr(e, "spec", e.model)
         Ledger(price_for(provider, e.model, prices), batch=batch, max_usd=max_usd, peers=peers, label=label,
-               earlier=_earlier(path, label, len(engines) == 1))
+               earlier=_earlier(path, label, len(engines) == 1), journal=journal)
     run = RunCost(peers)
     previous = [(e.ledger, e.cache) for e in engines]
     for e, led in zip(engines, peers):

@@ -50,6 +50,12 @@ class Design:
     n_pilot: int | None = None
     """Items the pilot estimate rests on."""
 
+    def __post_init__(self) -> None:
+        """Refuse what no design can be (NaN and infinity compare false and would pass any later check)."""
+        _finite_in("per-item sd", self.sd, 0.0, math.inf)
+        _finite_in("--icc (the intra-user correlation)", self.icc, 0.0, 1.0)
+        _finite_in("--items-per-user", self.items_per_user, 1.0, MAX_ITEMS)
+
     @property
     def design_effect(self) -> float:
         """Variance inflation of clustering by user (Kish): 1 + (m_eff - 1) * icc."""
@@ -74,6 +80,22 @@ class SampleSize:
         return {**asdict(self), "design": {**asdict(self.design), "design_effect": self.design.design_effect}}
 
 
+MAX_ITEMS = 1e12  # more items than any benchmark holds: an answer above it means "not detectable"
+
+
+def _finite_in(name: str, value: float, low: float, high: float) -> None:
+    """One line naming the value when it is not a finite number in [low, high]."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        raise PrbenchError(f"{name} must be a finite number in [{low:g}, {high:g}], got {value!r}")
+
+
+def check_diff(diff: float) -> None:
+    """A difference is a nonzero fraction of items (0.05 = 5 points), never more than 1 in size."""
+    if not (isinstance(diff, (int, float)) and math.isfinite(diff) and 0 < abs(diff) <= 1):
+        raise PrbenchError(f"--diff is a fraction of items (0.05 = 5 points): a nonzero number in [-1, 1], "
+                           f"got {diff!r}")
+
+
 def _z(power: float, alpha: float) -> float:
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise PrbenchError(f"power and alpha must lie strictly between 0 and 1, got power={power:g}, alpha={alpha:g}")
@@ -82,6 +104,7 @@ def _z(power: float, alpha: float) -> float:
 
 def paired_design(discordance: float, diff: float, *, icc: float = 0.0, items_per_user: float = 1.0) -> Design:
     """Two RMs on the same items with 0/1 credits: sd^2 = discordance - diff^2 (McNemar's cells)."""
+    check_diff(diff)
     if not 0 < discordance <= 1 or abs(diff) > discordance:
         raise PrbenchError(f"discordance must be in (0, 1] and at least |diff|, got discordance={discordance:g}, "
                            f"diff={diff:g}")
@@ -97,9 +120,12 @@ def chance_design(accuracy: float, *, icc: float = 0.0, items_per_user: float = 
 
 def items_needed(diff: float, design: Design, *, power: float = 0.8, alpha: float = 0.05) -> SampleSize:
     """Items (and users) needed so that a difference `diff` is detected with `power` at level `alpha`."""
-    if diff == 0 or not math.isfinite(diff):
-        raise PrbenchError(f"the difference to detect must be a nonzero number, got {diff!r}")
-    n = (_z(power, alpha) * design.sd) ** 2 * design.design_effect / diff**2
+    check_diff(diff)
+    z = _z(power, alpha)
+    # diff**2 of a tiny diff underflows to 0: compare before dividing (the division would be 1/0 or overflow)
+    if (z * design.sd) ** 2 * design.design_effect > MAX_ITEMS * diff**2:
+        raise PrbenchError(f"a difference of {diff:g} needs more than {MAX_ITEMS:.0e} items: too small to detect")
+    n = (z * design.sd) ** 2 * design.design_effect / diff**2
     items = max(math.ceil(n), 2)
     return SampleSize(items=items, users=math.ceil(items / max(design.items_per_user, 1.0)),
                       design_effect=design.design_effect, diff=abs(diff), power=power, alpha=alpha, design=design)

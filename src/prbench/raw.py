@@ -26,6 +26,7 @@ SAMPLE_FILES = {"sample": "sample/benchmark.jsonl", "sample:source": "sample/sou
 # One record per line: a longer line is a broken file (a missing newline, a binary blob), not a
 # record, and reading it whole could exhaust memory. Real records are kilobytes.
 MAX_LINE_BYTES = 64 * 1024 * 1024
+MAX_JSON_BYTES = 512 * 1024 * 1024  # a .json array is parsed whole: larger data belongs in .jsonl or .parquet
 _TYPE_NAMES = {"NoneType": "null"}
 
 
@@ -163,6 +164,9 @@ def _iter_jsonl(path: Path, faults: list[DataError] | None = None) -> Iterator[t
 def _iter_json(path: Path) -> Iterator[tuple[int, Any]]:
     file = str(path)
     try:
+        if (size := path.stat().st_size) > MAX_JSON_BYTES:
+            raise DataError(file, None, None, f"{size} bytes: a .json file is read whole, and this is more than "
+                                              f"{MAX_JSON_BYTES}; write the records as .jsonl or .parquet")
         raw = path.read_bytes()
     except OSError as exc:
         raise DataError(file, None, None, f"cannot read ({exc.strerror or exc})") from None
@@ -202,6 +206,10 @@ def _iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _iter_file(path: Path, faults: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
+    from prbench.runs import regular_file
+
+    # a FIFO or device: a reader would block (format detection opens the file a second time) or never end
+    regular_file(path, "give a regular file")
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz")):
         return _iter_jsonl(path, faults)

@@ -104,6 +104,7 @@ class EvalMetrics(Accuracy):
     n: int = Field(ge=0)
     n_invalid: int = Field(default=0, ge=0)
     n_total: int | None = Field(default=None, ge=0)
+    n_boot: int | None = None  # bootstrap resamples behind the CIs (a reader recomputes them: runkinds.eval)
     ties: int | None = None
     truncated_inputs: int | None = None
     mean_margin: float | None = None

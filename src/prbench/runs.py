@@ -51,6 +51,10 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]+@")
 _URL_SECRET_PARAM = re.compile(r"(?i)([?&;][^=&#\s]*(?:key|token|secret|password|passwd|pass|pwd|sig|signature"
                                r"|auth|credential|session)[^=&#\s]*=)[^&#\s]*")
 REDACTED = "REDACTED"
+# Bounds checked before anything is allocated (why: a 2 GB sparse examples.jsonl was read whole, 4.8 GB of memory,
+# before it was refused). A record is kilobytes, a summary or downstream.json megabytes at most.
+MAX_LINE_BYTES = 64 * 1024 * 1024  # one JSONL line (the data reader's own bound, prbench.raw)
+MAX_JSON_BYTES = 256 * 1024 * 1024  # one JSON file
 
 
 def refuse_secrets(options: dict[str, Any], what: str = "model_options") -> None:
@@ -58,16 +62,26 @@ def refuse_secrets(options: dict[str, Any], what: str = "model_options") -> None
     for name, value in options.items():
         if isinstance(value, dict):
             refuse_secrets(value, f"{what}.{name}")
+        elif isinstance(value, bool) or value is None:
+            continue  # a switch (no_api_key) or an unset option holds no secret
         elif _SECRET_NAME.search(str(name)) or (isinstance(value, str) and _SECRET_VALUE.search(value)):
             raise PrbenchError(f"{what}: {name!r} looks like a secret; pass secrets through the environment: "
                                "api_key_env=NAME (the name of the variable that holds it)")
 
 
+def secret_name(name: str) -> bool:
+    """Whether a setting's or query parameter's name says it holds a secret (api_key, token, ...)."""
+    return bool(_SECRET_NAME.search(name) or _URL_SECRET_PARAM.search(f"?{name}="))
+
+
 def redact_url(text: str) -> str:
-    """`http://user:pw@host/?api_key=x&a=1` -> `http://REDACTED@host/?api_key=REDACTED&a=1`."""
-    if "://" not in text:
-        return text
-    return _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", _URL_USERINFO.sub(rf"\1{REDACTED}@", text))
+    """`http://user:pw@host/?api_key=x&a=1` -> `http://REDACTED@host/?api_key=REDACTED&a=1`.
+
+    Secret query parameters are redacted in any text, with or without a scheme (a server's error names the bare
+    path it was sent: `no route /v1/chat/completions?api_key=x`)."""
+    if "://" in text:
+        text = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+    return _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text) if "=" in text else text
 
 
 def redact(obj: Any) -> Any:
@@ -143,6 +157,9 @@ def read_json(path: Path, fix: str = "delete it or restore it from a backup") ->
     if not regular_file(Path(path), fix):
         raise DataError(str(path), None, None, f"missing; {fix}")
     try:
+        if (size := os.stat(path).st_size) > MAX_JSON_BYTES:
+            raise DataError(str(path), None, None, f"{size} bytes, more than the {MAX_JSON_BYTES} a JSON file of "
+                                                   f"prbench's may hold (damaged?); {fix}")
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise DataError(str(path), None, None, f"not UTF-8 text; {fix}") from None
@@ -172,7 +189,14 @@ def scan_records(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str,
     except OSError as exc:
         raise DataError(str(path), None, None, f"cannot be read ({exc.strerror or type(exc).__name__})") from None
     with fh:
-        for n, raw in enumerate(fh, 1):
+        for n, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES:  # no record is this long: pass over the rest of it, a block at a time
+                while not raw.endswith(b"\n") and (raw := fh.read(1 << 24)):
+                    if (i := raw.find(b"\n")) >= 0:
+                        fh.seek(i + 1 - len(raw), os.SEEK_CUR)
+                        break
+                problems.append((n, "unreadable", None, f"a line longer than {MAX_LINE_BYTES} bytes (damaged?)"))
+                continue
             if not raw.strip():
                 continue
             try:
@@ -201,6 +225,14 @@ def read_records(path: Path, fix: str = "rerun the same command with --repair to
         more = f" ({len(problems) - 1} more such lines)" if len(problems) > 1 else ""
         raise DataError(str(path), line, field, f"{reason}{more}; {fix}")
     return recs
+
+
+def _count_lines(path: Path) -> int:
+    """Newline-ended lines of a file, counted in blocks (a line of any length costs no memory)."""
+    if not path.is_file():
+        return 0
+    with path.open("rb") as fh:
+        return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
 
 
 _HELD: dict[str, weakref.ref[RunDir]] = {}  # resolved path -> the RunDir of this process that holds its lock
@@ -252,8 +284,7 @@ class RunDir:
             old_cfg = old_cfg if isinstance(old_cfg, dict) else {"config": old_cfg}
             # a leftover config of a run that failed before its first record: the new config takes over
             if _comparable(old_cfg, scope) != _comparable(stored, scope) and self._has_results():
-                n = sum(1 for line in self.examples_path.open("rb") if line.strip()) \
-                    if self.examples_path.exists() else 0
+                n = _count_lines(self.examples_path)
                 diff = "; ".join(config_diff(_comparable(old_cfg), _comparable(stored)))
                 raise PrbenchError(
                     f"{self.path} holds a run with a different config ({diff}); to keep it, choose another "
@@ -342,17 +373,29 @@ class RunDir:
 
     # -- records --------------------------------------------------------------------------
     def _repair_tail(self) -> None:
-        """Drop a partial last line left by a crash mid-write."""
-        if not self.examples_path.exists():
+        """Drop a partial last line left by a crash mid-write (read from the end, a block at a time)."""
+        if not regular_file(self.examples_path, "rerun with --overwrite"):
             return
-        data = self.examples_path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            keep = data[: data.rfind(b"\n") + 1]
-            try:
-                with self.examples_path.open("r+b") as fh:
-                    fh.truncate(len(keep))
-            except OSError as exc:
-                raise self._write_error(exc) from None
+        with self.examples_path.open("rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            pos, keep = end, 0
+            while pos > 0:
+                step = min(pos, 1 << 16)
+                pos -= step
+                fh.seek(pos)
+                block = fh.read(step)
+                if pos + step == end and block.endswith(b"\n"):
+                    return  # whole
+                if (i := block.rfind(b"\n")) >= 0:
+                    keep = pos + i + 1
+                    break
+        if end == 0 or keep == end:
+            return
+        try:
+            with self.examples_path.open("r+b") as fh:
+                fh.truncate(keep)
+        except OSError as exc:
+            raise self._write_error(exc) from None
 
     def _scan(self) -> tuple[list[dict[str, Any]], list[tuple[int, str, str | None, str]]]:
         return scan_records(self.examples_path)

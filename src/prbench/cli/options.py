@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
@@ -51,7 +52,23 @@ Format = Annotated[str | None, typer.Option("--format", "-F", metavar="NAME", he
 Categories = Annotated[str | None, typer.Option(help=_HELP["categories"])]
 Limit = Annotated[int | None, typer.Option(help=_HELP["limit"])]
 Seed = Annotated[int, typer.Option(help=_HELP["seed"])]
-Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.")]
+
+
+def folder_out(value: Path | None) -> Path | None:
+    """--out must be able to become a folder: checked as the command line is read, before any work (a data file
+    given as --out failed with FileExistsError only after training)."""
+    if value is None:
+        return value
+    for p in (value, *value.parents):
+        if p.is_dir():
+            return value
+        if os.path.lexists(p):
+            raise SpecError(f"--out {value}: {p} is a file, not a folder, so the output folder cannot be made "
+                            "there; choose another --out")
+    return value
+
+
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output folder.", callback=folder_out)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or tables.")]
 Json = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 Model = Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. hf:DIR, baseline:length, judge:openai:gpt-5.1.")]

@@ -22,8 +22,8 @@ def _records(run: Path) -> list[dict[str, Any]]:
 
 
 def power_cmd(
-    diff: Annotated[float | None, typer.Option(help="Accuracy difference to detect (0.05 = 5 points). With one "
-                                                     "--pilot or --accuracy: against chance.")] = None,
+    diff: Annotated[float | None, typer.Option(help="Accuracy difference to detect, a fraction (0.05 = 5 points). "
+                                                     "With one --pilot or --accuracy: against chance.")] = None,
     discordance: Annotated[float | None, typer.Option(
         help="Two RMs: share of items where exactly one of them is right (assumed).")] = None,
     accuracy: Annotated[float | None, typer.Option(help="One RM against chance: its assumed accuracy.")] = None,
@@ -58,6 +58,10 @@ def power_cmd(
         else:
             typer.echo(f"smallest resolvable difference: {100 * mde:.1f} points (power {power:g}, level {alpha:g})")
         return
+    given = [name for name, v in (("--pilot", pilot), ("--discordance", discordance), ("--accuracy", accuracy))
+             if v is not None and v != []]
+    if len(given) > 1:  # each names the design; a second one would be silently ignored
+        raise PrbenchError(f"{' and '.join(given)} each set the design: give one of them")
     if pilot:
         if len(pilot) > 2:
             raise PrbenchError("--pilot takes one run (against chance) or two (the paired comparison)")

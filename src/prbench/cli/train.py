@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +17,7 @@ from prbench.cli.options import (
     Json,
     Out,
     Seed,
+    folder_out,
     set_options,
     settings_command,
     split_csv,
@@ -171,11 +173,18 @@ def _score_eval(method: str, out: Path, pairs: list[Any], options: dict) -> dict
     return distribution(per_user(credits, users), seed=0)
 
 
+def _warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  line: str | None = None) -> str:
+    """A library's warning during training as one line (Python's default adds the file, line and source text of
+    the library code that warned, which tells a user nothing)."""
+    return f"warning: {str(message).strip().splitlines()[0] if str(message).strip() else category.__name__}\n"
+
+
 @app.callback()
 def default(
     ctx: typer.Context,
     data: Annotated[str | None, typer.Option("--data", "-d", help="Training pairs (file or folder).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.", callback=folder_out)] = None,
     format_: Format = None,
     split: TrainSplit = "train",
     seed: Seed = 0,
@@ -197,9 +206,12 @@ def default(
     """With no method: cross-validate the candidates over the people of --data, train the best.
 
     Every person is held out once (k folds by person); each candidate trains on the other people
-    and is scored on the held-out people's pairs (profile, k = 0). The best mean over people wins,
-    unless a cheaper method is within --margin points of it (then the cheaper). The nearest-neighbour
-    reference (covote-nn, trains nothing) is measured in the same folds and shown, never chosen."""
+    and scores the held-out people's pairs (k = 0) with their own profile and, reversed, with a
+    stranger's: mirrored accuracy, 50% for a method blind to the person. The best mean over people
+    wins, unless a cheaper method is within --margin points of it (then the cheaper). The
+    nearest-neighbour reference (covote-nn, trains nothing) is measured in the same folds and
+    shown, never chosen."""
+    warnings.formatwarning = _warning_line  # every train command (this callback runs before each)
     if ctx.invoked_subcommand is not None:
         return
     if data is None or out is None:

@@ -30,9 +30,10 @@ from typing import Any
 
 from prbench.engines import batch, providers
 from prbench.engines.base import GenParams, Messages, plain, stable_prefix
-from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine
+from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine, split_query
 from prbench.errors import SpecError
 from prbench.extras import require
+from prbench.runs import redact_url
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 SAMPLING_VERSIONS = ("2023-06-01",)  # API versions that still take temperature / top_p
@@ -70,7 +71,7 @@ class AnthropicEngine(OpenAIEngine):
         self.api_version = api_version
 
     def __repr__(self) -> str:
-        return f"AnthropicEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r})"
+        return f"AnthropicEngine(model={self.model!r}, base_url={redact_url(self.base_url)!r}, api_key_env={self.api_key_env!r})"
 
     def fingerprint(self) -> dict[str, Any]:
         fp: dict[str, Any] = {"engine": "anthropic", "model": self.model, "base_url": self.base_url}
@@ -85,8 +86,9 @@ class AnthropicEngine(OpenAIEngine):
     def _new_client(self, key: str) -> Any:
         anthropic = require("anthropic", "api")
         headers = {"anthropic-version": self.api_version} if self.api_version else None
-        return anthropic.Anthropic(api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout,
-                                   default_headers=headers)
+        base, query = split_query(self.base_url)  # a query stays a query (see `split_query`)
+        return anthropic.Anthropic(api_key=key, base_url=base, default_query=query or None, max_retries=0,
+                                   timeout=self.timeout, default_headers=headers)
 
     def _endpoint(self, endpoint: str) -> tuple[Any, Any]:
         if endpoint != "chat":

@@ -61,7 +61,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from prbench import cost
 from prbench.cache import Cache, NullCache, content_key
@@ -84,6 +84,7 @@ from prbench.engines.ratelimit import (
 )
 from prbench.errors import PrbenchError, QuotaExhausted, SpecError
 from prbench.extras import require
+from prbench.runs import redact_url, secret_name
 from prbench.specs import KindOptions
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,15 @@ def _strip_userinfo(url: str) -> str:
             host = f"{host}:{parts.port}"
         parts = parts._replace(netloc=host)
     return urlunsplit(parts).rstrip("/")
+
+
+def split_query(url: str) -> tuple[str, dict[str, str]]:
+    """(the URL without its query, the query's parameters): the client joins request paths onto the first and
+    sends the second as a query with every request. Why: a base URL handed over whole had its query spliced into
+    each path (`/v1?api_key=K` -> `/v1/?api_key=Kchat/completions`), and a key in it into every error text."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(query="", fragment="")).rstrip("/"), dict(parse_qsl(parts.query,
+                                                                                       keep_blank_values=True))
 
 
 def fold_top_logprobs(top: Sequence[tuple[str, float]], choices: Sequence[str]) -> dict[str, float]:
@@ -235,7 +245,7 @@ class OpenAIEngine(Engine):
     # -- identity (never the key) ---------------------------------------------------------------
 
     def __repr__(self) -> str:
-        return (f"OpenAIEngine(model={self.model!r}, base_url={self.base_url!r}, api_key_env={self.api_key_env!r}, "
+        return (f"OpenAIEngine(model={self.model!r}, base_url={redact_url(self.base_url)!r}, api_key_env={self.api_key_env!r}, "
                 f"provider={self.profile.provider!r})")
 
     def __getstate__(self) -> dict[str, Any]:
@@ -319,12 +329,20 @@ class OpenAIEngine(Engine):
 
     def _new_client(self, key: str) -> Any:
         openai = require("openai", "api")
-        return openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0, timeout=self.timeout)
+        base, query = split_query(self.base_url)
+        return openai.OpenAI(api_key=key, base_url=base, default_query=query or None, max_retries=0,
+                             timeout=self.timeout)
 
     def _redact(self, message: str) -> str:
-        """The message with the API key (as servers and proxies may echo it) replaced by '***'."""
+        """The message with the API key and the base URL's secrets (as servers and proxies may echo them, in any
+        form: a URL, a bare path, a JSON-escaped value) replaced."""
         key = os.environ.get(self.api_key_env)
-        return message.replace(key, "***") if key and len(key) >= 8 else message
+        secrets = [key] if key and len(key) >= 8 else []
+        secrets += [v for name, v in split_query(self.base_url)[1].items()
+                    if len(v) >= 4 and (secret_name(name) or len(v) >= 16)]
+        for value in sorted(secrets, key=len, reverse=True):
+            message = message.replace(value, "***")
+        return redact_url(message)
 
     def _get_tokenizer(self) -> Any:
         if self._tokenizer is None and self.tokenizer_id:

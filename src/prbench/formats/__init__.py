@@ -65,16 +65,19 @@ def detect(src: str | Path, split: str = "test", skip_bad: bool = False) -> str:
         file, line, row = _first_row(src, split, skip_bad)
         return _claims(row) or _unclaimed(file, line, row)
     first: tuple[str, int, Any] | None = None
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES)):
+    problem: DataError | None = None
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES))
+    for f in files:
         try:
             found = _first_row(f, split)
-        except DataError:
-            continue  # the reader (or today's loader) reports it with its location
+        except DataError as exc:
+            problem = problem or exc  # another file may still name the format
+            continue
         if name := _claims(found[2]):
             return name
         first = first or found
-    if first is None:
-        return "prb"  # no readable file: the loader names the folder's problem
+    if first is None:  # nothing to detect from: what the loader would say, never a format read from nothing
+        raise problem or DataError(str(src), None, None, f"folder holds no {', '.join(SUFFIXES)} files")
     return _unclaimed(*first)
 
 

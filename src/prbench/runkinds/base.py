@@ -10,6 +10,7 @@ paths and turns each damaged one into the same one-line `skipped: FILE:LINE: ...
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -230,6 +231,32 @@ class RunKind:
             out += " " + " ".join(extras)
         cond = run.get("condition")
         return out + (f" [{cond}]" if cond else "")
+
+
+def mismatch(stored: Any, fresh: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """(field, stored, recomputed) of the first figure `stored` gives otherwise than `fresh` (None: all agree).
+
+    Only what `fresh` holds is compared (an older summary may lack a figure; it then publishes none). Numbers
+    agree within 1e-9: recomputed by the same function from the same records, they are equal bit for bit.
+    """
+    if isinstance(fresh, dict):
+        if not isinstance(stored, dict):
+            return where, stored, "an object"
+        for key, value in fresh.items():
+            if key in stored and (found := mismatch(stored[key], value, f"{where}.{key}" if where else str(key))):
+                return found
+        return None
+    if isinstance(fresh, (list, tuple)):
+        if not isinstance(stored, (list, tuple)) or len(stored) != len(fresh):
+            return where, stored, list(fresh)
+        return next((f for i, (a, b) in enumerate(zip(stored, fresh)) if (f := mismatch(a, b, f"{where}[{i}]"))),
+                    None)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (stored, fresh))
+    if numbers and isinstance(fresh, float) or numbers and isinstance(stored, float):
+        same = math.isfinite(stored) and abs(stored - fresh) <= 1e-9 * max(1.0, abs(fresh))
+    else:
+        same = stored == fresh and type(stored) is type(fresh) or numbers and stored == fresh
+    return None if same else (where, stored, fresh)
 
 
 def _validate_record(model: Any, rec: dict[str, Any], path: Path, n: int) -> Any:

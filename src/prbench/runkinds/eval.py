@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prbench.errors import DataError
 from prbench.metrics import collapse_items
 from prbench.records import EvalSummary, typed_record
-from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind
+from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind, mismatch
+from prbench.runs import regular_file
 
 OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 
@@ -28,8 +32,14 @@ class EvalKind(RunKind):
     report_id = "leaderboard"
 
     def check(self, run: Run) -> None:
-        """The summary must be what its records give: counts and accuracy (a cut or edited file is refused)."""
+        """The summary must be what its records give: every figure a reader publishes (a cut or edited file is
+        refused). Counts and accuracy first (the plainest message), then the rest recomputed."""
         super().check(run)
+        config = run.path / "config.json"
+        if not regular_file(config, "rerun the eval that wrote this run"):  # the run's identity is unknown
+            raise DataError(str(config), None, None, "missing: which options and settings this run was scored "
+                                                     "with is unknown (it would be taken for another model); rerun "
+                                                     "the eval that wrote this run")
         s = run.summary_as(EvalSummary)
         items = collapse_items(run.records)  # what the driver summarised: one credit per multi-response item
         credits = [float(r["credit"]) for r in items if r.get("credit") is not None]  # records, not a summary
@@ -49,6 +59,28 @@ class EvalKind(RunKind):
             if (value is None or mean is None) and value != mean or \
                     value is not None and mean is not None and abs(value - mean) > 1e-9:
                 raise DataError(where, None, name, f"says {value} but the credits in {RECORDS} give {mean}; {fix}")
+        self._recompute(run, s, where, fix)
+
+    @staticmethod
+    def _recompute(run: Run, s: EvalSummary, where: str, fix: str) -> None:
+        """CIs, per category, per user, ties, invalid counts, length bias...: recomputed by the functions that wrote
+        them, with the run's seed and resample count, so they agree bit for bit; the first that differs is named."""
+        from prbench._evaluate import summarize
+        from prbench.train.protocol import user_breakdown
+
+        assert run.summary is not None  # a typed summary came from it
+        n_boot = _n_boot(run, s)
+        fresh: dict[str, Any] = {"metrics": summarize(run.records, seed=s.seed, n_boot=n_boot)}
+        fresh["n"] = fresh["metrics"]["n"]
+        stored: dict[str, Any] = {"metrics": run.summary["metrics"], "n": s.n}
+        if "per_user" in run.summary:  # seen / unseen need the RM's training users: their sums are checked below
+            fresh["per_user"] = user_breakdown(run.records, None, seed=s.seed, n_boot=n_boot)
+            stored["per_user"] = {k: v for k, v in run.summary["per_user"].items() if k == "users"} \
+                if isinstance(run.summary["per_user"], dict) else run.summary["per_user"]
+        found = mismatch(stored, fresh) or _seen_unseen(run, run.summary.get("per_user", {}))
+        if found is not None:
+            name, said, gives = found
+            raise DataError(where, None, name, f"says {said} but {RECORDS} gives {gives}; {fix}")
 
     def credits(self, run: Run) -> dict[str, float]:
         """Item id -> credit for every validly scored pair."""
@@ -73,6 +105,52 @@ class EvalKind(RunKind):
             extraction_method="pairwise verdict" if s.kind == "pairwise" else "score(chosen) vs score(rejected)",
             details={"n_invalid": str(m.n_invalid), "n_total": str(s.n_total), "rm_kind": s.kind,
                      "condition": s.condition})]
+
+
+def _n_boot(run: Run, s: EvalSummary) -> int:
+    """The bootstrap resamples behind the summary's CIs: its own record, else the run's config, else the default."""
+    for said in (s.metrics.n_boot, run.config.get("n_boot")):  # config.json: what was asked, any keys
+        if isinstance(said, int) and not isinstance(said, bool) and said >= 1:
+            return said
+    return 1000
+
+
+class _Users(BaseModel):
+    """One part of an eval summary's `per_user` (`prbench.train.protocol.user_breakdown`)."""
+
+    model_config = ConfigDict(extra="allow")
+    n_users: int = 0
+    n: int = 0
+    pair_accuracy: float | None = None
+
+
+class _PerUser(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    users: _Users | None = None
+    seen: _Users | None = None
+    unseen: _Users | None = None
+
+
+def _seen_unseen(run: Run, stored: Any) -> tuple[str, Any, Any] | None:
+    """Seen and unseen users (a split only the RM knows) must add up to the records: pairs, users, accuracy."""
+    try:
+        pu = _PerUser.model_validate(stored)
+    except ValidationError as exc:
+        return f"per_user.{'.'.join(map(str, exc.errors()[0]['loc']))}", "a malformed value", "numbers"
+    if pu.seen is None or pu.unseen is None:
+        return None
+    valid = [rec for rec in run.items if rec.credit is not None and getattr(rec, "user_id", None)]  # an extra
+    parts = (pu.seen, pu.unseen)
+    if (n := pu.seen.n + pu.unseen.n) != len(valid):
+        return "per_user.seen.n", n, len(valid)
+    n_users = len({rec.user_id for rec in valid})
+    if (said := pu.seen.n_users + pu.unseen.n_users) != n_users:
+        return "per_user.seen.n_users", said, n_users
+    total = math.fsum(p.pair_accuracy * p.n for p in parts if p.pair_accuracy is not None)
+    credits = math.fsum(rec.credit for rec in valid)
+    if abs(total - credits) > 1e-9 * max(1, len(valid)):
+        return "per_user.seen.pair_accuracy", total / max(n, 1), credits / max(len(valid), 1)
+    return None
 
 
 KIND = EvalKind()

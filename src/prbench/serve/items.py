@@ -85,16 +85,15 @@ def read_rows(path: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
     `extra_info`) or `prbench export openrlhf` (JSONL: `prompt`, `label`). ValueError names the row."""
     from pathlib import Path
 
-    p = Path(path)
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
+    from prbench.raw import _iter_jsonl, _iter_parquet
+    from prbench.runs import regular_file
 
-        raw = pq.read_table(p).to_pylist()
-    else:
-        with p.open(encoding="utf-8") as fh:
-            raw = [json.loads(line) for line in fh if line.strip()]
+    p = Path(path)
+    # the data readers' bounds: a regular file (a FIFO would block), lines of bounded length, rows streamed
+    if not regular_file(p, "give the file `prbench export verl` or `openrlhf` wrote"):
+        raise FileNotFoundError(f"no such file {path}")
     out = []
-    for n, row in enumerate(raw, 1):
+    for n, row in (_iter_parquet if p.suffix == ".parquet" else _iter_jsonl)(p):
         where = f"{path}: row {n}"
         messages = row.get("prompt") if isinstance(row, dict) else None
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
