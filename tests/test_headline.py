@@ -65,11 +65,11 @@ def test_faults_name_constant_answers_kappa_zero_ties_and_seen_people(tmp_path: 
     assert faults(always_a) == ['answers "A" on 100% of 20 items', "kappa 0.00 with the labels"]
     assert faults(blind) == ["kappa 0.00 with the labels"]  # half A, half B, blind to where the chosen answer is
     assert faults(ties) == ["ties on 75% of 20 pairs"]
-    summary = json.loads((good / "summary.json").read_text())
-    summary["per_user"] = {"seen": {"n_users": 3, "pair_accuracy": 0.8, "n": 20},
-                           "unseen": {"n_users": 1, "pair_accuracy": None, "n": 0}}
-    (good / "summary.json").write_text(json.dumps(summary))
-    assert faults(good) == ["trained on 3 of its 4 people"]
+    # the same judge scored on 4 people, 3 of whom it was trained on (the summary's per_user, as evaluate writes it)
+    seen = write_eval_run(tmp_path, "judge:good-seen", [1.0] * 16 + [0.0] * 4, ids=IDS, pairwise=True,
+                          users=[f"u{j % 4}" for j in range(20)], seen_users={"u0", "u1", "u2"})
+    assert faults(seen) == ["trained on 3 of its 4 people"]
+    summary = json.loads((seen / "summary.json").read_text())
     s = EvalSummary.model_validate(summary)  # without records: the summary's own counts
     assert validity.faults(s) == ["trained on 3 of its 4 people"]
 
@@ -81,11 +81,8 @@ def test_the_best_is_crowned_only_where_its_checks_hold(tmp_path: Path) -> None:
     _with_card(tmp_path, "rm:blind", 11, 11)  # no gain
     write_eval_run(tmp_path, "judge:a", [1.0, 0.0] * 10, ids=IDS, pairwise=True, condition="profile")
     write_eval_run(tmp_path, "rm:ties", [0.5] * 4 + [1.0] * 16, ids=IDS, condition="profile")  # 90%, few ties
-    seen = write_eval_run(tmp_path, "rm:seen", [1.0] * 19 + [0.0], ids=IDS, condition="profile")  # 95%, trained on
-    summary = json.loads((seen / "summary.json").read_text())
-    summary["per_user"] = {"seen": {"n_users": 4, "pair_accuracy": 0.95, "n": 20},
-                           "unseen": {"n_users": 0, "pair_accuracy": None, "n": 0}}
-    (seen / "summary.json").write_text(json.dumps(summary))
+    write_eval_run(tmp_path, "rm:seen", [1.0] * 19 + [0.0], ids=IDS, condition="profile",  # 95%, trained on them
+                   users=[f"u{j % 4}" for j in range(20)], seen_users={"u0", "u1", "u2", "u3"})
     write_eval_run(tmp_path, "baseline:length", [1.0] * 12 + [0.0] * 8, ids=IDS, condition="profile")
     rows = leaderboard(tmp_path)
     (h,) = headlines(rows)

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.meta import meta_evaluate, write_meta
 from prbench.runs import RunDir, write_json_atomic
 from prbench.schema import CATEGORIES
+from prbench.train.protocol import user_breakdown
 
 FAST = {"n_boot": 100, "n_perm": 100, "seed": 0}
 
@@ -32,8 +34,11 @@ FAST = {"n_boot": 100, "n_perm": 100, "seed": 0}
 def write_eval_run(root: Path, spec: str, credits: Sequence[float | None], *, condition: str = "none",
                    data: str = "fake", ids: Sequence[str] | None = None, categories: Sequence[str] | None = None,
                    margins: Sequence[float] | None = None, pairwise: bool = False, model: str | None = None,
-                   n_boot: int = 100) -> Path:
-    """An eval run folder in the layout `evaluate` writes (config, examples.jsonl, summary.json)."""
+                   n_boot: int = 100, users: Sequence[str] | None = None, seen_users: set[str] | None = None) -> Path:
+    """An eval run folder in the layout `evaluate` writes (config, examples.jsonl, summary.json).
+
+    `users`: each record's person; `seen_users`: the people the RM was trained on, so the summary's `per_user`
+    splits seen from unseen people as `evaluate` does for a trained RM (`user_breakdown`)."""
     ids = list(ids or [f"item-{i:03d}" for i in range(len(credits))])
     cats = list(categories or [CATEGORIES[i % 3] for i in range(len(credits))])
     records = []
@@ -53,6 +58,8 @@ def write_eval_run(root: Path, spec: str, credits: Sequence[float | None], *, co
             if c is not None:
                 rec["margin"] = m
         rec["credit"] = c
+        if users is not None:
+            rec["user_id"] = users[j]
         if c is None:
             rec["invalid"] = "unparseable verdict"
         records.append(rec)
@@ -64,7 +71,9 @@ def write_eval_run(root: Path, spec: str, credits: Sequence[float | None], *, co
                        "kind": "pairwise" if pairwise else "pointwise", "seed": 0, "accuracy": m["accuracy"],
                        "n": m["n"], "n_total": len(records), "metrics": m,
                        "model_info": {"fingerprint": {"spec": spec}, "prompt_hashes": {"judge": "abc123def456"}},
-                       "versions": {"prbench": "0.1.0", "python": "3.11"}, "wall_time_s": 0.5})
+                       "versions": {"prbench": "0.1.0", "python": "3.11"}, "wall_time_s": 0.5,
+                       **({"per_user": user_breakdown(records, SimpleNamespace(seen_users=lambda: seen_users),
+                                                      seed=0, n_boot=n_boot)} if seen_users is not None else {})})
     return path
 
 

@@ -162,7 +162,7 @@ def test_cli_prints_the_cv_table_and_the_people_it_rests_on_and_records_it(plant
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "recommendation: cross-validation over people, 5 of 5 folds" in out
-    assert "covote-nn (reference: trains nothing)" in out and "P(best)" in out
+    assert "covote-nn (reference)" in out and "P(best)" in out and "the reference trains nothing" in out
     assert "the choice rests on 30 held-out people of 30 (5 folds for 30 people" in out
     assert "recommended: planted-" in out
     assert "too few to tell" in res.stderr  # 30 people cannot tell a 5-point gain from the 1-point margin

@@ -44,6 +44,10 @@ class SpecError(PrbenchError):
     """A model spec string that names nothing we can build."""
 
 
+class OutdatedModel(PrbenchError):
+    """A trained folder this prbench no longer scores the way it was trained (retrain it); never a wrong score."""
+
+
 class NotARun(PrbenchError):
     """A folder holding none of the files a run kind reads (skipped quietly when scanning)."""
 

@@ -464,7 +464,8 @@ def wrap_name(name: str, width: int = 20) -> str:
 
 LEGEND = ("accuracy: share of pairs where the RM prefers the chosen answer (ties 0.5), 95% bootstrap CI; "
           "seen: scored on people the RM was trained on; gain: accuracy minus the same RM's with another person's "
-          f"evidence (wrong-*), paired; {SORTED}.")
+          "evidence (wrong-*), paired; resolves (--wide): the smallest difference in accuracy points the run tells "
+          f"from a fixed value with 80% power at level 0.05 (`prbench power`); {SORTED}.")
 
 
 def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False, wide: bool = False

@@ -785,3 +785,46 @@ def collapse_items(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             rec["invalid"] = next((p.get("invalid") for p in pairs if p.get("invalid")), "invalid pair")
         out.append(rec)
     return out
+
+
+# -- rater agreement ---------------------------------------------------------------------------
+# Cohen's kappa and Krippendorff's alpha are a few lines of counting; scikit-learn (`cohen_kappa_score`) is only
+# a dev dependency and the `krippendorff` package is not one at all, so both are computed here and checked
+# against them (and against Krippendorff's worked example) in tests/test_agreement.py.
+def cohen_kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
+    """Cohen's (1960) kappa of two raters over the same units: (p_o - p_e) / (1 - p_e); None when undefined
+    (no units, or both raters constant on one and the same category)."""
+    if len(a) != len(b):
+        raise ValueError("two raters must rate the same units")
+    if not a:
+        return None
+    cats = sorted({*a, *b}, key=str)
+    n = len(a)
+    p_o = sum(x == y for x, y in zip(a, b, strict=True)) / n
+    p_e = sum((sum(x == c for x in a) / n) * (sum(y == c for y in b) / n) for c in cats)
+    return None if p_e == 1 else (p_o - p_e) / (1 - p_e)
+
+
+def krippendorff_alpha(units: Sequence[Sequence[Any]]) -> float | None:
+    """Krippendorff's alpha, nominal, over units each rated by any number of raters (None = missing):
+    1 - D_o / D_e from the coincidence matrix (Krippendorff 2011, "Computing Krippendorff's alpha-reliability").
+    Units with fewer than two ratings are not pairable and drop out; None when undefined."""
+    coincide: dict[tuple[Any, Any], float] = {}
+    for unit in units:
+        vals = [v for v in unit if v is not None]
+        m = len(vals)
+        if m < 2:
+            continue
+        for i, x in enumerate(vals):
+            for j, y in enumerate(vals):
+                if i != j:
+                    coincide[(x, y)] = coincide.get((x, y), 0.0) + 1 / (m - 1)
+    n_c: dict[Any, float] = {}
+    for (x, _), w in coincide.items():
+        n_c[x] = n_c.get(x, 0.0) + w
+    n = float(sum(n_c.values()))
+    if n <= 1:
+        return None
+    d_o = sum(w for (x, y), w in coincide.items() if x != y) / n
+    d_e = sum(n_c[x] * n_c[y] for x in n_c for y in n_c if x != y) / (n * (n - 1))
+    return None if d_e == 0 else 1 - d_o / d_e

@@ -224,9 +224,7 @@ def faults(s: EvalSummary, items: Sequence[PointwiseRecord | PairwiseRecord] | N
     shown = [(r.verdicts[0], r.chosen_position) for r in items or ()
              if isinstance(r, PairwiseRecord) and r.verdicts and r.verdicts[0] in ("A", "B")]
     if len(shown) >= MIN_ITEMS:
-        from prbench.meta.stats import cohen_kappa
-
-        kappa = cohen_kappa([v for v, _ in shown], [c for _, c in shown])
+        kappa = metrics.cohen_kappa([v for v, _ in shown], [c for _, c in shown])
         if kappa is not None and kappa <= 0.0:
             out.append(f"kappa {kappa:.2f} with the labels")
     credits = [r.credit for r in items or () if r.credit is not None]

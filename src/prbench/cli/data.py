@@ -183,7 +183,10 @@ def personalize(
     overwrite: Annotated[bool, typer.Option(help="Replace the records of an earlier run in --out.")] = False,
     json_out: Json = False,
 ) -> None:
-    """Turn one row per annotator judgment into personalized records (past choices as profiles, mirrored test)."""
+    """Turn annotator-level judgments into personalized records.
+
+    One row per annotator judgment in; records out whose profiles are the person's other choices (past
+    choices), split by person, with a mirrored test."""
     from pydantic import ValidationError
 
     from prbench.data.personalize import PersonalizeConfig

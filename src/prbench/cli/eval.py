@@ -50,7 +50,8 @@ UntilMax = Annotated[int | None, typer.Option(help="With --until: score at most 
 MODEL_HELP = ("Model spec (repeatable): baseline:length|short|random|lexical|embedding, hf:HUB_ID|DIR, "
               "judge:ENGINE, pmi:ENGINE, lik:ENGINE (ENGINE: builtin:NAME, openai:MODEL, vllm:MODEL, ...); "
               "trained by `prbench train`: bt:DIR, pal:DIR, style:DIR, stance:DIR, lore:DIR, pref:DIR, gpo:DIR, "
-              "vpl:DIR, synthesizeme:DIR, finetune:DIR; your own: py:FILE:CLASS, or a plug-in's prefix. See "
+              "vpl:DIR, synthesizeme:DIR, finetune:DIR, covote-nn:DIR (the reference that trains nothing); your "
+              "own: py:FILE:CLASS, or a plug-in's prefix. See "
               "docs/reference/specs.md.")
 
 
@@ -275,9 +276,10 @@ def leaderboard_cmd(
     quiet: Quiet = False,
     json_out: Json = False,
 ) -> None:
-    """Accuracy of every run, one table per data set: one row per model x condition x the settings that differ,
-    baselines included, under a headline (does an RM use the person; the best model whose checks hold). CSV and
-    JSON beside the runs."""
+    """Accuracy of every run, one table per data set.
+
+    One row per model x condition x the settings that differ, baselines included, under a headline (does an
+    RM use the person; the best model whose checks hold). CSV and JSON beside the runs."""
     from prbench.leaderboard import headlines, leaderboard, write_leaderboard
 
     rows = leaderboard(runs)

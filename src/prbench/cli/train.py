@@ -261,15 +261,15 @@ def _recommend_table(rec: Any) -> None:
         sd = f"sd {_pct(c.fold_sd)}, " if c.fold_sd is not None else ""
         return f"{sd}{_pct(min(c.fold_means))}-{_pct(max(c.fold_means))}"
 
-    rows = [(c.method + (" (reference: trains nothing)" if c.reference else ""), ci(c), spread(c),
-             _pct(c.profile_mean), _pct(c.wrong_mean), "-" if c.p_best is None else f"{c.p_best:.2f}",
+    rows = [(c.method + (" (reference)" if c.reference else ""), ci(c), spread(c),
+             f"{_pct(c.profile_mean)} / {_pct(c.wrong_mean)}", "-" if c.p_best is None else f"{c.p_best:.2f}",
              f"{c.train_seconds:.1f}", c.cost)
             for c in rec.candidates + rec.references]
-    table(f"recommendation: cross-validation over people, {rec.folds_run} of {rec.folds} folds (mirrored "
-          "accuracy % per held-out person: their pair with their profile and, reversed, with a stranger's; "
-          "profile-blind 50%)",
-          ["method", "mirrored [95% CI]", "over folds", "own profile", "stranger's profile", "P(best)",
-           "train s (all folds)", "cost"], rows)
+    table(f"recommendation: cross-validation over people, {rec.folds_run} of {rec.folds} folds",
+          ["method", "mirrored % [95% CI]", "over folds", "own / stranger's profile %", "P(best)", "train s",
+           "cost"], rows)
+    typer.echo("mirrored: each held-out person's pair with their own profile and, reversed, with a stranger's "
+               "(profile-blind 50%); the reference trains nothing and is never chosen; train s: all folds")
     typer.echo(f"the choice rests on {rec.scored_people} held-out people of {rec.people} ({rec.folds_rule}; "
                f"every person held out once{'' if not rec.cut else ' in the folds that ran'}; seed {rec.settings.seed})")
     if rec.cut:

@@ -14,7 +14,9 @@ def view_cmd(
     bundle: Annotated[Path | None, typer.Option("--bundle", help="Write the viewer as one static folder here (opens "
                                                 "from file:// or any static host) instead of serving it.")] = None,
 ) -> None:
-    """Browse runs per person: leaderboard, people x RM grid, one pair, two RMs compared, downstream. Deep links."""
+    """Browse runs per person in a browser.
+
+    Views: leaderboard, people x RM grid, one pair, two RMs compared, downstream; each with a deep link."""
     from prbench.viewer import collect, serve, write_bundle
 
     if bundle is not None:

@@ -16,7 +16,9 @@ the train side, test users (unseen) on the test side. Variants:
 - `mixed`: a primary persona with weight in [0.55, 0.8] and a secondary one with the rest;
   profile texts follow the mixture, pairs never pit two equal weights;
 - `short`: one persona per user, 3 profile texts.
-Personas are balanced over users (round robin), so a user-blind model is at chance.
+Personas are balanced over users (round robin), so a user-blind model is at chance. A pair whose
+two answers are the same text (DSP has a few items where two personas answer alike) is left out:
+there is nothing to prefer, and `prbench data validate` refuses such a pair.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def _users(prefix: str, n: int, questions: Sequence[dict], profile_q: Sequence[i
             b = rng.choice([p for p in PERSONAS if mix.get(p, 0.0) != mix[a]])
             good, bad = (a, b) if mix[a] > mix.get(b, 0.0) else (b, a)
             item = questions[q]
+            if item["responses"][good].strip() == item["responses"][bad].strip():
+                continue  # DSP has items where two personas answer alike: no preference to learn (after the draws,
+                # so every other pair is the one it was)
             out.append(PreferencePair(user_id=user, prompt=item["query"], chosen=item["responses"][good],
                                       rejected=item["responses"][bad], profile=posts, id=f"{user}-q{q}",
                                       category=f"{good}>{bad}"))

@@ -31,7 +31,10 @@ def _first_row(src: str | Path, split: str, skip_bad: bool = False) -> tuple[str
 
     for file, line, raw in iter_raw(src, split, [] if skip_bad else None):
         return file, line, raw
-    raise DataError(str(src), None, None, "no records (the source is empty)")
+    raise DataError(str(src), None, None, EMPTY)
+
+
+EMPTY = "no records (the source is empty)"
 
 
 def _claims(row: Any) -> str | None:
@@ -71,13 +74,14 @@ def detect(src: str | Path, split: str = "test", skip_bad: bool = False) -> str:
         try:
             found = _first_row(f, split)
         except DataError as exc:
-            problem = problem or exc  # another file may still name the format
+            if exc.reason != EMPTY:  # an empty file says nothing; a folder of them is an empty source
+                problem = problem or exc  # another file may still name the format
             continue
         if name := _claims(found[2]):
             return name
         first = first or found
     if first is None:  # nothing to detect from: what the loader would say, never a format read from nothing
-        raise problem or DataError(str(src), None, None, f"folder holds no {', '.join(SUFFIXES)} files")
+        raise problem or DataError(str(src), None, None, EMPTY if files else f"folder holds no {', '.join(SUFFIXES)} files")
     return _unclaimed(*first)
 
 

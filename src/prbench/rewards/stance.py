@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from prbench.conditions import View
-from prbench.errors import PrbenchError
+from prbench.errors import OutdatedModel, PrbenchError
 from prbench.extras import require
 from prbench.judgments import Evidence, pair_evidence, post_evidence
 from prbench.rewards.base import Score
@@ -61,10 +61,6 @@ from prbench.rewards.heads import HeadReward
 from prbench.rewards.pal import shown_pairs, torch_threads
 
 READOUTS = ("mean", "nearest")
-
-
-class EarlierVotes(PrbenchError):
-    """A folder trained before the co-vote readout was centered (#47): scoring it with this one would be wrong."""
 
 
 def build_stance(config: dict[str, Any]) -> Any:
@@ -135,7 +131,7 @@ def build_stance(config: dict[str, Any]) -> Any:
 
     votes = config.get("votes") or {}
     if votes.get("texts") and "prior" not in votes:  # the uncentered ridge readout of folders before #47
-        raise EarlierVotes("this folder holds the earlier uncentered co-vote readout, which this prbench no longer "
+        raise OutdatedModel("this folder holds the earlier uncentered co-vote readout, which this prbench no longer "
                            "scores: retrain it with `prbench train stance`")
     return StanceModel(config["feature_dim"], config["rank"], config["members"], config["readouts"],
                        config["tau"], votes)
@@ -203,7 +199,7 @@ class StanceReward(HeadReward):
     def __init__(self, path: str, *args: Any, **kwargs: Any):
         try:
             super().__init__(path, *args, **kwargs)
-        except EarlierVotes as exc:
+        except OutdatedModel as exc:  # a folder trained before the centered readout (#47)
             raise PrbenchError(f"stance:{path}: {exc}") from None
 
     def evidence(self, view: View) -> list[tuple[str, float]]:

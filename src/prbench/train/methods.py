@@ -121,8 +121,8 @@ BUILTIN = SimpleNamespace(**{m.name: m for m in (
     Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal", cost=2,
            command=False),
     Method("covote-nn", "prbench.train.covote:train_covote", "prbench.train.covote:CovoteConfig", "covote-nn",
-           "Write the nearest-neighbour reference: a table of how the training people judged each text; a response "
-           "scores by the person's judgments of the texts people judged alike; covote-nn:OUT.", cost=0),
+           "Write the nearest-neighbour reference. A table of how the training people judged each text; a "
+           "response scores by the person's judgments of the texts people judged alike; covote-nn:OUT.", cost=0),
 )})
 METHODS = MethodRegistry("training method", "prbench.methods",
                          {name: f"prbench.train.methods:BUILTIN.{name}" for name in vars(BUILTIN)})
