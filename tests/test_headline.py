@@ -19,21 +19,18 @@ from unittest import mock
 import numpy as np
 import pytest
 
+from prbench.testing.cli import run_ok as run_cli
 from tests.test_meta import write_eval_run
+
+
+@pytest.fixture(autouse=True)
+def _columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables and headlines at a fixed width (COLUMNS), whatever the terminal or an earlier test left."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 IDS = [f"item-{i:03d}" for i in range(20)]
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    from prbench.cli import main
-
-    capsys.readouterr()
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
 
 
 def _with_card(root: Path, spec: str, right: int, control_right: int, **kw) -> None:

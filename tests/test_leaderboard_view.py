@@ -4,23 +4,11 @@ never sits under another's column), and --by-category as a long table that reads
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    from prbench.cli import main
-
-    capsys.readouterr()
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
+from prbench.testing.cli import run_ok as run_cli
 
 
 def test_one_table_per_data_set_and_categories_at_100_columns(

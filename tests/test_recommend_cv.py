@@ -158,7 +158,8 @@ def test_cli_prints_the_cv_table_and_the_people_it_rests_on_and_records_it(plant
     _write(data, people(30, 4, 3))
     _register()
     res = CliRunner().invoke(app, ["train", "--data", str(data), "--out", str(tmp_path / "rm"), "--candidates",
-                                   "planted-cheap,planted-pricey", "--no-protocol"])
+                                   "planted-cheap,planted-pricey", "--no-protocol"],
+                               env={"COLUMNS": "200"})  # the table at a fixed width
     assert res.exit_code == 0, res.output
     out = res.stdout
     assert "recommendation: cross-validation over people, 5 of 5 folds" in out

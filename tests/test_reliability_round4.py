@@ -17,7 +17,6 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
@@ -29,18 +28,11 @@ PRBENCH = [sys.executable, "-m", "prbench"]
 
 def run_cli(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, *args: str) -> tuple[int, str, str]:
     """(exit code, stdout, stderr plus the warnings logged) of one in-process CLI call."""
-    from prbench.cli import main
+    from prbench.testing.cli import run_cli as run
 
-    capsys.readouterr()
     caplog.clear()
-    code = 0
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err + "".join(f"{r.getMessage()}\n" for r in caplog.records)
+    code, out, err = run(capsys, *args)
+    return code, out, err + "".join(f"{r.getMessage()}\n" for r in caplog.records)
 
 
 def in_subprocess(code: str, *, timeout: float = 120) -> tuple[int, str, int]:

@@ -18,17 +18,13 @@ from unittest import mock
 
 import pytest
 
+from prbench.testing.cli import run_ok as run_cli
 
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    from prbench.cli import main
 
-    capsys.readouterr()
-    with mock.patch.object(sys, "argv", ["prbench", *args]):
-        try:
-            main()
-        except SystemExit as exc:
-            assert exc.code in (0, None), capsys.readouterr().err
-    return capsys.readouterr().out
+@pytest.fixture(autouse=True)
+def _columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables and headlines at a fixed width (COLUMNS), whatever the terminal or an earlier test left."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.fixture(scope="module")

@@ -464,9 +464,12 @@ def tracking(models: Any, folder: str | Path | None, *, max_usd: float | None = 
 
 
 def save(ledger: Ledger | RunCost | None, folder: str | Path | None) -> None:
-    """Write the run's spend so far (called after each appended chunk: a kill loses no spend)."""
+    """Write the run's spend so far (called after each appended chunk: a kill loses no spend), atomically: a kill
+    mid-write leaves the previous file, never an empty one that a resumed run must refuse."""
     if ledger is not None and folder:
-        (Path(folder) / LEDGER_FILE).write_text(json.dumps(ledger.summary(), indent=1), encoding="utf-8")
+        from prbench.runs import write_json_atomic
+
+        write_json_atomic(Path(folder) / LEDGER_FILE, ledger.summary())
 
 
 REPLY_TOKENS = 120  # a judge's or planner's typical reply (short rationale + verdict): the dry run's output estimate

@@ -20,3 +20,10 @@ def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def run_ok(capsys: Any, *args: str) -> str:
+    """`run_cli` for a command that must succeed: its stdout (a failure shows its stderr)."""
+    code, out, err = run_cli(capsys, *args)
+    assert code == 0, err
+    return out
