@@ -44,12 +44,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from prbench.conditions import View, build_views
+from prbench.context.conditions import View, build_views
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples
 from prbench.engines.builtin import builtin_path, encode_texts, load_sentence_encoder
 from prbench.engines.fixed_gemm import unfix_gemm_rows
 from prbench.engines.prefix import cache_kwarg, efficient_batches, group_by_prefix, output_cache, run_shared
-from prbench.retrieval import load_retriever
 from prbench.rewards.baselines import context_units
 from prbench.rewards.classifier import SequenceClassifierRM
 

@@ -117,11 +117,11 @@ def parts(rm, records: list[tuple], projection: bool = True) -> tuple[np.ndarray
 def main() -> None:
     import torch
 
-    from prbench.cache import Cache
+    from prbench.context.judgments import post_evidence
     from prbench.data.pairs import load_pairs
-    from prbench.judgments import post_evidence
     from prbench.rewards import load_rm
     from prbench.rewards.stance import covote_factors
+    from prbench.store.cache import Cache
     from prbench.train.covote import CovoteConfig, CovoteTable
     from prbench.train.stance import StanceConfig, judgments_by_user, train_stance
 

@@ -39,10 +39,10 @@ def measure(rm, test: list, top_k: int) -> dict:
 def main() -> None:
     from real_text import CovoteNN
 
-    from prbench.cache import Cache
     from prbench.data.pairs import load_pairs
     from prbench.rewards import load_rm
     from prbench.rewards.base import view_top_k
+    from prbench.store.cache import Cache
     from prbench.train.stance import StanceConfig, train_stance
 
     ap = argparse.ArgumentParser()

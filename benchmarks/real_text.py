@@ -37,9 +37,9 @@ def _one(root: str, variant: str, method: str, cache_path: str, options: dict, t
     import resource
     import warnings
 
-    from prbench.cache import Cache
     from prbench.data.pairs import load_pairs
     from prbench.rewards import load_rm
+    from prbench.store.cache import Cache
     from prbench.train.methods import METHODS, make_config, spec_for
     from prbench.train.protocol import ProtocolConfig, distribution, pair_credits, per_user
 

@@ -29,8 +29,8 @@ from pathlib import Path
 def _score(rm, test, condition: str) -> dict:
     import numpy as np
 
-    from prbench import metrics
     from prbench.rewards.base import DEFAULT_TOP_K, view_top_k
+    from prbench.stats import metrics
     from prbench.train.protocol import ProtocolConfig, distribution, pair_credits, per_user
 
     cfg = ProtocolConfig(condition=condition, top_k=view_top_k(rm) or DEFAULT_TOP_K)
@@ -115,8 +115,8 @@ def main() -> None:
         print(table(args.root))
         return
     warnings.simplefilter("ignore")
-    from prbench.cache import Cache
     from prbench.data.pairs import load_pairs
+    from prbench.store.cache import Cache
 
     train, test = (load_pairs(Path(args.root) / f"{s}.jsonl") for s in ("train", "test"))
     cache = Cache(Path(args.cache), namespace="embeddings")

@@ -1,8 +1,8 @@
 """Simulated studies under `--until decided`: coverage at every item, the full ranking reached, judge calls saved.
 
-Each study draws credits for judges x conditions on 2,830 items from 283 users (`prbench.seqsim.StudyShape`),
-orders the items at random and runs the stopping rule as `prbench eval --until decided` does (`prbench.seqsim`:
-the same confidence sequences from `prbench.confseq` at the same grid, the same level split, looks after 100
+Each study draws credits for judges x conditions on 2,830 items from 283 users (`prbench.stats.seqsim.StudyShape`),
+orders the items at random and runs the stopping rule as `prbench eval --until decided` does (`prbench.stats.seqsim`:
+the same confidence sequences from `prbench.stats.confseq` at the same grid, the same level split, looks after 100
 items then every 10% more, a run retired once every pair it is in is settled). The baseline is the full study
 (every item, every run): its ranking is the truth the stopped study must reach. "naive" is the same rule on
 fixed-n 95% normal intervals recomputed at every look, the peeking the confidence sequences replace.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench.seqsim import EXPECTED_FILE, Policy, StudyShape, simulate, simulate_study
+from prbench.stats.seqsim import EXPECTED_FILE, Policy, StudyShape, simulate, simulate_study
 
 PAPER = StudyShape()
 PRESET = StudyShape(family=30)
@@ -187,7 +187,7 @@ def coverage(reps: int, seed: int) -> dict[str, float | int | list[float]]:
     against the fixed-n 95% normal interval looked at after every item."""
     from scipy.stats import norm
 
-    from prbench import confseq
+    from prbench.stats import confseq
 
     rng = np.random.default_rng(seed + 7)
     n, batch = 2830, 50
@@ -298,7 +298,7 @@ def markdown(results: dict) -> str:
 
 
 def ship(results: dict) -> None:
-    """The rows the dry run reads (`prbench.seqsim.expected_share`): shapes simulated with the shipped policy."""
+    """The rows the dry run reads (`prbench.stats.seqsim.expected_share`): shapes simulated with the shipped policy."""
     rows = [{"name": name, **{k: r[k] for k in ("shape", "policy", "studies", "call_fraction_mean",
                                                  "call_fraction_se", "run_share_mean") if k in r}}
             for name, r in results.items() if name not in CHECKS and r["policy"] == asdict(Policy())]

@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from prbench.conditions import build_views
+from prbench.context.conditions import build_views
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples
-from prbench.retrieval import load_retriever
 from prbench.rewards.classifier import SequenceClassifierRM
 
 HERE = Path(__file__).resolve().parent
@@ -216,10 +216,10 @@ def bench_dedupe(tmp: Path, items: int = 8, n: int = 8) -> dict:
     prbench grades each distinct sample once, which also yields exact expected best-of-k and
     the oracle curve.
     """
-    from prbench.cache import NullCache
     from prbench.downstream.bon import best_of_n
     from prbench.downstream.grader import load_grader
     from prbench.downstream.sampling import sample_policy
+    from prbench.store.cache import NullCache
     from prbench.testing.openai_server import serve
 
     t = time.perf_counter()

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from prbench import summarize
-from prbench.runs import RunDir
+from prbench.store.runs import RunDir
 from prbench.viewer import collect, write_bundle
 from prbench.viewer.chromium import Browser, find_chromium
 from prbench.viewer.data import to_js

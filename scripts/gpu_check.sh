@@ -104,9 +104,9 @@ RM_MODELS = [TINY_RM] if CPU else [TINY_RM, smollm2_classifier()]
 
 
 def pairs(n, condition="profile"):
-    from prbench.conditions import build_views
+    from prbench.context.conditions import build_views
     from prbench.data import load_examples
-    from prbench.retrieval import load_retriever
+    from prbench.context.retrieval import load_retriever
 
     items = load_examples("sample", limit=n)
     views = build_views(items, condition, retriever=load_retriever("bm25"))

@@ -31,8 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from prbench.context.judgments import post_evidence
 from prbench.data import load_examples
-from prbench.judgments import post_evidence
 
 
 def votes_of(profile: list[Any]) -> tuple[list[str], list[str]]:

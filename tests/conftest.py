@@ -96,7 +96,7 @@ def api_key_env(monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def minilm_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """MiniLM embeddings in pytest's cache folder: every method test and every run pays the encoder once."""
-    from prbench.cache import Cache
+    from prbench.store.cache import Cache
 
     pc = getattr(request.config, "cache", None)
     base = pc.mkdir("prbench-embeddings") if pc is not None else tmp_path_factory.mktemp("emb")

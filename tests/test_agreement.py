@@ -96,8 +96,8 @@ def _reply(body: dict[str, Any]) -> str:
 def test_meta_leaderboard_and_report_show_agreement(fake_openai, api_key_env: tuple[str, str], tmp_path: Path) -> None:
     from prbench.leaderboard import leaderboard, render_rows
     from prbench.meta import meta_evaluate
-    from prbench.power import resolvable
     from prbench.report import build_report
+    from prbench.stats.power import resolvable
 
     srv = fake_openai(_reply)
     data = tmp_path / "bench.jsonl"

@@ -161,7 +161,7 @@ def test_study_eval_stage_in_batches(api_key_env, tmp_path: Path, capsys) -> Non
 
 def test_build_generates_and_validates_through_batches(api_key_env, tmp_path: Path) -> None:
     from prbench.build import BuildConfig, build_benchmark
-    from prbench.cache import NullCache
+    from prbench.store.cache import NullCache
     from prbench.testing.records import make_records
 
     rows = [{k: v for k, v in r.items() if k not in ("chosen", "rejected")} for r in make_records(4)]

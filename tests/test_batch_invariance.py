@@ -173,9 +173,9 @@ def test_filler_rows_give_the_same_embeddings(monkeypatch: pytest.MonkeyPatch) -
 
 
 def _rm_batch(n: int = 10) -> list[tuple[Any, str]]:
-    from prbench.conditions import build_views
+    from prbench.context.conditions import build_views
+    from prbench.context.retrieval import load_retriever
     from prbench.data import load_examples
-    from prbench.retrieval import load_retriever
 
     items = load_examples("sample", limit=n)
     views = build_views(items, "profile", retriever=load_retriever("bm25"), top_k=1)  # fits 1024 byte-tokens

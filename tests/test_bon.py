@@ -171,7 +171,7 @@ def test_bon_exact_expectation_matches_brute_force(models, tiny_samples, tmp_pat
 
 
 def test_bon_second_rm_needs_no_new_grading(tiny_samples, tmp_path) -> None:
-    from prbench.cache import Cache
+    from prbench.store.cache import Cache
 
     engine = ScriptedGrader()
     first = best_of_n(tiny_samples, ["baseline:length"], RubricGrader(engine=engine, cache=Cache(namespace="grades")),
@@ -351,8 +351,8 @@ def test_cli_api_and_study_share_one_sample_config(tmp_path, capsys) -> None:
 
 def test_bon_api_grader_priced_capped_and_resumed(tiny_samples, fake_openai, api_key_env, tmp_path) -> None:
     from prbench import cost
-    from prbench.cache import Cache
     from prbench.downstream.grader import load_grader
+    from prbench.store.cache import Cache
 
     srv = fake_openai(lambda body: grading_reply(body["messages"][-1]["content"]))
 
@@ -371,8 +371,8 @@ def test_bon_api_grader_priced_capped_and_resumed(tiny_samples, fake_openai, api
 
 
 def test_bon_grades_through_batches_like_synchronous(tiny_samples, api_key_env, tmp_path, monkeypatch) -> None:
-    from prbench.cache import Cache
     from prbench.downstream.grader import load_grader
+    from prbench.store.cache import Cache
     from prbench.testing.batch_server import serve_batches
 
     monkeypatch.setenv("PRBENCH_BATCH_POLL", "0.05,0.2")

@@ -38,9 +38,9 @@ from prbench.build.annotate import agreement, cohen_kappa, export_annotation, sc
 from prbench.build.filter import decide, failed_checks
 from prbench.build.generate import count_words, truncate_words
 from prbench.build.validate import parse_scores
-from prbench.cache import NullCache
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
+from prbench.store.cache import NullCache
 from prbench.testing.records import make_records
 
 _USER_CACHE = os.environ.get("PRBENCH_CACHE_DIR")

@@ -124,7 +124,7 @@ def test_minilm_loads_and_encodes() -> None:
 def test_embedding_scores_do_not_depend_on_the_batch() -> None:
     """baseline:embedding (MiniLM through `encode_texts`) gives bit-identical scores whatever shares the batch;
     padding to the batch's longest text moved margins in the 7th digit (12 of 63 demo margins)."""
-    from prbench.conditions import View
+    from prbench.context.conditions import View
     from prbench.rewards import load_rm
     from prbench.schema import ProfilePost
 

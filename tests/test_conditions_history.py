@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from prbench import evaluate
-from prbench.conditions import (
+from prbench.context.conditions import (
     ALL_CONDITIONS,
     HISTORY_CONDITIONS,
     build_view,
     eligible_history,
     no_context_failure,
 )
+from prbench.context.retrieval import BM25Retriever
 from prbench.data import load_examples
 from prbench.errors import PrbenchError
-from prbench.retrieval import BM25Retriever
 from prbench.rewards import PointwiseRM, Score
 from prbench.schema import Example, HistoryPair
 from prbench.testing.records import make_records

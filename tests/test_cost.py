@@ -194,7 +194,7 @@ def test_paper_preset_dry_run_expects_dollars_under_until_decided(capsys, monkey
     again): the judges in the closest pairs run longest, so a run's price is weighed by its own share; the plan
     stage in full; the assumptions say which shape, how many studies, and the level split. The ranking question
     of the preset is expected to cost at most $45 (issue #38)."""
-    from prbench.seqsim import expected_share, study_shape
+    from prbench.stats.seqsim import expected_share, study_shape
     from prbench.study.config import load_study_config
 
     code, out, err = _dry_run(capsys, monkeypatch, "--json")
@@ -301,7 +301,7 @@ def test_build_caps_generator_and_validator_together(fake_openai, api_key_env, t
                           validator="anthropic:claude-haiku-4-5", top_k=3, batch_size=2,
                           generator_options={"base_url": gen.base_url, "api_key_env": api_key_env[0], "concurrency": 1},
                           validator_options={"base_url": val.root_url, "api_key_env": api_key_env[0], "concurrency": 1})
-        from prbench.cache import NullCache
+        from prbench.store.cache import NullCache
 
         full = build_benchmark(cfg, tmp_path / "full", cache=NullCache()).summary["cost"]
         n_full = gen.n_posts

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from prbench import evaluate
-from prbench.cache import NullCache
+from prbench.store.cache import NullCache
 from prbench.testing.records import make_records
 
 RECORDS = make_records(12)
@@ -149,7 +149,7 @@ def test_a_different_seed_changes_only_what_is_seeded(data: Path, tmp_path: Path
 def test_ray_worker_count_does_not_change_a_byte(data: Path, tmp_path: Path, tiny_rm: Path) -> None:
     """One Ray session for every distributed run here (starting Ray costs ~20 s). Same batch size on
     both sides: chunks are cut before they reach the actors, so each chunk's arithmetic is the same."""
-    from prbench.distributed import shutdown
+    from prbench.evaluation.distributed import shutdown
 
     try:
         cases = [(f"hf:{tiny_rm}", "profile", 2), (f"hf:{tiny_rm}", "none", 1), ("baseline:random", "none", 3)]

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from prbench.cache import Cache
 from prbench.engines.base import GenParams, load_engine
 from prbench.engines.openai_engine import OpenAIEngine, fold_top_logprobs, parse_retry_after
 from prbench.errors import PrbenchError
+from prbench.store.cache import Cache
 from prbench.testing.openai_server import Fault, fake_logprob, fake_tokenize, logsumexp, per_prompt
 
 

@@ -36,10 +36,10 @@ def test_every_prbench_error_lives_in_errors_py():
     ("prbench.engines.batch", "BatchPending", 4),
     ("prbench.engines.batch", "BatchFailed", 2),
     ("prbench.engines.ratelimit", "QuotaExhausted", 2),
-    ("prbench.runs", "RunBusy", 2),
-    ("prbench.cache", "CacheError", 2),
+    ("prbench.store.runs", "RunBusy", 2),
+    ("prbench.store.cache", "CacheError", 2),
     ("prbench.runkinds", "NotARun", 2),
-    ("prbench._evaluate", "InvalidRunError", 1),
+    ("prbench.evaluation.evaluate", "InvalidRunError", 1),
     ("prbench", "InvalidRunError", 1),
 ])
 def test_old_homes_re_export_the_one_class_with_its_exit_code(module, name, code):

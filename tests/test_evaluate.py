@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from prbench import evaluate
-from prbench.cache import NullCache
-from prbench.conditions import CONDITIONS, View
+from prbench.context.conditions import CONDITIONS, View
 from prbench.rewards import PairwiseRM, PointwiseRM, Score, Verdict, load_rm
 from prbench.rewards.classifier import SequenceClassifierRM
+from prbench.store.cache import NullCache
 from prbench.testing.records import make_record, make_records
 from prbench.testing.tiny import make_tiny_seq_classifier
 
@@ -237,9 +237,9 @@ def test_wrong_profile_needs_another_user(tmp_path: Path) -> None:
 
 
 def test_shared_prefix_equals_full_scoring(tiny_rm_dir: Path) -> None:
-    from prbench.conditions import build_views
+    from prbench.context.conditions import build_views
+    from prbench.context.retrieval import load_retriever
     from prbench.data import load_examples
-    from prbench.retrieval import load_retriever
 
     items = load_examples("sample", limit=6)
     views = build_views(items, "profile", retriever=load_retriever("bm25"), top_k=1)  # fits 1024 byte-tokens
@@ -257,7 +257,7 @@ def test_shared_prefix_equals_full_scoring(tiny_rm_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_ray_workers_match_single_process(data: Path, tiny_rm_dir: Path, tmp_path: Path) -> None:
-    from prbench.distributed import shutdown
+    from prbench.evaluation.distributed import shutdown
 
     single = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", out=tmp_path / "one", batch_size=2,
                       cache=NullCache())

@@ -134,7 +134,7 @@ def test_long_commands_print_plain_stage_and_progress_lines_off_a_terminal(tmp_p
 def test_progress_lines_are_rate_limited_and_announcements_respect_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     from rich.markup import escape
 
-    from prbench.progress import LogProgress, announce, quiet
+    from prbench.runtime.progress import LogProgress, announce, quiet
 
     buf = io.StringIO()
     p = LogProgress(stream=buf, interval=3600)

@@ -97,7 +97,7 @@ def test_progress_says_encoding_once_the_encoder_is_loaded(monkeypatch: pytest.M
     import time
 
     from prbench.engines.builtin import encode_texts, load_sentence_encoder
-    from prbench.progress import progress
+    from prbench.runtime.progress import progress
 
     lines: list[str] = []
 

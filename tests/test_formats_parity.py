@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from prbench import metrics
 from prbench.data import load_examples
 from prbench.errors import DataError
 from prbench.formats import detect, format_score
+from prbench.stats import metrics
 from prbench.testing.cli import run_cli
 
 PAR = Path(__file__).parent / "data" / "formats" / "parity"

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from prbench.cache import Cache
 from prbench.downstream.grader import Grade, RubricGrader, load_grader, parse_grades
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.schema import Example
+from prbench.store.cache import Cache
 from prbench.testing.records import make_record
 
 

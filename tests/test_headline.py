@@ -4,7 +4,7 @@ The quick start's report called a judge answering "A" to every item (kappa 0.00)
 never said whether any RM uses the person. Now the headline of `prbench leaderboard` and of the report first
 answers "does an RM use the person?" (the condition minus its wrong-user control, paired over the same pairs:
 `metrics.paired_comparison`, the statistics of `prbench compare`), then names the best model among those whose
-checks hold (`prbench.validity.faults`: constant answers, kappa <= 0 with the labels, ties on most pairs, people
+checks hold (`prbench.evaluation.validity.faults`: constant answers, kappa <= 0 with the labels, ties on most pairs, people
 it was trained on); a model scoring higher that fails one is named with the reason.
 """
 
@@ -35,8 +35,8 @@ IDS = [f"item-{i:03d}" for i in range(20)]
 
 def _with_card(root: Path, spec: str, right: int, control_right: int, **kw) -> None:
     """A profile run and its wrong-profile control; the card written by the real `validity.attach`."""
-    from prbench import validity
-    from prbench.runs import read_json, read_records
+    from prbench.evaluation import validity
+    from prbench.store.runs import read_json, read_records
 
     write_eval_run(root, spec, [1.0] * right + [0.0] * (20 - right), ids=IDS, condition="profile", **kw)
     ctrl = write_eval_run(root, spec, [1.0] * control_right + [0.0] * (20 - control_right), ids=IDS,
@@ -45,9 +45,9 @@ def _with_card(root: Path, spec: str, right: int, control_right: int, **kw) -> N
 
 
 def test_faults_name_constant_answers_kappa_zero_ties_and_seen_people(tmp_path: Path) -> None:
-    from prbench import validity
-    from prbench.records import EvalSummary
+    from prbench.evaluation import validity
     from prbench.runkinds import open_run
+    from prbench.store.records import EvalSummary
 
     def faults(path: Path) -> list[str]:
         run = open_run(path)
@@ -117,10 +117,10 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_quick_start_judge_is_not_crowned_and_the_person_question_is_answered(
         quick: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from prbench import metrics
-    from prbench.records import EvalSummary
     from prbench.runkinds import scan_runs
     from prbench.runkinds.eval import KIND as EVAL
+    from prbench.stats import metrics
+    from prbench.store.records import EvalSummary
 
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(quick / "cache"))
     board = run_cli(capsys, "leaderboard", str(quick / "runs"))

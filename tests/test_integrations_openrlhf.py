@@ -31,16 +31,16 @@ import httpx
 import pytest
 import torch
 
-from prbench.cache import NullCache
-from prbench.conditions import View, build_view
+from prbench.context.conditions import View, build_view
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples
+from prbench.evaluation.scoring import score_cached
 from prbench.integrations import openrlhf as openrlhf_hook
 from prbench.integrations.export import openrlhf_rows
-from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score, load_rm
-from prbench.scoring import score_cached
 from prbench.serve.chat import load_splitter
 from prbench.serve.server import ThreadedServer, create_app
+from prbench.store.cache import NullCache
 
 POLICY = "builtin:smollm2-135m-instruct"
 

@@ -27,15 +27,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from prbench.cache import NullCache
-from prbench.conditions import build_view
+from prbench.context.conditions import build_view
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples
+from prbench.evaluation.scoring import score_cached
 from prbench.integrations import verl as verl_hook
 from prbench.integrations.export import verl_rows, write_parquet
-from prbench.retrieval import load_retriever
 from prbench.rewards.base import load_rm
-from prbench.scoring import score_cached
 from prbench.serve.server import ThreadedServer, create_app
+from prbench.store.cache import NullCache
 
 ANSWERS = ["Meter for the highlights and push one stop.", "Try a cheap 50mm.", "Use a tripod at dusk."]
 

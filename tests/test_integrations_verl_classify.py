@@ -33,7 +33,7 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.data import load_examples
 from prbench.integrations.export import verl_rows, write_parquet
 from prbench.rewards.base import PointwiseRM, Score

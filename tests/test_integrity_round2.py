@@ -144,7 +144,7 @@ def test_5_donors_are_the_same_with_and_without_limit_and_categories() -> None:
 
 # -- 6: history leaks ---------------------------------------------------------------------------------------------
 def test_6_untimed_conversations_are_never_earlier(tmp_path: Path) -> None:
-    from prbench.conditions import eligible_history
+    from prbench.context.conditions import eligible_history
     from prbench.data import load_examples
 
     folder = tmp_path / "prism"
@@ -158,7 +158,7 @@ def test_6_untimed_conversations_are_never_earlier(tmp_path: Path) -> None:
 
 
 def test_6_a_judged_pair_swapped_in_its_own_history_is_never_shown() -> None:
-    from prbench.conditions import eligible_history
+    from prbench.context.conditions import eligible_history
     from prbench.schema import Example, HistoryPair
 
     swapped = HistoryPair(id="old", prompt="q?", chosen="worse", rejected="better")
@@ -276,8 +276,8 @@ def _damaged(head: Path, tmp_path: Path) -> Path:
 
 
 def test_13_damaged_trained_folders_name_the_file(head: Path, tmp_path: Path, capsys) -> None:
-    from prbench.manifest import MANIFEST_FILE
     from prbench.rewards import load_rm
+    from prbench.store.manifest import MANIFEST_FILE
 
     assert (head / "pal" / MANIFEST_FILE).is_file()
     load_rm(f"pal:{head / 'pal'}")  # intact: loads
@@ -308,8 +308,8 @@ def test_13_damaged_trained_folders_name_the_file(head: Path, tmp_path: Path, ca
 
 def test_42_10_trained_folder_without_manifest_never_loads_silently(head: Path, tmp_path: Path, capsys) -> None:
     """Issue 42 item 10: flipped weights (same size) or a reordered user list, manifest deleted: one line, exit 2."""
-    from prbench.manifest import MANIFEST_FILE
     from prbench.rewards import load_rm
+    from prbench.store.manifest import MANIFEST_FILE
 
     for edit in ("flip", "users"):
         m = _damaged(head, tmp_path / edit)
@@ -369,8 +369,9 @@ def test_16_messages(tmp_path: Path, capsys) -> None:
 def test_17_interrupt_count_is_read_from_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The signal lands right after the fsynced append, before the driver's own count moves: the
     window that printed "16 of 63" with 32 on disk. Deterministic: no timing involved."""
-    from prbench import evaluate, interrupt
-    from prbench.runs import RunDir
+    from prbench import evaluate
+    from prbench.runtime import interrupt
+    from prbench.store.runs import RunDir
 
     real, calls = RunDir.append, []
 

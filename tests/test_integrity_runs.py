@@ -14,7 +14,7 @@ import pytest
 
 from prbench import evaluate
 from prbench.errors import DataError, PrbenchError
-from prbench.runs import RunDir, redact_url
+from prbench.store.runs import RunDir, redact_url
 from prbench.testing.records import make_records
 
 PRBENCH = [sys.executable, "-m", "prbench"]

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prbench import evaluate
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.data import load_examples
 from prbench.data.loaders import sample_path
 from prbench.rewards import PairQuery, load_rm

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from prbench import evaluate
-from prbench.conditions import JUDGMENTS_HEADER, PROFILE_HEADER, View, build_view
+from prbench.context.conditions import JUDGMENTS_HEADER, PROFILE_HEADER, View, build_view
+from prbench.context.judgments import describe, example_evidence, has_judgments, post_evidence, stance_of
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples, write_examples
 from prbench.errors import DataError
-from prbench.judgments import describe, example_evidence, has_judgments, post_evidence, stance_of
-from prbench.retrieval import load_retriever
 from prbench.schema import Example, ProfilePost
 from prbench.testing.records import make_records
 
@@ -100,7 +100,7 @@ def test_plain_profiles_render_exactly_as_before() -> None:
 
 
 def test_describe_covers_every_stance_word() -> None:
-    from prbench.judgments import STANCE_SIGNS, STANCE_WORDS
+    from prbench.context.judgments import STANCE_SIGNS, STANCE_WORDS
 
     assert set(STANCE_WORDS) == set(STANCE_SIGNS)  # a new stance word gets its words for judges
     assert describe(ProfilePost(id="x", text="T", stance="downvote")) == "downvoted: T"

@@ -99,8 +99,8 @@ def test_wide_shows_every_column(demo: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_the_summary_carries_the_settings_that_change_its_numbers(demo: Path) -> None:
-    from prbench.records import EvalSummary
     from prbench.runkinds import scan_runs
+    from prbench.store.records import EvalSummary
 
     runs = scan_runs([demo / "runs"]).of("benchmark")
     got = {(r.summary_as(EvalSummary).model, r.condition, r.path.parts[-4]): r.summary_as(EvalSummary).settings

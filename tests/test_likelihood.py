@@ -11,7 +11,7 @@ import pytest
 import transformers  # noqa: F401  (make test installs every extra: a missing one must fail, not skip)
 
 from prbench import evaluate
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.rewards import PairQuery, load_rm
 from prbench.rewards.judges import LikelihoodJudge, load_judge
 from prbench.rewards.likelihood import LikelihoodReward, PMIReward

@@ -21,8 +21,8 @@ from scipy import stats
 from prbench import run_path, summarize
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.meta import meta_evaluate, write_meta
-from prbench.runs import RunDir, write_json_atomic
 from prbench.schema import CATEGORIES
+from prbench.store.runs import RunDir, write_json_atomic
 from prbench.train.protocol import user_breakdown
 
 FAST = {"n_boot": 100, "n_perm": 100, "seed": 0}

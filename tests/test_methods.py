@@ -274,8 +274,8 @@ def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(minilm_cache, tmp_path)
     # VPL: an unseen user without shots is z = 0 whatever the view; only the shown pairs move its scores
     vpl = [[r["score_chosen"] for r in runs["vpl", c].records] for c in ("history", "wrong-history")]
     assert vpl[0] != vpl[1]
-    from prbench.conditions import build_view
-    from prbench.retrieval import load_retriever
+    from prbench.context.conditions import build_view
+    from prbench.context.retrieval import load_retriever
 
     shown = build_view(unseen[0], "history", retriever=load_retriever("bm25"))
     assert context_units(shown) == [h.chosen for h in shown.pairs]  # the baselines compare with what they preferred

@@ -1,4 +1,4 @@
-"""Tests for prbench.metrics: against scipy/sklearn, brute force, and hand-computed values."""
+"""Tests for prbench.stats.metrics: against scipy/sklearn, brute force, and hand-computed values."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from prbench import metrics as m
+from prbench.stats import metrics as m
 
 # --------------------------------------------------------------------------- pair accuracy
 

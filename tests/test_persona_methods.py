@@ -305,8 +305,8 @@ def test_swap_test_is_zero_for_a_user_blind_rm_and_positive_for_a_personalized_o
 
 def test_validity_card_gain_is_zero_without_personalization_and_positive_with_it(tmp_path):
     from prbench import evaluate
-    from prbench.cache import NullCache
     from prbench.schema import Example
+    from prbench.store.cache import NullCache
 
     examples = [Example(id=p.key, question=p.prompt, chosen=p.chosen, rejected=p.rejected, profile=p.profile,
                         rubric_aspects=[], category="Lifestyle_and_Personal_Development", user_id=p.user_id)
@@ -340,9 +340,10 @@ def test_a_control_finishing_during_a_condition_rerun_never_puts_back_the_old_su
     rerun of the condition (more items) rewrites it; the control must not write the old one back."""
     import threading
 
-    from prbench import evaluate, validity
-    from prbench.cache import NullCache
+    from prbench import evaluate
+    from prbench.evaluation import validity
     from prbench.schema import Example
+    from prbench.store.cache import NullCache
 
     examples = [Example(id=p.key, question=p.prompt, chosen=p.chosen, rejected=p.rejected, profile=p.profile,
                         rubric_aspects=[], category="Lifestyle_and_Personal_Development", user_id=p.user_id)
@@ -370,7 +371,7 @@ def test_a_control_finishing_during_a_condition_rerun_never_puts_back_the_old_su
 
 def test_synthesizeme_runs_offline_on_smollm2(tmp_path):
     """The real default engine end to end: SmolLM2-135M writes each persona, the judge reads it (tiny budget)."""
-    from prbench.conditions import View
+    from prbench.context.conditions import View
     from prbench.rewards import load_rm
 
     pairs = _planted_pairs(1, 2)  # one user, no verification split: one generation, then one judge call
@@ -388,7 +389,7 @@ def test_synthesizeme_runs_offline_on_smollm2(tmp_path):
 
 def test_synthesizeme_likelihood_route_verifies_personas_with_a_tiny_model(tiny_lm, tmp_path):
     """Every held-out pair gets a reading (a random tiny model writes no "Score: N"), so personas are verified."""
-    from prbench.conditions import View
+    from prbench.context.conditions import View
     from prbench.rewards import load_rm
 
     pairs = _planted_pairs(2, 4)

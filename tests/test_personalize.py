@@ -295,7 +295,7 @@ def test_the_recommended_method_beats_wrong_profile_on_the_mirrored_test(built, 
     """Acceptance (issue #47): `prbench train --data train.jsonl` (no method named: the recommendation), then
     its RM on the mirrored test under `profile` beats `wrong-profile` beyond chance (paired bootstrap CI)."""
     from prbench import evaluate
-    from prbench.metrics import paired_comparison
+    from prbench.stats.metrics import paired_comparison
 
     out, _, _ = built
     res = cli("train", "--data", out / "train.jsonl", "--out", tmp_path / "rm", "--json")

@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prbench.cache import Cache
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.data import write_examples
 from prbench.data.pairs import (
     PreferencePair,
@@ -34,6 +33,7 @@ from prbench.data.pairs import (
 )
 from prbench.data.synth_users import synth_examples, twin_group
 from prbench.errors import DataError, PrbenchError
+from prbench.store.cache import Cache
 
 DIMS = ("diet", "mood", "social")  # Lifestyle, Arts, Society
 

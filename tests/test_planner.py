@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prbench import evaluate
-from prbench.cache import Cache
-from prbench.conditions import build_view, read_planner_file
-from prbench.planner import Planner, parse_aspects, plan, planner_sft_rows, render_aspects
-from prbench.retrieval import load_retriever
+from prbench.context.conditions import build_view, read_planner_file
+from prbench.context.planner import Planner, parse_aspects, plan, planner_sft_rows, render_aspects
+from prbench.context.retrieval import load_retriever
 from prbench.schema import RubricAspect, SourceItem
+from prbench.store.cache import Cache
 from prbench.testing.records import make_records
 
 # -- parsing ----------------------------------------------------------------------------------
@@ -226,8 +226,8 @@ def test_sft_rows_use_true_rubric_as_target() -> None:
 
 
 def test_train_planner_tiny_cpu(tiny_lm: Path, tmp_path: Path) -> None:
+    from prbench.context.planner import train_planner
     from prbench.engines.transformers_engine import TransformersEngine
-    from prbench.planner import train_planner
 
     items = [SourceItem.model_validate(r) for r in make_records(8)]
     out = tmp_path / "planner"

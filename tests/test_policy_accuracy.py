@@ -11,10 +11,10 @@ import pytest
 import transformers  # noqa: F401
 from scipy.special import logsumexp
 
-from prbench.cache import Cache
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
+from prbench.store.cache import Cache
 
 
 class RecordingRM(PointwiseRM):
@@ -102,11 +102,11 @@ def test_w0_full_equals_plain_policy_exactly(engine):
 
 
 def test_plain_policy_matches_engine_loglik(engine):
-    from prbench.conditions import build_view
+    from prbench.context.conditions import build_view
+    from prbench.context.retrieval import load_retriever
     from prbench.downstream.policy_accuracy import PAParams, ScoreRequest, score_responses, tokenize_response
     from prbench.downstream.sampling import policy_messages
     from prbench.prompts import load_prompt
-    from prbench.retrieval import load_retriever
 
     ex = make_examples()[0]
     msgs = policy_messages(build_view(ex, "profile", retriever=load_retriever("bm25"), top_k=1),

@@ -1,4 +1,4 @@
-"""prbench.power: the closed form against a Monte-Carlo simulation of the test it names, pilots, the reverse."""
+"""prbench.stats.power: the closed form against a Monte-Carlo simulation of the test it names, pilots, the reverse."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from prbench.errors import PrbenchError
-from prbench.power import (
+from prbench.stats.power import (
     Design,
     chance_design,
     intra_user_correlation,

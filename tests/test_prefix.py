@@ -86,9 +86,9 @@ def test_shared_loglik_equals_full_and_saves_prefix(tmp_path: Path, arch: str) -
 
 
 def test_shared_classifier_scores_equal_full_with_efficient_padding(tiny_rm: Path) -> None:
-    from prbench.conditions import build_views
+    from prbench.context.conditions import build_views
+    from prbench.context.retrieval import load_retriever
     from prbench.data import load_examples
-    from prbench.retrieval import load_retriever
     from prbench.rewards import load_rm
 
     items = load_examples("sample", limit=12)

@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from prbench.progress import LogProgress, _Task
+from prbench.runtime.progress import LogProgress, _Task
 
 
 class Recorder:
@@ -90,7 +90,7 @@ def test_stage_lines_give_counts_and_times_not_rates() -> None:
 
 def test_one_long_step_still_gets_a_line_every_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     """A single forward pass can take longer than the interval: the ticker says it is still running."""
-    from prbench import progress as prog
+    from prbench.runtime import progress as prog
 
     err = Recorder()
     monkeypatch.setattr(sys, "stderr", err)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from prbench import evaluate
-from prbench.cache import Cache
 from prbench.engines.base import GenParams
 from prbench.engines.openai_engine import OpenAIEngine
 from prbench.engines.ratelimit import Limiter, QuotaExhausted, classify, parse_duration, retry_hint
+from prbench.store.cache import Cache
 from prbench.testing.openai_server import Fault
 from prbench.testing.records import make_records
 

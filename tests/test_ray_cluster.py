@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from prbench import evaluate
-from prbench.cache import NullCache
-from prbench.distributed import connect, default_gpus, shutdown
 from prbench.errors import PrbenchError
+from prbench.evaluation.distributed import connect, default_gpus, shutdown
+from prbench.store.cache import NullCache
 from prbench.testing.records import make_records
 
 PLUGIN = Path(__file__).parent / "data" / "ray" / "dying_rm.py"

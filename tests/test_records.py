@@ -8,7 +8,7 @@ import pytest
 
 from prbench import evaluate
 from prbench.errors import DataError
-from prbench.records import FORMAT, legacy_kind, run_kind, stamp, typed_record, typed_summary
+from prbench.store.records import FORMAT, legacy_kind, run_kind, stamp, typed_record, typed_summary
 
 
 def test_eval_summary_is_stamped_and_typed(tmp_path):
@@ -54,7 +54,7 @@ def test_record_of_the_wrong_shape_is_located():
 
 def test_a_driver_never_writes_a_summary_its_readers_refuse(tmp_path):
     """RunDir.write_summary validates a run's summary against its kind's model first (NaN, a missing field)."""
-    from prbench.runs import RunDir
+    from prbench.store.runs import RunDir
 
     run = RunDir(tmp_path / "r", {"model": "m"})
     run.append([{"id": "a", "credit": 1.0}])

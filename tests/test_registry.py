@@ -69,7 +69,7 @@ def test_unknown_prefix_lists_known_and_suggests_closest():
 
     with pytest.raises(SpecError, match="did you mean 'openai'"):
         load_engine("opena:gpt-5.1")
-    from prbench.retrieval import load_retriever
+    from prbench.context.retrieval import load_retriever
 
     with pytest.raises(SpecError, match="did you mean 'dense'"):
         load_retriever("dens:x")

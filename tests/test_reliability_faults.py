@@ -25,11 +25,11 @@ from typing import Any, ClassVar
 import pytest
 
 from prbench import evaluate
-from prbench.cache import NullCache
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.rewards import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
+from prbench.store.cache import NullCache
 from prbench.testing.cli import run_cli
 from prbench.testing.openai_server import Fault
 from prbench.testing.records import make_records

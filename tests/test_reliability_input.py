@@ -371,8 +371,8 @@ def test_grader_parser_survives_hostile_replies() -> None:
 
 def test_model_options_that_cannot_name_a_run_are_refused_in_one_line(tmp_path) -> None:
     from prbench import evaluate
-    from prbench.cache import Cache
     from prbench.errors import PrbenchError
+    from prbench.store.cache import Cache
 
     with pytest.raises(PrbenchError, match=r"model_options must be plain values.*pass it instead of its spec"):
         evaluate("baseline:lexical", "sample", "profile", model_options={"encoder_cache": Cache(tmp_path / "c.sqlite")})

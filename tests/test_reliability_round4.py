@@ -261,7 +261,7 @@ def test_a_key_in_the_base_url_query_stays_a_query_and_is_never_written(tmp_path
 
 
 def test_redaction_covers_a_bare_path_and_bool_switches_are_no_secret() -> None:
-    from prbench.runs import redact_url, refuse_secrets
+    from prbench.store.runs import redact_url, refuse_secrets
 
     assert redact_url(f"no route /v1/?api_key={SECRET}chat/completions") == \
         "no route /v1/?api_key=REDACTED"
@@ -376,7 +376,7 @@ def test_the_journal_carries_an_older_ledger_and_counts_unsettled_requests_once(
 
 
 def test_an_overlong_line_is_passed_over_and_repair_keeps_the_records_after_it(tmp_path: Path) -> None:
-    from prbench.runs import MAX_LINE_BYTES, scan_records
+    from prbench.store.runs import MAX_LINE_BYTES, scan_records
 
     path = tmp_path / "examples.jsonl"
     with path.open("wb") as fh:

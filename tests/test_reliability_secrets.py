@@ -284,8 +284,8 @@ def load_log(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]
 
 def test_trust_remote_code_is_off_unless_asked(load_log, tiny_rm: Path, tiny_lm: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from prbench.context.retrieval import load_retriever
     from prbench.engines.base import load_engine
-    from prbench.retrieval import load_retriever
     from prbench.rewards import load_rm
 
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
@@ -354,8 +354,8 @@ def test_pal_loads_safetensors_only(tmp_path: Path) -> None:
     import torch
 
     from prbench.errors import PrbenchError
-    from prbench.manifest import seal
     from prbench.rewards.pal import build_model, load_folder, save_folder
+    from prbench.store.manifest import seal
 
     config = {"arch": "pal-a", "embed_dim": 8, "hidden": 0, "dim": 4, "k_prototypes": 2, "users": ["u1", "u2"],
               "encoder": "unused"}

@@ -13,8 +13,8 @@ import pytest
 from test_meta import credits_with_mean, values_with_mean, write_ds, write_eval_run, write_pa_run
 
 from prbench.report import SECTIONS, build_report
-from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORIES
+from prbench.store.runs import write_json_atomic
 
 SECTION_IDS = ["leaderboard", "conditions", "diagnostics", "build", "bon", "rl-rgd", "meta", "published", "provenance"]
 EVIL = "<script>alert(1)</script>"

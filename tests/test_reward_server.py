@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from prbench.conditions import View, build_view
+from prbench.context.conditions import View, build_view
+from prbench.context.retrieval import load_retriever
 from prbench.errors import PrbenchError
-from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score, load_rm
 from prbench.schema import Example
 from prbench.serve.server import ThreadedServer, create_app, token_from_env
@@ -307,7 +307,7 @@ def test_binding_beyond_loopback_needs_a_flag_and_empty_tokens_are_errors(monkey
 
 
 def test_urls_are_redacted() -> None:
-    from prbench.runs import redact_url  # one redaction rule for run folders and the server
+    from prbench.store.runs import redact_url  # one redaction rule for run folders and the server
 
     assert redact_url("http://user:pass@host:8000/v1?api_key=abc&model=m&token=t") == \
         "http://REDACTED@host:8000/v1?api_key=REDACTED&model=m&token=REDACTED"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
 from prbench.rewards.base import PointwiseRM, Score, load_rm
 from prbench.serve.batcher import Batcher, Batching, TooLarge

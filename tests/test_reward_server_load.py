@@ -33,11 +33,11 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from prbench.conditions import View, build_view
+from prbench.context.conditions import View, build_view
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples
 from prbench.integrations.export import openrlhf_rows, verl_rows
 from prbench.integrations.verl import compute_score_async
-from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.serve.server import Limits, ThreadedServer, create_app
 

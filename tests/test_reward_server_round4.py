@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.data import load_examples
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError

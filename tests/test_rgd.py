@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import transformers  # noqa: F401
 
-from prbench.cache import Cache
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.engines.base import GenParams
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
+from prbench.store.cache import Cache
 
 
 class RecordingRM(PointwiseRM):
@@ -186,7 +186,7 @@ def test_prefix_rewards_dedupe_memo_and_disk_cache(tmp_path):
     assert fresh([(v, "eee"), (v, "e")]) == [3.0, 1.0]
     assert rm.calls == 2 and fresh.stats.cache_hits == 2
     # the same key as `prbench eval`: a full answer scored here is an eval cache hit
-    from prbench.scoring import score_cached
+    from prbench.evaluation.scoring import score_cached
 
     assert score_cached(rm, [(v, "ee")], cache)[0].value == 2.0 and rm.calls == 2
 
@@ -219,8 +219,8 @@ def test_run_rgd_stores_resumes_scores_gold_and_writes_downstream(tiny_engine, t
     # w = 0: the plain policy on the same prompt as `engine.generate`, and no downstream.json
     plain = run_rgd(tiny_engine, rm, exs, tmp_path / "out", w=0.0, **kw)
     assert not (plain.path / "downstream.json").exists() and plain.summary["downstream"] is None
-    from prbench.conditions import build_view
-    from prbench.retrieval import load_retriever
+    from prbench.context.conditions import build_view
+    from prbench.context.retrieval import load_retriever
 
     prompt = load_prompt("policy_answer")
     msgs = [policy_messages(build_view(e, "profile", retriever=load_retriever("bm25"), top_k=2), prompt, 100)
@@ -268,8 +268,8 @@ def test_cli_rgd_policy_accuracy_icl(tiny_engine, tmp_path, monkeypatch):
 
 # -- ICL ------------------------------------------------------------------------------------------
 def test_icl_pairs_come_from_the_same_user_and_never_the_item():
+    from prbench.context.retrieval import load_retriever
     from prbench.downstream.icl import qa_pairs
-    from prbench.retrieval import load_retriever
 
     exs = make_examples(5)  # users u0: ex-0, ex-2, ex-4; u1: ex-1, ex-3
     pairs, source, ids = qa_pairs(exs[0], exs, load_retriever("bm25"), 5)
@@ -305,13 +305,13 @@ def test_run_icl_few_shot_and_posts(tiny_engine, tmp_path):
 # -- the real policy (slow) -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_rgd_smollm2_two_rms():
-    from prbench.conditions import build_view
+    from prbench.context.conditions import build_view
+    from prbench.context.retrieval import load_retriever
     from prbench.data import load_examples
     from prbench.downstream.rgd import run_rgd
     from prbench.downstream.sampling import policy_messages
     from prbench.engines.builtin import builtin_engine
     from prbench.prompts import load_prompt
-    from prbench.retrieval import load_retriever
 
     engine = builtin_engine("smollm2-135m-instruct")  # make test installs it: missing is a failure
     items = load_examples("sample", limit=2)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from prbench.conditions import View, build_view
+from prbench.context.conditions import View, build_view
+from prbench.context.retrieval import load_retriever
 from prbench.downstream.results import read_downstream
 from prbench.downstream.rl import RMReward, _rows, split_holdout, train_rl
 from prbench.downstream.sampling import policy_messages
 from prbench.errors import PrbenchError
 from prbench.prompts import load_prompt
-from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, Score, load_rm
 from prbench.schema import Example
 from prbench.testing.openai_server import serve

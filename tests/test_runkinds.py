@@ -138,7 +138,7 @@ def test_leaderboard_keeps_history_and_persona_columns(tmp_path: Path) -> None:
         write_eval_run(runs, "rm:a", credits_with_mean(6, 10), ids=IDS, condition=cond)
     rows = leaderboard(runs)
     head, body = render_rows(rows, wide=True)
-    assert head == ["model", "condition", "n", "accuracy % [95% CI]", "resolves (pts)"]  # resolves: prbench.power
+    assert head == ["model", "condition", "n", "accuracy % [95% CI]", "resolves (pts)"]  # resolves: prbench.stats.power
     assert [b[1] for b in body] == ["none", "history", "persona", "wrong-history"]  # the conditions' order
     assert all(cell != "-" for b in body for cell in b)
     csv_path, json_path = write_leaderboard(rows, runs)

@@ -103,8 +103,8 @@ def test_scored_on_its_own_training_file_every_reader_says_seen_people(at: Path,
 
 
 def test_seen_and_unseen_people_stand_apart(at: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from prbench.records import EvalSummary
     from prbench.runkinds import scan_runs
+    from prbench.store.records import EvalSummary
 
     run_cli(capsys, "eval", "-m", "style:rm", "--data", "mixed.jsonl", "-c", "profile", "--out", "mixed", "-q")
     (run,) = scan_runs([at / "mixed"]).of("benchmark")

@@ -87,7 +87,7 @@ def test_stance_flips_with_the_signs_not_the_texts(trained: tuple[Any, list[Pref
 
 def test_stance_shots_are_evidence(trained: tuple[Any, list[PreferencePair]]) -> None:
     """k shots (adapt) of a person with no profile decide their preference, and are forgotten on adapt([])."""
-    from prbench.conditions import View
+    from prbench.context.conditions import View
 
     rm, test = trained
     person = test[0]
@@ -162,7 +162,7 @@ def test_cli_train_without_a_method_falls_back_to_the_default_when_the_protocol_
 def own_and_flipped_scores(rm: Any, pair: Any) -> tuple[float, ...]:
     """Scores of (chosen, rejected) under the person's profile, then under it with every agree and disagree
     swapped: an RM that reads the signs prefers chosen first and rejected second."""
-    from prbench.conditions import View
+    from prbench.context.conditions import View
 
     flipped = [post.model_copy(update={"text": post.text.replace("I agree:", "I was:").replace(
         "I disagree:", "I agree:").replace("I was:", "I disagree:")}) for post in pair.profile]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from test_stance import own_and_flipped_scores
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.base import PointwiseRM, Score, view_top_k
 from prbench.schema import Example, ProfilePost

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import prbench
-from prbench import _evaluate
+from prbench.evaluation import evaluate as _evaluate
 from prbench.rewards import base
 
 # Counts its builds in BUILDS (a file, so the count survives the CLI's process-wide state) and refuses to be

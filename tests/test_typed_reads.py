@@ -47,8 +47,8 @@ def test_the_check_finds_what_it_forbids(tmp_path: Path) -> None:
 
 def test_only_the_legacy_reader_reads_summary_dicts() -> None:
     """`typed_summary` validates every kind's summary; `Run.summary_as` hands readers the model."""
-    from prbench.records import EvalSummary, typed_summary
     from prbench.runkinds.base import Run, RunKind
+    from prbench.store.records import EvalSummary, typed_summary
 
     raw = {"model": "m", "data": "d", "condition": "none", "kind": "pointwise", "accuracy": 0.5, "n": 2,
            "n_total": 2, "metrics": {"accuracy": 0.5, "n": 2, "n_invalid": 0}}  # format 0: no stamp

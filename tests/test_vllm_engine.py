@@ -288,7 +288,7 @@ def test_cli_sample_policy_vllm(vllm_mod, tiny_lm, tmp_path) -> None:
 
 
 def test_hf_reward_model_on_vllm_pooling(vllm_mod, tiny_rm, tmp_path) -> None:
-    from prbench.conditions import View
+    from prbench.context.conditions import View
     from prbench.rewards import load_rm
     from prbench.rewards.classifier import SequenceClassifierRM, VLLMClassifierRM
 

@@ -19,12 +19,12 @@ from prbench.version import __version__
 
 # name -> "module:attribute", imported on first use
 _EXPORTS = {
-    "evaluate": "prbench._evaluate:evaluate",
-    "EvalResult": "prbench._evaluate:EvalResult",
+    "evaluate": "prbench.evaluation.evaluate:evaluate",
+    "EvalResult": "prbench.evaluation.evaluate:EvalResult",
     "InvalidRunError": "prbench.errors:InvalidRunError",
-    "invalid_failure": "prbench._evaluate:invalid_failure",
-    "run_path": "prbench._evaluate:run_path",
-    "summarize": "prbench._evaluate:summarize",
+    "invalid_failure": "prbench.evaluation.evaluate:invalid_failure",
+    "run_path": "prbench.evaluation.evaluate:run_path",
+    "summarize": "prbench.evaluation.evaluate:summarize",
     "EvalSettings": "prbench.config:EvalSettings",
     "load_examples": "prbench.data:load_examples",
     "write_examples": "prbench.data:write_examples",

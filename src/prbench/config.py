@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prbench.conditions import ALL_CONDITIONS, CONDITIONS
+from prbench.context.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.errors import PrbenchError
 from prbench.schema import one_of
 

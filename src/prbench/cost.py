@@ -42,8 +42,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, NullCache
 from prbench.errors import BudgetExceeded, PrbenchError
+from prbench.store.cache import Cache, NullCache
 
 PROVIDER_FILES = ("openai", "anthropic", "gemini")
 LEDGER_FILE = "cost.json"
@@ -467,7 +467,7 @@ def save(ledger: Ledger | RunCost | None, folder: str | Path | None) -> None:
     """Write the run's spend so far (called after each appended chunk: a kill loses no spend), atomically: a kill
     mid-write leaves the previous file, never an empty one that a resumed run must refuse."""
     if ledger is not None and folder:
-        from prbench.runs import write_json_atomic
+        from prbench.store.runs import write_json_atomic
 
         write_json_atomic(Path(folder) / LEDGER_FILE, ledger.summary())
 

@@ -39,12 +39,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from prbench import __version__, validity
+from prbench import __version__
 from prbench.errors import PrbenchError
-from prbench.records import EvalSummary
+from prbench.evaluation import validity
 from prbench.registry import ENGINES
 from prbench.runkinds import Run, scan_runs
 from prbench.runkinds.base import EEEPart
+from prbench.store.records import EvalSummary
 
 log = logging.getLogger(__name__)
 SCHEMA_VERSION: Literal["0.3.0"] = "0.3.0"
@@ -338,7 +339,7 @@ def _checked(run: Run, parts: list[EEEPart]) -> list[EEEPart]:
     """An eval run's parts named for what the number is: a trained RM scored on people it was trained on says so in
     the result's name and details, with the seen and unseen people's accuracies as results of their own (no
     instances: the run folder keeps who each item's person is, not which people the RM saw), and every failed check
-    (`prbench.validity.faults`) is in the details, so a reader of the export never ranks it unawares."""
+    (`prbench.evaluation.validity.faults`) is in the details, so a reader of the export never ranks it unawares."""
     if not isinstance(run.typed, EvalSummary) or not parts:
         return parts
     s = run.typed

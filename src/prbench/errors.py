@@ -4,7 +4,7 @@ The CLI (`prbench.cli.main`) prints a `PrbenchError` as one line on stderr and e
 `exit_code`: 2 for a usage or input error (the default), 1 for a run that finished but cannot be
 trusted, 3 for a spending cap reached, 4 for provider batches submitted and not yet collected.
 The modules that raise them re-export their own (`prbench.cost.BudgetExceeded` is this
-`BudgetExceeded`), so older imports keep working. Interrupts are not errors: `prbench.interrupt`
+`BudgetExceeded`), so older imports keep working. Interrupts are not errors: `prbench.runtime.interrupt`
 gives them 130 / 143.
 """
 

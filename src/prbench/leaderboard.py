@@ -5,7 +5,7 @@ the run settings that change a number (`top_k`, `retriever`, `max_context_chars`
 `both_orders`; each only under the conditions it acts on, so a planner file never splits the `none`
 rows). A row holds accuracy (ties 0.5) with its bootstrap 95% CI, per category too, the gain over the
 wrong-user control where that ran (the validity card), the people a trained RM was scored on that it was
-trained on (`per_user`), and the reasons it is not ranked (`prbench.validity.faults`). Rows are sorted by
+trained on (`per_user`), and the reasons it is not ranked (`prbench.evaluation.validity.faults`). Rows are sorted by
 data set, condition (the toolkit's order: none, profile, planner, oracle, wrong-profile, then history and
 persona), then accuracy, best first. A headline per data set answers the toolkit's question first: does
 an RM use the person (profile minus wrong-profile, paired), then which model is best among those whose
@@ -29,14 +29,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from prbench import metrics, validity
-from prbench.conditions import ALL_CONDITIONS
+from prbench.context.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
-from prbench.power import resolvable
-from prbench.records import Accuracy, EvalSummary
+from prbench.evaluation import validity
 from prbench.runkinds import NotARun, Run, open_run, scan_runs
-from prbench.runs import write_json_atomic
 from prbench.schema import CATEGORY_SHORT
+from prbench.stats import metrics
+from prbench.stats.power import resolvable
+from prbench.store.records import Accuracy, EvalSummary
+from prbench.store.runs import write_json_atomic
 
 
 class RunConfig(BaseModel):
@@ -189,7 +190,7 @@ def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
                                                                                        s.n_total)}}
         if s.cost is not None and s.cost.usd is not None:  # the run's API spend
             row["usd"] = s.cost.usd
-        if s.validity is not None:  # the personalization validity card (prbench.validity)
+        if s.validity is not None:  # the personalization validity card (prbench.evaluation.validity)
             row["validity"] = s.validity.model_dump()
         for cat, g in (m.categories.groups if m.categories else {}).items():
             row["cells"][f"{s.condition}/{CATEGORY_SHORT.get(cat, cat)}"] = _cell(g)
@@ -197,7 +198,7 @@ def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
             row["people"] = {"seen": who.seen, "unseen": who.unseen, "seen_share": who.share,
                              "seen_accuracy": who.seen_accuracy, "unseen_accuracy": who.unseen_accuracy}
         row["faults"] = validity.faults(s, run.items)
-        try:  # the smallest difference this run resolves (prbench.power)
+        try:  # the smallest difference this run resolves (prbench.stats.power)
             mde = resolvable(run.records)
         except DataError as exc:  # damaged records: the accuracy still shows, this column does not
             log.warning("no resolvable difference: %s", exc)

@@ -12,11 +12,11 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from prbench.conditions import ALL_CONDITIONS
 from prbench.config import EvalSettings
+from prbench.context.conditions import ALL_CONDITIONS
 from prbench.errors import PrbenchError, SpecError
-from prbench.hub import no_such_folder
 from prbench.registry import REWARDS
+from prbench.runtime.hub import no_such_folder
 from prbench.specs import resolve_spec
 
 
@@ -61,8 +61,8 @@ def model_specs(specs: Sequence[str], root: Path | None = None) -> dict[str, str
 def check_data(data: str | Path, settings: EvalSettings, conditions: Sequence[str] = ()) -> None:
     """Read and validate the whole data source once (as the run will), before any model loads; a condition
     that needs a field the data lacks (`oracle` without a rubric) is refused here too."""
-    from prbench._evaluate import check_conditions
     from prbench.data import iter_examples
+    from prbench.evaluation.evaluate import check_conditions
 
     if {"oracle", "planner"} & set(conditions):
         check_conditions(str(data), conditions, settings)  # reads every record and checks the fields

@@ -206,7 +206,7 @@ def _iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _iter_file(path: Path, faults: list[DataError] | None = None) -> Iterator[tuple[int, Any]]:
-    from prbench.runs import regular_file
+    from prbench.store.runs import regular_file
 
     # a FIFO or device: a reader would block (format detection opens the file a second time) or never end
     regular_file(path, "give a regular file")
@@ -224,7 +224,7 @@ def _iter_hub(dataset_id: str, split: str) -> Iterator[tuple[str, int, Any]]:
     """Rows of a Hugging Face dataset, each config in turn (the benchmark has one per category)."""
     import datasets
 
-    from prbench.hub import check_ref
+    from prbench.runtime.hub import check_ref
 
     name, _, config = dataset_id.partition(":")
     check_ref(name, "", repo_type="dataset")  # offline or unreachable: one line now, not a retry loop

@@ -218,9 +218,9 @@ GRADERS = Registry("grader", "prbench.graders", {
 })
 
 RETRIEVERS = Registry("retriever", "prbench.retrievers", {
-    "bm25": "prbench.retrieval:BM25Retriever",
-    "dense": "prbench.retrieval:DenseRetriever",
-    "contriever": "prbench.retrieval:ContrieverRetriever",
+    "bm25": "prbench.context.retrieval:BM25Retriever",
+    "dense": "prbench.context.retrieval:DenseRetriever",
+    "contriever": "prbench.context.retrieval:ContrieverRetriever",
 })
 
 # Data formats: a reader per format, see prbench.formats.

@@ -2,7 +2,7 @@
 
 Field names follow the released dataset: `id`, `question`, `profile`, `rubric_aspects`,
 `narrative`, `category`, `chosen`, `rejected`. `narrative` and `rubric_aspects` are the
-answer key: only `prbench.conditions` may put them in front of a reward model. Both are
+answer key: only `prbench.context.conditions` may put them in front of a reward model. Both are
 optional, and `category` is any text (`uncategorized` when absent): a personalized file of
 one's own needs only `id, question, profile, chosen, rejected` (and `user_id` to name the
 person). A profile item is a post (`{id, text}` or a plain string), a stance on a text
@@ -14,9 +14,9 @@ today's files never set, so those load unchanged:
   user message), rendered by the RM's chat template, never flattened for a classifier RM.
 - `history`: the user's earlier preference pairs; `persona`: stated preferences or a
   self-description; `time`: when the judged pair happened (sortable text), so history never
-  shows a later pair. Only `prbench.conditions` reads them for an RM.
+  shows a later pair. Only `prbench.context.conditions` reads them for an RM.
 - `item_id` / `rule` / `variant`: one pair of an item with several chosen or rejected
-  responses; `prbench.metrics.collapse_items` scores the item by its format's rule.
+  responses; `prbench.stats.metrics.collapse_items` scores the item by its format's rule.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def same_texts(chosen: str, rejected: str) -> bool:
     return chosen.strip() == rejected.strip()
 
 
-# Stance words (`prbench.judgments`) and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
+# Stance words (`prbench.context.judgments`) and their sign: +1 the user stands behind the text, -1 they reject it, 0 no verdict.
 STANCE_SIGNS: dict[str, float] = {
     "agree": 1.0, "agreed": 1.0, "like": 1.0, "liked": 1.0, "upvote": 1.0, "chose": 1.0, "chosen": 1.0,
     "wrote": 1.0, "endorse": 1.0,
@@ -101,7 +101,7 @@ class ProfilePost(_Record):
     """One past post of the user: the raw material of personalization.
 
     `stance` marks a judgment rather than a post: the user's verdict on `text` (agree, disagree,
-    wrote, ...; see `prbench.judgments`). Without it a post is something the user wrote.
+    wrote, ...; see `prbench.context.judgments`). Without it a post is something the user wrote.
     A past choice keeps what was asked (`prompt`) and what was passed over (`rejected`), with
     `text` the chosen answer and `stance` "chose"; in a file it is written `{prompt, chosen,
     rejected}` (see `profile_items`).
@@ -258,7 +258,7 @@ class Example(SourceItem):
     """A benchmark pair: `chosen` fits this user's rubric, `rejected` avoids it.
 
     `item_id`, `rule` and `variant` are set when the pair is one of several of one item (see
-    `prbench.metrics.collapse_items`); `section` names a format's score section (RewardBench);
+    `prbench.stats.metrics.collapse_items`); `section` names a format's score section (RewardBench);
     `format` names the reader whose headline rule scores the run (`prbench.formats.format_score`).
     """
 

@@ -35,7 +35,7 @@ def resolve_policy(spec: str) -> str:
 
         return str(builtin_path(rest))
     if prefix == "hf" and rest:
-        from prbench.hub import check_ref
+        from prbench.runtime.hub import check_ref
 
         return check_ref(rest, "hf")  # missing folder or unreachable hub: one line now
     if Path(spec).is_dir():

@@ -29,7 +29,7 @@ from prbench.build.report import scale_table, scales_markdown
 from prbench.build.validate import SCALES
 from prbench.data import load_examples
 from prbench.errors import PrbenchError
-from prbench.scoring import example_seed
+from prbench.evaluation.scoring import example_seed
 
 COLUMNS = ("batch", "pair", "response", "category", "question", "expects", "answer", *SCALES, "comment")
 BINS = ("low", "mid", "high")

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from prbench.cache import Cache, NullCache, content_key
 from prbench.engines.base import Engine, Generation, GenParams, Messages
+from prbench.store.cache import Cache, NullCache, content_key
 
 
 @dataclass

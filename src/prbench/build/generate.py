@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, replace
 
 from prbench.build.calls import CachedEngine
 from prbench.engines.base import GenParams, Messages
+from prbench.evaluation.scoring import example_seed
 from prbench.prompts import Prompt, load_prompt
 from prbench.schema import RubricAspect, SourceItem
-from prbench.scoring import example_seed
 
 ROLES = ("chosen", "rejected")
 NO_POSTS = "(no earlier posts available)"

@@ -26,16 +26,16 @@ from prbench.build.filter import FilterRule, decide
 from prbench.build.generate import ROLES, generate_pairs
 from prbench.build.report import build_report, report_markdown
 from prbench.build.validate import validate_answers
-from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view
 from prbench.config import BuildSettings
+from prbench.context.conditions import build_view
+from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples
 from prbench.engines.base import Engine, GenParams, load_engine
 from prbench.engines.batch import optional, reading_only
 from prbench.prompts import load_prompt
-from prbench.retrieval import load_retriever
-from prbench.runs import RunDir, refuse_secrets, write_json_atomic
 from prbench.schema import Example, SourceItem
+from prbench.store.cache import Cache, NullCache
+from prbench.store.runs import RunDir, refuse_secrets, write_json_atomic
 
 PROMPTS = ("build_chosen", "build_rejected", "build_validate")
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from prbench.build.calls import CachedEngine
 from prbench.build.generate import format_aspects
 from prbench.engines.base import GenParams, Messages
+from prbench.evaluation.scoring import example_seed
 from prbench.prompts import Prompt, load_prompt
 from prbench.schema import SourceItem
-from prbench.scoring import example_seed
 
 SCALES = ("factuality", "relevance", "helpfulness", "rubric_fit")
 GENERAL_SCALES = SCALES[:3]

@@ -11,9 +11,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.models import CommandInfo
 
-from prbench import __version__, interrupt
+from prbench import __version__
 from prbench.errors import PrbenchError
 from prbench.registry import RUNKINDS, resolve
+from prbench.runtime import interrupt
 
 app = typer.Typer(
     name="prbench",

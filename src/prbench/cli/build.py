@@ -47,7 +47,7 @@ def build(
     if missing:
         raise click.UsageError(f"prbench build needs {', '.join(missing)} (or a subcommand: annotate, agreement)")
     from prbench.build import BuildConfig, build_benchmark
-    from prbench.cache import NullCache
+    from prbench.store.cache import NullCache
 
     def engine(spec: str, base_url: str | None) -> dict[str, object]:
         return engine_options(spec, device=access.device, dtype=access.dtype, base_url=base_url,

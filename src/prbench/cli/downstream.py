@@ -80,9 +80,9 @@ def bon(
     json_out: Json = False,
 ) -> None:
     """Best-of-N curves per RM on a samples folder. First-k pick, exact expected best-of-k, oracle and random."""
-    from prbench.cache import Cache
     from prbench.downstream.bon import best_of_n
     from prbench.downstream.grader import load_grader
+    from prbench.store.cache import Cache
 
     out = out or samples / "bon" / settings.condition
     g = load_grader(grader, cache=Cache(namespace="grades"), show_narrative=grader_narrative,

@@ -113,8 +113,8 @@ def eval_cmd(
 ) -> None:
     """Evaluate reward models on a benchmark. One run per model and input condition."""
     from prbench import evaluate, invalid_failure
-    from prbench.cache import NullCache
     from prbench.preflight import check_condition_names, check_data, model_specs
+    from prbench.store.cache import NullCache
 
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
@@ -126,7 +126,7 @@ def eval_cmd(
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
-    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.sequential)
+    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.stats.sequential)
         summaries = _eval_until(model, conds, per_model, settings, data, out, until, until_max, no_wait, {
             "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
             "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
@@ -157,7 +157,7 @@ def _handle(spec: str, options: dict[str, Any], settings: EvalSettings) -> Any:
     """The model as `evaluate` builds it when a run needs it. Named as its RM reports itself (a pointwise judge:
     `judge[pointwise]:...`), which named `prbench eval`'s run folders when the command built every model first;
     spread over Ray workers, by its spec (each worker builds its own)."""
-    from prbench._evaluate import ModelHandle
+    from prbench.evaluation.evaluate import ModelHandle
     from prbench.rewards.base import rm_name
 
     distributed = settings.workers > 1 or settings.ray_address is not None
@@ -181,10 +181,10 @@ def _finish(summaries: list[dict], pending: list[str], failures: list[str], quie
 def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
                 out: Path, until: str | None, until_max: int | None, no_wait: bool, kw: dict, quiet: bool
                 ) -> list[dict]:
-    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.sequential`)."""
+    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.stats.sequential`)."""
     from prbench import evaluate
     from prbench.engines.providers import engine_provider
-    from prbench.sequential import StopRule, count_items, until_runs
+    from prbench.stats.sequential import StopRule, count_items, until_runs
 
     if no_wait:
         raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
@@ -221,7 +221,7 @@ def _print_runs(summaries: list[dict]) -> None:
         who, why = _checks(s)
         rows.append((s["model"], s["condition"], acc + (" seen" if who and who.seen else ""), ci, m["n"],
                      m["n_invalid"], s["path"]))
-        if who and who.seen:  # a training person's score is no estimate for a new person (prbench.validity)
+        if who and who.seen:  # a training person's score is no estimate for a new person (prbench.evaluation.validity)
             notes.append(f"{s['model']} [{s['condition']}]: {who.text()}: a score on people it was trained on")
         notes += [f"{s['model']} [{s['condition']}]: not a ranking: {w}" for w in why if not w.startswith("trained on")]
     table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
@@ -241,10 +241,10 @@ def _print_runs(summaries: list[dict]) -> None:
 
 
 def _checks(s: dict[str, Any]) -> tuple[Any, list[str]]:
-    """(seen vs unseen people, why the number is not a ranking) of a finished run (`prbench.validity`)."""
-    from prbench import validity
-    from prbench.records import EvalSummary, typed_summary
+    """(seen vs unseen people, why the number is not a ranking) of a finished run (`prbench.evaluation.validity`)."""
+    from prbench.evaluation import validity
     from prbench.runkinds import open_run
+    from prbench.store.records import EvalSummary, typed_summary
 
     summary = typed_summary({k: v for k, v in s.items() if k != "path"})
     if not isinstance(summary, EvalSummary):

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prbench.progress import console, progress  # noqa: F401  (re-exported for the commands)
+from prbench.runtime.progress import console, progress  # noqa: F401  (re-exported for the commands)
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from prbench.errors import PrbenchError
 
 def _records(run: Path) -> list[dict[str, Any]]:
     """A run folder's per-item records (a pilot may be unfinished: no summary needed)."""
-    from prbench.runs import read_records
+    from prbench.store.runs import read_records
 
     path = run / "examples.jsonl" if run.is_dir() else run
     if not path.is_file():
@@ -43,8 +43,8 @@ def power_cmd(
     Pairs and users needed to detect an accuracy difference between two RMs (paired, clustered by user) or
     against chance; or the reverse: the smallest difference finished runs resolve.
     """
-    from prbench import power as pw
     from prbench.cli.output import emit_json
+    from prbench.stats import power as pw
 
     if resolve:
         if len(resolve) > 2:

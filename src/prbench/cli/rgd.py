@@ -76,8 +76,8 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
 def _grader(spec: str | None, access: EngineAccess, grader_access: GraderAccess) -> Any:
     if not spec:
         return None
-    from prbench.cache import Cache
     from prbench.downstream.grader import load_grader
+    from prbench.store.cache import Cache
 
     return load_grader(spec, cache=Cache(namespace="grades"),
                        engine_options=grader_engine_options(spec, access, grader_access))

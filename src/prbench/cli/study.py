@@ -14,7 +14,7 @@ from prbench.cli.output import emit_json, table
 
 if TYPE_CHECKING:
     from prbench.cost import PlannedCost
-    from prbench.seqsim import Expected
+    from prbench.stats.seqsim import Expected
     from prbench.study.config import StudyConfig
     from prbench.study.context import PlannedRun, StudyContext
 
@@ -115,7 +115,7 @@ def _print_until(until: UntilPlan) -> None:
 
 def _other_note(until: Expected) -> str:
     """The saving is the judges', not the tool's: the share under the other judge spacing, when simulated."""
-    from prbench.seqsim import StudyShape, shipped_share
+    from prbench.stats.seqsim import StudyShape, shipped_share
 
     default = StudyShape().judges
     other = replace(until.shape, judges=default if until.shape.judges != default else (0.677, 0.705, 0.746))
@@ -163,12 +163,12 @@ class UntilPlan:
 
 
 def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCost | None]) -> UntilPlan | None:
-    """What `until: decided` is expected to spend on the eval stage (`prbench.seqsim`), when it has two or more
+    """What `until: decided` is expected to spend on the eval stage (`prbench.stats.seqsim`), when it has two or more
     API judges to rank; None otherwise. The judges' accuracies: their published ones under `none` (the mean over
     categories) when every API judge has one, else the default shape's spacing (then every run gets the mean
     share: which judge is which is unknown)."""
     from prbench.engines.providers import engine_provider
-    from prbench.seqsim import expected_share, study_shape
+    from prbench.stats.seqsim import expected_share, study_shape
 
     if "eval" not in cfg.stages:
         return None
@@ -225,7 +225,7 @@ def study_cmd(
     json_out: Json = False,
 ) -> None:
     """Run a whole study from one config file. Eval, planner, downstream, meta and report; resumable."""
-    from prbench.progress import announce
+    from prbench.runtime.progress import announce
     from prbench.study.config import list_presets, load_study_config
     from prbench.study.runner import run_study
 

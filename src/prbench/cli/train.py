@@ -63,7 +63,7 @@ def _load(data: str, eval_data: str | None, format_: str | None = None, split: s
 def _planner(path: Path | None) -> Any:
     if path is None:
         return None
-    from prbench.conditions import read_planner_file
+    from prbench.context.conditions import read_planner_file
 
     return read_planner_file(path)
 

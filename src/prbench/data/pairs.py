@@ -19,7 +19,6 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from prbench.cache import content_key
 from prbench.errors import DataError, PrbenchError
 from prbench.raw import parse_record
 from prbench.schema import (
@@ -33,6 +32,7 @@ from prbench.schema import (
     _Record,
     profile_items,
 )
+from prbench.store.cache import content_key
 
 
 class PreferencePair(_Record):

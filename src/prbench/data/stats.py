@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from prbench.judgments import stance_of
+from prbench.context.judgments import stance_of
 from prbench.schema import Example, SourceItem
 
 

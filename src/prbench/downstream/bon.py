@@ -31,18 +31,19 @@ from typing import Any
 
 import numpy as np
 
-from prbench import cost, metrics
-from prbench.cache import Cache, NullCache
-from prbench.conditions import build_views, read_planner_file
+from prbench import cost
 from prbench.config import BonSettings
+from prbench.context.conditions import build_views, read_planner_file
+from prbench.context.retrieval import load_retriever
 from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, read_samples
 from prbench.errors import PrbenchError
-from prbench.retrieval import load_retriever
+from prbench.evaluation.scoring import score_cached
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm, shown_top_k
-from prbench.runs import dumps, slug, write_json_atomic
-from prbench.scoring import score_cached
+from prbench.stats import metrics
+from prbench.store.cache import Cache, NullCache
+from prbench.store.runs import dumps, slug, write_json_atomic
 
 
 def k_values(n: int) -> list[int]:

@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from prbench.conditions import View
 from prbench.config import DecodingSpec, GuidanceSpec
+from prbench.context.conditions import View
 from prbench.downstream.prefix_rewards import PrefixRewards, rm_text, shape_rewards
 from prbench.engines.base import Engine, load_engine
 from prbench.engines.transformers_engine import left_pad
 from prbench.errors import PrbenchError
-from prbench.extras import require
-from prbench.progress import beat
+from prbench.runtime.extras import require
+from prbench.runtime.progress import beat
 
 # ---------------------------------------------------------------------------------------------
 # The policy: KV-cached stepping over a left-padded batch

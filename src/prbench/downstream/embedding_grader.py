@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prbench.cache import content_key
 from prbench.downstream.grader import Grade, GraderStats
 from prbench.schema import SourceItem
 from prbench.specs import Kind, model_or_builtin
+from prbench.store.cache import content_key
 
 
 @dataclass

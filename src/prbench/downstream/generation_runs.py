@@ -12,14 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
-from prbench.cache import Cache, NullCache, text_hash
-from prbench.conditions import View, build_view, read_planner_file
+from prbench.context.conditions import View, build_view, read_planner_file
+from prbench.context.retrieval import load_retriever
 from prbench.errors import PrbenchError
-from prbench.records import stamp
-from prbench.retrieval import load_retriever
-from prbench.runs import read_json, write_json_atomic
 from prbench.schema import SourceItem
+from prbench.stats import metrics
+from prbench.store.cache import Cache, NullCache, text_hash
+from prbench.store.records import stamp
+from prbench.store.runs import read_json, write_json_atomic
 
 POLICY_CONDITIONS = ("profile", "none", "wrong-profile")
 

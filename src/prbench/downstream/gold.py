@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
 from prbench.errors import PrbenchError
-from prbench.extras import require
+from prbench.runtime.extras import require
 from prbench.schema import SourceItem
+from prbench.stats import metrics
 
 METRICS = ("rouge1", "rougeL", "embedding")
 METRIC_SCALES = {

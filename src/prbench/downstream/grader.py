@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from prbench.cache import Cache, NullCache, content_key
 from prbench.engines.base import Engine, GenParams, load_engine
 from prbench.errors import SpecError
 from prbench.prompts import Prompt, load_prompt
 from prbench.registry import ENGINES, GRADERS
 from prbench.schema import SourceItem
+from prbench.store.cache import Cache, NullCache, content_key
 
 PARSER_VERSION = 1
 SCALE_MAX = 2

@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache
-from prbench.conditions import build_view
 from prbench.config import ICLSettings, run_identity
+from prbench.context.conditions import build_view
+from prbench.context.retrieval import Retriever
 from prbench.downstream.generation_runs import (
     GenerationRun,
     GenerationWriter,
@@ -43,11 +43,11 @@ from prbench.downstream.generation_runs import (
 )
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import PrbenchError
+from prbench.evaluation.scoring import example_seed
 from prbench.prompts import Prompt, load_prompt
-from prbench.retrieval import Retriever
-from prbench.runs import slug
 from prbench.schema import ProfilePost, SourceItem
-from prbench.scoring import example_seed
+from prbench.store.cache import Cache
+from prbench.store.runs import slug
 
 EXAMPLE_SOURCES = ("auto", "qa", "posts")
 ANSWER_FIELDS = ("answer", "response", "reply")

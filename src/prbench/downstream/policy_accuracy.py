@@ -49,10 +49,8 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from prbench import metrics
-from prbench.cache import Cache, NullCache
-from prbench.conditions import View, build_view
 from prbench.config import GuidanceSpec, PolicyAccuracySettings, PolicyScoringSpec, run_identity
+from prbench.context.conditions import View, build_view
 from prbench.downstream.decoding import (
     PolicyForward,
     apply_repetition_penalty,
@@ -64,12 +62,14 @@ from prbench.downstream.generation_runs import context_sources, policy_view
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text, shape_rewards
 from prbench.engines.base import Engine
 from prbench.errors import PrbenchError
-from prbench.extras import require
 from prbench.prompts import load_prompt
-from prbench.records import stamp
 from prbench.rewards.base import RewardModel
-from prbench.runs import RunDir, slug
+from prbench.runtime.extras import require
 from prbench.schema import Example
+from prbench.stats import metrics
+from prbench.store.cache import Cache, NullCache
+from prbench.store.records import stamp
+from prbench.store.runs import RunDir, slug
 
 MODES = ("full", "topk")
 DEFINITION = (

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench.cache import Cache, NullCache, content_key
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm
+from prbench.store.cache import Cache, NullCache, content_key
 
 REWARD_NORMS = ("none", "zscore")
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from prbench.errors import PrbenchError
 from prbench.registry import RUNKINDS
-from prbench.runs import read_json, write_json_atomic
+from prbench.store.runs import read_json, write_json_atomic
 
 FORMAT_VERSION = 1
 SETTINGS = ("bon", "rl", "rgd", "policy_accuracy")  # the built-in ones; plug-in kinds add theirs

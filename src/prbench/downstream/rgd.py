@@ -33,7 +33,7 @@ same key as `prbench eval`'s scores (RM fingerprint, view key, text), so re-runs
 other `w` values reuse them.
 
 The policy's prompt is the Best-of-N sampling prompt (`policy_answer`: question + top-k profile
-posts through `prbench.conditions`, condition `profile` by default); the RM's view is its own
+posts through `prbench.context.conditions`, condition `profile` by default); the RM's view is its own
 condition's view of the item (`oracle` lets the RM, never the policy, see the rubric).
 Outputs are written as a samples folder (`samples.jsonl`, n = 1) that `read_samples`, the
 grader and Best-of-N tools read, plus gold-answer metrics and an optional rubric grade,
@@ -48,9 +48,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view
 from prbench.config import RGDSettings, run_identity
+from prbench.context.conditions import build_view
 from prbench.downstream.decoding import RGDJob, RGDParams, load_policy, resolved_penalty, rgd_decode
 from prbench.downstream.generation_runs import (
     GenerationRun,
@@ -65,11 +64,12 @@ from prbench.downstream.generation_runs import (
 from prbench.downstream.prefix_rewards import PrefixRewards, load_guiding_rm, rm_text
 from prbench.engines.base import Engine
 from prbench.errors import PrbenchError
+from prbench.evaluation.scoring import example_seed
 from prbench.prompts import load_prompt
 from prbench.rewards.base import RewardModel
-from prbench.runs import slug
 from prbench.schema import SourceItem
-from prbench.scoring import example_seed
+from prbench.store.cache import Cache, NullCache
+from prbench.store.runs import slug
 
 
 def rgd_path(out: str | Path, policy: str, rm: str, condition: str, params: RGDParams) -> Path:

@@ -11,7 +11,7 @@ verl or OpenRLHF against `prbench serve-reward` (docs/rl.md, `prbench.integratio
 
 What the RM sees: each training row carries the item's `example_id`, `question` and `profile`
 as dataset columns (plus `rubric_aspects` only under the `oracle` condition); the reward
-function rebuilds a View per example through `prbench.conditions`, exactly as `prbench eval`
+function rebuilds a View per example through `prbench.context.conditions`, exactly as `prbench eval`
 does. The narrative is never a column. The policy's prompt is the same as in Best-of-N
 sampling (question + top-k profile posts, through conditions).
 
@@ -44,22 +44,22 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
-from prbench.cache import Cache, NullCache, content_key
-from prbench.conditions import View, build_view, build_views, read_planner_file
 from prbench.config import RLSettings, run_identity
+from prbench.context.conditions import View, build_view, build_views, read_planner_file
+from prbench.context.retrieval import Retriever, load_retriever
 from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
 from prbench.downstream.sampling import SampleSet, load_items, policy_messages, sample_policy
 from prbench.errors import PrbenchError
-from prbench.extras import require
+from prbench.evaluation.scoring import score_cached
 from prbench.prompts import load_prompt
-from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import DEFAULT_TOP_K, PointwiseRM, RewardModel, load_rm, shown_top_k
-from prbench.runs import write_json_atomic
+from prbench.runtime.extras import require
 from prbench.schema import RubricAspect, SourceItem, posts_from_wire, posts_to_wire
-from prbench.scoring import score_cached
 from prbench.sources import resolve_policy
+from prbench.stats import metrics
+from prbench.store.cache import Cache, NullCache, content_key
+from prbench.store.runs import write_json_atomic
 
 
 def _trainable_config(transformers: Any, source: str) -> Any:

@@ -3,7 +3,7 @@
 Why once: BoN compares RMs on the *same* candidates; resampling per RM would add policy
 noise to RM differences. The policy sees the question and the top-k profile posts (the
 paper: top 10, temperature 1.0, top-p 0.9, at most 100 words), rendered through
-`prbench.conditions` so the context looks exactly like what RMs see under `profile`.
+`prbench.context.conditions` so the context looks exactly like what RMs see under `profile`.
 Each sample is seeded by (seed, item id, sample index), so resuming, batching or adding
 items never changes a finished sample.
 
@@ -22,19 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, text_hash
-from prbench.conditions import View, build_view, read_planner_file
 from prbench.config import SampleSettings, run_identity
+from prbench.context.conditions import View, build_view, read_planner_file
+from prbench.context.retrieval import load_retriever
 from prbench.data import write_examples
 from prbench.engines.base import Engine, GenParams, Messages, load_engine
 from prbench.errors import PrbenchError
+from prbench.evaluation.scoring import example_seed
 from prbench.prompts import Prompt, load_prompt
-from prbench.records import stamp
-from prbench.retrieval import load_retriever
-from prbench.runs import RunDir, read_json
 from prbench.schema import SourceItem
-from prbench.scoring import example_seed
 from prbench.sources import load_items
+from prbench.store.cache import Cache, text_hash
+from prbench.store.records import stamp
+from prbench.store.runs import RunDir, read_json
 
 SAMPLES_FILE = "samples.jsonl"
 ITEMS_FILE = "items.jsonl"

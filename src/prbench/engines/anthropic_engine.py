@@ -32,8 +32,8 @@ from prbench.engines import batch, providers
 from prbench.engines.base import GenParams, Messages, plain, stable_prefix
 from prbench.engines.openai_engine import HTTPOptions, OpenAIEngine, split_query
 from prbench.errors import SpecError
-from prbench.extras import require
-from prbench.runs import redact_url
+from prbench.runtime.extras import require
+from prbench.store.runs import redact_url
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 SAMPLING_VERSIONS = ("2023-06-01",)  # API versions that still take temperature / top_p

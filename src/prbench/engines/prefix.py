@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prbench.progress import beat
+from prbench.runtime.progress import beat
 
 MIN_SHARED_PREFIX = 8  # below this, a separate prefix pass costs more than it saves
 MIN_EFFICIENCY = 0.9  # real / processed tokens, per batch

@@ -43,10 +43,10 @@ from prbench.engines.prefix import (
     supports_sharing,
 )
 from prbench.errors import PrbenchError, SpecError
-from prbench.extras import require
-from prbench.fingerprint import local_digest
-from prbench.progress import beat, step
+from prbench.runtime.extras import require
+from prbench.runtime.progress import beat, step
 from prbench.specs import KindOptions, model_or_builtin
+from prbench.store.fingerprint import local_digest
 
 log = logging.getLogger(__name__)
 
@@ -173,8 +173,8 @@ def quiet_progress() -> Iterator[None]:
 
 
 def resolve_device(device: str) -> str:
-    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.ranks.cuda_device`), read at load time."""
-    from prbench.ranks import cuda_device
+    """`auto` / `cuda` -> this rank's GPU under a launcher (`prbench.runtime.ranks.cuda_device`), read at load time."""
+    from prbench.runtime.ranks import cuda_device
 
     torch = require("torch", "hf")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
@@ -266,7 +266,7 @@ class TransformersEngine(Engine):
         local = Path(model).expanduser()
         self.local_dir: Path | None = local if local.is_dir() else None
         if self.local_dir is None:
-            from prbench.hub import check_ref
+            from prbench.runtime.hub import check_ref
 
             check_ref(model, "hf")  # a missing folder or an unreachable hub: one line, no retry loop
         self.device = resolve_device(device)

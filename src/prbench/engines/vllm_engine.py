@@ -41,7 +41,7 @@ from typing import Any
 from prbench.engines.base import Engine, Generation, GenParams, Messages, logsumexp
 from prbench.engines.transformers_engine import apply_stop, chat_ids, choice_token_ids, split_continuation
 from prbench.errors import PrbenchError, SpecError
-from prbench.extras import require
+from prbench.runtime.extras import require
 from prbench.specs import OpenOptions, model_or_builtin
 
 TOP_LOGPROBS = 20

@@ -17,9 +17,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from prbench import metrics
 from prbench.errors import DataError, SpecError
 from prbench.schema import Example, HistoryPair, Message, SourceItem
+from prbench.stats import metrics
 
 ROLE_ALIASES = {"user": "user", "human": "user", "assistant": "assistant", "model": "assistant", "gpt": "assistant",
                 "bot": "assistant", "system": "system"}
@@ -178,8 +178,8 @@ class Skips:
 def with_past_choices(example: Example, history: Sequence[HistoryPair]) -> Example:
     """`example` with its user's earlier pairs as its profile (past choices): what the `profile`
     condition may show of them (never the judged pair, never a later one: `eligible_history`)."""
-    from prbench.conditions import eligible_history
-    from prbench.judgments import choices_as_posts
+    from prbench.context.conditions import eligible_history
+    from prbench.context.judgments import choices_as_posts
 
     return example.model_copy(update={"profile": choices_as_posts(eligible_history(example, history))})
 

@@ -21,9 +21,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from prbench.context.judgments import choices_as_posts
 from prbench.errors import DataError
 from prbench.formats.base import Reader, build, row_id, rows, text
-from prbench.judgments import choices_as_posts
 from prbench.schema import Example, HistoryPair, ProfilePost
 
 PAST_CHOICES = 8  # other pairs of a dimension shown as one "user's" past choices (the retriever keeps top-k)

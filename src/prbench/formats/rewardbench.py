@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
 from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
+from prbench.stats import metrics
 
 SECTIONS = {
     "Chat": ("alpacaeval-easy", "alpacaeval-length", "alpacaeval-hard", "mt-bench-easy", "mt-bench-med"),

@@ -6,7 +6,7 @@ L545-591, `_compute_prompt_stats` L1010-1030, `process_single_model` L1033-1100)
 `num_correct` (optional; must equal len(chosen) when given).
 
 Each item expands to len(chosen) x len(rejected) pairs (ids `ITEM#cI-rJ`), scored by the
-item's rule (`prbench.metrics.item_credit`): outside Ties, `best-of-n` (one chosen; it must
+item's rule (`prbench.stats.metrics.item_credit`): outside Ties, `best-of-n` (one chosen; it must
 score highest, a tie at the top earns 1/number tied); in Ties (`subset` "Ties", ids
 "ref:N" / "tied:N"), `ties` (every chosen beats every rejected).
 Headline: per subset the mean item credit; Ties by `process_single_model`'s weighting
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
 from prbench.errors import DataError
 from prbench.formats.base import Reader, build, row_id, rows, text
 from prbench.schema import Example
+from prbench.stats import metrics
 
 UPSTREAM = "allenai/reward-bench@05a9005 rewardbench/utils.py L545-591, L1010-1100; scripts/run_v2.py L356-378"
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
 from prbench.errors import DataError
 from prbench.formats.base import Reader, build, row_id, rows, stem, text
 from prbench.schema import Example
+from prbench.stats import metrics
 
 STYLES = ("concise", "detailed_plain", "detailed_markdown")
 DOMAINS = ("chat", "math", "code", "safety")  # split_dataset_by_domain: prefix match, in this order

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.conditions import build_views
+from prbench.context.conditions import build_views
+from prbench.context.retrieval import load_retriever
 from prbench.downstream.sampling import policy_messages
 from prbench.errors import PrbenchError
 from prbench.prompts import load_prompt
-from prbench.retrieval import load_retriever
 from prbench.schema import SourceItem
 from prbench.serve.items import item_context
 

@@ -34,7 +34,7 @@ def service_from_env(**given: Any) -> Any:
             if not cfg["rm"] or not cfg["policy_template"]:
                 raise PrbenchError("reward_func needs PRBENCH_RM (the RM spec) and PRBENCH_POLICY_TEMPLATE "
                                    "(the policy whose chat template the queries use)")
-            from prbench.retrieval import load_retriever
+            from prbench.context.retrieval import load_retriever
             from prbench.rewards.base import PointwiseRM, load_rm
             from prbench.serve.chat import load_splitter
             from prbench.serve.service import RewardService

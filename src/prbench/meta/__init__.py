@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench import __version__, metrics
+from prbench import __version__
 from prbench.errors import PrbenchError
 from prbench.meta.load import (
     check_options,
@@ -60,6 +60,7 @@ from prbench.meta.stats import (
     summary_comparison,
 )
 from prbench.runkinds import MetaOptions, Run, Scan, Setting, scan_runs
+from prbench.stats import metrics
 
 EvalRun = Run  # the name meta's readers used for an eval run before run kinds
 __all__ = ["CROSS_LABELS", "CROSS_METRICS", "PAPER_COLUMNS", "SUMMARIES", "EvalRun", "Setting", "cross_benchmark",
@@ -91,7 +92,7 @@ EXTRA_DEFINITIONS = {
                        "with the highest NDCG, weighted tau, Spearman and RBO, and the one best on most of them "
                        "(ties: Spearman); point values decide, CIs and permutation p-values say how firmly",
     "items_multi_response": "benchmarks whose items hold several responses (RewardBench 2, RM-Bench) count each item "
-                            "once, by its format's rule (prbench.metrics.collapse_items)",
+                            "once, by its format's rule (prbench.stats.metrics.collapse_items)",
 }
 
 

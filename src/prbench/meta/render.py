@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench import metrics
 from prbench.meta.stats import CROSS_METRICS
-from prbench.records import RankValue
-from prbench.runs import write_json_atomic
+from prbench.stats import metrics
+from prbench.store.records import RankValue
+from prbench.store.runs import write_json_atomic
 
 # The paper's table columns (their order), then Kendall tau-b.
 PAPER_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -1,6 +1,6 @@
 """Meta-evaluation statistics: item matrices per side, bootstrap CIs, permutation p-values, comparisons.
 
-See the package docstring for the choices; the rank metrics themselves are `prbench.metrics`'.
+See the package docstring for the choices; the rank metrics themselves are `prbench.stats.metrics`'.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
-from prbench.metrics import cohen_kappa, krippendorff_alpha
-from prbench.records import RankValue
 from prbench.runkinds import Run, Setting
+from prbench.stats import metrics
+from prbench.stats.metrics import cohen_kappa, krippendorff_alpha
+from prbench.store.records import RankValue
 
 SUMMARIES: tuple[str, ...] = ("mean", "worst_category", "mean_margin")
 
@@ -334,7 +334,7 @@ def cross_benchmark(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # -- judge agreement ---------------------------------------------------------------------------
-# Cohen's kappa and Krippendorff's alpha live with the other statistics (`prbench.metrics`).
+# Cohen's kappa and Krippendorff's alpha live with the other statistics (`prbench.stats.metrics`).
 
 
 def judge_agreement(runs: Mapping[str, Run]) -> dict[str, Any] | None:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from prbench.cache import text_hash
 from prbench.errors import PrbenchError
+from prbench.store.cache import text_hash
 
 _FIELD = re.compile(r"\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}")
 

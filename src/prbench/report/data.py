@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench import metrics
-from prbench.conditions import CONDITIONS
+from prbench.context.conditions import CONDITIONS
 from prbench.errors import PrbenchError
-from prbench.records import Accuracy, EvalSummary
 from prbench.runkinds import Run, RunKind, Scan, scan_runs
 from prbench.runkinds.build import BuildReport
 from prbench.runkinds.downstream import DownstreamKind, DownstreamSummary
+from prbench.stats import metrics
+from prbench.store.records import Accuracy, EvalSummary
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from prbench.records import GenerationSummary
 from prbench.registry import resolve
 from prbench.report.data import ReportData
 from prbench.report.widgets import (
@@ -20,6 +19,7 @@ from prbench.report.widgets import (
 )
 from prbench.runkinds import RunKind, kinds
 from prbench.runkinds.downstream import DownstreamKind
+from prbench.store.records import GenerationSummary
 
 EXPLAIN = ("RL: the policy trained with each RM as reward, then graded on held-out items. RGD (reward-guided "
            "decoding, ARGS-style): a frozen policy steered token by token by the RM, scored by rubric grade or "

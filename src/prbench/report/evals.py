@@ -8,10 +8,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from pydantic import ValidationError
 
-from prbench import metrics, validity
 from prbench.errors import DataError, PrbenchError
+from prbench.evaluation import validity
 from prbench.leaderboard import SETTINGS, RunConfig, setting_text
-from prbench.records import Accuracy, LengthBias, PairwiseStats
 from prbench.report import plots
 from prbench.report.data import ReportData, category_stats, conditions_of, ev, model_order
 from prbench.report.widgets import (
@@ -36,6 +35,8 @@ from prbench.report.widgets import (
 from prbench.runkinds import Run
 from prbench.runkinds.eval import KIND as EVAL
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
+from prbench.stats import metrics
+from prbench.store.records import Accuracy, LengthBias, PairwiseStats
 
 LEADERBOARD_EXPLAIN = (
     "Accuracy (%) = share of preference pairs where the RM prefers the user's <em>chosen</em> answer; "
@@ -127,7 +128,7 @@ def _acc(r: Run) -> float:
 
 def headline(d: ReportData) -> str:
     """Per data set, the toolkit's question first: does an RM use the person (its gain over the wrong-user
-    control, paired), then the best model among those whose checks hold (`prbench.validity.faults`: never one
+    control, paired), then the best model among those whose checks hold (`prbench.evaluation.validity.faults`: never one
     scored on the people it was trained on, answering one letter, agreeing with the labels no more than chance or
     tying most pairs); a model scoring higher that failed a check is named with the reason. The same sentences
     as `prbench leaderboard` prints (`prbench.leaderboard.Headline`)."""
@@ -334,7 +335,7 @@ def diagnostics_section(d: ReportData) -> str:
 
 
 def _faults(r: Run) -> list[str]:
-    """Why a run's number is not a ranking (`prbench.validity.faults`), from its summary and records."""
+    """Why a run's number is not a ranking (`prbench.evaluation.validity.faults`), from its summary and records."""
     return validity.faults(ev(r), r.items)
 
 
@@ -343,7 +344,7 @@ def _p(p: float | None) -> str:
 
 
 def _validity_panel(r: Run) -> str:
-    """One run's validity card (prbench.validity): gain over its wrong-user control, controls, the people a trained RM
+    """One run's validity card (prbench.evaluation.validity): gain over its wrong-user control, controls, the people a trained RM
     was scored on that it was trained on (their accuracy apart from the others'), and why it is not ranked."""
     s, key = ev(r), r.key
     parts = []
@@ -433,10 +434,10 @@ def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: 
 
 
 def stats_panel(runs: list[Run]) -> str:
-    """How far the numbers above can be trusted: where sequential runs stopped and why (`prbench.sequential`),
-    the smallest difference each run resolves (`prbench.power`), and the judges' agreement (`prbench.meta.stats`)."""
+    """How far the numbers above can be trusted: where sequential runs stopped and why (`prbench.stats.sequential`),
+    the smallest difference each run resolves (`prbench.stats.power`), and the judges' agreement (`prbench.meta.stats`)."""
     from prbench.meta.stats import judge_agreement
-    from prbench.power import resolvable
+    from prbench.stats.power import resolvable
 
     out = []
     seqs = [ev(r).sequential for r in runs]

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench import __version__
-from prbench.conditions import CONDITIONS
+from prbench.context.conditions import CONDITIONS
 from prbench.errors import PrbenchError
 from prbench.meta import main_rows, meta_evaluate
 from prbench.registry import resolve

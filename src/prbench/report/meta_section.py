@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prbench.meta import PAPER_COLUMNS, main_rows
-from prbench.records import RankValue
 from prbench.report import plots
 from prbench.report.data import ReportData
 from prbench.report.widgets import Cell, empty, esc, figure, fnum, numc, section, table, text
+from prbench.store.records import RankValue
 
 
 def _p_span(p: float | None) -> str:

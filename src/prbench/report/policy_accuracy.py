@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from prbench.records import PolicyAccuracySummary
 from prbench.report import plots
 from prbench.report import widgets as w
 from prbench.report.data import ReportData
 from prbench.runkinds import Run
 from prbench.runkinds.policy_accuracy import PolicyAccuracyKind
+from prbench.store.records import PolicyAccuracySummary
 
 
 def policy_accuracy_section(d: ReportData, kind: PolicyAccuracyKind) -> str:

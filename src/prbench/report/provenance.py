@@ -9,9 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from prbench import __version__
-from prbench.cache import content_key
-from prbench.conditions import CONDITIONS
-from prbench.records import PolicyAccuracySummary
+from prbench.context.conditions import CONDITIONS
 from prbench.report.data import ReportData, ev
 from prbench.report.widgets import (
     Cell,
@@ -26,6 +24,8 @@ from prbench.report.widgets import (
     table,
     text,
 )
+from prbench.store.cache import content_key
+from prbench.store.records import PolicyAccuracySummary
 
 
 def _hashes(obj: Any, prefix: str = "", inside: bool = False) -> dict[str, str]:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import SpecError
 from prbench.registry import REWARDS
 from prbench.specs import COMMAND_WIDE, check_options, model_class

@@ -28,8 +28,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from prbench.cache import text_hash
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.engines.buckets import ROW_TILE, Batch, bucketed_batches, kv_width, pads_rows
 from prbench.engines.fixed_gemm import GEMM_RULE, fix_gemm_rows, sequence_windows
 from prbench.engines.prefix import (
@@ -39,11 +38,12 @@ from prbench.engines.prefix import (
     output_cache,
     supports_sharing,
 )
-from prbench.extras import require
-from prbench.fingerprint import local_digest
-from prbench.progress import beat
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.runtime.extras import require
+from prbench.runtime.progress import beat
 from prbench.specs import Kind, RMOptions, model_or_builtin
+from prbench.store.cache import text_hash
+from prbench.store.fingerprint import local_digest
 
 CACHE_BYTES = 1 << 30  # prompt KV caches held at once (responses batch across them): 64 profile prompts of a 135M model
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"
@@ -51,8 +51,8 @@ PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}  # 
 
 
 def resolve_device(device: str = "auto") -> str:
-    """`auto` / `cuda` -> this rank's GPU (`prbench.ranks.cuda_device`), read at load time; else as given."""
-    from prbench.ranks import cuda_device
+    """`auto` / `cuda` -> this rank's GPU (`prbench.runtime.ranks.cuda_device`), read at load time; else as given."""
+    from prbench.runtime.ranks import cuda_device
 
     torch = require("torch", "hf")
     if device == "cuda" or (device == "auto" and torch.cuda.is_available()):

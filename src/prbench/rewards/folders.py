@@ -66,7 +66,7 @@ def check_classifier_folder(rest: str, prefix: str = "hf") -> None:
     """`hf:` reads sequence classifiers: a prbench head folder names its own spec; a missing one fails now."""
     if rest.startswith("builtin:"):
         return
-    from prbench.hub import check_ref
+    from prbench.runtime.hub import check_ref
 
     check_ref(rest, prefix)
     kind = trained_kind(rest)

@@ -17,13 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, content_key
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
-from prbench.extras import require
 from prbench.rewards.base import PointwiseRM
 from prbench.rewards.pal import Embedder, context_items, shots_key, shown_pairs, view_user
+from prbench.runtime.extras import require
 from prbench.specs import RMOptions, local_path
+from prbench.store.cache import Cache, content_key
 
 CONFIG_FILE, WEIGHTS_FILE, META_FILE, PROTOCOL_FILE = "config.json", "model.safetensors", "prbench_rm.json", "protocol.json"
 
@@ -44,8 +44,8 @@ def save_head(out: str | Path, config: dict[str, Any], module: Any, *, kind: str
 
 def load_head(path: str | Path, kind: str, build: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
     """(config, module in eval mode); a folder of another kind is refused with the spec to use."""
-    from prbench.manifest import load_weights, verify
     from prbench.rewards.folders import require_folder
+    from prbench.store.manifest import load_weights, verify
 
     p = Path(path)
     require_folder(f"{kind}:{path}", p, kind)
@@ -77,7 +77,7 @@ def read_protocol(path: str | Path) -> dict[str, Any] | None:
 class HeadOptions(RMOptions):
     """Options of a trained head: an embedding cache, and a pairs file whose unseen users are fitted at load."""
 
-    encoder_cache: Any = None  # a prbench.cache.Cache
+    encoder_cache: Any = None  # a prbench.store.cache.Cache
     adapt: str | None = None
 
 

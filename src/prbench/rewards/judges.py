@@ -36,14 +36,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from prbench.cache import content_key
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.engines.base import PREFIX_KEY, Engine, Generation, GenParams, engine_keywords, load_engine
 from prbench.errors import SpecError
 from prbench.prompts import load_prompt
 from prbench.registry import ENGINES
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, Score, Verdict
 from prbench.specs import Kind, KindOptions, OpenOptions, RMOptions, combine, options_model, resolve_spec
+from prbench.store.cache import content_key
 
 MODES = ("pairwise", "pointwise", "likelihood")
 RAW_CHARS = 400  # raw model output kept per verdict (head ... tail)

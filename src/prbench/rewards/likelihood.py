@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.engines.base import Engine, Messages
 from prbench.errors import SpecError
 from prbench.rewards.base import PointwiseRM, Score

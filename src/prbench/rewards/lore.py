@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
-from prbench.extras import require
 from prbench.rewards.base import Score
 from prbench.rewards.heads import HeadOptions, HeadReward
 from prbench.rewards.pal import torch_threads
+from prbench.runtime.extras import require
 
 PRIORS = ("profile", "none")
 
@@ -202,7 +202,7 @@ class LoReReward(HeadReward):
         if not pairs:
             return
         torch = require("torch", "hf")
-        from prbench.conditions import pair_views
+        from prbench.context.conditions import pair_views
 
         views = pair_views(pairs, self.config.get("condition", "profile") if self.model.prior == "profile" else "none",
                            retriever=self.config.get("retriever", "bm25"), top_k=self.config.get("top_k", 10))

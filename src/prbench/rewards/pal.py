@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from prbench.cache import Cache, content_key
-from prbench.conditions import View
 from prbench.config import ENCODER
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
-from prbench.extras import require
-from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
+from prbench.runtime.extras import require
 from prbench.specs import RMOptions
+from prbench.store.cache import Cache, content_key
+from prbench.store.fingerprint import local_digest
 
 if TYPE_CHECKING:  # torch itself is imported lazily (the core stays light)
     from torch import Tensor
@@ -334,8 +334,8 @@ def save_folder(out: str | Path, config: dict[str, Any], model) -> Path:
 
 def load_folder(path: str | Path, spec: str | None = None):
     """(config, model in eval mode) from a folder written by `save_folder`; `spec`: what the user typed."""
-    from prbench.manifest import load_weights, verify
     from prbench.rewards.folders import require_folder
+    from prbench.store.manifest import load_weights, verify
 
     p = Path(path)
     spec = spec or f"pal:{path}"
@@ -356,7 +356,7 @@ def load_folder(path: str | Path, spec: str | None = None):
 class PALOptions(RMOptions):
     """Options of a PAL or context-BT head folder."""
 
-    encoder_cache: Any = None  # a prbench.cache.Cache
+    encoder_cache: Any = None  # a prbench.store.cache.Cache
     adapt: str | None = None
     adapt_steps: int = 200
     adapt_lr: float = 0.1

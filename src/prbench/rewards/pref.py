@@ -18,10 +18,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from prbench.extras import require
 from prbench.rewards.base import Score
 from prbench.rewards.heads import HeadReward
 from prbench.rewards.pal import torch_threads
+from prbench.runtime.extras import require
 
 
 def build_pref(config: dict[str, Any]):

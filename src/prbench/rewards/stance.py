@@ -9,7 +9,7 @@ together is learned from training people's votes.
 
 Formula. phi(t) = the frozen, L2-normalised sentence embedding of text t (MiniLM by default);
 for each of M ensemble members m, z_m(t) = normalise(P_m^T phi(t)) with a learned P_m (d x B).
-A person's evidence is what `prbench.judgments` reads from the view: (e_j, s_j) with s_j = +1
+A person's evidence is what `prbench.context.judgments` reads from the view: (e_j, s_j) with s_j = +1
 for what they agreed with / wrote / chose, -1 for what they rejected (0-sign items are dropped).
 With c_j = z_m(y) . z_m(e_j):
 
@@ -52,13 +52,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prbench.conditions import View
+from prbench.context.conditions import View
+from prbench.context.judgments import Evidence, pair_evidence, post_evidence
 from prbench.errors import OutdatedModel, PrbenchError
-from prbench.extras import require
-from prbench.judgments import Evidence, pair_evidence, post_evidence
 from prbench.rewards.base import Score
 from prbench.rewards.heads import HeadReward
 from prbench.rewards.pal import shown_pairs, torch_threads
+from prbench.runtime.extras import require
 
 READOUTS = ("mean", "nearest")
 

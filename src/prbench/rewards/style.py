@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench.extras import require
 from prbench.rewards.base import Score
 from prbench.rewards.heads import HeadReward
 from prbench.rewards.pal import torch_threads
+from prbench.runtime.extras import require
 
 ENCODER_NAME = "prbench:style-features"  # what `config['encoder']` says: no sentence encoder is loaded
 N_STYLE = 12
@@ -222,7 +222,7 @@ class StyleReward(HeadReward):
         self.adapted.pop(user, None)
         if not pairs:
             return
-        from prbench.conditions import pair_views
+        from prbench.context.conditions import pair_views
 
         views = pair_views(pairs, self.config.get("condition", "profile"), retriever=self.config.get("retriever", "bm25"),
                            top_k=self.config.get("top_k", 10))

@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from prbench.cache import content_key
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.engines.base import GenParams
 from prbench.errors import PrbenchError
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.rewards.pal import shots_key, shown_pairs, view_user
+from prbench.store.cache import content_key
 
 INDUCE = """Below are questions that one person asked. Each was answered twice, and the person said which answer they preferred.
 
@@ -154,7 +154,7 @@ class ScoreByLikelihood(PointwiseRM):
         return out
 
     def fingerprint(self) -> dict[str, Any]:
-        from prbench.cache import content_key as key
+        from prbench.store.cache import content_key as key
 
         return {"spec": self.spec, "engine": self.engine.fingerprint(), "prompt": key(SCORE_PROMPT)[:16]}
 

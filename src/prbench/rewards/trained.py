@@ -10,15 +10,15 @@ from prbench.specs import Kind, folder
 
 def _load_bt(rest: str, **options: Any):
     """A head over a frozen encoder loads like PAL (same file format); a full model as a classifier."""
-    from prbench.hub import require_folder
+    from prbench.runtime.hub import require_folder
 
     require_folder(rest, "bt")
     if trained_kind(rest) in HEAD_KINDS:
         from prbench.rewards.pal import PALReward
 
         return PALReward(rest, spec=f"bt:{rest}", **options)
-    from prbench.manifest import verify
     from prbench.rewards.classifier import SequenceClassifierRM
+    from prbench.store.manifest import verify
 
     verify(rest, f"bt:{rest}")
     return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)
@@ -26,7 +26,7 @@ def _load_bt(rest: str, **options: Any):
 
 def _load_pal(rest: str, **options: Any):
     """`pal:<dir>`: a PAL or context-BT head folder; a full BT classifier folder names its spec."""
-    from prbench.hub import require_folder
+    from prbench.runtime.hub import require_folder
 
     require_folder(rest, "pal")
     kind = trained_kind(rest)

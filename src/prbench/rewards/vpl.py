@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prbench.conditions import View
-from prbench.extras import require
+from prbench.context.conditions import View
 from prbench.rewards.base import Score
 from prbench.rewards.heads import HeadReward
 from prbench.rewards.pal import torch_threads
+from prbench.runtime.extras import require
 
 
 def build_vpl(config: dict[str, Any]):

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
 from prbench.errors import DataError, NotARun, PrbenchError
-from prbench.records import newer_format, run_kind, typed_summary
 from prbench.registry import RUNKINDS
-from prbench.runs import read_json, read_records, regular_file
+from prbench.store.records import newer_format, run_kind, typed_summary
+from prbench.store.runs import read_json, read_records, regular_file
 
 log = logging.getLogger("prbench.runkinds")
 SUMMARY_FIX = ("delete it and rerun the eval (or the command that wrote it); the summary is recomputed from "

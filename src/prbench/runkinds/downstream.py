@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from prbench.downstream.results import DEFAULT_SCALE
 from prbench.errors import DataError, PrbenchError
 from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
-from prbench.runs import read_json, regular_file
+from prbench.store.runs import read_json, regular_file
 
 
 class DownstreamSummary(BaseModel):

@@ -8,10 +8,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prbench.errors import DataError
-from prbench.metrics import collapse_items
-from prbench.records import EvalSummary, typed_record
 from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind, mismatch
-from prbench.runs import regular_file
+from prbench.stats.metrics import collapse_items
+from prbench.store.records import EvalSummary, typed_record
+from prbench.store.runs import regular_file
 
 OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 
@@ -19,7 +19,7 @@ OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 class EvalKind(RunKind):
     name = "eval"
     settings_model = "prbench.config:EvalSettings"
-    driver = "prbench._evaluate:evaluate"
+    driver = "prbench.evaluation.evaluate:evaluate"
     stage = "prbench.study.stages:run_eval"
     command = "prbench.cli.eval:EVAL_COMMAND"
     title = "eval run"
@@ -65,7 +65,7 @@ class EvalKind(RunKind):
     def _recompute(run: Run, s: EvalSummary, where: str, fix: str) -> None:
         """CIs, per category, per user, ties, invalid counts, length bias...: recomputed by the functions that wrote
         them, with the run's seed and resample count, so they agree bit for bit; the first that differs is named."""
-        from prbench._evaluate import summarize
+        from prbench.evaluation.evaluate import summarize
         from prbench.train.protocol import user_breakdown
 
         assert run.summary is not None  # a typed summary came from it

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prbench.errors import DataError
-from prbench.records import GenerationSummary, GoldMetric
 from prbench.runkinds.base import EEEItem, EEEPart, Run, RunKind
-from prbench.runs import read_json, regular_file
+from prbench.store.records import GenerationSummary, GoldMetric
+from prbench.store.runs import read_json, regular_file
 
 
 class _Open(BaseModel):
@@ -93,7 +93,7 @@ class SampleKind(RunKind):
 class PlanKind(RunKind):
     name = "plan"
     settings_model = "prbench.config:PlanSettings"
-    driver = "prbench.planner:plan"
+    driver = "prbench.context.planner:plan"
     stage = "prbench.study.stages:run_plan"
     command = "prbench.cli.plan:app"  # `prbench plan` and `prbench plan train`
     title = "planner outputs"

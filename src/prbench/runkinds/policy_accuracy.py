@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from prbench.errors import DataError
-from prbench.records import PolicyAccuracyRecord, PolicyAccuracySummary
 from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
+from prbench.store.records import PolicyAccuracyRecord, PolicyAccuracySummary
 
 
 class PolicyAccuracyKind(RunKind):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from prbench.records import GenerationSummary
 from prbench.runkinds.downstream import DownstreamKind
+from prbench.store.records import GenerationSummary
 
 
 class RGDKind(DownstreamKind):

@@ -1,6 +1,6 @@
 """The reward server: a prbench RM behind HTTP for RL trainers, in their own protocols.
 
-- `prbench.serve.service`: (user context, answer) -> reward through `prbench.conditions`; no HTTP.
+- `prbench.serve.service`: (user context, answer) -> reward through `prbench.context.conditions`; no HTTP.
 - `prbench.serve.protocols`: the wire formats (prbench `/score`, OpenRLHF `/get_reward`, vLLM pooling).
 - `prbench.serve.server`: the ASGI app (`create_app`), `serve`, `ThreadedServer`.
 - `prbench.serve.guard`: connection cap and deadlines (uvicorn's protocol, wrapped).

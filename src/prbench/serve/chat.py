@@ -53,7 +53,7 @@ class ChatSplitter:
 
 def load_tokenizer(spec: str) -> Any:
     """A tokenizer: `hf:DIR`, `builtin:NAME` or a folder."""
-    from prbench.extras import require
+    from prbench.runtime.extras import require
     from prbench.sources import resolve_policy
 
     transformers = require("transformers", "hf")

@@ -127,7 +127,7 @@ class RewardClient:
             model = load_rm(str(rm), **({"device": device} if device else {}))
             if not isinstance(model, PointwiseRM):
                 raise PrbenchError(f"{rm}: a reward needs a pointwise RM (a judge in mode pointwise)")
-            from prbench.retrieval import load_retriever
+            from prbench.context.retrieval import load_retriever
 
             self.service = RewardService(model, condition or "profile", items=list(self.items.values()), top_k=top_k,
                                          retriever=load_retriever(retriever), fallback_reward=fallback_reward,

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from prbench.cache import content_key
 from prbench.schema import RubricAspect, SourceItem, posts_from_wire, posts_to_wire
+from prbench.store.cache import content_key
 
 CONTEXT_KEYS = ("id", "question", "profile", "rubric_aspects")
 
@@ -86,7 +86,7 @@ def read_rows(path: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
     from pathlib import Path
 
     from prbench.raw import _iter_jsonl, _iter_parquet
-    from prbench.runs import regular_file
+    from prbench.store.runs import regular_file
 
     p = Path(path)
     # the data readers' bounds: a regular file (a FIFO would block), lines of bounded length, rows streamed

@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from prbench.errors import PrbenchError
-from prbench.extras import require
+from prbench.runtime.extras import require
 
 APP_NAME = "prbench-reward"
 
@@ -40,7 +40,7 @@ def start_replicas(rm: str, condition: str = "none", *, replicas: int = 2, gpus_
                    host: str = "127.0.0.1", port: int = 8000, ray_address: str | None = None,
                    **app_options: Any) -> str:
     """Deploy `replicas` copies of the reward app and return the proxy's base URL (does not block)."""
-    from prbench.distributed import default_gpus, loopback_ray, start_local
+    from prbench.evaluation.distributed import default_gpus, loopback_ray, start_local
 
     address = ray_address or os.environ.get("RAY_ADDRESS") or None
     ray = require("ray", "ray") if address else loopback_ray()

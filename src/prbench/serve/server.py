@@ -58,12 +58,10 @@ from typing import Any
 import pydantic_core
 from pydantic import ValidationError
 
-from prbench.cache import content_key
+from prbench.context.retrieval import load_retriever
 from prbench.errors import PrbenchError
-from prbench.extras import require
-from prbench.retrieval import load_retriever
 from prbench.rewards.base import PointwiseRM, RewardModel, Score, load_rm
-from prbench.runs import redact_url
+from prbench.runtime.extras import require
 from prbench.schema import RubricAspect, SourceItem, posts_from_wire
 from prbench.serve import protocols as wire
 from prbench.serve.batcher import Abandoned, Batcher, Batching, Overloaded, TooLarge
@@ -79,6 +77,8 @@ from prbench.serve.service import (
     ViewCache,
     check_reward,
 )
+from prbench.store.cache import content_key
+from prbench.store.runs import redact_url
 
 log = logging.getLogger(__name__)
 

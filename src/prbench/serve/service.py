@@ -1,4 +1,4 @@
-"""The reward service: (user context, answer) -> RM score, through `prbench.conditions`, no HTTP.
+"""The reward service: (user context, answer) -> RM score, through `prbench.context.conditions`, no HTTP.
 
 Why: the server's three dialects (`/score`, OpenRLHF's `/get_reward`, vLLM's `/classify`) and the
 in-process clients all score through this one object, so the same item gets the same reward by
@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prbench.conditions import CONDITIONS, View, build_view, read_planner_file
+from prbench.context.conditions import CONDITIONS, View, build_view, read_planner_file
+from prbench.context.retrieval import Retriever, load_retriever
 from prbench.errors import PrbenchError
-from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.base import PointwiseRM, Score, shown_top_k
 from prbench.schema import SourceItem
 from prbench.serve.chat import ChatSplitter

@@ -14,9 +14,9 @@ from typing import Any
 from rich.markup import escape
 
 from prbench.errors import PrbenchError
-from prbench.progress import progress
 from prbench.registry import STAGES
-from prbench.runs import close_under
+from prbench.runtime.progress import progress
+from prbench.store.runs import close_under
 from prbench.study.config import StudyConfig, plugin_sections, resolve_specs
 from prbench.study.context import PlannedRun, Stage, StudyContext
 

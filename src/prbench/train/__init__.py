@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.errors import PrbenchError
-from prbench.ranks import cuda_device, is_main_process, launched, rank  # noqa: F401  (their home before ranks.py)
+from prbench.runtime.ranks import cuda_device, is_main_process, launched, rank  # noqa: F401  (their home before ranks.py)
 
 LOG_FILE = "train_log.jsonl"
 log = logging.getLogger(__name__)
@@ -73,9 +73,9 @@ def user_index(pairs: Sequence[Any]) -> tuple[list[str], dict[str, int]]:
 def write_log(out: Path, records: Sequence[dict[str, Any]]) -> None:
     """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends).
 
-    Every trainer writes it last, so the folder is sealed here (`prbench.manifest`).
+    Every trainer writes it last, so the folder is sealed here (`prbench.store.manifest`).
     """
-    from prbench.manifest import seal
+    from prbench.store.manifest import seal
 
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOG_FILE).open("w", encoding="utf-8") as fh:

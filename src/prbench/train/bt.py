@@ -22,12 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache
-from prbench.conditions import TRAINABLE_CONDITIONS, View, pair_views  # noqa: F401  (pair_views: its old home)
 from prbench.config import BTConfig, ContextBTConfig
+from prbench.context.conditions import TRAINABLE_CONDITIONS, View, pair_views  # noqa: F401  (pair_views: its old home)
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.extras import require
 from prbench.rewards.pal import (
     Embedder,
     build_model,
@@ -35,7 +33,9 @@ from prbench.rewards.pal import (
     pad_contexts,
     save_folder,
 )
+from prbench.runtime.extras import require
 from prbench.schema import RubricAspect
+from prbench.store.cache import Cache
 from prbench.train import (
     TrainResult,
     end_ranks,

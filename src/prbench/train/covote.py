@@ -2,7 +2,7 @@
 
 The rule (item-item collaborative filtering, as a kNN recommender reads ratings):
 
-- the table: every training person's signed judgments, from their profile (`prbench.judgments`:
+- the table: every training person's signed judgments, from their profile (`prbench.context.judgments`:
   a vote or stance +1 / -1, a plain or written post +1, a past choice `{prompt, chosen, rejected}`
   its chosen answer +1 and its rejected one -1) and from their training pair (chosen +1,
   rejected -1). Texts are keyed after folding case and white space, so a statement or answer
@@ -33,13 +33,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache
 from prbench.config import MethodView, count, opt
+from prbench.context.judgments import Evidence, post_evidence
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.judgments import Evidence, post_evidence
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.specs import RMOptions
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, write_log
 from prbench.version import __version__
 
@@ -135,7 +135,7 @@ class CovoteRM(PointwiseRM):
     options_model = CovoteOptions
 
     def __init__(self, path: str | Path, *, batch_size: int | None = None, seed: int = 0, encoder_cache: Any = None):
-        from prbench.manifest import verify
+        from prbench.store.manifest import verify
 
         folder = Path(path).expanduser()
         self.path, self.spec = str(path), f"{KIND}:{path}"

@@ -17,10 +17,10 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench.cache import Cache
 from prbench.config import FinetuneConfig
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, is_main_process
 
 
@@ -64,7 +64,7 @@ def train_finetune(pairs: Sequence[PreferencePair], out: str | Path, config: Fin
     meta.update({"kind": "finetune", "loads_as": "finetune:<dir>", "base_spec": cfg.base_model, "family":
                  "decoder" if decoder else "encoder", "users": users_of(pairs), "top_k": bt.top_k})
     meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    from prbench.manifest import seal
+    from prbench.store.manifest import seal
 
     seal(result.out)  # the meta changed after train_bt sealed the folder
     return result

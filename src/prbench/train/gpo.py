@@ -13,11 +13,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench.cache import Cache
 from prbench.config import GPOConfig
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.gpo import build_gpo
 from prbench.rewards.pal import context_items, torch_threads
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 

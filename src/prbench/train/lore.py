@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache
 from prbench.config import LoReConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.heads import save_head
 from prbench.rewards.lore import build_lore, fit_offsets, post_means
 from prbench.rewards.pal import context_items
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, fit_pairwise, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 

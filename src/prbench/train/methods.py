@@ -27,10 +27,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from prbench.cache import Cache
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.registry import REWARDS, Registry, resolve
+from prbench.store.cache import Cache
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
 
@@ -207,7 +207,7 @@ def train_method(
         result = TrainResult(out, read_log(out))
         report["trained_on"] = "seen users x train items only (no refit)"
     (out / "protocol.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-    from prbench.manifest import seal
+    from prbench.store.manifest import seal
 
     seal(out)
     return result, report

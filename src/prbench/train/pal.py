@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from prbench.cache import Cache
 from prbench.config import PALConfig
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
 from prbench.rewards.pal import Embedder, build_model, fit_mixture, save_folder
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, fit_pairwise, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 

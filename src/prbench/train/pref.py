@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench.cache import Cache
 from prbench.config import PReFConfig
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.heads import save_head
 from prbench.rewards.pref import build_pref
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, fit_pairwise, start_training, user_index, write_log
 from prbench.version import __version__
 

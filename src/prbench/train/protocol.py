@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from prbench import metrics
 from prbench.data.pairs import PreferencePair, split_by_user, users_of
 from prbench.errors import PrbenchError
+from prbench.stats import metrics
 
 KS = (0, 1, 2, 4, 8, 16)
 BASELINES = ("baseline:lexical", "baseline:embedding")
@@ -109,8 +109,8 @@ def pair_credits(rm, pairs: Sequence[PreferencePair], condition: str, cfg: Proto
     Views come from `conditions.build_view` (what `prbench eval` shows the RM); `memo` keeps them
     across the many scorings of one protocol run (a view depends only on pair, condition, seed).
     """
-    from prbench.conditions import build_view
-    from prbench.retrieval import load_retriever
+    from prbench.context.conditions import build_view
+    from prbench.context.retrieval import load_retriever
 
     memo = {} if memo is None else memo
     todo = [p for p in pairs if (condition, p.key) not in memo]

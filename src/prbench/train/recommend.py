@@ -47,10 +47,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from prbench import metrics
-from prbench.cache import Cache
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
+from prbench.stats import metrics
+from prbench.store.cache import Cache
 
 REFERENCES = ("covote-nn",)
 MARGIN = 0.01  # a cheaper method within 1 point of the best is kept

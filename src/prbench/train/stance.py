@@ -1,7 +1,7 @@
 """Training the stance space (`prbench.rewards.stance`, formula there) in plain torch.
 
 Each training person contributes their signed judgments: the profile's evidence as
-`prbench.judgments` reads it (agree / wrote +1, disagree -1) and each of their labelled pairs
+`prbench.context.judgments` reads it (agree / wrote +1, disagree -1) and each of their labelled pairs
 (chosen +1, rejected -1). An epoch draws `draws` leave-two-out samples per person: one +1 and one
 -1 item held out as the pair to order, and a random subset (`min_evidence`..`max_evidence` items)
 of the rest as the evidence, the size spread so the model works with the ten posts an eval shows
@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache
 from prbench.config import ENCODER_FIELD, MethodView, count, opt
+from prbench.context.judgments import post_evidence
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.judgments import post_evidence
 from prbench.rewards.heads import save_head
 from prbench.rewards.pal import torch_threads
 from prbench.rewards.stance import READOUTS, build_stance, covote_factors, pad_evidence, signed
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 

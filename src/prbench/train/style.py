@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench.cache import Cache
 from prbench.config import StyleConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.heads import save_head
 from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.style import ENCODER_NAME, StyleFeatures, build_style
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, seed_everything, user_index, write_log
 from prbench.version import __version__
 

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, content_key
 from prbench.config import SynthesizeMeConfig
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.progress import beat
 from prbench.rewards.synthesizeme import PERSONAS_FILE, Synthesizer, open_parts
+from prbench.runtime.progress import beat
+from prbench.store.cache import Cache, content_key
 from prbench.train import TrainResult, user_index, write_log
 from prbench.version import __version__
 

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache
 from prbench.config import VPLConfig
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.heads import save_head
 from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.vpl import build_vpl
+from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
 from prbench.version import __version__
 

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from prbench import metrics
 from prbench.errors import DataError, PrbenchError
 from prbench.leaderboard import SETTINGS, RunConfig
-from prbench.records import EvalSummary, PairwiseRecord, PointwiseRecord
 from prbench.runkinds import Run, scan_runs
 from prbench.runkinds.eval import KIND as EVAL
+from prbench.stats import metrics
+from prbench.store.records import EvalSummary, PairwiseRecord, PointwiseRecord
 
 log = logging.getLogger("prbench.viewer")
 FORMAT = 1
@@ -107,11 +107,11 @@ def _profile_item(p: Any) -> dict[str, Any]:
 
 
 class _Texts:
-    """The pairs' texts of one data set and what the RMs were shown, rebuilt by `prbench.conditions`."""
+    """The pairs' texts of one data set and what the RMs were shown, rebuilt by `prbench.context.conditions`."""
 
     def __init__(self, cfg: DataConfig) -> None:
         from prbench.data import load_examples
-        from prbench.fingerprint import data_digest
+        from prbench.store.fingerprint import data_digest
 
         if cfg.data_digest is not None and data_digest(cfg.data) not in (None, cfg.data_digest):
             raise PrbenchError(f"data {cfg.data!r} changed since the runs were made (digest differs): "
@@ -122,8 +122,8 @@ class _Texts:
 
     def shown(self, ex: Any, condition: str) -> tuple[str, list[int]]:
         """(whose profile, indices of its items in the order shown) under `condition` (profile, wrong-profile)."""
-        from prbench.conditions import build_view
-        from prbench.retrieval import load_retriever
+        from prbench.context.conditions import build_view
+        from prbench.context.retrieval import load_retriever
 
         if self.retriever is None:
             self.retriever = load_retriever(self.cfg.ranker)

@@ -29,9 +29,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
-from prbench.extras import require
+from prbench.runtime.extras import require
 from prbench.schema import Example
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,8 @@ class _Worker:
         self.seed, self.both_orders, self.use_cache = seed, both_orders, use_cache
 
     def records(self, examples: list[Example], views: list[View]) -> list[dict[str, Any]]:
-        from prbench.cache import Cache, NullCache
-        from prbench.scoring import chunk_records
+        from prbench.evaluation.scoring import chunk_records
+        from prbench.store.cache import Cache, NullCache
 
         cache = Cache(namespace="scores") if self.use_cache else NullCache()
         return chunk_records(self.rm, examples, views, self.seed, self.both_orders, cache)

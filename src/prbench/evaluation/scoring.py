@@ -2,7 +2,7 @@
 
 `evaluate`, the Ray workers (`distributed`) and the downstream stages import this module, so
 none of them reaches into another driver's internals. Tie rule and invalid handling are those
-documented in `prbench._evaluate`.
+documented in `prbench.evaluation.evaluate`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from prbench import metrics
-from prbench.cache import Cache, content_key
-from prbench.conditions import View
+from prbench.context.conditions import View
 from prbench.errors import PrbenchError
 from prbench.rewards.base import PairQuery, PairwiseRM, PointwiseRM, RewardModel, Score, Verdict
 from prbench.schema import Example
+from prbench.stats import metrics
+from prbench.store.cache import Cache, content_key
 
 
 def example_seed(seed: int, example_id: str, purpose: str) -> int:

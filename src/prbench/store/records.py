@@ -99,7 +99,7 @@ class LengthBias(_Open):
 
 
 class EvalMetrics(Accuracy):
-    """An eval run's `metrics` (`prbench.scoring.summarize`)."""
+    """An eval run's `metrics` (`prbench.evaluation.scoring.summarize`)."""
 
     n: int = Field(ge=0)
     n_invalid: int = Field(default=0, ge=0)
@@ -132,7 +132,7 @@ class PositionControl(_Open):
 
 
 class ValidityCard(_Open):
-    """`prbench.validity.card`: a condition's gain over its wrong-user control, and the controls."""
+    """`prbench.evaluation.validity.card`: a condition's gain over its wrong-user control, and the controls."""
 
     condition: str
     control: str
@@ -163,7 +163,7 @@ class Capabilities(_Open):
 
 
 class SequentialStop(_Open):
-    """Where a sequential run (`--until`, `prbench.sequential`) stopped, under which rule, and why."""
+    """Where a sequential run (`--until`, `prbench.stats.sequential`) stopped, under which rule, and why."""
 
     rule: str
     n_used: int = Field(ge=0)
@@ -200,7 +200,7 @@ class PerUser(_Open):
 
 class RunSettings(_Open):
     """The run settings that change an eval run's numbers beyond its model, data, condition and seed
-    (`prbench._evaluate`; runs written before the summary carried them read theirs from config.json)."""
+    (`prbench.evaluation.evaluate`; runs written before the summary carried them read theirs from config.json)."""
 
     top_k: int | None = None
     retriever: str | None = None

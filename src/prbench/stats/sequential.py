@@ -7,13 +7,13 @@ while two others are still being told apart. Models that send no API request are
 the evaluation also has API models (`RacePlan`): they cost no dollars, and a comparison with a fully known
 accuracy needs only the API run's own sequence.
 
-The intervals are anytime-valid confidence sequences (`prbench.confseq`: the hedged-capital betting CS of
+The intervals are anytime-valid confidence sequences (`prbench.stats.confseq`: the hedged-capital betting CS of
 Waudby-Smith & Ramdas 2024, aGRAPA bets, without replacement), intersected over every item, so looking after
 every step costs no coverage. Items come in a uniformly random order (a hash of the seed and the item id), so a
 prefix is a sample without replacement of the benchmark and the sequence covers the full benchmark's accuracy,
 shrinking to it at the last item. Paired differences d = credit_A - credit_B in [-1, 1] are mapped to
 (d + 1) / 2. With `decided` the level is split (Bonferroni) over the sequences the ranking needs, so the whole
-ranking holds at 95%. What this saves on a study of a given shape: `prbench.seqsim`.
+ranking holds at 95%. What this saves on a study of a given shape: `prbench.stats.seqsim`.
 
 Items with an invalid record are not a sample of a known population (which items will be valid is
 unknown in advance): when a prefix holds any, that sequence drops the without-replacement correction
@@ -32,10 +32,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from prbench import confseq, metrics
-from prbench.confseq import ALPHA, DEFAULT_MARGIN, FIRST_STEP, GROWTH
 from prbench.errors import PrbenchError
-from prbench.seqsim import Policy, SimulatedStudy, StudyShape, expected_call_fraction, simulate_study
+from prbench.stats import confseq, metrics
+from prbench.stats.confseq import ALPHA, DEFAULT_MARGIN, FIRST_STEP, GROWTH
+from prbench.stats.seqsim import Policy, SimulatedStudy, StudyShape, expected_call_fraction, simulate_study
 
 
 # -- the seeded order ---------------------------------------------------------------------------
@@ -72,7 +72,7 @@ def confidence_sequence(x: Sequence[float] | np.ndarray, *, alpha: float = ALPHA
     `population`: sampling without replacement from that many values (the mean of all of them is covered);
     None: independent draws. `times`: the prefix lengths to report (default every one); the sequence is the
     running intersection over every prefix length, whichever are reported. `grid`: candidate means on [0, 1]
-    (bounds are widened by one step). The computation: `prbench.confseq`.
+    (bounds are widened by one step). The computation: `prbench.stats.confseq`.
     """
     x = np.asarray(x, dtype=float)
     T = len(x)
@@ -471,7 +471,7 @@ def until_runs(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, in
 def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:
     """Each run's summary with the `sequential` block (rule, n used, why it stopped), written into its
     summary.json under the run folder's lock; the returned summaries describe the n used."""
-    from prbench.runs import RunDir, read_json
+    from prbench.store.runs import RunDir, read_json
 
     out = []
     for i, res in enumerate(outcome.results):

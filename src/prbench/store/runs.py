@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import content_key
 from prbench.errors import DataError, PrbenchError, RunBusy
+from prbench.store.cache import content_key
 
 if sys.platform != "win32":
     import fcntl
@@ -477,7 +477,7 @@ class RunDir:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         """Write summary.json, after checking it against its kind's model: never a file the readers would refuse."""
-        from prbench.records import SUMMARY_MODELS, run_kind, typed_summary
+        from prbench.store.records import SUMMARY_MODELS, run_kind, typed_summary
 
         self._check_writable()
         if run_kind(summary) in SUMMARY_MODELS:

@@ -19,10 +19,10 @@ from typing import Any, cast, overload
 
 import numpy as np
 
-from prbench import cost, interrupt, metrics, validity
-from prbench.cache import Cache, NullCache
-from prbench.conditions import build_view, no_context_failure, read_planner_file, require_fields
+from prbench import cost
 from prbench.config import EvalSettings, run_identity
+from prbench.context.conditions import build_view, no_context_failure, read_planner_file, require_fields
+from prbench.context.retrieval import load_retriever
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.engines.batch import ReadOnly
@@ -30,9 +30,8 @@ from prbench.errors import (
     InvalidRunError,  # noqa: F401  (re-exported: its home before prbench.errors)
     PrbenchError,
 )
-from prbench.fingerprint import data_digest, spec_digest
-from prbench.records import RunSettings, stamp
-from prbench.retrieval import load_retriever
+from prbench.evaluation import validity
+from prbench.evaluation.scoring import SIDE_CREDIT, chunk_records
 from prbench.rewards.base import (
     CheckedOptions,
     RewardModel,
@@ -41,9 +40,13 @@ from prbench.rewards.base import (
     checked_options,
     shown_top_k,
 )
-from prbench.runs import RunDir, refuse_secrets, scan_records, slug
+from prbench.runtime import interrupt
 from prbench.schema import Example
-from prbench.scoring import SIDE_CREDIT, chunk_records
+from prbench.stats import metrics
+from prbench.store.cache import Cache, NullCache
+from prbench.store.fingerprint import data_digest, spec_digest
+from prbench.store.records import RunSettings, stamp
+from prbench.store.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.version import __version__
 
 
@@ -260,7 +263,7 @@ def evaluate(
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
     `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
     A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
-    `seeded_order`: items in one order drawn from the seed (`prbench.sequential.seeded_prefix`), so `limit` keeps a
+    `seeded_order`: items in one order drawn from the seed (`prbench.stats.sequential.seeded_prefix`), so `limit` keeps a
     random sample that a larger limit extends: what `--until` grows (the folder records the order).
     """
     if isinstance(model, str):  # options checked once; the RM built at the first run that needs it
@@ -332,7 +335,7 @@ class _Items:
         planner = read_planner_file(s.planner_file) if s.planner_file else None
         needs = conditions or [s.condition]  # oracle without a rubric: refused (conditions.require_fields)
         if seeded:
-            from prbench.sequential import seeded_prefix
+            from prbench.stats.sequential import seeded_prefix
 
             self.n_all, self.order = seeded_prefix(((ex.id, getattr(ex, "item_id", None) or ex.id)
                                                     for ex in require_fields(self._all(), needs, planner)),
@@ -454,7 +457,7 @@ def _score_batches(model: RewardModel | ModelHandle, s: EvalSettings, options: d
     if not distributed:
         return rm, make_chunks, (chunk_records(_built(rm), exs, vs, s.seed, s.both_orders, cache)
                                  for exs, vs in make_chunks())
-    from prbench.distributed import ray_chunks
+    from prbench.evaluation.distributed import ray_chunks
 
     return None, make_chunks, ray_chunks(model.spec, rm_options, make_chunks(), workers=max(s.workers, 1), seed=s.seed,
                             both_orders=s.both_orders, ray_address=s.ray_address, gpus_per_worker=s.gpus_per_worker,

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from prbench.cache import Cache, NullCache, content_key
 from prbench.errors import SpecError
 from prbench.registry import RETRIEVERS
 from prbench.schema import ProfilePost
+from prbench.store.cache import Cache, NullCache, content_key
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -122,7 +122,7 @@ class ContrieverRetriever(Retriever):
 
 @lru_cache(maxsize=2)
 def _auto_encoder(model: str) -> tuple[Any, Any]:
-    from prbench.extras import require
+    from prbench.runtime.extras import require
 
     transformers = require("transformers", "hf")
     return (transformers.AutoTokenizer.from_pretrained(model),

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from prbench import metrics
-from prbench.records import EvalSummary, PairwiseRecord, PointwiseRecord
+from prbench.stats import metrics
+from prbench.store.records import EvalSummary, PairwiseRecord, PointwiseRecord
 
 if sys.platform != "win32":
     import fcntl
@@ -93,7 +93,7 @@ def card(records: Sequence[dict[str, Any]], control: Sequence[dict[str, Any]], *
 
 def _read(folder: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """A sibling run's summary and records; (None, []) while it does not exist (yet)."""
-    from prbench.runs import read_json, read_records
+    from prbench.store.runs import read_json, read_records
 
     summary, examples = folder / "summary.json", folder / "examples.jsonl"
     if not summary.is_file() or not examples.is_file():
@@ -142,7 +142,7 @@ def attach(run_dir: str | Path, summary: dict[str, Any], records: Sequence[dict[
     by the caller). This run is a control with its condition run beside it: the card goes into
     that run's summary.json, rewritten here.
     """
-    from prbench.runs import write_json_atomic
+    from prbench.store.runs import write_json_atomic
 
     run_dir, condition = Path(run_dir), summary.get("condition")
     if condition in CONTROLS:

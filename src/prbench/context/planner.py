@@ -40,15 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, NullCache, content_key
-from prbench.conditions import View, build_view
 from prbench.config import PlanSettings
+from prbench.context.conditions import View, build_view
+from prbench.context.retrieval import Retriever, load_retriever
 from prbench.engines.base import Engine, GenParams
 from prbench.errors import PrbenchError
 from prbench.prompts import Prompt, load_prompt
-from prbench.retrieval import Retriever, load_retriever
 from prbench.rewards.judges import clip_raw, judge_params, open_engine, strip_reasoning
 from prbench.schema import RubricAspect, SourceItem
+from prbench.store.cache import Cache, NullCache, content_key
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +320,7 @@ def plan(
     `settings` (or `options` on top of it) are `PlanSettings`.
     """
     from prbench.data import load_examples
-    from prbench.scoring import example_seed
+    from prbench.evaluation.scoring import example_seed
 
     s = PlanSettings.build(settings, **options)
     if isinstance(planner, Planner):
@@ -396,7 +396,7 @@ def _resolve_model(base_model: str) -> str:
 
 def _lora_config(r: int, alpha: int, dropout: float) -> Any:
     """LoRA adapters on every linear layer (merged into the weights before saving)."""
-    from prbench.extras import require
+    from prbench.runtime.extras import require
 
     peft = require("peft", "train")
     return peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules="all-linear",
@@ -448,7 +448,7 @@ def train_planner(
     peft to load. Returns training facts (also written to `out/prbench_planner.json`).
     """
     from prbench.data import load_examples
-    from prbench.extras import require
+    from prbench.runtime.extras import require
     from prbench.train import end_ranks, is_main_process, pin_device, rank, single_process_args
 
     torch = require("torch", "hf")

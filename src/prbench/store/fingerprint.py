@@ -27,14 +27,14 @@ def _stat_key(path: Path) -> tuple:
 
 
 def _persistent() -> Any:
-    from prbench.cache import Cache
+    from prbench.store.cache import Cache
 
     return Cache(namespace="file-digests")
 
 
 def file_digest(path: str | Path) -> str:
     """sha256 of a file's whole content, read once per (path, size, mtime, ctime, inode)."""
-    from prbench.cache import CacheError, content_key
+    from prbench.store.cache import CacheError, content_key
 
     p = Path(path)
     key = _stat_key(p)

@@ -18,7 +18,7 @@ Conditions (the paper's, plus a control):
 `narrative` never reaches a reward model under any condition. Multi-turn items carry their
 dialogue so far in `View.turns`; RMs render `View.messages()` with their chat template.
 
-Profiles made of judgments (stances, past choices; `prbench.judgments`) are shown as judgments:
+Profiles made of judgments (stances, past choices; `prbench.context.judgments`) are shown as judgments:
 text-reading RMs and judges read "agreed with: ...", "disagreed with: ...", "chose: ... over:
 ..." (`View.context`); embedding and overlap scorers get only what the user endorsed
 (`View.context_texts`); personalized methods get the signed evidence (`View.evidence`).
@@ -36,11 +36,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prbench.cache import Cache, content_key
+from prbench.context.judgments import (
+    Evidence,
+    describe,
+    endorsed_texts,
+    has_judgments,
+    pair_evidence,
+    post_evidence,
+)
+from prbench.context.retrieval import Retriever, load_retriever
 from prbench.errors import DataError, PrbenchError
-from prbench.judgments import Evidence, describe, endorsed_texts, has_judgments, pair_evidence, post_evidence
-from prbench.retrieval import Retriever, load_retriever
 from prbench.schema import HistoryPair, Message, ProfilePost, RubricAspect, SourceItem
+from prbench.store.cache import Cache, content_key
 
 CONDITIONS = ("none", "profile", "planner", "oracle", "wrong-profile")  # the paper's
 # For users known by their earlier choices or their own words (formats that carry them).
@@ -89,7 +96,7 @@ class View:
         return endorsed_texts(self.posts[: self.shown_posts])
 
     def evidence(self) -> list[Evidence]:
-        """The shown user context as signed evidence (`prbench.judgments`), within the character
+        """The shown user context as signed evidence (`prbench.context.judgments`), within the character
         budget: what personalized methods learn from. Aspects and personas carry no verdict: []."""
         if self.pairs:
             return pair_evidence(self.pairs[: self.shown_posts])
@@ -109,7 +116,7 @@ class View:
         posts = self.posts if n_posts is None else self.posts[:n_posts]
         if not posts:
             return ""
-        # Plain posts read exactly as they always have; a judgment reads as one (prbench.judgments.describe).
+        # Plain posts read exactly as they always have; a judgment reads as one (prbench.context.judgments.describe).
         lines = [f"- [{p.category}] {describe(p)}" if p.category else f"- {describe(p)}" for p in posts]
         return "\n".join([JUDGMENTS_HEADER if has_judgments(posts) else PROFILE_HEADER, *lines])
 

@@ -1,0 +1,3 @@
+"""Scoring a reward model over a benchmark: the evaluate driver, the scoring core, the validity card, Ray spreading.
+
+Modules: `evaluate`, `scoring`, `validity`, `distributed`. Nothing is imported here, so naming one module loads only it."""
