@@ -1,6 +1,6 @@
 """Caches never serve another model's numbers, and every cache problem is one line with the fix (issue 21).
 
-- Fingerprints of local models carry a full content digest of their files (`prbench.store.fingerprint`),
+- Fingerprints of local models carry a full content digest of their files (`prbench.fingerprint`),
   memoized by (path, size, mtime, ctime, inode): retraining into the same folder gives new keys.
 - The SQLite cache file damaged, truncated, read-only or on a full disk: one line naming the file
   and the fix; `--no-cache` runs without it.
@@ -21,8 +21,8 @@ import pytest
 
 from prbench import evaluate
 from prbench.errors import PrbenchError
+from prbench.fingerprint import _MEMO, file_digest, local_digest, spec_digest
 from prbench.store.cache import Cache, CacheError, NullCache
-from prbench.store.fingerprint import _MEMO, file_digest, local_digest, spec_digest
 from prbench.testing.records import make_records
 from prbench.testing.tiny import make_tiny_seq_classifier
 

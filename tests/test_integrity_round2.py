@@ -276,8 +276,8 @@ def _damaged(head: Path, tmp_path: Path) -> Path:
 
 
 def test_13_damaged_trained_folders_name_the_file(head: Path, tmp_path: Path, capsys) -> None:
+    from prbench.manifest import MANIFEST_FILE
     from prbench.rewards import load_rm
-    from prbench.store.manifest import MANIFEST_FILE
 
     assert (head / "pal" / MANIFEST_FILE).is_file()
     load_rm(f"pal:{head / 'pal'}")  # intact: loads
@@ -308,8 +308,8 @@ def test_13_damaged_trained_folders_name_the_file(head: Path, tmp_path: Path, ca
 
 def test_42_10_trained_folder_without_manifest_never_loads_silently(head: Path, tmp_path: Path, capsys) -> None:
     """Issue 42 item 10: flipped weights (same size) or a reordered user list, manifest deleted: one line, exit 2."""
+    from prbench.manifest import MANIFEST_FILE
     from prbench.rewards import load_rm
-    from prbench.store.manifest import MANIFEST_FILE
 
     for edit in ("flip", "users"):
         m = _damaged(head, tmp_path / edit)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prbench import evaluate
+from prbench.capabilities.plan.planner import Planner, parse_aspects, plan, planner_sft_rows, render_aspects
 from prbench.context.conditions import build_view, read_planner_file
-from prbench.context.planner import Planner, parse_aspects, plan, planner_sft_rows, render_aspects
 from prbench.context.retrieval import load_retriever
 from prbench.schema import RubricAspect, SourceItem
 from prbench.store.cache import Cache
@@ -226,7 +226,7 @@ def test_sft_rows_use_true_rubric_as_target() -> None:
 
 
 def test_train_planner_tiny_cpu(tiny_lm: Path, tmp_path: Path) -> None:
-    from prbench.context.planner import train_planner
+    from prbench.capabilities.plan.planner import train_planner
     from prbench.engines.transformers_engine import TransformersEngine
 
     items = [SourceItem.model_validate(r) for r in make_records(8)]

@@ -354,8 +354,8 @@ def test_pal_loads_safetensors_only(tmp_path: Path) -> None:
     import torch
 
     from prbench.errors import PrbenchError
+    from prbench.manifest import seal
     from prbench.rewards.pal import build_model, load_folder, save_folder
-    from prbench.store.manifest import seal
 
     config = {"arch": "pal-a", "embed_dim": 8, "hidden": 0, "dim": 4, "k_prototypes": 2, "users": ["u1", "u2"],
               "encoder": "unused"}

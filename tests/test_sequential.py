@@ -1,4 +1,4 @@
-"""prbench.stats.sequential: confidence sequences, the seeded order, the stopping rules, and `--until` on real runs."""
+"""prbench.evaluation.sequential: confidence sequences, the seeded order, the stopping rules, and `--until` on real runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from prbench import evaluate
 from prbench.errors import PrbenchError
-from prbench.stats.sequential import (
+from prbench.evaluation.sequential import (
     StopRule,
     comparison_pairs,
     confidence_sequence,
@@ -292,7 +292,7 @@ def test_study_eval_stage_races_api_judges_against_free_models_scored_first(judg
 
 def test_simulated_studies_stop_earlier_when_judges_are_far_apart() -> None:
     """`expected_call_fraction`: the share of a full study's calls `--until decided` spends, by simulation."""
-    from prbench.stats.sequential import StudyShape, expected_call_fraction, simulate_study
+    from prbench.evaluation.sequential import StudyShape, expected_call_fraction, simulate_study
 
     far = StudyShape(items=600, users=60, judges=(0.55, 0.85), shifts=(0.0, 0.02))
     near = StudyShape(items=600, users=60, judges=(0.69, 0.71), shifts=(0.0, 0.02))

@@ -64,7 +64,7 @@ DRIVERS = [
      "kss", "ks"),
     ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
     ("prbench.downstream.sampling:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
-    ("prbench.context.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
+    ("prbench.capabilities.plan.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
 ]
 
 

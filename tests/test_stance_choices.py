@@ -122,8 +122,8 @@ def test_a_folder_with_the_earlier_uncentered_readout_is_one_line_not_a_wrong_sc
     import json
 
     from prbench.errors import PrbenchError
+    from prbench.manifest import seal
     from prbench.rewards import load_rm
-    from prbench.store.manifest import seal
 
     fn, _ = METHODS["stance"].load()
     fn(choice_records(8, seed=0), tmp_path / "m", make_config("stance", {"epochs": 1, "members": 1}),

@@ -126,7 +126,7 @@ def eval_cmd(
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
-    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.stats.sequential)
+    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.evaluation.sequential)
         summaries = _eval_until(model, conds, per_model, settings, data, out, until, until_max, no_wait, {
             "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
             "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
@@ -181,10 +181,10 @@ def _finish(summaries: list[dict], pending: list[str], failures: list[str], quie
 def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
                 out: Path, until: str | None, until_max: int | None, no_wait: bool, kw: dict, quiet: bool
                 ) -> list[dict]:
-    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.stats.sequential`)."""
+    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.evaluation.sequential`)."""
     from prbench import evaluate
     from prbench.engines.providers import engine_provider
-    from prbench.stats.sequential import StopRule, count_items, until_runs
+    from prbench.evaluation.sequential import StopRule, count_items, until_runs
 
     if no_wait:
         raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")

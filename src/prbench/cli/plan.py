@@ -66,7 +66,7 @@ def plan_cmd(
     """Predict each user's expected aspects. From their top-k profile posts into a JSONL file (resumable)."""
     if ctx.invoked_subcommand is not None:
         return
-    from prbench.context.planner import Planner, plan
+    from prbench.capabilities.plan.planner import Planner, plan
     from prbench.store.cache import Cache, NullCache
 
     if not planner or out is None:
@@ -108,7 +108,7 @@ def train_cmd(
     json_out: Json = False,
 ) -> None:
     """Fine-tune a planner with TRL. Supervised on (question + posts -> true rubric)."""
-    from prbench.context.planner import train_planner
+    from prbench.capabilities.plan.planner import train_planner
     from prbench.train import is_main_process
 
     facts = train_planner(base_model, data, out, steps=steps, lora=lora, top_k=top_k, retriever=retriever,

@@ -43,10 +43,10 @@ from prbench.engines.prefix import (
     supports_sharing,
 )
 from prbench.errors import PrbenchError, SpecError
+from prbench.fingerprint import local_digest
 from prbench.runtime.extras import require
 from prbench.runtime.progress import beat, step
 from prbench.specs import KindOptions, model_or_builtin
-from prbench.store.fingerprint import local_digest
 
 log = logging.getLogger(__name__)
 

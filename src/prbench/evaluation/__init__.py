@@ -1,3 +1,6 @@
-"""Scoring a reward model over a benchmark: the evaluate driver, the scoring core, the validity card, Ray spreading.
+"""Scoring a reward model over a benchmark: the evaluate driver, the scoring core, sequential stopping, the validity
+card, Ray spreading.
 
-Modules: `evaluate`, `scoring`, `validity`, `distributed`. Nothing is imported here, so naming one module loads only it."""
+Modules: `evaluate`, `scoring`, `sequential`, `validity`, `distributed`. Nothing is imported here, so naming one
+module loads only it.
+"""

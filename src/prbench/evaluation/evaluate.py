@@ -32,6 +32,7 @@ from prbench.errors import (
 )
 from prbench.evaluation import validity
 from prbench.evaluation.scoring import SIDE_CREDIT, chunk_records
+from prbench.fingerprint import data_digest, spec_digest
 from prbench.rewards.base import (
     CheckedOptions,
     RewardModel,
@@ -44,7 +45,6 @@ from prbench.runtime import interrupt
 from prbench.schema import Example
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache
-from prbench.store.fingerprint import data_digest, spec_digest
 from prbench.store.records import RunSettings, stamp
 from prbench.store.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.version import __version__
@@ -263,7 +263,7 @@ def evaluate(
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
     `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
     A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
-    `seeded_order`: items in one order drawn from the seed (`prbench.stats.sequential.seeded_prefix`), so `limit` keeps a
+    `seeded_order`: items in one order drawn from the seed (`prbench.evaluation.sequential.seeded_prefix`), so `limit` keeps a
     random sample that a larger limit extends: what `--until` grows (the folder records the order).
     """
     if isinstance(model, str):  # options checked once; the RM built at the first run that needs it
@@ -335,7 +335,7 @@ class _Items:
         planner = read_planner_file(s.planner_file) if s.planner_file else None
         needs = conditions or [s.condition]  # oracle without a rubric: refused (conditions.require_fields)
         if seeded:
-            from prbench.stats.sequential import seeded_prefix
+            from prbench.evaluation.sequential import seeded_prefix
 
             self.n_all, self.order = seeded_prefix(((ex.id, getattr(ex, "item_id", None) or ex.id)
                                                     for ex in require_fields(self._all(), needs, planner)),

@@ -434,7 +434,7 @@ def published_section(d: ReportData, published: Mapping[str, Any] | None, seed: 
 
 
 def stats_panel(runs: list[Run]) -> str:
-    """How far the numbers above can be trusted: where sequential runs stopped and why (`prbench.stats.sequential`),
+    """How far the numbers above can be trusted: where sequential runs stopped and why (`prbench.evaluation.sequential`),
     the smallest difference each run resolves (`prbench.stats.power`), and the judges' agreement (`prbench.meta.stats`)."""
     from prbench.meta.stats import judge_agreement
     from prbench.stats.power import resolvable

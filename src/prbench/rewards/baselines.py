@@ -98,7 +98,7 @@ class EmbeddingRM(PointwiseRM):
 
     def fingerprint(self) -> dict:
         from prbench.engines.builtin import ENCODING  # cached scores of an earlier encoding are never reused
-        from prbench.store.fingerprint import local_digest
+        from prbench.fingerprint import local_digest
 
         return {"spec": self.spec, "encoder": self.encoder, "encoder_weights": local_digest(self.encoder),
                 "encoding": ENCODING}

@@ -38,12 +38,12 @@ from prbench.engines.prefix import (
     output_cache,
     supports_sharing,
 )
+from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.runtime.extras import require
 from prbench.runtime.progress import beat
 from prbench.specs import Kind, RMOptions, model_or_builtin
 from prbench.store.cache import text_hash
-from prbench.store.fingerprint import local_digest
 
 CACHE_BYTES = 1 << 30  # prompt KV caches held at once (responses batch across them): 64 profile prompts of a 135M model
 PLAIN_FORMAT = "User: {prompt}\n\nAssistant: {response}"

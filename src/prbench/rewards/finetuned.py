@@ -43,7 +43,7 @@ def _load_finetuned(rest: str, **options: Any) -> FinetunedRM:
     require_folder(f"finetune:{rest}", rest, "finetune")
     if not (Path(rest) / "prbench_rm.json").is_file():
         raise PrbenchError(f"finetune:{rest}: no prbench_rm.json (train with `prbench train finetune`)")
-    from prbench.store.manifest import verify
+    from prbench.manifest import verify
 
     verify(rest, f"finetune:{rest}")
     return FinetunedRM(rest, **options)

@@ -44,8 +44,8 @@ def save_head(out: str | Path, config: dict[str, Any], module: Any, *, kind: str
 
 def load_head(path: str | Path, kind: str, build: Callable[[dict[str, Any]], Any]) -> tuple[dict[str, Any], Any]:
     """(config, module in eval mode); a folder of another kind is refused with the spec to use."""
+    from prbench.manifest import load_weights, verify
     from prbench.rewards.folders import require_folder
-    from prbench.store.manifest import load_weights, verify
 
     p = Path(path)
     require_folder(f"{kind}:{path}", p, kind)

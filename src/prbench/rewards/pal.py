@@ -44,11 +44,11 @@ import numpy as np
 from prbench.config import ENCODER
 from prbench.context.conditions import View
 from prbench.errors import PrbenchError
+from prbench.fingerprint import local_digest
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.runtime.extras import require
 from prbench.specs import RMOptions
 from prbench.store.cache import Cache, content_key
-from prbench.store.fingerprint import local_digest
 
 if TYPE_CHECKING:  # torch itself is imported lazily (the core stays light)
     from torch import Tensor
@@ -334,8 +334,8 @@ def save_folder(out: str | Path, config: dict[str, Any], model) -> Path:
 
 def load_folder(path: str | Path, spec: str | None = None):
     """(config, model in eval mode) from a folder written by `save_folder`; `spec`: what the user typed."""
+    from prbench.manifest import load_weights, verify
     from prbench.rewards.folders import require_folder
-    from prbench.store.manifest import load_weights, verify
 
     p = Path(path)
     spec = spec or f"pal:{path}"

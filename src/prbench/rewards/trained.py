@@ -17,8 +17,8 @@ def _load_bt(rest: str, **options: Any):
         from prbench.rewards.pal import PALReward
 
         return PALReward(rest, spec=f"bt:{rest}", **options)
+    from prbench.manifest import verify
     from prbench.rewards.classifier import SequenceClassifierRM
-    from prbench.store.manifest import verify
 
     verify(rest, f"bt:{rest}")
     return SequenceClassifierRM(rest, spec=f"bt:{rest}", **options)

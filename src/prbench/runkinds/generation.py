@@ -93,7 +93,7 @@ class SampleKind(RunKind):
 class PlanKind(RunKind):
     name = "plan"
     settings_model = "prbench.config:PlanSettings"
-    driver = "prbench.context.planner:plan"
+    driver = "prbench.capabilities.plan.planner:plan"
     stage = "prbench.study.stages:run_plan"
     command = "prbench.cli.plan:app"  # `prbench plan` and `prbench plan train`
     title = "planner outputs"

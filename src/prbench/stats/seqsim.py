@@ -3,7 +3,7 @@ confidence sequences cover at every look.
 
 Why a simulation: the calls `decided` spends depend on how far apart the models are, which no formula gives for
 a ranking of several runs; the dry run's expected dollars and benchmarks/sequential_sim.py both read it from
-here. The rule is the one `prbench.stats.sequential.run_until` applies (same sequences from `prbench.stats.confseq`, same
+here. The rule is the one `prbench.evaluation.sequential.run_until` applies (same sequences from `prbench.stats.confseq`, same
 level split over the pairs, same looks, the same retirement of a run whose pairs are all decided).
 """
 
@@ -135,7 +135,7 @@ def _decided(lo: np.ndarray, hi: np.ndarray, margin: float) -> np.ndarray:
 
 def simulate_study(shape: StudyShape, rng: np.random.Generator, *, policy: Policy = Policy(),
                    grid: int = 1000, exact_runs: bool = False, credits: np.ndarray | None = None) -> SimulatedStudy:
-    """Draw one study and run `decided` on it as `prbench.stats.sequential.run_until` does. `exact_runs`: check each
+    """Draw one study and run `decided` on it as `prbench.evaluation.sequential.run_until` does. `exact_runs`: check each
     run's coverage on the bounds a summary reports (the whole grid) instead of the cheap lower bound. `credits`:
     the study's (runs x items, in their random order) instead of drawing them from `shape`."""
     credits = shape.credits(rng) if credits is None else credits
@@ -246,7 +246,7 @@ def study_shape(items: int, judges: int, conditions: int, free_models: int,
     """The shape a dry run simulates: `judges` API judges in each of `conditions` conditions at `accuracies`
     (else spaced like the default shape's, 0.57-0.71), shifted by the default condition shifts; with models that
     send no API request (`free_models`), those are scored first and each judge's own sequence joins the judges'
-    pairs in the level split (`prbench.stats.sequential.RacePlan`)."""
+    pairs in the level split (`prbench.evaluation.sequential.RacePlan`)."""
     base = StudyShape()
     accs = tuple(sorted(round(float(a), 3) for a in accuracies)) if accuracies else tuple(
         round(float(a), 4) for a in np.linspace(base.judges[0], base.judges[-1], judges))

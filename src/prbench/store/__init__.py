@@ -1,3 +1,4 @@
-"""Run storage: run folders, typed summaries and records, the call cache, manifests, model digests.
+"""Run storage: run folders, typed summaries and records, the call cache.
 
-Modules: `runs`, `records`, `manifest`, `cache`, `fingerprint`. Nothing is imported here, so naming one module loads only it."""
+Modules: `runs`, `records`, `cache`. Nothing is imported here, so naming one module loads only it.
+"""

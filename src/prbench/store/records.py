@@ -163,7 +163,7 @@ class Capabilities(_Open):
 
 
 class SequentialStop(_Open):
-    """Where a sequential run (`--until`, `prbench.stats.sequential`) stopped, under which rule, and why."""
+    """Where a sequential run (`--until`, `prbench.evaluation.sequential`) stopped, under which rule, and why."""
 
     rule: str
     n_used: int = Field(ge=0)

@@ -258,7 +258,7 @@ class StudyConfig(_Strict):
     out: str = "prbench-study"
     seed: Seed = 0
     limit: Limit = None
-    until: str | None = None  # eval stage: stop early (ci=W or decided[=M], prbench.stats.sequential); `limit` caps it
+    until: str | None = None  # eval stage: stop early (ci=W or decided[=M], prbench.evaluation.sequential); `limit` caps it
     until_max: Limit = None  # with `until`: at most this many items per run
     categories: list[str] | None = None
     conditions: list[str] = Field(default_factory=lambda: ["none", "profile", "oracle", "wrong-profile"])
@@ -288,7 +288,7 @@ class StudyConfig(_Strict):
     @field_validator("until")
     @classmethod
     def _rule(cls, v: str | None) -> str | None:
-        from prbench.stats.sequential import StopRule
+        from prbench.evaluation.sequential import StopRule
 
         if v is None:
             return v

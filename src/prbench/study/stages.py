@@ -146,11 +146,11 @@ def run_eval(ctx: StudyContext) -> None:
 
 
 def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict[str, Any]]:
-    """The study's main runs under `until` (`prbench.stats.sequential`): one growing seeded prefix; under `decided` a
+    """The study's main runs under `until` (`prbench.evaluation.sequential`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
     `until_max` (else `limit`) caps the items."""
     from prbench.engines.providers import engine_provider
-    from prbench.stats.sequential import count_items, until_runs
+    from prbench.evaluation.sequential import count_items, until_runs
 
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
 
@@ -202,7 +202,7 @@ def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
 
 @stage("plan", _plan_plan, order=10)
 def run_plan(ctx: StudyContext) -> None:
-    from prbench.context.planner import plan
+    from prbench.capabilities.plan.planner import plan
 
     p = needs(ctx.cfg.planner, "planner")
     path = Path(_planner_path(ctx, p))

@@ -73,9 +73,9 @@ def user_index(pairs: Sequence[Any]) -> tuple[list[str], dict[str, int]]:
 def write_log(out: Path, records: Sequence[dict[str, Any]]) -> None:
     """train_log.jsonl: one JSON object per epoch (rewritten whole, so a rerun never appends).
 
-    Every trainer writes it last, so the folder is sealed here (`prbench.store.manifest`).
+    Every trainer writes it last, so the folder is sealed here (`prbench.manifest`).
     """
-    from prbench.store.manifest import seal
+    from prbench.manifest import seal
 
     out.mkdir(parents=True, exist_ok=True)
     with (out / LOG_FILE).open("w", encoding="utf-8") as fh:

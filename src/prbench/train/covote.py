@@ -135,7 +135,7 @@ class CovoteRM(PointwiseRM):
     options_model = CovoteOptions
 
     def __init__(self, path: str | Path, *, batch_size: int | None = None, seed: int = 0, encoder_cache: Any = None):
-        from prbench.store.manifest import verify
+        from prbench.manifest import verify
 
         folder = Path(path).expanduser()
         self.path, self.spec = str(path), f"{KIND}:{path}"

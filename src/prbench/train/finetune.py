@@ -64,7 +64,7 @@ def train_finetune(pairs: Sequence[PreferencePair], out: str | Path, config: Fin
     meta.update({"kind": "finetune", "loads_as": "finetune:<dir>", "base_spec": cfg.base_model, "family":
                  "decoder" if decoder else "encoder", "users": users_of(pairs), "top_k": bt.top_k})
     meta_path.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    from prbench.store.manifest import seal
+    from prbench.manifest import seal
 
     seal(result.out)  # the meta changed after train_bt sealed the folder
     return result

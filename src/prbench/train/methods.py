@@ -207,7 +207,7 @@ def train_method(
         result = TrainResult(out, read_log(out))
         report["trained_on"] = "seen users x train items only (no refit)"
     (out / "protocol.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-    from prbench.store.manifest import seal
+    from prbench.manifest import seal
 
     seal(out)
     return result, report

@@ -111,7 +111,7 @@ class _Texts:
 
     def __init__(self, cfg: DataConfig) -> None:
         from prbench.data import load_examples
-        from prbench.store.fingerprint import data_digest
+        from prbench.fingerprint import data_digest
 
         if cfg.data_digest is not None and data_digest(cfg.data) not in (None, cfg.data_digest):
             raise PrbenchError(f"data {cfg.data!r} changed since the runs were made (digest differs): "

@@ -27,7 +27,7 @@ def _files(folder: Path) -> list[Path]:
 
 def seal(folder: str | Path) -> Path:
     """Write the manifest over every file now in `folder` (called again after any later write)."""
-    from prbench.store.fingerprint import file_digest
+    from prbench.fingerprint import file_digest
 
     root = Path(folder)
     files = {p.relative_to(root).as_posix(): {"size": p.stat().st_size, "sha256": file_digest(p)}
@@ -59,7 +59,7 @@ def _read(root: Path, spec: str) -> dict[str, Any] | None:
 
 def verify(folder: str | Path, spec: str) -> None:
     """Refuse, naming the file, a folder whose files differ from what training wrote."""
-    from prbench.store.fingerprint import file_digest
+    from prbench.fingerprint import file_digest
 
     root = Path(folder).expanduser()
     files = _read(root, spec)

@@ -1,0 +1,1 @@
+"""The built-in capabilities, one package each (see each package's docstring)."""

@@ -1,0 +1,1 @@
+"""The plan capability: the aspect planner and the runs it writes."""
