@@ -41,7 +41,7 @@ DEFAULT_METHOD = "style"  # what runs when the data has too few users for the re
 class Method:
     """One trainable personalized RM: how to train it, its settings, the RM prefix its folder loads with.
 
-    Each built-in trainer module declares its own (`prbench.train.lore:METHOD` ...), listed in
+    Each built-in trainer module declares its own `METHOD` (train/lore.py ...), listed in
     `prbench.registry.BUILTIN_METHODS`. A plug-in declares one in its entry points:
     `[project.entry-points."prbench.methods"] mine = "pkg.mod:METHOD"`; `prbench train mine` is then a
     command (from `config`'s fields) and the recommendation can measure it. `train`, `config` and `rm`
