@@ -169,16 +169,26 @@ def layout() -> list[str]:
         lines += _wrap(first_sentence(files[pkg]), head, COLUMN)
         own = sorted(m for m in files if m.rpartition(".")[0] == pkg and files[m].name != "__init__.py")
         lines += _items([f"__init__ {floor[pkg]}"] + [f"{m.rpartition('.')[2]} {floor[m]}" for m in own], COLUMN)
-        data = sorted(d.name + "/" for d in folder.iterdir()
-                      if d.is_dir() and d.name != "__pycache__" and not (d / "__init__.py").exists())
+        data = sorted(d.name + "/" for d in folder.iterdir()  # folders of files only (a fresh clone has them)
+                      if d.is_dir() and d.name != "__pycache__" and not (d / "__init__.py").exists()
+                      and any(f.is_file() and "__pycache__" not in f.parts for f in d.rglob("*")))
         if data:
             lines += _wrap("data folders: " + ", ".join(data), " " * COLUMN, COLUMN)
     return lines
 
 
+def _import(module: str) -> Any:
+    """`module` from this checkout's src/ (not another prbench installed in the environment)."""
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
+    loaded = importlib.import_module(module)
+    if not Path(loaded.__file__ or "").is_relative_to(SRC):
+        raise SystemExit(f"{module} was imported from {loaded.__file__}, not from {SRC}: run with PYTHONPATH={SRC}")
+    return loaded
+
+
 def registries() -> list[tuple[str, str, Any]]:
     """(module, name, registry) of every module-level `X = ...Registry(...)` in src/prbench, imported."""
-    sys.path.insert(0, str(SRC))
     found = []
     for module, path in modules().items():
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
@@ -186,15 +196,19 @@ def registries() -> list[tuple[str, str, Any]]:
                     and isinstance(node.value.func, ast.Name) and node.value.func.id.endswith("Registry")):
                 for target in node.targets:
                     if isinstance(target, ast.Name):
-                        found.append((module, target.id, getattr(importlib.import_module(module), target.id)))
+                        found.append((module, target.id, getattr(_import(module), target.id)))
     return sorted(found, key=lambda f: (f[0] != REGISTRATION_MODULE, f[0], f[1]))
 
 
 def registry_lines() -> list[str]:
     """Each registry: where it is, its entry-point group, and the built-ins prbench/registry.py lists for it."""
+    registry = _import(REGISTRATION_MODULE)
     lines = []
     for module, name, reg in registries():
-        lines.append(f"{name} ({module}): {reg.kind}s; plug-ins: the `{reg.group}` entry points")
+        listed = next((f"{REGISTRATION_MODULE}.{k}" for k, v in vars(registry).items()
+                       if v is reg.builtins and module != REGISTRATION_MODULE), None)
+        head = f"{name} ({module}): {reg.kind}s; plug-ins: the {reg.group} entry points"
+        lines += _wrap(head + (f"; built-ins: {listed}" if listed else ""), "", 4)
         width = max((len(k) for k in reg.builtins), default=0)
         lines += [f"  {k.ljust(width)}  {v}" for k, v in reg.builtins.items()]
     return lines

@@ -273,3 +273,14 @@ def test_few_type_ignores_and_each_says_why():
                     unexplained.append(where)
     assert unexplained == [], f"say why after each of these (`# type: ignore[code]  # why`): {unexplained}"
     assert len(found) <= TYPE_IGNORE_CAP, f"{len(found)} type: ignore in src/prbench: type the code instead ({found})"
+
+
+def test_the_architecture_page_is_drawn_from_the_code():
+    """docs/reference/architecture.md's layout section is what scripts/architecture.py draws from the code now."""
+    import difflib
+
+    page = architecture.PAGE.read_text(encoding="utf-8")
+    drawn = architecture.render(page)
+    diff = "".join(list(difflib.unified_diff(page.splitlines(True), drawn.splitlines(True), "committed", "drawn"))[:60])
+    assert drawn == page, ("docs/reference/architecture.md's layout differs from the code: run "
+                           f"`python scripts/architecture.py` and commit the page\n{diff}")
