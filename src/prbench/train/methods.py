@@ -59,7 +59,7 @@ class Method:
     cost: float = 1.0
     recommend: bool = False
     command: bool = True  # `prbench train NAME` is its settings model and nothing else (bt, pal have their own)
-    rm: str | Callable[..., Any] | None = None  # a plug-in's RM factory: REWARDS loads its folders as `spec:FOLDER`
+    rm: str | Callable[..., Any] | None = None  # its RM factory, if REWARDS has none: folders load as `spec:FOLDER`
 
     def load(self) -> tuple[Callable[..., TrainResult], Any]:
         return _target(self.train), self.settings()
