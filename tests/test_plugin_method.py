@@ -39,29 +39,37 @@ agree: {rms: [longer:model, baseline:length, baseline:lexical]}
 _METRIC = DOC.read_text(encoding="utf-8").split("## A run kind, and a downstream metric", 1)[1].split("\n## ", 1)[0]
 
 
+def install(site: Path, dist: str, module: str, code: str, entry_points: str) -> tuple[str, str, str]:
+    """A one-module distribution on `site` (its dist-info declaring the page's one entry point): (group, name,
+    target) of that entry point."""
+    (site / f"{dist}-0.1.dist-info").mkdir(parents=True)
+    (site / f"{module}.py").write_text(code, encoding="utf-8")
+    info = site / f"{dist}-0.1.dist-info"
+    info.joinpath("METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: 0.1\n")
+    group, name, target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"', entry_points).groups()
+    info.joinpath("entry_points.txt").write_text(f"[{group}]\n{name} = {target}\n")
+    return group, name, target
+
+
+def install_metric(site: Path) -> None:
+    """The page's downstream metric (`agree`) as a plug-in: meta needs a downstream setting to rank RMs on."""
+    install(site, "prbench_agree", "prbench_agree", re.search(r"```python\n(.*?)```", _METRIC, re.DOTALL).group(1),
+            re.search(r"```toml\n(.*?)```", _METRIC, re.DOTALL).group(1))
+
+
 @pytest.fixture()
 def env(tmp_path: Path) -> dict[str, str]:
     site = tmp_path / "site"
-    (site / "prbench_longer-0.1.dist-info").mkdir(parents=True)
-    (site / "prbench_longer.py").write_text(PLUGIN, encoding="utf-8")
-    info = site / "prbench_longer-0.1.dist-info"
-    info.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: prbench-longer\nVersion: 0.1\n")
-    group, name, target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"', ENTRY_POINTS).groups()
+    group, name, _ = install(site, "prbench_longer", "prbench_longer", PLUGIN, ENTRY_POINTS)
     assert (group, name) == ("prbench.methods", "longer")  # one entry point: no `prbench.rewards` line
-    info.joinpath("entry_points.txt").write_text(f"[{group}]\n{name} = {target}\n")
-    metric = site / "prbench_agree-0.1.dist-info"
-    metric.mkdir()
-    (site / "prbench_agree.py").write_text(re.search(r"```python\n(.*?)```", _METRIC, re.DOTALL).group(1))
-    metric.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: prbench-agree\nVersion: 0.1\n")
-    m_group, m_name, m_target = re.search(r'entry-points\."([^"]+)"\]\s*(\w+) = "([^"]+)"',
-                                          re.search(r"```toml\n(.*?)```", _METRIC, re.DOTALL).group(1)).groups()
-    metric.joinpath("entry_points.txt").write_text(f"[{m_group}]\n{m_name} = {m_target}\n")
+    install_metric(site)
     src = Path(__file__).resolve().parents[1] / "src"
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(src)]),
             "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}
 
 
-def test_one_module_trains_evaluates_and_reaches_a_study_and_the_report(env: dict[str, str], tmp_path: Path) -> None:
+def trains_evaluates_and_reaches_a_study_and_the_report(env: dict[str, str], tmp_path: Path) -> None:
+    """`prbench train longer`, `prbench eval -m longer:model`, and a study of it through meta and the report."""
     def prbench(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, env=env,
                               cwd=tmp_path, timeout=600, check=False)
@@ -85,3 +93,7 @@ def test_one_module_trains_evaluates_and_reaches_a_study_and_the_report(env: dic
     meta = json.loads((tmp_path / "out" / "meta" / "meta.json").read_text())
     (row,) = [r for r in meta["rows"] if r["setting"]["setting"] == "agree"]
     assert row["n_rms"] == 3 and "longer:model" in json.dumps(row)  # the trained RM is one of the ranked
+
+
+def test_one_module_trains_evaluates_and_reaches_a_study_and_the_report(env: dict[str, str], tmp_path: Path) -> None:
+    trains_evaluates_and_reaches_a_study_and_the_report(env, tmp_path)

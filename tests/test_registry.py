@@ -88,6 +88,16 @@ def test_builtin_targets_all_resolve_lazily():
             assert callable(reg.get(name)) or hasattr(reg.get(name), "run"), (reg.kind, name)
 
 
+def test_builtin_methods_are_the_methods_their_trainer_modules_declare():
+    """registry.py lists each built-in training method as its trainer module's METHOD, under the method's own name."""
+    from prbench.registry import BUILTIN_METHODS
+    from prbench.train.methods import METHODS, Method
+
+    for name, target in BUILTIN_METHODS.items():
+        assert target == f"{METHODS[name].settings().__module__}:METHOD", name  # settings beside the trainer
+        assert isinstance(METHODS[name], Method) and METHODS[name].name == name
+
+
 def test_base_modules_import_no_concrete_class():
     """Interfaces only: importing the bases loads none of the concrete kinds."""
     code = ("import sys, prbench.rewards.base, prbench.engines.base, prbench.registry;"

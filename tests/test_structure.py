@@ -6,16 +6,26 @@ Both read the source as text (ast), so they hold for every module whether or not
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = SRC / "prbench"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _script(name: str):
+    """A module of scripts/ (not a package): the architecture page's generator holds the import walk."""
+    spec = importlib.util.spec_from_file_location(name, SRC.parent / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+architecture = _script("architecture")
+_module_name = architecture.module_name
 
 
 def _unit(module: str) -> str:
@@ -23,20 +33,7 @@ def _unit(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-def _imports(path: Path, module: str, modules: set[str]) -> set[str]:
-    """Every prbench module `path` imports, at module level or inside a function (lazy imports count too)."""
-    out: set[str] = set()
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            for a in node.names:  # `from prbench import metrics` imports the module prbench.stats.metrics
-                out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base)
-    return {m for m in out if m == "prbench" or m.startswith("prbench.")}
+_imports = architecture.imports
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -143,10 +140,7 @@ def test_no_function_over_80_lines_outside_tests():
     assert len(LONG_FUNCTIONS) <= 6  # a short list: shorten a function rather than add to it
 
 
-def module_graph() -> dict[str, set[str]]:
-    """Module -> the prbench modules it imports (a package's own `__init__` counts as a module)."""
-    files = {_module_name(p): p for p in PKG.rglob("*.py")}
-    return {m: {t for t in _imports(p, m, set(files)) if t != m and t in files} for m, p in files.items()}
+module_graph = architecture.module_graph
 
 
 def test_no_module_level_import_circle():
@@ -155,6 +149,78 @@ def test_no_module_level_import_circle():
     found = cycles(module_graph())
     assert found == [], found
     assert cycles({"x.a": {"x.b"}, "x.b": {"x.c"}, "x.c": {"x.a"}}) == [["x.a", "x.b", "x.c"]]
+
+
+# TEMPORARY: moved by #49 caps/caps2/orch (each run kind becomes a package whose kind names its settings, driver,
+# stage, command and report block by direct reference); the lead empties this after merging them.
+UPWARD_ALLOWED = {
+    "runkinds/bon.py: prbench.cli.downstream:bon",
+    "runkinds/bon.py: prbench.config:BonSettings",
+    "runkinds/bon.py: prbench.downstream.bon:best_of_n",
+    "runkinds/bon.py: prbench.report.bon:bon_section",
+    "runkinds/bon.py: prbench.study.stages:run_bon",
+    "runkinds/build.py: prbench.build.pipeline:build_benchmark",
+    "runkinds/build.py: prbench.cli.build:app",
+    "runkinds/build.py: prbench.config:BuildSettings",
+    "runkinds/build.py: prbench.report.build:build_section",
+    "runkinds/downstream.py: prbench.report.downstream:downstream_section",
+    "runkinds/eval.py: prbench.cli.eval:EVAL_COMMAND",
+    "runkinds/eval.py: prbench.report.evals:leaderboard_section",
+    "runkinds/eval.py: prbench.study.stages:run_eval",
+    "runkinds/generation.py: prbench.cli.downstream:sample",
+    "runkinds/generation.py: prbench.cli.plan:app",
+    "runkinds/generation.py: prbench.cli.rgd:icl",
+    "runkinds/generation.py: prbench.config:ICLSettings",
+    "runkinds/generation.py: prbench.config:PlanSettings",
+    "runkinds/generation.py: prbench.config:SampleSettings",
+    "runkinds/generation.py: prbench.context.planner:plan",
+    "runkinds/generation.py: prbench.downstream.icl:run_icl",
+    "runkinds/generation.py: prbench.downstream.sampling:sample_policy",
+    "runkinds/generation.py: prbench.study.stages:run_plan",
+    "runkinds/generation.py: prbench.study.stages:run_sample",
+    "runkinds/policy_accuracy.py: prbench.cli.rgd:policy_accuracy",
+    "runkinds/policy_accuracy.py: prbench.config:PolicyAccuracySettings",
+    "runkinds/policy_accuracy.py: prbench.downstream.policy_accuracy:policy_accuracy",
+    "runkinds/policy_accuracy.py: prbench.report.policy_accuracy:policy_accuracy_section",
+    "runkinds/policy_accuracy.py: prbench.study.stages:run_policy_accuracy",
+    "runkinds/rgd.py: prbench.cli.rgd:rgd",
+    "runkinds/rgd.py: prbench.config:RGDSettings",
+    "runkinds/rgd.py: prbench.downstream.rgd:run_rgd",
+    "runkinds/rgd.py: prbench.study.stages:run_rgd_stage",
+    "runkinds/rl.py: prbench.cli.downstream:rl",
+    "runkinds/rl.py: prbench.config:RLSettings",
+    "runkinds/rl.py: prbench.downstream.rl:train_rl",
+    "runkinds/rl.py: prbench.study.stages:run_rl",
+}
+
+
+def test_no_string_reference_to_a_higher_floor_outside_the_registration_module():
+    """The registration rule (#49): a module's floor is 1 + the highest floor of the prbench modules it imports
+    (anywhere in it); a "prbench.x.y:attr" string (or `import_module("prbench.x.y")`) may point up only from
+    prbench/registry.py, the one registration module (prbench/__init__.py's lazy public API and a package
+    `__init__` naming its own submodules excepted). Elsewhere a lower floor would depend on a higher one."""
+    found = {f"{file}: {ref}": f"{file}:{line}: {ref} (floor {a} -> {b})"
+             for file, line, ref, a, b in architecture.upward_references()}
+    new = sorted(where for key, where in found.items() if key not in UPWARD_ALLOWED)
+    stale = sorted(UPWARD_ALLOWED - set(found))
+    assert new == [], "a string reference to a higher floor: list it in prbench/registry.py, or import it:\n" + \
+        "\n".join(new)
+    assert stale == [], f"allowed but gone: strike {stale} from UPWARD_ALLOWED"
+
+
+def test_the_floor_walk_counts_lazy_imports_and_catches_a_string_pointing_up(tmp_path):
+    """The measure itself: floors stack; a lazy import counts; a target string and an import_module argument are
+    references; a package `__init__` importing its submodule sits above it."""
+    assert architecture.floors({"a": set(), "b": {"a"}, "c": {"a", "b"}}) == {"a": 1, "b": 2, "c": 3}
+    floor = architecture.floors()
+    assert floor["prbench.errors"] == 1 and floor["prbench.registry"] == 2
+    assert floor["prbench.cli.train"] > floor["prbench.train.methods"]  # cli/train imports methods in functions
+    assert floor["prbench.train.lore"] > floor["prbench.train.methods"]  # lore's METHOD is a Method
+    code = 'import importlib\nX = "prbench.cli.eval:eval_cmd"\nY = importlib.import_module("prbench.study.stages")\n'
+    (tmp_path / "m.py").write_text(code, encoding="utf-8")
+    refs = architecture.references(tmp_path / "m.py", {"prbench.cli.eval", "prbench.study.stages"})
+    assert refs == [(2, "prbench.cli.eval:eval_cmd", "prbench.cli.eval"),
+                    (3, "prbench.study.stages", "prbench.study.stages")]
 
 
 BOTTOM_FLOOR = ("prbench.errors", "prbench.registry")  # import nothing of prbench but errors: never a cycle
@@ -207,3 +273,14 @@ def test_few_type_ignores_and_each_says_why():
                     unexplained.append(where)
     assert unexplained == [], f"say why after each of these (`# type: ignore[code]  # why`): {unexplained}"
     assert len(found) <= TYPE_IGNORE_CAP, f"{len(found)} type: ignore in src/prbench: type the code instead ({found})"
+
+
+def test_the_architecture_page_is_drawn_from_the_code():
+    """docs/reference/architecture.md's layout section is what scripts/architecture.py draws from the code now."""
+    import difflib
+
+    page = architecture.PAGE.read_text(encoding="utf-8")
+    drawn = architecture.render(page)
+    diff = "".join(list(difflib.unified_diff(page.splitlines(True), drawn.splitlines(True), "committed", "drawn"))[:60])
+    assert drawn == page, ("docs/reference/architecture.md's layout differs from the code: run "
+                           f"`python scripts/architecture.py` and commit the page\n{diff}")

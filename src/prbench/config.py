@@ -247,7 +247,8 @@ class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
     gradient_checkpointing: bool | None = opt(None, "Trade compute for memory (TRL's default: on).")
 
 
-# -- personalized-RM training methods (`prbench train <method>`, `train_method`, the study's `personalize`) --
+# -- what the personalized-RM training methods share; each method's own settings sit beside its trainer
+#    (`prbench.train.<method>`: `prbench train <method>`, `train_method`, the study's `personalize`) --
 ENCODER = "builtin:minilm-l6"
 ENCODER_FIELD = opt(ENCODER, "Frozen sentence encoder: builtin:minilm-l6, or a sentence-transformers dir.",
                     metavar="SPEC")
@@ -263,51 +264,6 @@ class MethodView(Settings):
     seed: int = field_of(RunSpec, "seed")
 
 
-class LoReConfig(MethodView):
-    """LoRe: a shared low-rank reward basis over frozen features, per-user simplex weights (defaults chosen on
-    held-out synthetic users, docs/methods.md)."""
-
-    prior: Literal["profile", "none"] = opt(
-        "profile", "profile: user weights inferred from the shown posts (+ k-shot offsets); none: free per-user "
-                   "weights (LoRe as published).", metavar="NAME")
-    rank: int = count(16, "Number of basis rewards B (rank of V).", 4096)
-    epochs: int = count(60, "Training epochs.", 100_000)
-    lr: float = opt(5e-3, "Learning rate.", gt=0)
-    user_lr: float = opt(5e-2, "Learning rate of the free user logits (prior none).", gt=0)
-    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
-    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
-    offset_l2: float = opt(0.1, "Pull of a user's offset toward the profile prior.", ge=0)
-    offset_steps: int = count(200, "Steps fitting a user's offset to their shots.", 100_000)
-    offset_lr: float = opt(0.1, "Learning rate of the offset fit.", gt=0)
-    encoder: str = ENCODER_FIELD
-
-
-class StyleConfig(MethodView):
-    """The persona space over lexical + stylometric features (`prbench.rewards.style`); defaults chosen on the
-    real-text DSP persona split (docs/methods.md)."""
-
-    rank: int = count(8, "Dimension B of the persona space.", 4096)
-    vocab_size: int = count(6000, "Word/bigram/char-4-gram features kept (most frequent in the training texts).", 10**7)
-    steps: int = count(200, "Full-batch optimisation steps.", 10**6)
-    lr: float = opt(1e-2, "Learning rate.", gt=0)
-    l2: float = opt(1.0, "L2 penalty on the persona map A (strong: few training users).", ge=0)
-    offset_l2: float = opt(1.0, "Pull of a user's k-shot offset toward the profile prior.", ge=0)
-
-
-class PReFConfig(MethodView):
-    """PReF: J base rewards over frozen features, a free weight vector per user, few-response MAP adaptation."""
-
-    rank: int = count(16, "Number of base reward functions J.", 4096)
-    epochs: int = count(60, "Training epochs.", 100_000)
-    lr: float = opt(5e-3, "Learning rate of the base rewards.", gt=0)
-    user_lr: float = opt(5e-2, "Learning rate of the user weights.", gt=0)
-    user_l2: float = opt(1e-3, "L2 pull of each user's weights toward 0 in training.", ge=0)
-    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
-    weight_decay: float = opt(1e-4, "Weight decay of the base rewards.", ge=0)
-    adapt_prior: float = opt(1.0, "Weight of the population prior in a new user's MAP fit.", ge=0)
-    encoder: str = ENCODER_FIELD
-
-
 class EpisodeMethod(MethodView):
     """Methods meta-trained on episodes (a user's labelled pairs and shown posts as the context)."""
 
@@ -315,98 +271,6 @@ class EpisodeMethod(MethodView):
     post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
     weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
     encoder: str = ENCODER_FIELD
-
-
-class GPOConfig(EpisodeMethod):
-    """GPO: a small transformer reads a user's labelled pairs (and shown posts) in context; meta-trained over users."""
-
-    dim: int = count(64, "Token width.", 1 << 16)
-    heads: int = count(4, "Attention heads.", 256)
-    layers: int = count(2, "Transformer layers.", 64)
-    steps: int = count(150, "Optimisation steps (one episode per training user each).", 10**6)
-    lr: float = opt(1e-3, "Learning rate.", gt=0)
-
-
-class VPLConfig(EpisodeMethod):
-    """VPL: an encoder over the user's pairs (and shown posts) gives a latent z the reward reads."""
-
-    hidden: int = count(64, "Hidden units.", 1 << 16)
-    latent: int = count(16, "Dimension of the user latent z.", 4096)
-    beta: float = opt(0.01, "Weight of the KL term.", ge=0)
-    steps: int = count(300, "Optimisation steps (one episode per user each).", 10**6)
-    lr: float = opt(3e-3, "Learning rate.", gt=0)
-
-
-class PALConfig(Settings):
-    """PAL: users as mixtures of K prototypes. `user_lr` is larger than `lr`: user logits get few gradient signals."""
-
-    arch: Literal["pal-a", "pal-b"] = opt("pal-a", "pal-a (ideal points) or pal-b (mixture of projections).",
-                                          metavar="NAME")
-    k_prototypes: int = count(8, "Number of prototypes K.", 4096)
-    dim: int = count(32, "Dimension of the preference space.", 1 << 16)
-    hidden: int = count(0, "Hidden units of the projection (0: linear, best held-out on small data).", 1 << 16, lo=0)
-    prompt_shift: bool = opt(False, "Shift the ideal points by the prompt.")
-    epochs: int = count(40, "Training epochs.", 100_000)
-    lr: float = opt(3e-3, "Learning rate.", gt=0)
-    user_lr: float = opt(5e-2, "Learning rate of the user mixture logits.", gt=0)
-    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
-    weight_decay: float = opt(0.0, "Weight decay.", ge=0)
-    seed: int = field_of(MethodView, "seed")
-    encoder: str = ENCODER_FIELD
-    adapt_steps: int = count(200, "Steps fitting a new user's mixture to their shots.", 100_000)
-    adapt_lr: float = opt(0.1, "Learning rate of that fit.", gt=0)
-
-
-class ContextBTConfig(MethodView):
-    """The frozen-encoder BT head (arch `context-bt`): question, response and context items over MiniLM."""
-
-    max_context_chars: int | None = count(None, "Character budget for the user context.", 10**9)
-    dim: int = count(128, "Width of the head.", 1 << 16)
-    hidden: int = count(64, "Hidden units.", 1 << 16)
-    epochs: int = count(20, "Training epochs.", 100_000)
-    lr: float = opt(1e-3, "Learning rate.", gt=0)
-    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
-    weight_decay: float = opt(0.0, "Weight decay.", ge=0)
-    encoder: str = ENCODER_FIELD
-
-
-class BTConfig(MethodView):
-    """TRL RewardTrainer fine-tuning of a sequence classifier (`prbench train bt --base-model`, `train_bt`);
-    everything not here keeps TRL's defaults."""
-
-    max_context_chars: int | None = field_of(ContextSpec, "max_context_chars")
-    epochs: float = opt(1.0, "Training epochs.", gt=0)
-    lr: float = opt(5e-5, "Learning rate.", gt=0)
-    batch_size: int = count(8, "Pairs per optimisation step.", 1 << 20)
-    grad_accum: int = count(1, "Gradient accumulation steps.", 4096)
-    max_length: int | None = count(2048, "Token limit per input; longer pairs are an error.", 1 << 20)
-    max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
-    lora: bool = opt(False, "Train LoRA adapters (merged into the saved model).")
-    lora_r: int = count(8, "LoRA rank.", 4096)
-    lora_alpha: int = count(16, "LoRA alpha.", 1 << 16)
-    lora_dropout: float = opt(0.0, "LoRA dropout.", ge=0, lt=1)
-    lora_target: str = opt("all-linear", "Modules LoRA adapts (PEFT's target_modules).", metavar="NAMES")
-    gradient_checkpointing: bool = opt(False, "Trade compute for memory.")
-    bf16: bool | None = opt(None, "bfloat16 training (default: only on a bf16-capable GPU).")
-    device: str = opt("auto", "auto, cpu or cuda:N (the only GPU this process then sees; many GPUs: accelerate "
-                              "launch).", metavar="DEVICE")
-
-
-class FinetuneConfig(MethodView):
-    """A user-conditioned sequence classifier fine-tuned with TRL on context + response."""
-
-    base_model: str = opt(ENCODER, "builtin:minilm-l6 (encoder), builtin:smollm2 (decoder) or a local model folder.",
-                          metavar="SPEC")
-    # None: the default depends on the base model (4 encoders, 10 decoders); wider than MethodView's, as above
-    top_k: int | None = count(  # type: ignore[assignment]  # wider than MethodView's int: None is resolved per base model
-        None, "Profile posts shown (default 4 encoders, 10 decoders).", 10_000)
-    epochs: float = opt(1.0, "Training epochs (2 took 981 s on 400 pairs on a loaded 2-core CPU).", gt=0)
-    lr: float | None = opt(None, "Learning rate (default 5e-5 full fine-tuning, 2e-4 LoRA).", gt=0)
-    batch_size: int = count(8, "Pairs per optimisation step.", 1 << 20)
-    max_length: int | None = count(None, "Token limit (default 512 encoders, 1024 decoders).", 1 << 20)
-    lora: bool | None = opt(None, "LoRA (default: for decoders only).")
-    lora_r: int = count(8, "LoRA rank.", 4096)
-    max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
 
 
 class PlanSettings(DataSpec):
@@ -482,24 +346,6 @@ class EngineAccess(Settings):
     dtype: str | None = opt(None, "auto, float32, bfloat16, float16.", metavar="DTYPE")
     base_url: str | None = opt(None, "OpenAI-compatible endpoint (else OPENAI_BASE_URL).", metavar="URL")
     api_key_env: str | None = opt(None, "Name of the env var that holds the API key.", metavar="VAR")
-
-
-class SynthesizeMeConfig(MethodView):
-    """SynthesizeMe: an LLM induces each user's persona from their pairs, verified on held-out pairs; a judge reads it."""
-
-    engine: str = opt("builtin:smollm2-135m-instruct", "Engine that induces personas and judges (any judge: engine).",
-                      metavar="SPEC")
-    candidates: int = count(3, "Persona candidates drawn per user (the best on held-out pairs is kept).", 64)
-    verify_share: float = opt(0.5, "Share of a user's pairs held out to verify the candidates.", ge=0, lt=1)
-    max_shots: int = count(8, "Most pairs shown to the engine when inducing.", 4096)
-    max_chars: int = count(600, "Characters kept of each question and answer in the induction prompt.", 10**6)
-    max_new_tokens: int = count(160, "Token limit of a persona.", 1 << 16)
-    judge_tokens: int = count(128, "Token limit of a judge's reply.", 1 << 16)
-    judge_route: Literal["auto", "text", "likelihood"] = opt(
-        "auto", "How the judge's score is read: text (it writes 'Score: N'), likelihood (expected digit from its "
-                "first-token probabilities), auto (likelihood for local engines, text for API judges).", metavar="NAME")
-    base_url: str | None = field_of(EngineAccess, "base_url")
-    api_key_env: str | None = field_of(EngineAccess, "api_key_env")
 
 
 class GraderAccess(Settings):

@@ -1,5 +1,5 @@
 """Named registries: one per extension point (reward models, engines, graders, retrievers,
-data formats, study stages, run kinds).
+data formats, study stages, run kinds) and the built-in training methods.
 
 A kind is found by the prefix of its spec string (`hf:DIR` -> the `hf` entry). Each entry is a
 lazy `"module:attr"` target, so naming a kind imports nothing until it is used. Built-in kinds
@@ -162,16 +162,22 @@ class DerivedRegistry(Registry):
 @dataclass
 class RewardRegistry(DerivedRegistry):
     """Reward models: built-ins, `prbench.rewards` plug-ins, and the RM of every training method that names one
-    (`prbench.train.methods.Method.rm`, a `prbench.methods` plug-in), so a trainable RM is one module declared
-    by one entry point: its folder loads as `<method spec>:FOLDER`."""
+    (`prbench.train.methods.Method.rm`: a built-in method's, or a `prbench.methods` plug-in's), so a trainable RM
+    is one module declared by one line (here, or an entry point): its folder loads as `<method spec>:FOLDER`."""
 
     methods_group: str = "prbench.methods"
+    methods: dict[str, str] = field(default_factory=dict)  # the built-in training methods: name -> "module:METHOD"
 
     def derive(self) -> dict[str, Any]:
-        """RM prefix -> factory target of each installed training method that names its RM."""
+        """RM prefix -> factory target of each built-in or installed training method that names its RM."""
         from importlib.metadata import entry_points
 
         found: dict[str, Any] = {}
+        for target in self.methods.values():  # a built-in that fails to import is a bug: it raises
+            method = resolve(target)
+            spec, rm = getattr(method, "spec", None), getattr(method, "rm", None)
+            if spec and rm and spec not in self.builtins:
+                found[spec] = rm
         for ep in entry_points(group=self.methods_group):
             try:
                 method = ep.load()
@@ -182,6 +188,23 @@ class RewardRegistry(DerivedRegistry):
                 found[spec] = rm
         return found
 
+
+# Training methods (`prbench train NAME`): name -> the `prbench.train.methods.Method` its trainer module declares.
+# prbench.train.methods.METHODS is their registry (with the `prbench.methods` plug-ins); a method that names its
+# RM (`Method.rm`) needs no line in REWARDS.
+BUILTIN_METHODS = {
+    "lore": "prbench.train.lore:METHOD",
+    "vpl": "prbench.train.vpl:METHOD",
+    "style": "prbench.train.style:METHOD",
+    "stance": "prbench.train.stance:METHOD",
+    "pref": "prbench.train.pref:METHOD",
+    "gpo": "prbench.train.gpo:METHOD",
+    "synthesizeme": "prbench.train.synthesizeme:METHOD",
+    "finetune": "prbench.train.finetune:METHOD",
+    "pal": "prbench.train.pal:METHOD",
+    "context-bt": "prbench.train.bt:METHOD",
+    "covote-nn": "prbench.train.covote:METHOD",
+}
 
 REWARDS = RewardRegistry("reward model", "prbench.rewards", {
     "hf": "prbench.rewards.classifier:load_classifier",
@@ -201,7 +224,7 @@ REWARDS = RewardRegistry("reward model", "prbench.rewards", {
     "pmi": "prbench.rewards.likelihood:PMIReward",
     "lik": "prbench.rewards.likelihood:LikelihoodReward",
     "py": "prbench.rewards.plugin:load_plugin",
-})
+}, methods=BUILTIN_METHODS)
 
 ENGINES = Registry("engine", "prbench.engines", {
     "hf": "prbench.engines.transformers_engine:TransformersEngine",

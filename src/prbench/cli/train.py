@@ -26,13 +26,13 @@ from prbench.cli.output import emit_json, table
 from prbench.config import (
     ENCODER,
     ENCODER_FIELD,
-    BTConfig,
     MethodView,
-    PALConfig,
     Settings,
     opt,
 )
 from prbench.errors import PrbenchError, SpecError
+from prbench.train.bt import BTConfig
+from prbench.train.pal import PALConfig
 
 app = typer.Typer(help="Train personalized reward models, one command per method. With no method (prbench train "
                        "--data D --out DIR), the candidates are cross-validated over the people of D (every person "

@@ -1,4 +1,5 @@
-"""Training personalized reward models: Bradley-Terry with user context, and PAL.
+"""Training personalized reward models: one module per method (settings, trainer, `METHOD`), the method registry,
+the seen/unseen-user protocol and the recommendation.
 
 - `prbench.train.bt.train_bt`: fine-tunes any AutoModelForSequenceClassification folder with
   TRL's RewardTrainer on user views (condition none / profile / planner / oracle); saves a

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.config import BTConfig, ContextBTConfig
+from prbench.config import ENCODER_FIELD, ContextSpec, MethodView, count, field_of, opt
 from prbench.context.conditions import TRAINABLE_CONDITIONS, View, pair_views  # noqa: F401  (pair_views: its old home)
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
@@ -47,12 +47,48 @@ from prbench.train import (
     start_training,
     write_log,
 )
+from prbench.train.methods import Method
 from prbench.version import __version__
 
 # Used only when the base tokenizer has none; saved with the tokenizer so scoring uses it too.
 PLAIN_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n{% endfor %}"
 )
+
+
+class ContextBTConfig(MethodView):
+    """The frozen-encoder BT head (arch `context-bt`): question, response and context items over MiniLM."""
+
+    max_context_chars: int | None = count(None, "Character budget for the user context.", 10**9)
+    dim: int = count(128, "Width of the head.", 1 << 16)
+    hidden: int = count(64, "Hidden units.", 1 << 16)
+    epochs: int = count(20, "Training epochs.", 100_000)
+    lr: float = opt(1e-3, "Learning rate.", gt=0)
+    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
+    weight_decay: float = opt(0.0, "Weight decay.", ge=0)
+    encoder: str = ENCODER_FIELD
+
+
+class BTConfig(MethodView):
+    """TRL RewardTrainer fine-tuning of a sequence classifier (`prbench train bt --base-model`, `train_bt`);
+    everything not here keeps TRL's defaults."""
+
+    max_context_chars: int | None = field_of(ContextSpec, "max_context_chars")
+    epochs: float = opt(1.0, "Training epochs.", gt=0)
+    lr: float = opt(5e-5, "Learning rate.", gt=0)
+    batch_size: int = count(8, "Pairs per optimisation step.", 1 << 20)
+    grad_accum: int = count(1, "Gradient accumulation steps.", 4096)
+    max_length: int | None = count(2048, "Token limit per input; longer pairs are an error.", 1 << 20)
+    max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
+    lora: bool = opt(False, "Train LoRA adapters (merged into the saved model).")
+    lora_r: int = count(8, "LoRA rank.", 4096)
+    lora_alpha: int = count(16, "LoRA alpha.", 1 << 16)
+    lora_dropout: float = opt(0.0, "LoRA dropout.", ge=0, lt=1)
+    lora_target: str = opt("all-linear", "Modules LoRA adapts (PEFT's target_modules).", metavar="NAMES")
+    gradient_checkpointing: bool = opt(False, "Trade compute for memory.")
+    bf16: bool | None = opt(None, "bfloat16 training (default: only on a bf16-capable GPU).")
+    device: str = opt("auto", "auto, cpu or cuda:N (the only GPU this process then sees; many GPUs: accelerate "
+                              "launch).", metavar="DEVICE")
 
 
 def _view_options(cfg: Any, planner: Any, cache: Cache | None) -> dict[str, Any]:
@@ -242,3 +278,6 @@ def train_bt(
     (out / "prbench_rm.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     write_log(out, records)
     return TrainResult(out, records)
+
+
+METHOD = Method("context-bt", train_context_bt, ContextBTConfig, "pal", cost=2, command=False)

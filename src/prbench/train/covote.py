@@ -41,6 +41,7 @@ from prbench.rewards.base import PointwiseRM, Score
 from prbench.specs import RMOptions
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
 
 KIND = "covote-nn"
@@ -176,3 +177,8 @@ class CovoteRM(PointwiseRM):
                 self.counts["no_evidence"] += 1
             out.append(Score(self.table.score(response, evidence, self.neighbours, self.shrink)))
         return out
+
+
+METHOD = Method("covote-nn", train_covote, CovoteConfig, "covote-nn",
+                "Write the nearest-neighbour reference. A table of how the training people judged each text; a "
+                "response scores by the person's judgments of the texts people judged alike; covote-nn:OUT.", cost=0)

@@ -17,11 +17,29 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench.config import FinetuneConfig
+from prbench.config import ENCODER, MethodView, count, opt
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, is_main_process
+from prbench.train.methods import Method
+
+
+class FinetuneConfig(MethodView):
+    """A user-conditioned sequence classifier fine-tuned with TRL on context + response."""
+
+    base_model: str = opt(ENCODER, "builtin:minilm-l6 (encoder), builtin:smollm2 (decoder) or a local model folder.",
+                          metavar="SPEC")
+    # None: the default depends on the base model (4 encoders, 10 decoders); wider than MethodView's, as above
+    top_k: int | None = count(  # type: ignore[assignment]  # wider than MethodView's int: None is resolved per base model
+        None, "Profile posts shown (default 4 encoders, 10 decoders).", 10_000)
+    epochs: float = opt(1.0, "Training epochs (2 took 981 s on 400 pairs on a loaded 2-core CPU).", gt=0)
+    lr: float | None = opt(None, "Learning rate (default 5e-5 full fine-tuning, 2e-4 LoRA).", gt=0)
+    batch_size: int = count(8, "Pairs per optimisation step.", 1 << 20)
+    max_length: int | None = count(None, "Token limit (default 512 encoders, 1024 decoders).", 1 << 20)
+    lora: bool | None = opt(None, "LoRA (default: for decoders only).")
+    lora_r: int = count(8, "LoRA rank.", 4096)
+    max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
 
 
 def resolve_base(name: str) -> str:
@@ -68,3 +86,8 @@ def train_finetune(pairs: Sequence[PreferencePair], out: str | Path, config: Fin
 
     seal(result.out)  # the meta changed after train_bt sealed the folder
     return result
+
+
+METHOD = Method("finetune", train_finetune, FinetuneConfig, "finetune",
+                "Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT.",
+                refit=False, cost=30)

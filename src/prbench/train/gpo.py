@@ -13,13 +13,24 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench.config import GPOConfig
+from prbench.config import EpisodeMethod, count, opt
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.gpo import build_gpo
 from prbench.rewards.pal import context_items, torch_threads
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class GPOConfig(EpisodeMethod):
+    """GPO: a small transformer reads a user's labelled pairs (and shown posts) in context; meta-trained over users."""
+
+    dim: int = count(64, "Token width.", 1 << 16)
+    heads: int = count(4, "Attention heads.", 256)
+    layers: int = count(2, "Transformer layers.", 64)
+    steps: int = count(150, "Optimisation steps (one episode per training user each).", 10**6)
+    lr: float = opt(1e-3, "Learning rate.", gt=0)
 
 
 def train_gpo(pairs: Sequence[PreferencePair], out: str | Path, config: GPOConfig | None = None, *,
@@ -78,3 +89,8 @@ def train_gpo(pairs: Sequence[PreferencePair], out: str | Path, config: GPOConfi
     out = save_head(out, model_cfg, model, kind="gpo")
     write_log(out, log)
     return TrainResult(out, log)
+
+
+METHOD = Method("gpo", train_gpo, GPOConfig, "gpo",
+                "Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT.",
+                cost=3)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from prbench.config import LoReConfig
+from prbench.config import ENCODER_FIELD, MethodView, count, opt
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.heads import save_head
@@ -21,7 +21,27 @@ from prbench.rewards.lore import build_lore, fit_offsets, post_means
 from prbench.rewards.pal import context_items
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, fit_pairwise, pair_accuracy, start_training, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class LoReConfig(MethodView):
+    """LoRe: a shared low-rank reward basis over frozen features, per-user simplex weights (defaults chosen on
+    held-out synthetic users, docs/methods.md)."""
+
+    prior: Literal["profile", "none"] = opt(
+        "profile", "profile: user weights inferred from the shown posts (+ k-shot offsets); none: free per-user "
+                   "weights (LoRe as published).", metavar="NAME")
+    rank: int = count(16, "Number of basis rewards B (rank of V).", 4096)
+    epochs: int = count(60, "Training epochs.", 100_000)
+    lr: float = opt(5e-3, "Learning rate.", gt=0)
+    user_lr: float = opt(5e-2, "Learning rate of the free user logits (prior none).", gt=0)
+    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
+    weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
+    offset_l2: float = opt(0.1, "Pull of a user's offset toward the profile prior.", ge=0)
+    offset_steps: int = count(200, "Steps fitting a user's offset to their shots.", 100_000)
+    offset_lr: float = opt(0.1, "Learning rate of the offset fit.", gt=0)
+    encoder: str = ENCODER_FIELD
 
 
 def train_lore(pairs: Sequence[PreferencePair], out: str | Path, config: LoReConfig | None = None, *,
@@ -79,3 +99,8 @@ def train_lore(pairs: Sequence[PreferencePair], out: str | Path, config: LoReCon
     out = save_head(out, model_cfg, model, kind="lore")
     write_log(out, log)
     return TrainResult(out, log)
+
+
+METHOD = Method("lore", train_lore, LoReConfig, "lore",
+                "Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT.",
+                cost=2)

@@ -24,12 +24,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
+from prbench.config import Settings
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
-from prbench.registry import REWARDS, Registry, resolve
+from prbench.registry import BUILTIN_METHODS, REWARDS, Registry, resolve
 from prbench.store.cache import Cache
 from prbench.train import TrainResult
 from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
@@ -41,34 +41,41 @@ DEFAULT_METHOD = "style"  # what runs when the data has too few users for the re
 class Method:
     """One trainable personalized RM: how to train it, its settings, the RM prefix its folder loads with.
 
-    A plug-in declares one in its entry points: `[project.entry-points."prbench.methods"]
-    mine = "pkg.mod:METHOD"`; `prbench train mine` is then a command (from `config`'s fields) and the
-    recommendation can measure it. `cost` orders methods for ties (lower is cheaper; about CPU
-    minutes for a few hundred users); `recommend` puts it among the default candidates of `prbench
-    train` with no method named.
+    Each built-in trainer module declares its own `METHOD` (train/lore.py ...), listed in
+    `prbench.registry.BUILTIN_METHODS`. A plug-in declares one in its entry points:
+    `[project.entry-points."prbench.methods"] mine = "pkg.mod:METHOD"`; `prbench train mine` is then a
+    command (from `config`'s fields) and the recommendation can measure it. `train`, `config` and `rm`
+    are the objects, or their "module:attr" targets. `cost` orders methods for ties (lower is cheaper;
+    about CPU minutes for a few hundred users); `recommend` puts it among the default candidates of
+    `prbench train` with no method named.
     """
 
     name: str
-    train: str  # "module:function"
-    config: str  # "module:Class", a `prbench.config.Settings` model
+    train: str | Callable[..., TrainResult]  # the trainer, or its "module:function"
+    config: str | type[Settings]  # its `prbench.config.Settings` model, or its "module:Class"
     spec: str  # the RM prefix its folder loads with
     doc: str = ""  # the CLI command's help
     refit: bool = True
     cost: float = 1.0
     recommend: bool = False
     command: bool = True  # `prbench train NAME` is its settings model and nothing else (bt, pal have their own)
-    rm: str | None = None  # a plug-in's RM factory ("module:attr"): REWARDS loads its folders as `spec:FOLDER`
+    rm: str | Callable[..., Any] | None = None  # its RM factory, if REWARDS has none: folders load as `spec:FOLDER`
 
     def load(self) -> tuple[Callable[..., TrainResult], Any]:
-        return resolve(self.train), resolve(self.config)
+        return _target(self.train), self.settings()
 
     def settings(self) -> Any:
-        """The settings model alone (the CLI builds a command from it without importing the trainer)."""
-        return resolve(self.config)
+        """The settings model (a plug-in's by its target: the CLI builds a command from it)."""
+        return _target(self.config)
+
+
+def _target(target: Any) -> Any:
+    return resolve(target) if isinstance(target, str) else target
 
 
 class MethodRegistry(Registry):
-    """The training methods: built-ins below, plug-ins from the `prbench.methods` entry-point group."""
+    """The training methods: the built-ins `prbench.registry.BUILTIN_METHODS` lists, plug-ins from the
+    `prbench.methods` entry-point group."""
 
     def __getitem__(self, name: str) -> Method:
         method = self.get(name)
@@ -93,39 +100,7 @@ class MethodRegistry(Registry):
         return [self[name] for name in self.names()]
 
 
-BUILTIN = SimpleNamespace(**{m.name: m for m in (
-    Method("lore", "prbench.train.lore:train_lore", "prbench.config:LoReConfig", "lore",
-           "Train LoRe. A shared low-rank reward basis over frozen features, per-user simplex weights; lore:OUT.",
-           cost=2),
-    Method("vpl", "prbench.train.vpl:train_vpl", "prbench.config:VPLConfig", "vpl",
-           "Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT.",
-           cost=3),
-    Method("style", "prbench.train.style:train_style", "prbench.config:StyleConfig", "style",
-           "Train the persona space. Lexical + stylometric features of profile and response, a learned map; "
-           "style:OUT.", cost=0.5, recommend=True),
-    Method("stance", "prbench.train.stance:train_stance", "prbench.train.stance:StanceConfig", "stance",
-           "Train the stance space. Frozen sentence features, a learned projection; the answer is compared with "
-           "what the person agreed with and rejected; stance:OUT.", cost=1, recommend=True),
-    Method("pref", "prbench.train.pref:train_pref", "prbench.config:PReFConfig", "pref",
-           "Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT.",
-           cost=2),
-    Method("gpo", "prbench.train.gpo:train_gpo", "prbench.config:GPOConfig", "gpo",
-           "Train GPO. A small transformer reads a user's labelled pairs in context, meta-trained; gpo:OUT.", cost=3),
-    Method("synthesizeme", "prbench.train.synthesizeme:train_synthesizeme", "prbench.config:SynthesizeMeConfig",
-           "synthesizeme", "Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; "
-           "synthesizeme:OUT.", cost=100),
-    Method("finetune", "prbench.train.finetune:train_finetune", "prbench.config:FinetuneConfig", "finetune",
-           "Fine-tune a user-conditioned RM. TRL sequence classifier on context + response; finetune:OUT.",
-           refit=False, cost=30),
-    Method("pal", "prbench.train.pal:train_pal", "prbench.config:PALConfig", "pal", cost=2, command=False),
-    Method("context-bt", "prbench.train.bt:train_context_bt", "prbench.config:ContextBTConfig", "pal", cost=2,
-           command=False),
-    Method("covote-nn", "prbench.train.covote:train_covote", "prbench.train.covote:CovoteConfig", "covote-nn",
-           "Write the nearest-neighbour reference. A table of how the training people judged each text; a "
-           "response scores by the person's judgments of the texts people judged alike; covote-nn:OUT.", cost=0),
-)})
-METHODS = MethodRegistry("training method", "prbench.methods",
-                         {name: f"prbench.train.methods:BUILTIN.{name}" for name in vars(BUILTIN)})
+METHODS = MethodRegistry("training method", "prbench.methods", BUILTIN_METHODS)
 
 
 def make_config(method: str, options: dict[str, Any]) -> Any:

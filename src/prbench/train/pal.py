@@ -11,17 +11,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from prbench.config import PALConfig
+from prbench.config import ENCODER_FIELD, MethodView, Settings, count, field_of, opt
 from prbench.data.pairs import PreferencePair, users_of
 from prbench.errors import PrbenchError
 from prbench.rewards.pal import Embedder, build_model, fit_mixture, save_folder
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, fit_pairwise, pair_accuracy, start_training, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class PALConfig(Settings):
+    """PAL: users as mixtures of K prototypes. `user_lr` is larger than `lr`: user logits get few gradient signals."""
+
+    arch: Literal["pal-a", "pal-b"] = opt("pal-a", "pal-a (ideal points) or pal-b (mixture of projections).",
+                                          metavar="NAME")
+    k_prototypes: int = count(8, "Number of prototypes K.", 4096)
+    dim: int = count(32, "Dimension of the preference space.", 1 << 16)
+    hidden: int = count(0, "Hidden units of the projection (0: linear, best held-out on small data).", 1 << 16, lo=0)
+    prompt_shift: bool = opt(False, "Shift the ideal points by the prompt.")
+    epochs: int = count(40, "Training epochs.", 100_000)
+    lr: float = opt(3e-3, "Learning rate.", gt=0)
+    user_lr: float = opt(5e-2, "Learning rate of the user mixture logits.", gt=0)
+    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
+    weight_decay: float = opt(0.0, "Weight decay.", ge=0)
+    seed: int = field_of(MethodView, "seed")
+    encoder: str = ENCODER_FIELD
+    adapt_steps: int = count(200, "Steps fitting a new user's mixture to their shots.", 100_000)
+    adapt_lr: float = opt(0.1, "Learning rate of that fit.", gt=0)
 
 
 def _tensors(embed: Embedder, pairs: Sequence[PreferencePair]):
@@ -115,3 +136,6 @@ def adapt_users(model, embed: Embedder, pairs: Sequence[PreferencePair], *, know
         x, c, r = _tensors(embed, mine)
         out[user] = fit_mixture(model, x, c, r, steps=steps, lr=lr)
     return out
+
+
+METHOD = Method("pal", train_pal, PALConfig, "pal", cost=2, command=False)

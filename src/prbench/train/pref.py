@@ -11,13 +11,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from prbench.config import PReFConfig
+from prbench.config import ENCODER_FIELD, MethodView, count, opt
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.heads import save_head
 from prbench.rewards.pref import build_pref
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, fit_pairwise, start_training, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class PReFConfig(MethodView):
+    """PReF: J base rewards over frozen features, a free weight vector per user, few-response MAP adaptation."""
+
+    rank: int = count(16, "Number of base reward functions J.", 4096)
+    epochs: int = count(60, "Training epochs.", 100_000)
+    lr: float = opt(5e-3, "Learning rate of the base rewards.", gt=0)
+    user_lr: float = opt(5e-2, "Learning rate of the user weights.", gt=0)
+    user_l2: float = opt(1e-3, "L2 pull of each user's weights toward 0 in training.", ge=0)
+    batch_size: int = count(64, "Pairs per optimisation step.", 1 << 20)
+    weight_decay: float = opt(1e-4, "Weight decay of the base rewards.", ge=0)
+    adapt_prior: float = opt(1.0, "Weight of the population prior in a new user's MAP fit.", ge=0)
+    encoder: str = ENCODER_FIELD
 
 
 def train_pref(pairs: Sequence[PreferencePair], out: str | Path, config: PReFConfig | None = None, *,
@@ -54,3 +69,8 @@ def train_pref(pairs: Sequence[PreferencePair], out: str | Path, config: PReFCon
     out = save_head(out, model_cfg, model, kind="pref")
     write_log(out, log)
     return TrainResult(out, log)
+
+
+METHOD = Method("pref", train_pref, PReFConfig, "pref",
+                "Train PReF. Base rewards over frozen features, weights per user, few-response MAP adaptation; pref:OUT.",
+                cost=2)

@@ -31,6 +31,7 @@ from prbench.rewards.pal import torch_threads
 from prbench.rewards.stance import READOUTS, build_stance, covote_factors, pad_evidence, signed
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
 
 # The co-vote readout's weight: its kernel has mean diagonal 1 whatever the data size, so one number serves;
@@ -158,3 +159,8 @@ def _votes(model: Any, people: Sequence[list[tuple[str, float]]], cfg: StanceCon
     model.vote_factors, model.vote_means = torch.from_numpy(factors), torch.from_numpy(means)
     return {"texts": len(texts), "rank": int(factors.shape[1]), "weight": cfg.votes_weight, "prior": cfg.votes_prior,
             "match": cfg.votes_match}
+
+
+METHOD = Method("stance", train_stance, StanceConfig, "stance",
+                "Train the stance space. Frozen sentence features, a learned projection; the answer is compared with "
+                "what the person agreed with and rejected; stance:OUT.", cost=1, recommend=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prbench.config import StyleConfig
+from prbench.config import MethodView, count, opt
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.heads import save_head
@@ -21,7 +21,20 @@ from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.style import ENCODER_NAME, StyleFeatures, build_style
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, seed_everything, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class StyleConfig(MethodView):
+    """The persona space over lexical + stylometric features (`prbench.rewards.style`); defaults chosen on the
+    real-text DSP persona split (docs/methods.md)."""
+
+    rank: int = count(8, "Dimension B of the persona space.", 4096)
+    vocab_size: int = count(6000, "Word/bigram/char-4-gram features kept (most frequent in the training texts).", 10**7)
+    steps: int = count(200, "Full-batch optimisation steps.", 10**6)
+    lr: float = opt(1e-2, "Learning rate.", gt=0)
+    l2: float = opt(1.0, "L2 penalty on the persona map A (strong: few training users).", ge=0)
+    offset_l2: float = opt(1.0, "Pull of a user's k-shot offset toward the profile prior.", ge=0)
 
 
 def train_style(pairs: Sequence[PreferencePair], out: str | Path, config: StyleConfig | None = None, *,
@@ -70,3 +83,8 @@ def train_style(pairs: Sequence[PreferencePair], out: str | Path, config: StyleC
     out = save_head(out, model_cfg, model, kind="style")
     write_log(out, log)
     return TrainResult(out, log)
+
+
+METHOD = Method("style", train_style, StyleConfig, "style",
+                "Train the persona space. Lexical + stylometric features of profile and response, a learned map; "
+                "style:OUT.", cost=0.5, recommend=True)

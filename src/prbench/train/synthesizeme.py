@@ -18,16 +18,35 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from prbench.config import SynthesizeMeConfig
+from prbench.config import EngineAccess, MethodView, count, field_of, opt
 from prbench.data.pairs import PreferencePair
 from prbench.errors import PrbenchError
 from prbench.rewards.synthesizeme import PERSONAS_FILE, Synthesizer, open_parts
 from prbench.runtime.progress import beat
 from prbench.store.cache import Cache, content_key
 from prbench.train import TrainResult, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class SynthesizeMeConfig(MethodView):
+    """SynthesizeMe: an LLM induces each user's persona from their pairs, verified on held-out pairs; a judge reads it."""
+
+    engine: str = opt("builtin:smollm2-135m-instruct", "Engine that induces personas and judges (any judge: engine).",
+                      metavar="SPEC")
+    candidates: int = count(3, "Persona candidates drawn per user (the best on held-out pairs is kept).", 64)
+    verify_share: float = opt(0.5, "Share of a user's pairs held out to verify the candidates.", ge=0, lt=1)
+    max_shots: int = count(8, "Most pairs shown to the engine when inducing.", 4096)
+    max_chars: int = count(600, "Characters kept of each question and answer in the induction prompt.", 10**6)
+    max_new_tokens: int = count(160, "Token limit of a persona.", 1 << 16)
+    judge_tokens: int = count(128, "Token limit of a judge's reply.", 1 << 16)
+    judge_route: Literal["auto", "text", "likelihood"] = opt(
+        "auto", "How the judge's score is read: text (it writes 'Score: N'), likelihood (expected digit from its "
+                "first-token probabilities), auto (likelihood for local engines, text for API judges).", metavar="NAME")
+    base_url: str | None = field_of(EngineAccess, "base_url")
+    api_key_env: str | None = field_of(EngineAccess, "api_key_env")
 
 
 def train_synthesizeme(pairs: Sequence[PreferencePair], out: str | Path, config: SynthesizeMeConfig | None = None, *,
@@ -103,3 +122,8 @@ class _Finished:
             fh.flush()
             os.fsync(fh.fileno())
         return result
+
+
+METHOD = Method("synthesizeme", train_synthesizeme, SynthesizeMeConfig, "synthesizeme",
+                "Train SynthesizeMe. An LLM induces and verifies each user's persona; a judge reads it; "
+                "synthesizeme:OUT.", cost=100)

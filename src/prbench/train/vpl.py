@@ -13,14 +13,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.config import VPLConfig
+from prbench.config import EpisodeMethod, count, opt
 from prbench.data.pairs import PreferencePair
 from prbench.rewards.heads import save_head
 from prbench.rewards.pal import context_items, torch_threads
 from prbench.rewards.vpl import build_vpl
 from prbench.store.cache import Cache
 from prbench.train import TrainResult, pair_accuracy, start_training, user_index, write_log
+from prbench.train.methods import Method
 from prbench.version import __version__
+
+
+class VPLConfig(EpisodeMethod):
+    """VPL: an encoder over the user's pairs (and shown posts) gives a latent z the reward reads."""
+
+    hidden: int = count(64, "Hidden units.", 1 << 16)
+    latent: int = count(16, "Dimension of the user latent z.", 4096)
+    beta: float = opt(0.01, "Weight of the KL term.", ge=0)
+    steps: int = count(300, "Optimisation steps (one episode per user each).", 10**6)
+    lr: float = opt(3e-3, "Learning rate.", gt=0)
 
 
 def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfig | None = None, *,
@@ -97,3 +108,8 @@ def train_vpl(pairs: Sequence[PreferencePair], out: str | Path, config: VPLConfi
     out = save_head(out, model_cfg, model, kind="vpl")
     write_log(out, log)
     return TrainResult(out, log)
+
+
+METHOD = Method("vpl", train_vpl, VPLConfig, "vpl",
+                "Train VPL. An encoder over the user's pairs (and shown posts) gives a latent z the reward reads; vpl:OUT.",
+                cost=3)
