@@ -67,7 +67,7 @@ def test_each_kinds_driver_takes_its_settings_model() -> None:
                                           "build"}
     for k in declared:
         model = resolve(k.settings_model)
-        hints = typing.get_type_hints(resolve(str(k.driver)))
+        hints = typing.get_type_hints(resolve(k.driver))
         takes = [t for h in hints.values() for t in (h, *typing.get_args(h)) if isinstance(t, type)]
         assert any(issubclass(t, model) for t in takes), (k.name, model, hints)
 
