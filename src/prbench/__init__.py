@@ -34,7 +34,7 @@ _EXPORTS = {
     "best_of_n": "prbench.downstream.bon:best_of_n",
     "run_rgd": "prbench.downstream.rgd:run_rgd",
     "policy_accuracy": "prbench.downstream.policy_accuracy:policy_accuracy",
-    "run_icl": "prbench.downstream.icl:run_icl",
+    "run_icl": "prbench.capabilities.icl.driver:run_icl",
     "train_rl": "prbench.downstream.rl:train_rl",
     "meta_evaluate": "prbench.meta:meta_evaluate",
     "leaderboard": "prbench.leaderboard:leaderboard",
