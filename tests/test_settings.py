@@ -13,6 +13,7 @@ import pytest
 
 from prbench import config
 from prbench.build.settings import BuildSettings
+from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 
 # (command function, parameter that receives the settings, the model)
@@ -20,7 +21,7 @@ COMMANDS = [
     ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
     ("prbench.capabilities.build.command:build", BuildSettings, set()),
     ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
-    ("prbench.cli.downstream:sample", config.SampleSettings, set()),
+    ("prbench.capabilities.sample.command:sample", SampleSettings, set()),
     ("prbench.cli.downstream:bon", config.BonSettings, set()),
     ("prbench.cli.downstream:rl", config.RLSettings, set()),
     ("prbench.cli.rgd:rgd", config.RGDSettings, {"w"}),
@@ -64,7 +65,7 @@ DRIVERS = [
     ("prbench.downstream.bon:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
      "kss", "ks"),
     ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
-    ("prbench.downstream.sampling:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
+    ("prbench.capabilities.sample.driver:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
     ("prbench.context.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
 ]
 
@@ -78,7 +79,7 @@ def test_drivers_refuse_unknown_keywords_with_the_closest_name(tmp_path, target,
 def test_study_sections_are_the_drivers_settings() -> None:
     from prbench.study import config as study
 
-    for section, model in [(study.SampleStage, config.SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
+    for section, model in [(study.SampleStage, SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
                            (study.RGDStage, config.RGDSettings), (study.PlannerStage, config.PlanSettings),
                            (study.PolicyAccuracyStage, config.PolicyAccuracySettings)]:
         assert issubclass(section, model)
@@ -87,7 +88,7 @@ def test_study_sections_are_the_drivers_settings() -> None:
 
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
-    for model in (config.EvalSettings, BuildSettings, config.SampleSettings, config.RLSettings,
+    for model in (config.EvalSettings, BuildSettings, SampleSettings, config.RLSettings,
                   config.PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):

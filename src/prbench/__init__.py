@@ -29,7 +29,7 @@ _EXPORTS = {
     "load_examples": "prbench.data:load_examples",
     "write_examples": "prbench.data:write_examples",
     "iter_examples": "prbench.data:iter_examples",
-    "sample_policy": "prbench.downstream.sampling:sample_policy",
+    "sample_policy": "prbench.capabilities.sample.driver:sample_policy",
     "read_samples": "prbench.downstream.sampling:read_samples",
     "best_of_n": "prbench.downstream.bon:best_of_n",
     "run_rgd": "prbench.downstream.rgd:run_rgd",

@@ -250,8 +250,8 @@ FORMATS = Registry("data format", "prbench.formats", {
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
     **{name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
         ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
-        ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"))},
-    **{name: f"prbench.capabilities.{name}.kind:KIND" for name in ("icl", "build")},
+        ("plan", "generation:PLAN"))},
+    **{name: f"prbench.capabilities.{name}.kind:KIND" for name in ("icl", "sample", "build")},
 })
 
 

@@ -47,16 +47,6 @@ def read_scores(run: Run) -> list[ScoreRow]:
         raise DataError(str(path), None, ".".join(map(str, err["loc"])), err["msg"]) from None
 
 
-class SampleKind(RunKind):
-    name = "sample"
-    settings_model = "prbench.config:SampleSettings"
-    driver = "prbench.downstream.sampling:sample_policy"
-    stage = "prbench.study.stages:run_sample"
-    command = "prbench.cli.downstream:sample"
-    title = "policy samples"
-    summary_model = SampleSummary
-
-
 class PlanKind(RunKind):
     name = "plan"
     settings_model = "prbench.config:PlanSettings"
@@ -67,5 +57,4 @@ class PlanKind(RunKind):
     summary_model = SampleSummary
 
 
-SAMPLE = SampleKind()
 PLAN = PlanKind()

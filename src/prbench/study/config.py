@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from prbench.capabilities.sample.settings import SampleSettings
 from prbench.config import (
     MAX_ITEMS,
     BonSettings,
@@ -35,7 +36,6 @@ from prbench.config import (
     PolicyAccuracySettings,
     RGDSettings,
     RLSettings,
-    SampleSettings,
 )
 from prbench.context.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.errors import DataError, PrbenchError, SpecError

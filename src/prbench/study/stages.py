@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from rich.markup import escape
 
 from prbench import config, evaluate
+from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 from prbench.evaluation.evaluate import ModelHandle
 from prbench.rewards.base import capabilities
@@ -224,7 +225,7 @@ def _samples_dir(ctx: StudyContext) -> str:
 
 def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
     section = needs(ctx.cfg.sample, "sample")
-    s = study_defaults(ctx, section, config.SampleSettings)
+    s = study_defaults(ctx, section, SampleSettings)
     n = _item_count(ctx.data, s.limit)
     return [PlannedRun("sample", f"{section.policy} x {s.n}", n * s.n,
                        n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
@@ -232,10 +233,10 @@ def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
 
 @stage("sample", _plan_sample, order=30)
 def run_sample(ctx: StudyContext) -> None:
-    from prbench.downstream.sampling import sample_policy
+    from prbench.capabilities.sample.driver import sample_policy
 
     section = needs(ctx.cfg.sample, "sample")
-    settings = study_defaults(ctx, section, config.SampleSettings)
+    settings = study_defaults(ctx, section, SampleSettings)
     ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
                        on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
     ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
