@@ -13,6 +13,7 @@ import pytest
 
 from prbench import config
 from prbench.build.settings import BuildSettings
+from prbench.capabilities.plan.settings import PlanSettings
 from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 
@@ -20,7 +21,7 @@ from prbench.errors import PrbenchError
 COMMANDS = [
     ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
     ("prbench.capabilities.build.command:build", BuildSettings, set()),
-    ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
+    ("prbench.capabilities.plan.command:plan_cmd", PlanSettings, set()),
     ("prbench.capabilities.sample.command:sample", SampleSettings, set()),
     ("prbench.cli.downstream:bon", config.BonSettings, set()),
     ("prbench.cli.downstream:rl", config.RLSettings, set()),
@@ -66,7 +67,7 @@ DRIVERS = [
      "kss", "ks"),
     ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
     ("prbench.capabilities.sample.driver:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
-    ("prbench.context.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
+    ("prbench.capabilities.plan.driver:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
 ]
 
 
@@ -80,7 +81,7 @@ def test_study_sections_are_the_drivers_settings() -> None:
     from prbench.study import config as study
 
     for section, model in [(study.SampleStage, SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
-                           (study.RGDStage, config.RGDSettings), (study.PlannerStage, config.PlanSettings),
+                           (study.RGDStage, config.RGDSettings), (study.PlannerStage, PlanSettings),
                            (study.PolicyAccuracyStage, config.PolicyAccuracySettings)]:
         assert issubclass(section, model)
         for name, field in model.model_fields.items():
@@ -89,7 +90,7 @@ def test_study_sections_are_the_drivers_settings() -> None:
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
     for model in (config.EvalSettings, BuildSettings, SampleSettings, config.RLSettings,
-                  config.PlanSettings):
+                  PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):
                 model.build(limit=bad)

@@ -389,15 +389,6 @@ class FinetuneConfig(MethodView):
     max_steps: int = count(-1, "Stop after this many steps (-1: run all epochs).", 10**9, lo=-1)
 
 
-class PlanSettings(DataSpec):
-    """The planner over a benchmark's items (`plan`, `prbench plan`, the study's `planner` section)."""
-
-    top_k: int = field_of(ContextSpec, "top_k")
-    retriever: str = field_of(ContextSpec, "retriever")
-    seed: int = field_of(RunSpec, "seed")
-    batch_size: int = count(8, "Items per planner batch (records are saved after each).", 65536)
-
-
 class EngineAccess(Settings):
     """How to reach the models a command loads (local device, or an OpenAI-compatible endpoint)."""
 

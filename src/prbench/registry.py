@@ -248,10 +248,9 @@ FORMATS = Registry("data format", "prbench.formats", {
 # folder, and what makes one (its settings, driver, study stage, CLI command), see prbench.runkinds.
 # A plug-in downstream metric registers its kind here and nothing else.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
-    **{name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
-        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
-        ("plan", "generation:PLAN"))},
-    **{name: f"prbench.capabilities.{name}.kind:KIND" for name in ("icl", "sample", "build")},
+    **{name: f"prbench.runkinds.{module}:KIND" for name, module in (
+        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"))},
+    **{name: f"prbench.capabilities.{name}.kind:KIND" for name in ("icl", "sample", "plan", "build")},
 })
 
 

@@ -1,11 +1,16 @@
-"""Generation runs with no downstream setting of their own: ICL (gold/rubric scored), samples, plans."""
+"""Reader contracts of the generation runs (no downstream setting of their own): ICL, samples, plans.
+
+`SampleSummary` is the summary model of sample and plan runs; `read_scores` reads the per-item
+scores.json of a scored generation run (ICL's Every Eval Ever parts). The kinds themselves are
+`prbench.capabilities.{icl,sample,plan}.kind`.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prbench.errors import DataError
-from prbench.runkinds.base import Run, RunKind
+from prbench.runkinds.base import Run
 from prbench.store.runs import read_json, regular_file
 
 
@@ -45,16 +50,3 @@ def read_scores(run: Run) -> list[ScoreRow]:
     except ValidationError as e:
         err = e.errors()[0]
         raise DataError(str(path), None, ".".join(map(str, err["loc"])), err["msg"]) from None
-
-
-class PlanKind(RunKind):
-    name = "plan"
-    settings_model = "prbench.config:PlanSettings"
-    driver = "prbench.context.planner:plan"
-    stage = "prbench.study.stages:run_plan"
-    command = "prbench.cli.plan:app"  # `prbench plan` and `prbench plan train`
-    title = "planner outputs"
-    summary_model = SampleSummary
-
-
-PLAN = PlanKind()

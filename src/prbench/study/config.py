@@ -28,11 +28,11 @@ from pydantic import (
     model_validator,
 )
 
+from prbench.capabilities.plan.settings import PlanSettings
 from prbench.capabilities.sample.settings import SampleSettings
 from prbench.config import (
     MAX_ITEMS,
     BonSettings,
-    PlanSettings,
     PolicyAccuracySettings,
     RGDSettings,
     RLSettings,

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from rich.markup import escape
 
 from prbench import config, evaluate
+from prbench.capabilities.plan.settings import PlanSettings
 from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 from prbench.evaluation.evaluate import ModelHandle
@@ -203,7 +204,7 @@ def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
 
 @stage("plan", _plan_plan, order=10)
 def run_plan(ctx: StudyContext) -> None:
-    from prbench.context.planner import plan
+    from prbench.capabilities.plan.driver import plan
 
     p = needs(ctx.cfg.planner, "planner")
     path = Path(_planner_path(ctx, p))
@@ -212,7 +213,7 @@ def run_plan(ctx: StudyContext) -> None:
         if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
             ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
             return  # everything planned: no model load
-    res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, config.PlanSettings),
+    res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, PlanSettings),
                planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
