@@ -340,7 +340,7 @@ def test_http_build_via_cli(source: Path, tmp_path: Path, monkeypatch: pytest.Mo
     from typer.testing import CliRunner
 
     from prbench import evaluate
-    from prbench.cli.build import app
+    from prbench.capabilities.build.command import app
     from prbench.cli.data import app as data_app
     from prbench.testing.openai_server import Fault, serve
 
@@ -487,7 +487,7 @@ def test_kappa_and_bins() -> None:
 def test_cli_requires_options_and_runs_subcommands(source: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from prbench.cli.build import app
+    from prbench.capabilities.build.command import app
 
     r = CliRunner().invoke(app, ["--source", str(source)])
     assert r.exit_code != 0 and "--generator" in (r.output + str(r.exception))
@@ -511,8 +511,9 @@ def test_cli_options_are_the_settings_fields() -> None:
     with the field's own default and help; the other flags are the inputs, endpoints and output."""
     import typer
 
-    from prbench.cli.build import app
-    from prbench.config import BuildSettings, EngineAccess
+    from prbench.build.settings import BuildSettings
+    from prbench.capabilities.build.command import app
+    from prbench.config import EngineAccess
 
     params = {p.name: p for p in typer.main.get_command(app).params
               if p.name not in ("install_completion", "show_completion")}
@@ -533,7 +534,7 @@ def test_cli_and_api_builds_agree(source: Path, tmp_path: Path, monkeypatch: pyt
     """The same options through `prbench build` and through `BuildConfig` write the same build."""
     from typer.testing import CliRunner
 
-    from prbench.cli.build import app
+    from prbench.capabilities.build.command import app
 
     monkeypatch.setattr("prbench.build.pipeline.load_engine", lambda spec, **kw: ScriptedEngine(spec))
     cats = ["Art_and_Entertainment", "Society_and_Culture"]
@@ -584,7 +585,7 @@ def test_smollm2_build_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     real parsing, export and report, with every item accounted for."""
     from typer.testing import CliRunner
 
-    from prbench.cli.build import app
+    from prbench.capabilities.build.command import app
 
     # The converted model lives in the user's cache (converting it takes a while); calls are not cached.
     if _USER_CACHE is None:

@@ -153,7 +153,7 @@ def test_cli_export_eee(tmp_path: Path) -> None:
 def test_an_icl_run_exports_its_gold_metrics_per_item(tiny_engine, tmp_path: Path) -> None:
     from test_rgd import make_examples
 
-    from prbench.downstream.icl import run_icl
+    from prbench.capabilities.icl.driver import run_icl
 
     res = run_icl(tiny_engine, make_examples(4), tmp_path / "icl", max_new_tokens=8, encoder=None, n_boot=20,
                   repetition_penalty=1.0)

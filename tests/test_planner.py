@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from prbench import evaluate
-from prbench.capabilities.plan.planner import Planner, parse_aspects, plan, planner_sft_rows, render_aspects
+from prbench.capabilities.plan.driver import plan
+from prbench.capabilities.plan.planner import Planner, parse_aspects, planner_sft_rows, render_aspects
 from prbench.context.conditions import build_view, read_planner_file
 from prbench.context.retrieval import load_retriever
 from prbench.schema import RubricAspect, SourceItem
@@ -195,7 +196,7 @@ def test_plan_calls_are_cached(fake_openai, key: str, tmp_path: Path) -> None:
 
 
 def test_plan_cli(fake_openai, key: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from prbench.cli.plan import app
+    from prbench.capabilities.plan.command import app
 
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
     srv = fake_openai(aspect_reply)

@@ -241,7 +241,7 @@ def grade_reply(body: dict[str, Any]) -> str:
 
 
 def test_kill_bon_and_resume(world: dict[str, Any], fake_openai) -> None:
-    from prbench.downstream.sampling import sample_policy
+    from prbench.capabilities.sample.driver import sample_policy
     from prbench.engines.base import Engine, Generation
     from prbench.schema import Example
 

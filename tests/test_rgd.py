@@ -268,8 +268,8 @@ def test_cli_rgd_policy_accuracy_icl(tiny_engine, tmp_path, monkeypatch):
 
 # -- ICL ------------------------------------------------------------------------------------------
 def test_icl_pairs_come_from_the_same_user_and_never_the_item():
+    from prbench.capabilities.icl.driver import qa_pairs
     from prbench.context.retrieval import load_retriever
-    from prbench.downstream.icl import qa_pairs
 
     exs = make_examples(5)  # users u0: ex-0, ex-2, ex-4; u1: ex-1, ex-3
     pairs, source, ids = qa_pairs(exs[0], exs, load_retriever("bm25"), 5)
@@ -282,7 +282,7 @@ def test_icl_pairs_come_from_the_same_user_and_never_the_item():
 
 
 def test_run_icl_few_shot_and_posts(tiny_engine, tmp_path):
-    from prbench.downstream.icl import run_icl
+    from prbench.capabilities.icl.driver import run_icl
     from prbench.downstream.sampling import read_samples
 
     exs = make_examples(4)

@@ -56,6 +56,19 @@ def test_the_kinds_commands_are_the_clis_commands() -> None:
             assert commands[name] is getattr(made, "callback", made)
 
 
+def test_the_capability_packages_kinds_name_their_parts_by_reference() -> None:
+    """icl, sample, plan and build are each a package of `prbench.capabilities` whose kind names its settings,
+    driver, command and report block by direct reference, not by a "module:attr" string (issue 49)."""
+    by_name = {k.name: k for k in kinds()}
+    for name in ("icl", "sample", "plan", "build"):
+        cls = type(by_name[name])
+        assert cls.__module__ == f"prbench.capabilities.{name}.kind", (name, cls.__module__)
+        assert cls.settings_model.__module__.startswith(("prbench.capabilities.", "prbench.build.")), name
+        for part in ("settings_model", "driver", "command", "report_section"):
+            assert not isinstance(getattr(cls, part), str), (name, part)
+        assert callable(by_name[name].driver) and cls.command is not None
+
+
 def test_each_kinds_driver_takes_its_settings_model() -> None:
     """A kind's `settings_model` and `driver` say what runs: the driver takes that model (or one built on it)."""
     import typing
@@ -67,7 +80,7 @@ def test_each_kinds_driver_takes_its_settings_model() -> None:
                                           "build"}
     for k in declared:
         model = resolve(k.settings_model)
-        hints = typing.get_type_hints(resolve(str(k.driver)))
+        hints = typing.get_type_hints(resolve(k.driver))
         takes = [t for h in hints.values() for t in (h, *typing.get_args(h)) if isinstance(t, type)]
         assert any(issubclass(t, model) for t in takes), (k.name, model, hints)
 

@@ -12,27 +12,29 @@ import inspect
 import pytest
 
 from prbench import config
+from prbench.build.settings import BuildSettings
+from prbench.capabilities.plan.settings import PlanSettings
+from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
-from prbench.train import finetune, gpo, lore, pal, pref, style, synthesizeme, vpl
 
 # (command function, parameter that receives the settings, the model)
 COMMANDS = [
     ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
-    ("prbench.cli.build:build", config.BuildSettings, set()),
-    ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
-    ("prbench.cli.downstream:sample", config.SampleSettings, set()),
+    ("prbench.capabilities.build.command:build", BuildSettings, set()),
+    ("prbench.capabilities.plan.command:plan_cmd", PlanSettings, set()),
+    ("prbench.capabilities.sample.command:sample", SampleSettings, set()),
     ("prbench.cli.downstream:bon", config.BonSettings, set()),
     ("prbench.cli.downstream:rl", config.RLSettings, set()),
     ("prbench.cli.rgd:rgd", config.RGDSettings, {"w"}),
     ("prbench.cli.rgd:policy_accuracy", config.PolicyAccuracySettings, {"w"}),
-    ("prbench.cli.train:lore", lore.LoReConfig, set()),
-    ("prbench.cli.train:vpl", vpl.VPLConfig, set()),
-    ("prbench.cli.train:pal", pal.PALConfig, set()),
-    ("prbench.cli.train:finetune", finetune.FinetuneConfig, set()),
-    ("prbench.cli.train:style", style.StyleConfig, set()),
-    ("prbench.cli.train:pref", pref.PReFConfig, set()),
-    ("prbench.cli.train:gpo", gpo.GPOConfig, set()),
-    ("prbench.cli.train:synthesizeme", synthesizeme.SynthesizeMeConfig, set()),
+    ("prbench.cli.train:lore", config.LoReConfig, set()),
+    ("prbench.cli.train:vpl", config.VPLConfig, set()),
+    ("prbench.cli.train:pal", config.PALConfig, set()),
+    ("prbench.cli.train:finetune", config.FinetuneConfig, set()),
+    ("prbench.cli.train:style", config.StyleConfig, set()),
+    ("prbench.cli.train:pref", config.PReFConfig, set()),
+    ("prbench.cli.train:gpo", config.GPOConfig, set()),
+    ("prbench.cli.train:synthesizeme", config.SynthesizeMeConfig, set()),
 ]
 
 
@@ -64,8 +66,8 @@ DRIVERS = [
     ("prbench.downstream.bon:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
      "kss", "ks"),
     ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
-    ("prbench.downstream.sampling:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
-    ("prbench.capabilities.plan.planner:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
+    ("prbench.capabilities.sample.driver:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
+    ("prbench.capabilities.plan.driver:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
 ]
 
 
@@ -78,8 +80,8 @@ def test_drivers_refuse_unknown_keywords_with_the_closest_name(tmp_path, target,
 def test_study_sections_are_the_drivers_settings() -> None:
     from prbench.study import config as study
 
-    for section, model in [(study.SampleStage, config.SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
-                           (study.RGDStage, config.RGDSettings), (study.PlannerStage, config.PlanSettings),
+    for section, model in [(study.SampleStage, SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
+                           (study.RGDStage, config.RGDSettings), (study.PlannerStage, PlanSettings),
                            (study.PolicyAccuracyStage, config.PolicyAccuracySettings)]:
         assert issubclass(section, model)
         for name, field in model.model_fields.items():
@@ -87,8 +89,8 @@ def test_study_sections_are_the_drivers_settings() -> None:
 
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
-    for model in (config.EvalSettings, config.BuildSettings, config.SampleSettings, config.RLSettings,
-                  config.PlanSettings):
+    for model in (config.EvalSettings, BuildSettings, SampleSettings, config.RLSettings,
+                  PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):
                 model.build(limit=bad)

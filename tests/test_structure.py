@@ -29,8 +29,10 @@ _module_name = architecture.module_name
 
 
 def _unit(module: str) -> str:
-    """The node a module counts for: a subpackage (`prbench.data`), a top-level module, or the root package."""
-    return ".".join(module.split(".")[:2])
+    """The node a module counts for: a subpackage (`prbench.data`), a capability (`prbench.capabilities.bon`: each is
+    a package of its own), a top-level module, or the root package."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[1:2] == ["capabilities"] and len(parts) > 3 else parts[:2])
 
 
 _imports = architecture.imports
@@ -173,7 +175,7 @@ UPWARD_ALLOWED = {
     "runkinds/generation.py: prbench.config:ICLSettings",
     "runkinds/generation.py: prbench.config:PlanSettings",
     "runkinds/generation.py: prbench.config:SampleSettings",
-    "runkinds/generation.py: prbench.context.planner:plan",
+    "runkinds/generation.py: prbench.capabilities.plan.planner:plan",
     "runkinds/generation.py: prbench.downstream.icl:run_icl",
     "runkinds/generation.py: prbench.downstream.sampling:sample_policy",
     "runkinds/generation.py: prbench.study.stages:run_plan",

@@ -103,7 +103,8 @@ def test_cli_study_runs_a_config_and_lists_presets(study_dir: Path) -> None:
 def test_study_values_fill_what_a_stage_section_leaves_unset(study_dir: Path) -> None:
     """The study's seed, limit and top_k reach the driver settings of every section that does not set its own,
     also after the specs are resolved (loading from a file)."""
-    from prbench.config import RGDSettings, RLSettings, SampleSettings
+    from prbench.capabilities.sample.settings import SampleSettings
+    from prbench.config import RGDSettings, RLSettings
     from prbench.study.context import StudyContext
     from prbench.study.stages import study_defaults
 

@@ -167,26 +167,6 @@ class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSp
     batch_size: int = count(4, "Responses per policy forward pass.", 65536)
 
 
-class ICLSettings(DataSpec, RunSpec):
-    """The in-context-learning baseline (`prbench icl`, `run_icl`)."""
-
-    examples: Literal["auto", "qa", "posts"] = opt(
-        "auto", "auto, qa (the user's past Q/A pairs) or posts (top-k profile posts).", metavar="NAME")
-    max_examples: int = count(3, "Past Q/A pairs shown (qa).", 4096)
-    with_posts: bool = opt(False, "qa: also show the top-k posts before the question.")
-    max_new_tokens: int = count(128, "Token cap per answer.", 65536)
-    temperature: float = opt(0.0, "0 = greedy.", ge=0)
-    top_p: float = opt(1.0, "Nucleus mass when sampling.", gt=0, le=1)
-    repetition_penalty: float | None = opt(None, "Repetition penalty (default: the engine's own).", gt=0)
-    top_k: int = field_of(ContextSpec, "top_k")
-    retriever: str = field_of(ContextSpec, "retriever")
-    max_words: int = field_of(PolicyPromptSpec, "max_words")
-    prompt_file: str | None = field_of(PolicyPromptSpec, "prompt_file")
-    batch_size: int = count(8, "Items generated together.", 65536)
-    encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
-                              metavar="SPEC")
-
-
 class EvalSettings(DataSpec, ContextSpec, RunSpec):
     """One RM under one condition on one benchmark (`evaluate`, `prbench eval`, the study's eval stage)."""
 
@@ -271,72 +251,6 @@ class EpisodeMethod(MethodView):
     post_dropout: float = opt(0.25, "Share of shown posts dropped from a training context.", ge=0, lt=1)
     weight_decay: float = opt(1e-4, "Weight decay.", ge=0)
     encoder: str = ENCODER_FIELD
-
-
-class PlanSettings(DataSpec):
-    """The planner over a benchmark's items (`plan`, `prbench plan`, the study's `planner` section)."""
-
-    top_k: int = field_of(ContextSpec, "top_k")
-    retriever: str = field_of(ContextSpec, "retriever")
-    seed: int = field_of(RunSpec, "seed")
-    batch_size: int = count(8, "Items per planner batch (records are saved after each).", 65536)
-
-
-class BuildSettings(DataSpec):
-    """Benchmark construction (`prbench build`; `prbench.build.BuildConfig` adds the source and the engines)."""
-
-    top_k: int = field_of(ContextSpec, "top_k")
-    retriever: str = field_of(ContextSpec, "retriever")
-    max_context_chars: int | None = field_of(ContextSpec, "max_context_chars")
-    seed: int = field_of(RunSpec, "seed")
-    max_words: int = count(100, "Word limit of each answer.", 100_000)
-    min_chosen_fit: float = opt(4, "Keep only if chosen rubric_fit >= this.")
-    max_rejected_fit: float = opt(2, "Keep only if rejected rubric_fit <= this.")
-    max_quality_gap: float = opt(1, "Max |chosen - rejected| on factuality, relevance, helpfulness.")
-    max_length_ratio: float = opt(1.5, "Max word-count ratio longer/shorter.")
-    temperature: float = opt(0.7, "Generator sampling temperature (seeded per item and role).", ge=0)
-    top_p: float = opt(0.9, "Generator nucleus sampling mass.", gt=0, le=1)
-    repetition_penalty: float | None = opt(None, "Repetition penalty of generator and validator (default: each "
-                                                 "engine's own; SmolLM2: 1.3).", gt=0)
-    max_new_tokens: int = count(256, "Generator token budget per answer.", 65536)
-    validator_max_new_tokens: int = count(160, "Validator token budget per reply.", 65536)
-    license: str = opt("apache-2.0", "Licence id on the dataset card.", metavar="ID")
-    batch_size: int = count(8, "Items per batch (records are saved after each batch).", 65536)
-
-    @field_validator("*", mode="wrap")
-    @classmethod
-    def _whole_numbers_as_given(cls, v: Any, handler: Any) -> Any:
-        """A float option given as 4 stays 4 (as the dataclass kept it), so build files read as before."""
-        out = handler(v)
-        return v if type(v) is int and type(out) is float else out
-
-
-class SampleSettings(DataSpec):
-    """Policy sampling for Best-of-N (`prbench sample`, `sample_policy`, the study's `sample` section).
-
-    Only DataSpec applies whole; the other shared options are the parts' own declarations, so
-    sampling gets no option it would ignore (an RM view's budget, bootstrap resamples).
-    """
-
-    n: int = count(16, "Answers per item.", 4096)
-    condition: str = field_of(PolicyPromptSpec, "policy_condition")  # what the policy sees
-    top_k: int = field_of(ContextSpec, "top_k")
-    retriever: str = field_of(ContextSpec, "retriever")
-    planner_file: str | None = field_of(ContextSpec, "planner_file")
-    temperature: float = opt(1.0, "Sampling temperature (0 = greedy).", ge=0, le=100)
-    top_p: float = opt(0.9, "Nucleus sampling mass.", gt=0, le=1)
-    max_new_tokens: int = count(200, "Token cap per answer.", 65536)
-    max_words: int = field_of(PolicyPromptSpec, "max_words")
-    prompt_file: str | None = field_of(PolicyPromptSpec, "prompt_file")
-    seed: int = field_of(RunSpec, "seed")
-    batch_size: int = count(16, "Answers per model batch (a local engine's batch size).", 65536)
-
-    @field_validator("condition")
-    @classmethod
-    def _policy_condition(cls, v: str) -> str:
-        if v == "oracle":
-            raise ValueError("the policy must not see the rubric (condition 'oracle'); use profile or none")
-        return one_of(v, tuple(c for c in ALL_CONDITIONS if c != "oracle"), "condition")
 
 
 class EngineAccess(Settings):

@@ -113,8 +113,10 @@ class Registry:
         return self.get(prefix)(rest, **options)
 
 
-def resolve(target: str) -> Factory:
-    """`"package.module:attr"` -> the object."""
+def resolve(target: str | Any) -> Any:
+    """`"package.module:attr"` -> the object; anything else is the object itself (a run kind's direct reference)."""
+    if not isinstance(target, str):
+        return target
     module, sep, attr = target.partition(":")
     if not sep:
         raise SpecError(f"registry target {target!r} must be 'module:attr'")
@@ -269,9 +271,9 @@ FORMATS = Registry("data format", "prbench.formats", {
 # folder, and what makes one (its settings, driver, study stage, CLI command), see prbench.runkinds.
 # A plug-in downstream metric registers its kind here and nothing else.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
-    name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
-        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
-        ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))
+    **{name: f"prbench.runkinds.{module}:KIND" for name, module in (
+        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"))},
+    **{name: f"prbench.capabilities.{name}.kind:KIND" for name in ("icl", "sample", "plan", "build")},
 })
 
 

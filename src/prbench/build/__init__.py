@@ -3,7 +3,8 @@
 Modules, one job each: `generate` (answers within the word limit), `validate` (four 1-5
 scales, robust parsing), `filter` (the keep rule), `export` (parquet/JSONL per category, card,
 hub push), `report` (the validation table), `annotate` (human validation round trip),
-`calls` (cached model calls) and `pipeline` (the resumable driver).
+`calls` (cached model calls), `settings` (what a build is asked: `BuildSettings`) and `pipeline`
+(the resumable driver).
 """
 
 from prbench.build.filter import FilterRule

@@ -25,8 +25,8 @@ from prbench.build.export import dataset_card, export_dataset, push_to_hub
 from prbench.build.filter import FilterRule, decide
 from prbench.build.generate import ROLES, generate_pairs
 from prbench.build.report import build_report, report_markdown
+from prbench.build.settings import BuildSettings
 from prbench.build.validate import validate_answers
-from prbench.config import BuildSettings
 from prbench.context.conditions import build_view
 from prbench.context.retrieval import load_retriever
 from prbench.data import load_examples

@@ -14,49 +14,21 @@ from prbench.cli.options import (
     Json,
     MaxLength,
     MaxUsd,
-    Overwrite,
     Prices,
     Quiet,
     RMCondition,
     RMView,
     ServeScale,
-    engine_options,
     grader_engine_options,
     set_options,
     settings_command,
 )
 from prbench.cli.output import emit_json, escape, progress, table
-from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings, SampleSettings
+from prbench.config import BonSettings, EngineAccess, GraderAccess, RLSettings
 
 
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
-
-
-@settings_command(settings=SampleSettings, access=EngineAccess)
-def sample(
-    policy: Annotated[str, typer.Option("--policy", "-p", help="Policy engine: hf:DIR, builtin:NAME, openai:MODEL.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Samples folder (resumable).")],
-    settings: SampleSettings,
-    access: EngineAccess,
-    data: Annotated[str, typer.Option("--data", "-d", help="File, folder, hub dataset id, or 'sample'.")] = "sample",
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-    json_out: Json = False,
-) -> None:
-    """Draw N answers per item from a policy. Drawn once, for every RM's Best-of-N."""
-    from prbench.downstream.sampling import sample_policy
-
-    opts = engine_options(policy, **access.model_dump(), batch_size=settings.batch_size)
-    with progress(quiet or json_out) as bar:
-        task = bar.add_task("sampling", total=None)
-        ss = sample_policy(policy, data, out, settings=settings, engine_options=opts, overwrite=overwrite,
-                           on_progress=lambda d, t: bar.update(task, completed=d, total=t))
-    summary = {"path": str(ss.path), "items": len(ss.items), "n": ss.n}
-    if json_out:
-        emit_json(summary)
-    elif not quiet:
-        typer.echo(f"{len(ss.items)} items x {ss.n} samples in {ss.path}")
 
 
 @settings_command(settings=BonSettings, access=EngineAccess, grader_access=GraderAccess)

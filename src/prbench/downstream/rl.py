@@ -44,12 +44,13 @@ from typing import Any
 
 import numpy as np
 
+from prbench.capabilities.sample.driver import sample_policy
 from prbench.config import RLSettings, run_identity
 from prbench.context.conditions import View, build_view, build_views, read_planner_file
 from prbench.context.retrieval import Retriever, load_retriever
 from prbench.downstream.grader import Grader, load_grader
 from prbench.downstream.results import DownstreamResult, write_downstream
-from prbench.downstream.sampling import SampleSet, load_items, policy_messages, sample_policy
+from prbench.downstream.sampling import SampleSet, load_items, policy_messages
 from prbench.errors import PrbenchError
 from prbench.evaluation.scoring import score_cached
 from prbench.prompts import load_prompt

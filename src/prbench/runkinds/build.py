@@ -1,13 +1,14 @@
-"""Benchmark builds (`prbench build`): the validation report the report's build section shows."""
+"""The reader contract of a benchmark build (`prbench build`): its report.json as models.
+
+The report page (`prbench.report.data`, provenance) reads them; the build kind itself is
+`prbench.capabilities.build.kind`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from prbench.errors import DataError
-from prbench.runkinds.base import Run, RunKind
+from pydantic import BaseModel, ConfigDict
 
 
 class _Open(BaseModel):
@@ -54,31 +55,3 @@ class BuildReport(_Open):
     rule_text: str | None = None
     categories: dict[str, BuildSection]
     all: BuildSection
-
-
-class BuildKind(RunKind):
-    name = "build"
-    settings_model = "prbench.config:BuildSettings"
-    driver = "prbench.build.pipeline:build_benchmark"
-    command = "prbench.cli.build:app"  # `prbench build` and its subcommands
-    title = "benchmark build"
-    summary_model = None  # the build's summary.json is free-form; readers use report.json
-    report_section = "prbench.report.build:build_section"
-    report_id = "build"
-
-    def check(self, run: Run) -> None:
-        """report.json as its model (a damaged one is one line naming the field)."""
-        super().check(run)
-        try:
-            run.typed = BuildReport.model_validate(run.report)
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise DataError(str(run.path / "report.json"), None, ".".join(map(str, err["loc"])),
-                            f"{err['msg']}; rerun the build") from None
-
-    @staticmethod
-    def reads_report(obj: Any) -> bool:
-        return isinstance(obj, dict) and "rule" in obj and isinstance(obj.get("categories"), dict) and "all" in obj
-
-
-KIND = BuildKind()

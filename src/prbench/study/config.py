@@ -28,14 +28,14 @@ from pydantic import (
     model_validator,
 )
 
+from prbench.capabilities.plan.settings import PlanSettings
+from prbench.capabilities.sample.settings import SampleSettings
 from prbench.config import (
     MAX_ITEMS,
     BonSettings,
-    PlanSettings,
     PolicyAccuracySettings,
     RGDSettings,
     RLSettings,
-    SampleSettings,
 )
 from prbench.context.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.errors import DataError, PrbenchError, SpecError

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 from rich.markup import escape
 
 from prbench import config, evaluate
+from prbench.capabilities.plan.settings import PlanSettings
+from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 from prbench.evaluation.evaluate import ModelHandle
 from prbench.rewards.base import capabilities
@@ -146,11 +148,11 @@ def run_eval(ctx: StudyContext) -> None:
 
 
 def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict[str, Any]]:
-    """The study's main runs under `until` (`prbench.evaluation.sequential`): one growing seeded prefix; under `decided` a
+    """The study's main runs under `until` (`prbench.stats.sequential`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
     `until_max` (else `limit`) caps the items."""
     from prbench.engines.providers import engine_provider
-    from prbench.evaluation.sequential import count_items, until_runs
+    from prbench.stats.sequential import count_items, until_runs
 
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
 
@@ -202,7 +204,7 @@ def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
 
 @stage("plan", _plan_plan, order=10)
 def run_plan(ctx: StudyContext) -> None:
-    from prbench.capabilities.plan.planner import plan
+    from prbench.capabilities.plan.driver import plan
 
     p = needs(ctx.cfg.planner, "planner")
     path = Path(_planner_path(ctx, p))
@@ -211,7 +213,7 @@ def run_plan(ctx: StudyContext) -> None:
         if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
             ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
             return  # everything planned: no model load
-    res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, config.PlanSettings),
+    res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, PlanSettings),
                planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
@@ -224,7 +226,7 @@ def _samples_dir(ctx: StudyContext) -> str:
 
 def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
     section = needs(ctx.cfg.sample, "sample")
-    s = study_defaults(ctx, section, config.SampleSettings)
+    s = study_defaults(ctx, section, SampleSettings)
     n = _item_count(ctx.data, s.limit)
     return [PlannedRun("sample", f"{section.policy} x {s.n}", n * s.n,
                        n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
@@ -232,10 +234,10 @@ def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
 
 @stage("sample", _plan_sample, order=30)
 def run_sample(ctx: StudyContext) -> None:
-    from prbench.downstream.sampling import sample_policy
+    from prbench.capabilities.sample.driver import sample_policy
 
     section = needs(ctx.cfg.sample, "sample")
-    settings = study_defaults(ctx, section, config.SampleSettings)
+    settings = study_defaults(ctx, section, SampleSettings)
     ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
                        on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
     ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}

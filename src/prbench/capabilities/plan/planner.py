@@ -13,10 +13,9 @@ oracle rubric) and less noisy than the posts.
   output is a counted failure, retried once (sampling at `retry_temperature` with a derived
   seed), and then recorded as an empty list with `"failed"` set: never invented. Under
   `planner`, an empty list shows the RM no context (the same input as `none`).
-- `plan()` writes JSONL records `{"id", "aspects": [{"aspect", "reason"}], "planner",
-  "prompt_hash", "failed", "attempts"}` that `conditions.read_planner_file` reads. It is
-  resumable: ids already in the file are skipped, records are appended and flushed one by one,
-  and a half-written last line from a crash is cut off before appending.
+- The run writing a planner file over a benchmark (`plan()`, `prbench plan`) is the plan
+  capability, `prbench.capabilities.plan.driver`: JSONL records that `conditions.read_planner_file`
+  reads, resumable.
 - Model calls are cached by content (engine fingerprint, prompt, sampling parameters) in the
   prbench cache, so a re-run with a new output file costs nothing.
 - `train_planner()` fine-tunes a causal LM on LaMP-QA-form items (input: the planner prompt
@@ -29,18 +28,15 @@ oracle rubric) and less noisy than the posts.
 from __future__ import annotations
 
 import json
-import logging
 import math
-import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prbench.config import PlanSettings
 from prbench.context.conditions import View, build_view
 from prbench.context.retrieval import Retriever, load_retriever
 from prbench.engines.base import Engine, GenParams
@@ -49,8 +45,6 @@ from prbench.prompts import Prompt, load_prompt
 from prbench.rewards.judges import clip_raw, judge_params, open_engine, strip_reasoning
 from prbench.schema import RubricAspect, SourceItem
 from prbench.store.cache import Cache, NullCache, content_key
-
-log = logging.getLogger(__name__)
 
 MAX_ASPECTS = 6
 NO_POSTS = "(This person has no earlier posts.)"
@@ -168,15 +162,6 @@ class PlanOutcome:
     raw: str = ""
 
 
-@dataclass
-class PlanResult:
-    path: Path
-    written: int
-    skipped: int
-    failures: int
-    info: dict[str, Any] = field(default_factory=dict)
-
-
 def planner_view(example: SourceItem, retriever: Retriever, top_k: int, cache: Cache | None = None) -> View:
     """What the planner sees: exactly the `profile` condition's view of the example."""
     return build_view(example, "profile", retriever=retriever, top_k=top_k, cache=cache)
@@ -280,83 +265,6 @@ class Planner:
         if self.ignored_options:
             out["ignored_options"] = self.ignored_options
         return out
-
-
-def _done_ids(path: Path) -> set[str]:
-    """Ids already planned; a half-written last line (a crash mid-write) is cut off first."""
-    if not path.exists():
-        return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        log.warning("%s: dropping a half-written last line", path)
-        with path.open("r+b") as fh:
-            fh.truncate(cut)
-        data = data[:cut]
-    ids = set()
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            ids.add(str(json.loads(line)["id"]))
-        except (ValueError, KeyError, TypeError):
-            raise PrbenchError(f"{path}:{n}: not a planner record; use another --out file") from None
-    return ids
-
-
-def plan(
-    planner: str | Engine | Planner,
-    data: str | Sequence[SourceItem],
-    out: str | Path,
-    *,
-    settings: PlanSettings | None = None,
-    cache: Cache | None = None,
-    planner_options: dict[str, Any] | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
-    **options: Any,
-) -> PlanResult:
-    """Plan aspects for every example of `data` into the JSONL file `out` (resumable).
-
-    `settings` (or `options` on top of it) are `PlanSettings`.
-    """
-    from prbench.data import load_examples
-    from prbench.evaluation.scoring import example_seed
-
-    s = PlanSettings.build(settings, **options)
-    if isinstance(planner, Planner):
-        pl = planner
-    else:
-        pl = Planner(planner, cache=cache, **(planner_options or {}))
-    items = (load_examples(data, "source", categories=s.categories, limit=s.limit, split=s.split)
-             if isinstance(data, str) else list(data)[:s.limit])
-    ret = load_retriever(s.retriever)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    done = _done_ids(path)
-    todo = [ex for ex in items if ex.id not in done]
-    written = failures = 0
-    if on_progress:
-        on_progress(len(done), len(items))  # the count before the first (slow) batch: the stage line comes now
-    with path.open("a", encoding="utf-8") as fh:
-        for start in range(0, len(todo), max(1, s.batch_size)):
-            part = todo[start : start + max(1, s.batch_size)]
-            views = [planner_view(ex, ret, s.top_k, cache) for ex in part]
-            outcomes = pl.plan_views(views, [example_seed(s.seed, ex.id, "planner") for ex in part])
-            for o in outcomes:
-                rec = {"id": o.id, "aspects": [{"aspect": a.aspect, "reason": a.reason} for a in o.aspects],
-                       "planner": pl.spec, "prompt_hash": pl.prompt_hash, "failed": o.failed,
-                       "attempts": o.attempts}
-                if o.failed and o.raw:
-                    rec["raw"] = o.raw
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-                written += 1
-                failures += bool(o.failed)
-            if on_progress:
-                on_progress(len(done) + start + len(part), len(items))
-    return PlanResult(path, written, len(items) - len(todo), failures,
-                      {**pl.info(), "top_k": s.top_k, "retriever": ret.spec, "seed": s.seed})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from prbench.capabilities.plan.settings import PlanSettings
 from prbench.cli.options import (
     ApiKeyEnv,
     BaseUrl,
@@ -29,7 +30,6 @@ from prbench.cli.options import (
     settings_command,
 )
 from prbench.cli.output import emit_json, progress, table
-from prbench.config import PlanSettings
 from prbench.errors import PrbenchError
 
 app = typer.Typer(help="Planner: profile -> expected aspects. What the planner condition shows.")
@@ -66,7 +66,8 @@ def plan_cmd(
     """Predict each user's expected aspects. From their top-k profile posts into a JSONL file (resumable)."""
     if ctx.invoked_subcommand is not None:
         return
-    from prbench.capabilities.plan.planner import Planner, plan
+    from prbench.capabilities.plan.driver import plan
+    from prbench.capabilities.plan.planner import Planner
     from prbench.store.cache import Cache, NullCache
 
     if not planner or out is None:

@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.config import ICLSettings, run_identity
+from prbench.capabilities.icl.settings import ICLSettings
+from prbench.config import run_identity
 from prbench.context.conditions import build_view
 from prbench.context.retrieval import Retriever
 from prbench.downstream.generation_runs import (

@@ -8,9 +8,10 @@ from typing import Annotated, Any
 import click
 import typer
 
+from prbench.build.settings import BuildSettings
 from prbench.cli.options import Json, MaxUsd, Prices, Quiet, Seed, engine_options, settings_command
 from prbench.cli.output import emit_json, progress, table
-from prbench.config import BuildSettings, EngineAccess
+from prbench.config import EngineAccess
 
 app = typer.Typer(help="Build a benchmark from LaMP-QA-style items.")
 
