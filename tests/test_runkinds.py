@@ -60,14 +60,14 @@ def test_each_kinds_driver_takes_its_settings_model() -> None:
     """A kind's `settings_model` and `driver` say what runs: the driver takes that model (or one built on it)."""
     import typing
 
-    from prbench.registry import resolve
+    from prbench.registry import part
 
     declared = [k for k in kinds() if k.driver is not None]
     assert {k.name for k in declared} >= {"eval", "bon", "rl", "rgd", "policy-accuracy", "icl", "sample", "plan",
                                           "build"}
     for k in declared:
-        model = resolve(k.settings_model)
-        hints = typing.get_type_hints(resolve(str(k.driver)))
+        model = part(k.settings_model)
+        hints = typing.get_type_hints(part(k.driver))
         takes = [t for h in hints.values() for t in (h, *typing.get_args(h)) if isinstance(t, type)]
         assert any(issubclass(t, model) for t in takes), (k.name, model, hints)
 
@@ -81,7 +81,7 @@ def test_the_kinds_report_sections_are_the_pages() -> None:
     assert own == {"leaderboard": "eval", "build": "build", "bon": "bon"}
     assert set(own) <= {sid for sid, _ in SECTIONS}
     html = (Path(__file__).parents[1] / "src/prbench/report/html.py").read_text(encoding="utf-8")
-    assert "leaderboard_section" not in html and "prbench.report.bon" not in html and "report.build" not in html
+    assert "leaderboard_section" not in html and "prbench.capabilities.bon.report" not in html and "report.build" not in html
 
 
 def test_open_run_names_the_torn_line_and_the_damaged_summary(tmp_path: Path) -> None:

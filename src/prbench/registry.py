@@ -124,6 +124,11 @@ def resolve(target: str) -> Factory:
     return obj
 
 
+def part(target: Any) -> Any:
+    """A part a kind declares: the object itself (a built-in's), or what its "module:attr" names (a plug-in's)."""
+    return resolve(target) if isinstance(target, str) else target
+
+
 @dataclass
 class DerivedRegistry(Registry):
     """A registry that also lists entries another extension point declares (a training method's RM, a run kind's
@@ -245,10 +250,17 @@ FORMATS = Registry("data format", "prbench.formats", {
 # Run kinds: what readers (meta, report, leaderboard, compare, export) know about a finished run
 # folder, and what makes one (its settings, driver, study stage, CLI command), see prbench.runkinds.
 # A plug-in downstream metric registers its kind here and nothing else.
+# A built-in capability is one package, prbench.capabilities.<name> (docs/extending.md), and one line here.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
-    name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
-        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
-        ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))
+    "eval": "prbench.runkinds.eval:KIND",
+    "bon": "prbench.capabilities.bon.kind:KIND",
+    "rl": "prbench.capabilities.rl.kind:KIND",
+    "rgd": "prbench.capabilities.rgd.kind:KIND",
+    "policy-accuracy": "prbench.capabilities.policy_accuracy.kind:KIND",
+    "icl": "prbench.runkinds.generation:KIND",
+    "sample": "prbench.runkinds.generation:SAMPLE",
+    "plan": "prbench.runkinds.generation:PLAN",
+    "build": "prbench.runkinds.build:KIND",
 })
 
 
@@ -269,6 +281,16 @@ class StageRegistry(DerivedRegistry):
             if target is not None:
                 stage: Any = resolve(target) if isinstance(target, str) else target
                 found[stage.name] = stage
+        return found
+
+    def shipped(self) -> set[str]:
+        """The stages prbench itself lists (its own and its built-in run kinds'), not a plug-in's."""
+        found, kinds = set(self.builtins), self.kinds
+        for name in kinds.builtins if kinds is not None else ():
+            target = getattr(kinds.get(name), "stage", None) if kinds is not None else None
+            if target is not None:
+                stage: Any = part(target)
+                found.add(stage.name)
         return found
 
 

@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from prbench.config import RLSettings, run_identity
+from prbench.capabilities.rl.settings import RLSettings
+from prbench.config import run_identity
 from prbench.context.conditions import View, build_view, build_views, read_planner_file
 from prbench.context.retrieval import Retriever, load_retriever
 from prbench.downstream.grader import Grader, load_grader
