@@ -417,6 +417,8 @@ def stage_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
         except ValidationError as exc:
             err = exc.errors()[0]
             out.append(((key, *err["loc"]), _error(err)[:300]))
+    if out:
+        return out  # what the stages ask of the config reads their sections as their models
     out += _requirements(cfg)
     running: list[Any] = [STAGES.get(name) for name in dict.fromkeys(cfg.stages)]
     used = {k for st in running for k in (st.section_key, *st.needed)}
