@@ -390,8 +390,7 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         err = exc.errors()[0]
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         field = ".".join(str(p) for p in loc) or None
-        msg = "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
-        raise DataError(source, _line_of(root, loc) if root else None, field, msg[:300]) from None
+        raise DataError(source, _line_of(root, loc) if root else None, field, _error(err)[:300]) from None
     for loc, msg in stage_sections(cfg):
         raise DataError(source, _line_of(root, loc), ".".join(str(p) for p in loc), msg)
     if base is None:
@@ -400,6 +399,7 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
 
 
 def _error(err: Any) -> str:
+    """A pydantic error's message as the study config says it."""
     return "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
 
 
@@ -422,7 +422,9 @@ def stage_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
     out += _requirements(cfg)
     running: list[Any] = [STAGES.get(name) for name in dict.fromkeys(cfg.stages)]
     used = {k for st in running for k in (st.section_key, *st.needed)}
-    unused = sorted(k for k in cfg.sections if k not in used and declared[k].name not in STAGES.shipped())
+    shipped = STAGES.shipped()  # a built-in stage's section may stay when the stage does not run, as before
+    unused = sorted(k for k in cfg.sections
+                    if k not in used and (k not in declared or declared[k].name not in shipped))
     if unused:
         msg = f"section {unused[0]!r} belongs to a stage this study does not run (add it to stages or remove it)"
         out.append(((unused[0],), msg))
