@@ -216,7 +216,7 @@ def bench_dedupe(tmp: Path, items: int = 8, n: int = 8) -> dict:
     prbench grades each distinct sample once, which also yields exact expected best-of-k and
     the oracle curve.
     """
-    from prbench.downstream.bon import best_of_n
+    from prbench.capabilities.bon.driver import best_of_n
     from prbench.downstream.grader import load_grader
     from prbench.downstream.sampling import sample_policy
     from prbench.store.cache import NullCache

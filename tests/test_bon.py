@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from prbench.capabilities.bon.driver import best_of_n, k_values
 from prbench.capabilities.sample.driver import sample_policy
-from prbench.downstream.bon import best_of_n, k_values
 from prbench.downstream.grader import RubricGrader
 from prbench.downstream.results import DownstreamResult, read_downstream, write_downstream
 from prbench.downstream.sampling import read_samples

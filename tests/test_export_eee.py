@@ -124,7 +124,7 @@ def test_eval_bon_rl_rgd_and_policy_accuracy_runs_export_and_validate(tmp_path: 
 def test_a_policy_accuracy_run_writes_downstream_json_and_exports(tiny_engine, tmp_path: Path) -> None:
     from test_policy_accuracy import KW, RecordingRM, hashed, make_examples
 
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
     from prbench.runkinds import open_run
 
     res = policy_accuracy(tiny_engine, RecordingRM(hashed), make_examples(), tmp_path / "o", w=1.0, **KW)

@@ -40,7 +40,7 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 # -- 22.1: the README's Python example -----------------------------------------------------------
 def test_evaluate_works_after_importing_a_submodule_that_imports_the_driver(tmp_path: Path) -> None:
     code = ("import prbench, types\n"
-            "from prbench.downstream.bon import best_of_n\n"
+            "from prbench.capabilities.bon.driver import best_of_n\n"
             "from prbench.meta import meta_evaluate\n"
             "from prbench.study import stages\n"  # imports the driver's private module first
             "res = prbench.evaluate('baseline:length', 'sample', 'oracle', out='runs', seed=0, limit=5)\n"

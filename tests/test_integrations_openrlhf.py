@@ -49,7 +49,7 @@ POLICY = "builtin:smollm2-135m-instruct"
 def policy_tok():
     from transformers import AutoTokenizer
 
-    from prbench.downstream.rl import resolve_policy
+    from prbench.capabilities.rl.driver import resolve_policy
 
     return AutoTokenizer.from_pretrained(resolve_policy(POLICY))
 

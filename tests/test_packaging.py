@@ -93,7 +93,7 @@ def test_the_demo_runs_on_the_demo_extra_alone(tmp_path: Path) -> None:
         "import sys\n"
         "from prbench.cli import main\n"
         "import prbench.rewards.judges, prbench.rewards.likelihood, prbench.engines.builtin, prbench.capabilities.plan.planner\n"
-        "import prbench.downstream.sampling, prbench.downstream.bon, prbench.downstream.embedding_grader\n"
+        "import prbench.downstream.sampling, prbench.capabilities.bon.driver, prbench.downstream.embedding_grader\n"
         "import prbench.capabilities.sample.driver, prbench.capabilities.plan.driver\n"
         "import prbench.meta, prbench.report, prbench.study.stages\n"
         "sys.argv = ['prbench', 'study', '--preset', 'demo', '--dry-run']\n"

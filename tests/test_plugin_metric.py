@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,29 @@ agree: {rms: [baseline:length, baseline:lexical, baseline:random]}
 """
 
 
+def write_bench(folder: Path) -> None:
+    """The benchmark both the plug-in's and the in-tree capability's tests run on (nine pairs)."""
+    (folder / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_records(9)), encoding="utf-8")
+
+
+def cli(env: dict[str, str], cwd: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """`prbench ARGS` in a fresh process with `env`, in `cwd`."""
+    def prbench(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, env=env,
+                              cwd=cwd, timeout=300, check=False)
+    return prbench
+
+
+def check_agree_in_meta_and_report(out: Path, block: str = "<h3>Agreement with the user</h3>") -> None:
+    """A study's meta ranks the three RMs on `agree`, and its report shows the kind's block."""
+    meta = json.loads((out / "meta" / "meta.json").read_text())
+    (row,) = [r for r in meta["rows"] if r["setting"]["setting"] == "agree"]
+    assert row["n_rms"] == 3 and row["setting"]["label"] == "Agree [none]"
+    assert meta["definitions"]["agree_value"].startswith("1 when the RM prefers")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert block in html and "Agree [none]" in html
+
+
 @pytest.fixture()
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     site = tmp_path / "site"
@@ -65,18 +89,14 @@ def test_plugin_metric_and_stage_run_in_a_study_and_reach_meta_and_report(instal
     from prbench.study.runner import run_study
 
     assert "agree" in RUNKINDS and "agree" in STAGES and STAGES.get("agree") is RUNKINDS.get("agree").stage
-    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_records(9)), encoding="utf-8")
+    write_bench(tmp_path)
     (tmp_path / "study.yaml").write_text(STUDY, encoding="utf-8")
     cfg, root = load_study_config(tmp_path / "study.yaml")
-    assert cfg.sections["agree"].rms == ["baseline:length", "baseline:lexical", "baseline:random"]
+    assert cfg.section("agree", RUNKINDS.get("agree").settings_model).rms == [
+        "baseline:length", "baseline:lexical", "baseline:random"]
     ctx = run_study(cfg, root, quiet=True)
     assert list(ctx.outputs["timings"]) == ["eval", "agree", "meta", "report"]  # ranks, not the listed order
-    meta = json.loads((tmp_path / "out" / "meta" / "meta.json").read_text())
-    (row,) = [r for r in meta["rows"] if r["setting"]["setting"] == "agree"]
-    assert row["n_rms"] == 3 and row["setting"]["label"] == "Agree [none]"
-    assert meta["definitions"]["agree_value"].startswith("1 when the RM prefers")
-    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
-    assert "<h3>Agreement with the user</h3>" in html and "Agree [none]" in html
+    check_agree_in_meta_and_report(tmp_path / "out")
 
 
 def test_a_plugin_stage_section_is_validated_at_load(installed: Path, tmp_path: Path) -> None:
@@ -95,15 +115,10 @@ def test_the_kind_is_a_command(installed: Path, tmp_path: Path) -> None:
     """`prbench agree` comes from the kind's `command`; its runs are read back by meta as an `agree` setting."""
     from prbench.meta import meta_evaluate
 
-    (tmp_path / "bench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in make_records(9)), encoding="utf-8")
+    write_bench(tmp_path)
     src = Path(__file__).resolve().parents[1] / "src"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(src)]),
-           "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}
-
-    def prbench(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "prbench", *args], capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=300, check=False)
-
+    prbench = cli({**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), str(src)]),
+                   "PRBENCH_CACHE_DIR": str(tmp_path / "cache")}, tmp_path)
     r = prbench("--help")
     assert r.returncode == 0 and re.search(r"^\s+agree\s+Agreement with the user", r.stdout, re.MULTILINE), r.stdout
     assert "--rm" in prbench("agree", "--help").stdout

@@ -58,7 +58,7 @@ KW = {"condition": "oracle", "k": 5, "top_k": 1, "n_boot": 50}
 
 # -- the formula ----------------------------------------------------------------------------------
 def test_guided_logprob_by_hand():
-    from prbench.downstream.policy_accuracy import guided_logprob
+    from prbench.capabilities.policy_accuracy.driver import guided_logprob
 
     lp = np.log(np.array([0.5, 0.2, 0.1]))  # full-vocabulary probabilities of the 3 candidates
     r = np.array([0.0, 1.0, 0.0])
@@ -76,7 +76,7 @@ def test_guided_logprob_by_hand():
 
 @pytest.mark.parametrize("mode,total", [("topk", 1.0), ("full", 0.8)])
 def test_guided_distribution_is_normalised(mode, total):
-    from prbench.downstream.policy_accuracy import guided_logprob
+    from prbench.capabilities.policy_accuracy.driver import guided_logprob
 
     lp = np.log(np.array([0.5, 0.2, 0.1]))
     r = np.array([0.3, -1.0, 2.0])
@@ -86,7 +86,7 @@ def test_guided_distribution_is_normalised(mode, total):
 
 # -- over data --------------------------------------------------------------------------------------
 def test_w0_full_equals_plain_policy_exactly(engine):
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
 
     rm = RecordingRM(hashed)
     res = policy_accuracy(engine, rm, make_examples(), w=0.0, mode="full", **KW)
@@ -102,9 +102,14 @@ def test_w0_full_equals_plain_policy_exactly(engine):
 
 
 def test_plain_policy_matches_engine_loglik(engine):
+    from prbench.capabilities.policy_accuracy.driver import (
+        PAParams,
+        ScoreRequest,
+        score_responses,
+        tokenize_response,
+    )
     from prbench.context.conditions import build_view
     from prbench.context.retrieval import load_retriever
-    from prbench.downstream.policy_accuracy import PAParams, ScoreRequest, score_responses, tokenize_response
     from prbench.downstream.sampling import policy_messages
     from prbench.prompts import load_prompt
 
@@ -119,7 +124,7 @@ def test_plain_policy_matches_engine_loglik(engine):
 
 
 def test_topk_mode_at_w0_renormalises(engine):
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
 
     res = policy_accuracy(engine, None, make_examples(), w=0.0, mode="topk", **KW)
     for rec in res.records:
@@ -129,7 +134,7 @@ def test_topk_mode_at_w0_renormalises(engine):
 
 
 def test_batch_sizes_do_not_change_results(engine):
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
 
     a = policy_accuracy(engine, RecordingRM(hashed), make_examples(), w=2.0, batch_size=1, rm_batch_size=3, **KW)
     b = policy_accuracy(engine, RecordingRM(hashed), make_examples(), w=2.0, batch_size=4, rm_batch_size=500, **KW)
@@ -141,7 +146,7 @@ def test_batch_sizes_do_not_change_results(engine):
 
 
 def test_all_positions_are_batched_and_cached(engine, tmp_path):
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
 
     cache = Cache(tmp_path / "c.sqlite", namespace="scores")
     rm = RecordingRM(hashed)
@@ -155,7 +160,7 @@ def test_all_positions_are_batched_and_cached(engine, tmp_path):
 
 
 def test_a_reward_that_knows_chosen_raises_policy_accuracy(engine):
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
 
     chosen = {f"ex-{i}": c for i, (c, _) in enumerate(PAIRS)}
 
@@ -170,7 +175,7 @@ def test_a_reward_that_knows_chosen_raises_policy_accuracy(engine):
 
 
 def test_run_folder_resumes(engine, tmp_path):
-    from prbench.downstream.policy_accuracy import policy_accuracy
+    from prbench.capabilities.policy_accuracy.driver import policy_accuracy
 
     rm = RecordingRM(hashed)
     a = policy_accuracy(engine, rm, make_examples(), tmp_path / "o", w=1.0, **KW)

@@ -118,7 +118,7 @@ def test_openrlhf_2048_concurrent_single_item_requests_none_lost(server, items) 
     import aiohttp
     from transformers import AutoTokenizer
 
-    from prbench.downstream.rl import resolve_policy
+    from prbench.capabilities.rl.driver import resolve_policy
 
     srv, rm = server
     tok = AutoTokenizer.from_pretrained(resolve_policy(POLICY))

@@ -368,7 +368,7 @@ def test_the_served_reward_shows_the_profile_items_the_rm_asks_for_as_eval_does(
         in_process = RewardService(Counts(asks), "profile", **k)  # the reward files' service
         assert in_process.reward_rows([({"question": question, "profile": profile}, answer)]) == [(shown, True)]
     # Best-of-N gives each RM its own view (RMs that ask alike share one); --top-k still wins
-    from prbench.downstream.bon import best_of_n
+    from prbench.capabilities.bon.driver import best_of_n
     from prbench.downstream.grader import RubricGrader
     from prbench.downstream.sampling import SampleSet
     from prbench.testing.records import make_record

@@ -193,8 +193,8 @@ def test_prefix_rewards_dedupe_memo_and_disk_cache(tmp_path):
 
 # -- running over data ---------------------------------------------------------------------------
 def test_run_rgd_stores_resumes_scores_gold_and_writes_downstream(tiny_engine, tmp_path):
+    from prbench.capabilities.rgd.driver import run_rgd
     from prbench.downstream.results import read_downstream
-    from prbench.downstream.rgd import run_rgd
     from prbench.downstream.sampling import policy_messages, read_samples
     from prbench.prompts import load_prompt
 
@@ -230,7 +230,7 @@ def test_run_rgd_stores_resumes_scores_gold_and_writes_downstream(tiny_engine, t
 
 
 def test_policy_never_sees_the_rubric(tiny_engine):
-    from prbench.downstream.rgd import run_rgd
+    from prbench.capabilities.rgd.driver import run_rgd
     from prbench.errors import PrbenchError
 
     with pytest.raises(PrbenchError, match="rubric"):
@@ -295,7 +295,7 @@ def test_run_icl_few_shot_and_posts(tiny_engine, tmp_path):
                     n_boot=20, repetition_penalty=1.0, top_k=2)
     assert posts.summary["example_kinds"] == {"posts": 4}
     # posts mode is the plain policy prompt: the same text RGD at w = 0 decodes
-    from prbench.downstream.rgd import run_rgd
+    from prbench.capabilities.rgd.driver import run_rgd
 
     plain = run_rgd(tiny_engine, RecordingRM(letters("e")), exs, w=0.0, max_new_tokens=8, top_k=2, encoder=None,
                     repetition_penalty=1.0, n_boot=20)
@@ -305,10 +305,10 @@ def test_run_icl_few_shot_and_posts(tiny_engine, tmp_path):
 # -- the real policy (slow) -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_rgd_smollm2_two_rms():
+    from prbench.capabilities.rgd.driver import run_rgd
     from prbench.context.conditions import build_view
     from prbench.context.retrieval import load_retriever
     from prbench.data import load_examples
-    from prbench.downstream.rgd import run_rgd
     from prbench.downstream.sampling import policy_messages
     from prbench.engines.builtin import builtin_engine
     from prbench.prompts import load_prompt
@@ -330,9 +330,9 @@ def test_rgd_smollm2_two_rms():
 
 
 def test_rubric_grader_feeds_downstream(tiny_engine, tmp_path):
+    from prbench.capabilities.rgd.driver import run_rgd
     from prbench.downstream.grader import RubricGrader
     from prbench.downstream.results import read_downstream
-    from prbench.downstream.rgd import run_rgd
     from prbench.engines.base import Engine, Generation
 
     class FixedGrader(Engine):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from prbench.capabilities.rl.driver import RMReward, _rows, split_holdout, train_rl
 from prbench.context.conditions import View, build_view
 from prbench.context.retrieval import load_retriever
 from prbench.downstream.results import read_downstream
-from prbench.downstream.rl import RMReward, _rows, split_holdout, train_rl
 from prbench.downstream.sampling import policy_messages
 from prbench.errors import PrbenchError
 from prbench.prompts import load_prompt

@@ -94,7 +94,7 @@ def test_the_kinds_report_sections_are_the_pages() -> None:
     assert own == {"leaderboard": "eval", "build": "build", "bon": "bon"}
     assert set(own) <= {sid for sid, _ in SECTIONS}
     html = (Path(__file__).parents[1] / "src/prbench/report/html.py").read_text(encoding="utf-8")
-    assert "leaderboard_section" not in html and "prbench.report.bon" not in html and "report.build" not in html
+    assert "leaderboard_section" not in html and "prbench.capabilities.bon.report" not in html and "report.build" not in html
 
 
 def test_open_run_names_the_torn_line_and_the_damaged_summary(tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ import pytest
 
 from prbench import config
 from prbench.build.settings import BuildSettings
+from prbench.capabilities.bon.settings import BonSettings, BonStage
 from prbench.capabilities.plan.settings import PlanSettings
+from prbench.capabilities.policy_accuracy.settings import PolicyAccuracySettings, PolicyAccuracyStage
+from prbench.capabilities.rgd.settings import RGDSettings, RGDStage
+from prbench.capabilities.rl.settings import RLSettings, RLStage
 from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 
@@ -23,10 +27,10 @@ COMMANDS = [
     ("prbench.capabilities.build.command:build", BuildSettings, set()),
     ("prbench.capabilities.plan.command:plan_cmd", PlanSettings, set()),
     ("prbench.capabilities.sample.command:sample", SampleSettings, set()),
-    ("prbench.cli.downstream:bon", config.BonSettings, set()),
-    ("prbench.cli.downstream:rl", config.RLSettings, set()),
-    ("prbench.cli.rgd:rgd", config.RGDSettings, {"w"}),
-    ("prbench.cli.rgd:policy_accuracy", config.PolicyAccuracySettings, {"w"}),
+    ("prbench.capabilities.bon.command:bon", BonSettings, set()),
+    ("prbench.capabilities.rl.command:rl", RLSettings, set()),
+    ("prbench.capabilities.rgd.command:rgd", RGDSettings, {"w"}),
+    ("prbench.capabilities.policy_accuracy.command:policy_accuracy", PolicyAccuracySettings, {"w"}),
     ("prbench.cli.train:lore", config.LoReConfig, set()),
     ("prbench.cli.train:vpl", config.VPLConfig, set()),
     ("prbench.cli.train:pal", config.PALConfig, set()),
@@ -63,9 +67,9 @@ def test_every_settings_field_is_an_option_with_the_models_default(target, model
 
 DRIVERS = [
     ("prbench:evaluate", ("baseline:length", "sample"), "evaluate", "batch_sise", "batch_size"),
-    ("prbench.downstream.bon:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
+    ("prbench.capabilities.bon.driver:best_of_n", ("x", ["baseline:length"], "embedding:builtin:minilm-l6"), "bon",
      "kss", "ks"),
-    ("prbench.downstream.rl:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
+    ("prbench.capabilities.rl.driver:train_rl", ("hf:x", "baseline:length", [], "out"), "rl", "stepz", "steps"),
     ("prbench.capabilities.sample.driver:sample_policy", ("openai:m", [], "out"), "sample", "temprature", "temperature"),
     ("prbench.capabilities.plan.driver:plan", ("openai:m", [], "out.jsonl"), "plan", "top_kk", "top_k"),
 ]
@@ -80,16 +84,16 @@ def test_drivers_refuse_unknown_keywords_with_the_closest_name(tmp_path, target,
 def test_study_sections_are_the_drivers_settings() -> None:
     from prbench.study import config as study
 
-    for section, model in [(study.SampleStage, SampleSettings), (study.BonStage, config.BonSettings), (study.RLStage, config.RLSettings),
-                           (study.RGDStage, config.RGDSettings), (study.PlannerStage, PlanSettings),
-                           (study.PolicyAccuracyStage, config.PolicyAccuracySettings)]:
+    for section, model in [(study.SampleStage, SampleSettings), (BonStage, BonSettings), (RLStage, RLSettings),
+                           (RGDStage, RGDSettings), (study.PlannerStage, PlanSettings),
+                           (PolicyAccuracyStage, PolicyAccuracySettings)]:
         assert issubclass(section, model)
         for name, field in model.model_fields.items():
             assert section.model_fields[name].default == field.default, (section.__name__, name)
 
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
-    for model in (config.EvalSettings, BuildSettings, SampleSettings, config.RLSettings,
+    for model in (config.EvalSettings, BuildSettings, SampleSettings, RLSettings,
                   PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):

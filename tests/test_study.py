@@ -103,8 +103,10 @@ def test_cli_study_runs_a_config_and_lists_presets(study_dir: Path) -> None:
 def test_study_values_fill_what_a_stage_section_leaves_unset(study_dir: Path) -> None:
     """The study's seed, limit and top_k reach the driver settings of every section that does not set its own,
     also after the specs are resolved (loading from a file)."""
+    from prbench.capabilities.rgd.settings import RGDSettings, RGDStage
+    from prbench.capabilities.rl.settings import RLSettings, RLStage
     from prbench.capabilities.sample.settings import SampleSettings
-    from prbench.config import RGDSettings, RLSettings
+    from prbench.study.config import SampleStage
     from prbench.study.context import StudyContext
     from prbench.study.stages import study_defaults
 
@@ -118,9 +120,9 @@ rl: {policy: "openai:m", rms: [baseline:length], seed: 0}
 """), encoding="utf-8")
     cfg, root = load_study_config(study_dir / "study.yaml")
     ctx = StudyContext(cfg, root)
-    sample = study_defaults(ctx, cfg.sample, SampleSettings)
+    sample = study_defaults(ctx, cfg.section("sample", SampleStage), SampleSettings)
     assert (sample.seed, sample.limit, sample.top_k, sample.n, sample.max_new_tokens) == (3, 4, 5, 2, 200)
-    rgd = study_defaults(ctx, cfg.rgd, RGDSettings)
+    rgd = study_defaults(ctx, cfg.section("rgd", RGDStage), RGDSettings)
     assert (rgd.seed, rgd.limit, rgd.top_k) == (3, 4, 2)  # the section's own top_k wins
-    rl = study_defaults(ctx, cfg.rl, RLSettings)
+    rl = study_defaults(ctx, cfg.section("rl", RLStage), RLSettings)
     assert (rl.seed, rl.limit, rl.top_k) == (0, 4, 5)

@@ -149,22 +149,6 @@ class PolicyScoringSpec(Settings):
                                          "likelihood).", gt=0)
 
 
-class RGDSettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, DecodingSpec, RunSpec):
-    """Reward-guided decoding (`prbench rgd`, `run_rgd`, the study's `rgd` section)."""
-
-    top_k: int = field_of(ContextSpec, "top_k")  # the policy's prompt and the RM's view alike: a number
-    batch_size: int = count(8, "Items decoded together.", 65536)
-    downstream_metric: Literal["auto", "grade", "rouge1", "rougeL", "embedding", "none"] = opt(
-        "auto", "downstream.json value: auto, grade, rouge1, rougeL, embedding or none.", metavar="NAME")
-    encoder: str | None = opt("builtin:minilm-l6", "Sentence encoder for gold embedding similarity (none: skip).",
-                              metavar="SPEC")
-
-
-class PolicyAccuracySettings(DataSpec, ContextSpec, PolicyPromptSpec, GuidanceSpec, PolicyScoringSpec, RunSpec):
-    """Policy accuracy (`prbench policy-accuracy`, `policy_accuracy`, the study's section)."""
-
-    top_k: int = field_of(ContextSpec, "top_k")  # the policy's prompt and the RM's view alike: a number
-    batch_size: int = count(4, "Responses per policy forward pass.", 65536)
 
 
 class EvalSettings(DataSpec, ContextSpec, RunSpec):
@@ -188,43 +172,6 @@ class EvalSettings(DataSpec, ContextSpec, RunSpec):
     gpus_per_worker: float | None = opt(None, "GPUs per Ray actor (fractional ok; 0 for API judges; default: a "
                                               "share of the cluster's).", ge=0)
 
-
-class BonSettings(ContextSpec, RunSpec):
-    """Best-of-N curves of RMs on a samples folder (`best_of_n`, `prbench bon`, the study's `bon`)."""
-
-    ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
-    batch_size: int = field_of(EvalSettings, "batch_size")
-    top_k: int | None = field_of(EvalSettings, "top_k")  # None: each RM's own, as eval
-
-
-class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):
-    """GRPO with an RM as the reward, then held-out grading (`prbench rl`, `train_rl`, the study's `rl`)."""
-
-    conditions: ClassVar[tuple[str, ...]] = tuple(c for c in CONDITIONS if c != "wrong-profile")
-    split: str = opt("train", "Split to train on: of a hub dataset, or the rows of a local file that name a "
-                              "`split`.")
-    top_k: int | None = count(
-        None, "Profile posts kept after retrieval (default: for the RM, the number its trained folder asks for, "
-              "e.g. stance's whole profile, as eval; else 10; the policy prompt shows 10).", 10_000)
-    condition: str = opt("profile", "What the RM sees: none, profile, planner, oracle.", "-c", metavar="NAME")
-    steps: int = count(50, "Optimizer steps.", 10**6)
-    lr: float = opt(1e-6, "Learning rate.", gt=0)
-    lora: bool = opt(False, "Train a LoRA adapter (merged afterwards).")
-    lora_r: int = count(16, "LoRA rank.", 4096)
-    num_generations: int = count(4, "Answers per prompt (GRPO group size, at least 2).", 1024)
-    prompts_per_step: int = count(2, "Prompts per optimizer step.", 4096)
-    max_completion_length: int = count(160, "Token cap per training answer.", 65536)
-    temperature: float = opt(1.0, "Sampling temperature of training answers.", gt=0)
-    top_p: float = opt(0.9, "Nucleus mass of training answers (and of sampled held-out ones).", gt=0, le=1)
-    beta: float = opt(0.0, "KL weight to the initial policy (0 = no reference model).", ge=0)
-    reward_scale: float = opt(1.0, "Multiply RM scores (the paper used 0.1).")
-    holdout: float = opt(0.2, "Share of items held out for grading (without --eval-data).", gt=0, lt=1)
-    eval_data: str | None = opt(None, "Held-out items to grade (else a hash split of --data).", metavar="DATA")
-    eval_n: int = count(1, "Answers per held-out item.", 4096)
-    eval_temperature: float = opt(0.0, "Held-out sampling temperature (0 = greedy).", ge=0)
-    eval_max_new_tokens: int = count(200, "Token cap per held-out answer.", 65536)
-    compare_base: bool = opt(True, "Also grade the untrained policy on the same items.")
-    gradient_checkpointing: bool | None = opt(None, "Trade compute for memory (TRL's default: on).")
 
 
 # -- what the personalized-RM training methods share; each method's own settings sit beside its trainer

@@ -126,6 +126,7 @@ def resolve(target: str | Any) -> Any:
     return obj
 
 
+
 @dataclass
 class DerivedRegistry(Registry):
     """A registry that also lists entries another extension point declares (a training method's RM, a run kind's
@@ -270,10 +271,17 @@ FORMATS = Registry("data format", "prbench.formats", {
 # Run kinds: what readers (meta, report, leaderboard, compare, export) know about a finished run
 # folder, and what makes one (its settings, driver, study stage, CLI command), see prbench.runkinds.
 # A plug-in downstream metric registers its kind here and nothing else.
+# A built-in capability is one package, prbench.capabilities.<name> (docs/extending.md), and one line here.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
-    **{name: f"prbench.runkinds.{module}:KIND" for name, module in (
-        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"))},
-    **{name: f"prbench.capabilities.{name}.kind:KIND" for name in ("icl", "sample", "plan", "build")},
+    "eval": "prbench.runkinds.eval:KIND",
+    "bon": "prbench.capabilities.bon.kind:KIND",
+    "rl": "prbench.capabilities.rl.kind:KIND",
+    "rgd": "prbench.capabilities.rgd.kind:KIND",
+    "policy-accuracy": "prbench.capabilities.policy_accuracy.kind:KIND",
+    "icl": "prbench.capabilities.icl.kind:KIND",
+    "sample": "prbench.capabilities.sample.kind:KIND",
+    "plan": "prbench.capabilities.plan.kind:KIND",
+    "build": "prbench.capabilities.build.kind:KIND",
 })
 
 
@@ -294,6 +302,16 @@ class StageRegistry(DerivedRegistry):
             if target is not None:
                 stage: Any = resolve(target) if isinstance(target, str) else target
                 found[stage.name] = stage
+        return found
+
+    def shipped(self) -> set[str]:
+        """The stages prbench itself lists (its own and its built-in run kinds'), not a plug-in's."""
+        found, kinds = set(self.builtins), self.kinds
+        for name in kinds.builtins if kinds is not None else ():
+            target = getattr(kinds.get(name), "stage", None) if kinds is not None else None
+            if target is not None:
+                stage: Any = resolve(target)
+                found.add(stage.name)
         return found
 
 

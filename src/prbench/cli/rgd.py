@@ -1,4 +1,5 @@
-"""`prbench rgd`, `prbench policy-accuracy`, `prbench icl`: paper B's side of downstream validation.
+"""What the policy commands share (`prbench rgd`, `prbench policy-accuracy` and `prbench icl`, each in its
+package of `prbench.capabilities`): the policy, RM and grader options, the w sweep, table cells.
 
 Plain functions: `prbench.cli.COMMANDS` and the run kinds' `command` name them.
 """
@@ -12,20 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from prbench.cli.options import (
-    Data,
-    Json,
-    MaxLength,
-    ModelOptions,
-    Overwrite,
-    Quiet,
     engine_options,
     grader_engine_options,
     model_options,
-    settings_command,
     split_csv,
 )
-from prbench.cli.output import emit_json, progress, table
-from prbench.config import EngineAccess, GraderAccess, PolicyAccuracySettings, RGDSettings
+from prbench.cli.output import progress
+from prbench.config import EngineAccess, GraderAccess
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -51,7 +45,7 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
            run_one: Callable[[Any, Any, float, Callable[[int, int], None]], Any], **rm_flags: Any) -> list[dict[str, Any]]:
     """Run `run_one(policy engine, rm, w, on_progress)` for every RM x weight (the policy and each RM loaded once);
     summaries with paths. `rm_flags`: the command's RM flags and `-M` pairs (`model_option`)."""
-    from prbench.downstream.rgd import load_policy
+    from prbench.downstream.decoding import load_policy
     from prbench.rewards.base import load_rm
 
     ws = _floats(w)
@@ -95,85 +89,3 @@ def _gold_cell(summary: dict[str, Any], metric: str = "rouge1") -> str:
     if not m or m.get("mean") is None:
         return "-"
     return f"{m['mean']:.3f} [{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}]"
-
-
-@settings_command(settings=RGDSettings, access=EngineAccess, grader_access=GraderAccess, exclude=("w",))
-def rgd(
-    policy: Policy,
-    rm: RMs,
-    out: OutDir,
-    settings: RGDSettings,
-    access: EngineAccess,
-    grader_access: GraderAccess,
-    data: Data = "sample",
-    w: Ws = "1.0",
-    grader: Grader = None,
-    max_length: MaxLength = None,
-    mode: Annotated[str | None, typer.Option(help="Judges: must be pointwise.")] = None,
-    model_option: ModelOptions = None,
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-    json_out: Json = False,
-) -> None:
-    """Reward-guided decoding (ARGS-style). Generate, score against gold answers / rubric, write downstream.json."""
-    from prbench.downstream.rgd import run_rgd
-
-    g = _grader(grader, access, grader_access)
-    summaries = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_rgd(
-        engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress),
-        mode=mode, max_length=max_length, model_option=model_option)
-    if json_out:
-        emit_json(summaries)
-        return
-    if quiet:
-        return
-    rows = []
-    for s in summaries:
-        grade = s.get("grade") or {}
-        rows.append((s["rm"], s["condition"], f"{s['w']:g}", s["n_generated"], _gold_cell(s, "rouge1"),
-                     _gold_cell(s, "rougeL"), _fmt(grade.get("mean")), _fmt(s.get("changed_share")),
-                     _fmt(s.get("seconds_per_item")), s["path"]))
-    table("reward-guided decoding: gold ROUGE F1 [95% CI], rubric grade (0-2)",
-          ["rm", "condition", "w", "items", "ROUGE-1", "ROUGE-L", "grade", "picks changed", "s/item", "folder"], rows)
-
-
-@settings_command(settings=PolicyAccuracySettings, access=EngineAccess, exclude=("w",))
-def policy_accuracy(
-    policy: Policy,
-    rm: RMs,
-    out: OutDir,
-    settings: PolicyAccuracySettings,
-    access: EngineAccess,
-    data: Data = "sample",
-    w: Ws = "1.0",
-    max_length: MaxLength = None,
-    judge_mode: Annotated[str | None, typer.Option(
-        "--judge-mode", help="Judges: must be pointwise (the same as -M mode=pointwise; --mode is the policy's).")] = None,
-    model_option: ModelOptions = None,
-    overwrite: Overwrite = False,
-    quiet: Quiet = False,
-    json_out: Json = False,
-) -> None:
-    """Policy accuracy of a reward-guided policy. Does it give chosen a higher likelihood than rejected?"""
-    from prbench.downstream.policy_accuracy import policy_accuracy as run_pa
-
-    summaries = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_pa(
-        engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress),
-        mode=judge_mode, max_length=max_length, model_option=model_option)
-    if json_out:
-        emit_json(summaries)
-        return
-    if quiet:
-        return
-    rows = []
-    for s in summaries:
-        m = s["metrics"]
-        pa = m["policy_accuracy"]["total"] or {}
-        ci = f"[{_fmt(pa.get('ci_low'), True)}, {_fmt(pa.get('ci_high'), True)}]"
-        rows.append((s["rm"], s["condition"], f"{s['w']:g}", s["mode"], m["n"], _fmt(s["policy_accuracy"], True), ci,
-                     _fmt(s["policy_accuracy_normalized"], True), _fmt(s["plain_policy_accuracy"], True),
-                     _fmt(s["plain_policy_accuracy_normalized"], True), _fmt((m.get("rm_accuracy") or {}).get("accuracy"), True),
-                     s["path"]))
-    table("policy accuracy (%) on pairs, ties 0.5",
-          ["rm", "condition", "w", "mode", "n", "guided", "95% CI", "guided/token", "plain", "plain/token", "RM",
-           "folder"], rows)

@@ -56,8 +56,10 @@ def priced(cfg: StudyConfig, runs: list[PlannedRun]) -> list[PlannedCost | None]
     """Each planned run's dollars (None: no API requests), as its route allows (batches, prompt caching)."""
     from prbench.cost import planned_dollars
     from prbench.engines.providers import batches_requests, caches_prompts, engine_provider
+    from prbench.study.config import PlannerStage
 
-    options = {m.spec: m.options for m in cfg.models} | ({cfg.planner.spec: cfg.planner.options} if cfg.planner else {})
+    planner = cfg.section("planner", PlannerStage)
+    options = {m.spec: m.options for m in cfg.models} | ({planner.spec: planner.options} if planner else {})
     return [planned_dollars(engine_provider(r.spec, options.get(r.spec)) if r.spec else None, r.model_calls, r.tokens,
                             prefix_tokens=r.prefix_tokens, calls_per_prefix=r.calls_per_prefix,
                             caches=r.spec is not None and caches_prompts(r.spec, options.get(r.spec)),

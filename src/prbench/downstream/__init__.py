@@ -2,10 +2,12 @@
 
 - `sampling`: N policy answers per item, drawn once and shared by every RM.
 - `grader`: an LLM grades an answer against the user's rubric (0/1/2 per aspect), cached.
-- `bon`: Best-of-N curves (first-k pick, exact expected best-of-k, oracle, random).
-- `rl`: GRPO fine-tuning with the RM as reward (TRL), then grading on held-out items.
-- `server`: any pointwise RM over HTTP for external RL stacks (verl, OpenRLHF).
 - `results`: the `downstream.json` format meta-evaluation reads.
+- `decoding`, `prefix_rewards`, `generation_runs`: the guided-decoding loop, the RM over prefixes and the run
+  writer that reward-guided decoding, policy accuracy and ICL share.
+
+The capabilities built on these (Best-of-N, RL, reward-guided decoding, policy accuracy) are packages of
+`prbench.capabilities`.
 
 Submodules import their heavy dependencies lazily; import what you use.
 """

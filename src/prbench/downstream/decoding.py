@@ -1,4 +1,4 @@
-"""The reward-guided decoding loop (definition in `prbench.downstream.rgd`): KV-cached stepping of a
+"""The reward-guided decoding loop (definition in `prbench.capabilities.rgd.driver`): KV-cached stepping of a
 local policy over a left-padded batch, candidates rescored by prefix rewards at decision points.
 """
 
@@ -26,7 +26,7 @@ from prbench.runtime.progress import beat
 
 
 class RGDParams(GuidanceSpec, DecodingSpec):
-    """What the decoding loop reads of RGDSettings (definition in `prbench.downstream.rgd`).
+    """What the decoding loop reads of RGDSettings (definition in `prbench.capabilities.rgd.driver`).
 
     `repetition_penalty=None` means the engine's default (`resolved_penalty`).
     """

@@ -185,19 +185,19 @@ class RunKind:
     label_fields: ClassVar[tuple[tuple[str, str], ...]] = ()  # (shown as, field) in the meta label
     short: ClassVar[str] = ""  # the setting's name in labels ("BoN", "RL", ...)
     value_definition: ClassVar[str] = ""  # meta's `definitions[<setting>_value]`
-    # The function (a `staticmethod`) or "module:function" rendering the kind's part of the report. With `report_id`
-    # (a section id of the page, `prbench.report.html.SECTIONS`) it renders that whole section, called (report data,
-    # seed, n_boot): eval's leaderboard, build, bon. Without, it is a block of the "rl-rgd" section, called (report
-    # data, kind).
+    # The function rendering the kind's part of the report, or its "module:function". With `report_id` (a section
+    # id of the page, `prbench.report.html.SECTIONS`) it renders that whole section, called (report data, seed,
+    # n_boot): eval's leaderboard, build, bon. Without, it is a block of the "rl-rgd" section, called (report
+    # data, kind). A function given in the class body is wrapped in `staticmethod` (else it binds to the kind).
     report_section: ClassVar[Any] = None
     report_id: ClassVar[str | None] = None
     # What makes a run of this kind, so one registration (RUNKINDS) is the whole extension:
     # `settings_model` (its pydantic settings: the study section and the command's options), `driver`
-    # (the function writing one run, a `staticmethod`, or its "module:function"), `stage` (a
-    # `prbench.study.context.Stage` or its "module:attr": `prbench.registry.STAGES` lists it under the Stage's
-    # name) and `command` (`prbench <name>`, for built-in and plug-in kinds alike: a typer command function, a typer
-    # `CommandInfo` (a function with its click settings) or a typer app (a group of commands), or its "module:attr";
-    # a plug-in kind named like another command gets none).
+    # (the function writing one run, or its "module:function"), `stage` (a `prbench.study.context.Stage` or its
+    # "module:attr": `prbench.registry.STAGES` lists it under the Stage's name) and `command` (`prbench <name>`, for
+    # built-in and plug-in kinds alike: a typer command function, a typer `CommandInfo` (a function with its click
+    # settings) or a typer app (a group of commands), or its "module:attr"; a plug-in kind named like another
+    # command gets none). A built-in kind (`prbench.capabilities.<name>.kind`) names each part directly.
     settings_model: ClassVar[Any] = None
     driver: ClassVar[Any] = None
     stage: ClassVar[Any] = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -77,7 +77,7 @@ class DownstreamKind(RunKind):
     record_model = DownstreamItem  # one item of the curve (`run.items`, built from downstream.json's per_item)
     group_fields = DEFAULT_GROUP
     label_fields = (("w", "w"), ("k", "candidates_k"), ("metric", "metric"))
-    report_section = "prbench.report.downstream:downstream_section"
+    report_section: ClassVar[Any] = "prbench.report.downstream:downstream_section"
 
     def check(self, run: Run) -> None:
         """downstream.json is there, names this kind's setting, types its extras, and its curve is its items' mean."""

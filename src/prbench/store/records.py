@@ -262,7 +262,7 @@ class Agreement(_Open):
 
 
 class PolicyAccuracyMetrics(_Open):
-    """`prbench.downstream.policy_accuracy.summarize`."""
+    """`prbench.capabilities.policy_accuracy.driver.summarize`."""
 
     policy_accuracy: TotalNormalized
     plain_policy_accuracy: TotalNormalized = TotalNormalized()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import (
@@ -30,13 +30,7 @@ from pydantic import (
 
 from prbench.capabilities.plan.settings import PlanSettings
 from prbench.capabilities.sample.settings import SampleSettings
-from prbench.config import (
-    MAX_ITEMS,
-    BonSettings,
-    PolicyAccuracySettings,
-    RGDSettings,
-    RLSettings,
-)
+from prbench.config import MAX_ITEMS
 from prbench.context.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.registry import ENGINES, GRADERS, RETRIEVERS, REWARDS, STAGES
@@ -155,6 +149,7 @@ class PlannerStage(PlanSettings):
     `limit`: plan the first N items; `planner`-condition runs then cover those N.
     """
 
+    spec_fields: ClassVar[dict[str, str]] = {"spec": "engine"}
     spec: str
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -167,38 +162,11 @@ class PlannerStage(PlanSettings):
 class SampleStage(SampleSettings):
     """The study's `sample` section: the driver's own settings (one default each) plus what it samples."""
 
+    spec_fields: ClassVar[dict[str, str]] = {"policy": "engine"}
     policy: str
     options: dict[str, Any] = Field(default_factory=dict)  # the policy engine's options
 
     _bounded_options = field_validator("options")(lambda cls, v: _check_options(v))
-
-
-class BonStage(BonSettings):
-    """The study's `bon` section: the driver's own settings plus the RMs and the grader."""
-
-    rms: list[str] | None = None  # default: every pointwise model of the study
-    grader: str
-
-
-class RLStage(RLSettings):
-    """The study's `rl` section: the driver's own settings (one default each) plus what it trains."""
-
-    policy: str
-    rms: list[str]
-    grader: str | None = None
-
-
-class RGDStage(RGDSettings):
-    """The study's `rgd` section: the driver's own settings (one default each) plus what it runs."""
-
-    policy: str
-    rms: list[str]
-    grader: str | None = None
-
-
-class PolicyAccuracyStage(PolicyAccuracySettings):
-    policy: str
-    rms: list[str]
 
 
 FAST_METHODS = ["lore", "vpl", "pal", "context-bt"]
@@ -247,6 +215,9 @@ class PersonalizeStage(BaseModel):
         return v
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 class StudyConfig(_Strict):
     """A whole study. Paths are relative to the config file's folder unless absolute."""
 
@@ -267,14 +238,9 @@ class StudyConfig(_Strict):
     batch_size: BatchSize = 16
     models: list[ModelEntry]
     stages: list[Stage] = Field(default_factory=lambda: ["eval", "meta", "report"], min_length=1)
-    planner: PlannerStage | None = None
-    sample: SampleStage | None = None
-    bon: BonStage | None = None
-    rl: RLStage | None = None
-    rgd: RGDStage | None = None
-    policy_accuracy: PolicyAccuracyStage | None = None
     personalize: PersonalizeStage | None = None
-    sections: dict[str, Any] = Field(default_factory=dict)  # plug-in stages' own sections, by stage name
+    # Each stage's own section (`bon:`, `planner:`, a plug-in's), by its key: read as `section(key, model)`.
+    sections: dict[str, Any] = Field(default_factory=dict)
     hardware: str = ""
     estimates: dict[str, str] = Field(default_factory=dict)
 
@@ -299,15 +265,36 @@ class StudyConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _plugin_sections(cls, data: Any) -> Any:
-        """A top-level key naming a plug-in stage is that stage's section (any other unknown key is refused)."""
+    def _stage_sections(cls, data: Any) -> Any:
+        """A top-level key naming a stage's section is that section (any other unknown key is refused)."""
         if not isinstance(data, dict):
             return data
-
-        own = {k: v for k, v in data.items() if isinstance(k, str) and k not in cls.model_fields and k in STAGES}
+        keys = section_stages()
+        own = {k: v for k, v in data.items() if isinstance(k, str) and k not in cls.model_fields and k in keys}
         if not own:
             return data
         return {**{k: v for k, v in data.items() if k not in own}, "sections": {**data.get("sections", {}), **own}}
+
+    def section(self, key: str, model: type[M]) -> M | None:
+        """The `key:` section of the study file as its stage's model (validated at load), None when absent."""
+        value = self.sections.get(key)
+        if value is None or isinstance(value, model):
+            return value
+        raise PrbenchError(f"study config: section {key!r} is not a {model.__name__}; validate the config first "
+                           "(load_study_config, or run_study, checks every section)")
+
+
+def section_stages() -> dict[str, Any]:
+    """Section key -> the registered Stage declaring that section (built-in and plug-in stages alike)."""
+    out: dict[str, Any] = {}
+    for name in STAGES.names():
+        try:
+            st: Any = STAGES.get(name)
+        except PrbenchError:
+            continue  # a broken plug-in: the stage registry says why when a study names it
+        if st.section is not None:
+            out[st.section_key] = st
+    return out
 
 
 def _line_of(root: yaml.Node, loc: tuple[Any, ...]) -> int | None:
@@ -405,42 +392,41 @@ def parse_study(text: str | bytes, source: str, root: Path | None = None) -> Stu
         err = exc.errors()[0]
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         field = ".".join(str(p) for p in loc) or None
-        msg = "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
-        raise DataError(source, _line_of(root, loc) if root else None, field, msg[:300]) from None
-    for loc, msg in _requirements(cfg) + plugin_sections(cfg):
+        raise DataError(source, _line_of(root, loc) if root else None, field, _error(err)[:300]) from None
+    for loc, msg in stage_sections(cfg):
         raise DataError(source, _line_of(root, loc), ".".join(str(p) for p in loc), msg)
     if base is None:
         return cfg
     return resolve_specs(cfg, base, source, root)
 
 
-# What each stage needs from the rest of the config: (stage, needed sections, why).
-NEEDS = {
-    "plan": (("planner",), "the planner model"),
-    "sample": (("sample",), "the policy and N"),
-    "bon": (("sample", "bon"), "the samples to rerank (sample) and the grader (bon)"),
-    "rl": (("rl",), "the policy and RMs"),
-    "rgd": (("rgd",), "the policy and RMs"),
-    "policy_accuracy": (("policy_accuracy",), "the policy and RMs"),
-}
+def _error(err: Any) -> str:
+    """A pydantic error's message as the study config says it."""
+    return "missing required field" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
 
 
-def plugin_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
-    """Validate each plug-in stage's own section with its `section` model (in place); (location, message) if not."""
+def stage_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
+    """Validate each stage's section with its Stage's `section` model (in place), then what each stage needs;
+    (YAML location, message) of every problem, in that order."""
     out: list[tuple[tuple[Any, ...], str]] = []
-    for i, name in enumerate(cfg.stages):
-        model = getattr(STAGES.get(name), "section", None)
-        if model is None or isinstance(cfg.sections.get(name), model):
-            continue
-        if name not in cfg.sections:
-            out.append((("stages", i), f"stage {name!r} needs a {name!r} section"))
+    declared = section_stages()
+    for key, value in list(cfg.sections.items()):
+        model = declared[key].section if key in declared else None
+        if model is None or isinstance(value, model):
             continue
         try:
-            cfg.sections[name] = model.model_validate(cfg.sections[name])
+            cfg.sections[key] = model.model_validate(value)
         except ValidationError as exc:
             err = exc.errors()[0]
-            out.append(((name, *err["loc"]), err["msg"].removeprefix("Value error, ")))
-    unused = sorted(set(cfg.sections) - set(cfg.stages))
+            out.append(((key, *err["loc"]), _error(err)[:300]))
+    if out:
+        return out  # what the stages ask of the config reads their sections as their models
+    out += _requirements(cfg)
+    running: list[Any] = [STAGES.get(name) for name in dict.fromkeys(cfg.stages)]
+    used = {k for st in running for k in (st.section_key, *st.needed)}
+    shipped = STAGES.shipped()  # a built-in stage's section may stay when the stage does not run, as before
+    unused = sorted(k for k in cfg.sections
+                    if k not in used and (k not in declared or declared[k].name not in shipped))
     if unused:
         msg = f"section {unused[0]!r} belongs to a stage this study does not run (add it to stages or remove it)"
         out.append(((unused[0],), msg))
@@ -448,15 +434,15 @@ def plugin_sections(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
 
 
 def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
-    """(YAML location, message) for every stage or condition whose sections are missing."""
+    """(YAML location, message) for every stage or condition whose sections are missing, and each stage's checks."""
     out: list[tuple[tuple[Any, ...], str]] = []
     for i, name in enumerate(cfg.stages):
-        sections, what = NEEDS.get(name, ((), ""))
-        missing = [s for s in sections if getattr(cfg, s) is None]
+        st: Any = STAGES.get(name)
+        missing = [s for s in st.needed if s not in cfg.sections]
         if missing:
             need = " and a ".join(repr(m) for m in missing)
-            out.append((("stages", i), f"stage {name!r} needs a {need} section ({what})"))
-    if cfg.planner is None:
+            out.append((("stages", i), f"stage {name!r} needs a {need} section" + (f" ({st.why})" if st.why else "")))
+    if "planner" not in cfg.sections:
         if "planner" in cfg.conditions:
             out.append((("conditions",), "condition 'planner' needs a 'planner' section (the planner model)"))
         for i, m in enumerate(cfg.models):
@@ -465,8 +451,10 @@ def _requirements(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
                             "condition 'planner' needs a 'planner' section (the planner model)"))
     if not cfg.models and any(s in cfg.stages for s in ("eval", "bon", "meta", "report")):
         out.append((("models",), "no models: the study would evaluate nothing (list at least one under models)"))
-    if "bon" in cfg.stages and cfg.bon is not None and not cfg.bon.rms and all(m.pairwise for m in cfg.models):
-        out.append((("bon",), "bon needs rms (no pointwise model in models to default to)"))
+    for name in dict.fromkeys(cfg.stages):
+        st = STAGES.get(name)
+        if st.checks is not None and not any(s not in cfg.sections for s in st.needed):
+            out += st.checks(cfg)
     return out
 
 
@@ -490,6 +478,10 @@ def resolve_grader(spec: str, root: Path) -> str:
     raise SpecError(GRADERS.unknown(prefix, extra=ENGINES.names()))
 
 
+# What a section model's `spec_fields` name: the kind of spec each field holds (a list field: each item).
+RESOLVERS = {"engine": resolve_engine, "rm": resolve_rm, "grader": resolve_grader}
+
+
 def _check_model_options(cfg: StudyConfig) -> list[tuple[tuple[Any, ...], str]]:
     """(YAML location, message) of a model entry whose options its kind does not take."""
     for i, m in enumerate(cfg.models):
@@ -508,26 +500,25 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
     and a dry run must not plan calls to a model that does not exist.
     """
     data = cfg.model_dump(exclude_unset=True)  # what the file set stays set: study_defaults fills the rest
-    fields: list[tuple[tuple[Any, ...], Any]] = [(("models", i, "spec"), resolve_rm) for i in range(len(cfg.models))]
-    fields.append((("planner", "spec"), resolve_engine))
-    fields.append((("sample", "policy"), resolve_engine))
-    for section in ("bon", "rl", "rgd", "policy_accuracy"):
-        sec = data.get(section) or {}
-        if section != "bon":
-            fields.append(((section, "policy"), resolve_engine))
-        fields += [((section, "rms", j), resolve_rm) for j in range(len(sec.get("rms") or []))]
-        if section != "policy_accuracy":
-            fields.append(((section, "grader"), resolve_grader))
-    for loc, fn in fields:
+    # (location in `data`, YAML location, resolver): the models' specs, then each section's (its `spec_fields`)
+    fields: list[tuple[tuple[Any, ...], tuple[Any, ...], Any]] = [
+        (("models", i, "spec"), ("models", i, "spec"), resolve_rm) for i in range(len(cfg.models))]
+    for st in sorted(section_stages().values(), key=lambda st: st.order):
+        key, sec = st.section_key, (data.get("sections") or {}).get(st.section_key)
+        for name, what in getattr(st.section, "spec_fields", {}).items():
+            value = sec.get(name) if isinstance(sec, dict) else None
+            at = [(name, j) for j in range(len(value))] if isinstance(value, list) else [(name,)]
+            fields += [(("sections", key, *a), (key, *a), RESOLVERS[what]) for a in at]
+    for path, loc, fn in fields:
         parent: Any = data
-        for part in loc[:-1]:
+        for part in path[:-1]:
             parent = parent.get(part) if isinstance(parent, dict) else parent[part]
             if parent is None:
                 break
-        if parent is None or (isinstance(parent, dict) and parent.get(loc[-1]) is None):
+        if parent is None or (isinstance(parent, dict) and parent.get(path[-1]) is None):
             continue
         try:
-            parent[loc[-1]] = fn(parent[loc[-1]], root)
+            parent[path[-1]] = fn(parent[path[-1]], root)
         except PrbenchError as exc:
             field = ".".join(str(p) for p in loc)
             if source is None:
@@ -544,7 +535,7 @@ def resolve_specs(cfg: StudyConfig, root: Path, source: str | None = None, node:
         raise (PrbenchError(f"retriever: {msg}") if source is None else
                DataError(source, _line_of(node, ("retriever",)) if node is not None else None, "retriever", msg))
     out = StudyConfig.model_validate(data)
-    for loc, msg in plugin_sections(out):  # the copy holds plain dicts again: the stages' models read them
+    for loc, msg in stage_sections(out):  # the copy holds plain dicts again: the stages' models read them
         raise DataError(source or "study config", _line_of(node, loc) if node else None, ".".join(map(str, loc)), msg)
     return out
 

@@ -57,6 +57,9 @@ StageFn = Callable[[StudyContext], None]
 PlanFn = Callable[[StudyContext], list[PlannedRun]]
 
 
+Check = Callable[[StudyConfig], list[tuple[tuple[Any, ...], str]]]
+
+
 @dataclass(frozen=True)
 class Stage:
     """A study stage: its dry-run planner and its runner (registered in `prbench.registry.STAGES`).
@@ -64,8 +67,12 @@ class Stage:
     `order` places it among the others (stages run by rank, whatever order the config lists
     them in): plan 10, eval 20, sample 30, bon 40, rl 50, rgd 60, policy_accuracy 70,
     personalize 80, meta 90, report 100; a plug-in metric's stage goes between 70 and 90 so
-    meta and the report see its runs. `section`: the pydantic model of a plug-in stage's own
-    top-level config section (validated when the study loads), or None.
+    meta and the report see its runs. `section`: the pydantic model of the stage's own
+    top-level config section (validated when the study loads; read as `cfg.section(key, model)`),
+    or None; `key`: that section's key when it is not the stage's name (`planner:` is `plan`'s).
+    `needs`: the sections the stage cannot run without (default: its own), `why`: what they give
+    it (said when one is missing); `checks`: what else it asks of the config, as (YAML location,
+    message) pairs, when the study runs it. Built-in and plug-in stages declare all this alike.
     """
 
     name: str
@@ -73,10 +80,25 @@ class Stage:
     run: StageFn
     order: float = 85
     section: Any = None
+    key: str | None = None
+    needs: tuple[str, ...] | None = None
+    why: str = ""
+    checks: Check | None = None
+
+    @property
+    def section_key(self) -> str:
+        """The top-level key of its section in the study file."""
+        return self.key or self.name
+
+    @property
+    def needed(self) -> tuple[str, ...]:
+        """The section keys it needs."""
+        return self.needs if self.needs is not None else (self.section_key,) if self.section is not None else ()
 
 
-def stage(name: str, plan: PlanFn, order: float = 85, section: Any = None) -> Callable[[StageFn], Stage]:
-    """Make a runner function into a Stage with its dry-run planner, rank and section model."""
+def stage(name: str, plan: PlanFn, order: float = 85, section: Any = None, **declared: Any
+          ) -> Callable[[StageFn], Stage]:
+    """Make a runner function into a Stage with its dry-run planner, rank, section model and needs."""
     def wrap(fn: StageFn) -> Stage:
-        return Stage(name, plan, fn, order, section)
+        return Stage(name, plan, fn, order, section, **declared)
     return wrap

@@ -17,7 +17,7 @@ from prbench.errors import PrbenchError
 from prbench.registry import STAGES
 from prbench.runtime.progress import progress
 from prbench.store.runs import close_under
-from prbench.study.config import StudyConfig, plugin_sections, resolve_specs
+from prbench.study.config import StudyConfig, resolve_specs, stage_sections
 from prbench.study.context import PlannedRun, Stage, StudyContext
 
 
@@ -26,7 +26,7 @@ def _stages(cfg: StudyConfig) -> list[Stage]:
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise PrbenchError("; ".join(STAGES.unknown(s) for s in unknown))
-    for loc, msg in plugin_sections(cfg):  # a config built in code, not loaded from YAML
+    for loc, msg in stage_sections(cfg):  # a config built in code, not loaded from YAML
         raise PrbenchError(f"study config: {'.'.join(map(str, loc))}: {msg}")
     found: list[Any] = [STAGES.get(s) for s in dict.fromkeys(cfg.stages)]  # each a Stage
     return sorted(found, key=lambda st: st.order)

@@ -17,7 +17,7 @@ from prbench.errors import PrbenchError
 from prbench.evaluation.evaluate import ModelHandle
 from prbench.rewards.base import capabilities
 from prbench.store.runs import slug
-from prbench.study.config import ModelEntry, PlannerStage
+from prbench.study.config import ModelEntry, PlannerStage, SampleStage
 from prbench.study.context import PlannedRun, StudyContext, stage
 
 # Known hosted datasets, so a dry run needs no network: items and rough tokens per part.
@@ -29,7 +29,7 @@ TOKENS = {"question": 40, "post": 60, "response": 130, "aspects": 80}
 
 
 @lru_cache(maxsize=8)
-def _item_count(data: str, limit: int | None, fmt: str | None = None) -> int:
+def item_count(data: str, limit: int | None, fmt: str | None = None) -> int:
     if data in KNOWN_DATA:
         n = KNOWN_DATA[data]
     else:
@@ -39,7 +39,7 @@ def _item_count(data: str, limit: int | None, fmt: str | None = None) -> int:
     return min(n, limit) if limit else n
 
 
-def _input_tokens(condition: str, top_k: int) -> int:
+def input_tokens(condition: str, top_k: int) -> int:
     ctx = {"profile": top_k * TOKENS["post"], "wrong-profile": top_k * TOKENS["post"],
            "planner": TOKENS["aspects"], "oracle": TOKENS["aspects"]}.get(condition, 0)
     return TOKENS["question"] + ctx + TOKENS["response"]
@@ -64,16 +64,15 @@ def _planner_path(ctx: StudyContext, planner: PlannerStage) -> str:
 
 
 def planner_file(ctx: StudyContext) -> str | None:
-    if ctx.cfg.planner is None:
-        return None
-    return _planner_path(ctx, ctx.cfg.planner)
+    p = ctx.cfg.section("planner", PlannerStage)
+    return None if p is None else _planner_path(ctx, p)
 
 
 # -- eval -----------------------------------------------------------------------------------
 def eval_limit(ctx: StudyContext, entry: ModelEntry, condition: str) -> int | None:
     """The model's limit; under `planner`, never more items than the planner planned."""
-    limits = [x for x in (entry.limit or ctx.cfg.limit,
-                          ctx.cfg.planner.limit if condition == "planner" and ctx.cfg.planner else None) if x]
+    p = ctx.cfg.section("planner", PlannerStage)
+    limits = [x for x in (entry.limit or ctx.cfg.limit, p.limit if condition == "planner" and p else None) if x]
     return min(limits) if limits else None
 
 
@@ -84,7 +83,7 @@ def _judge_tokens(entry: ModelEntry, condition: str, top_k: int) -> tuple[int, i
 
     mode = str(entry.options.get("mode", "pairwise"))
     head, rest = template_tokens(mode, condition != "none") if not entry.options.get("prompt_file") else (0, 0)
-    start = head + _input_tokens(condition, top_k) - TOKENS["response"]
+    start = head + input_tokens(condition, top_k) - TOKENS["response"]
     return start + rest + TOKENS["response"] * (2 if entry.pairwise else 1), start
 
 
@@ -92,10 +91,10 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
     out = []
     for entry in ctx.cfg.models:
         for cond in model_conditions(ctx, entry):
-            n = _item_count(ctx.data, eval_limit(ctx, entry, cond), ctx.cfg.format)
+            n = item_count(ctx.data, eval_limit(ctx, entry, cond), ctx.cfg.format)
             per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
             per_call, start = (_judge_tokens(entry, cond, ctx.cfg.top_k) if entry.spec.startswith("judge") else
-                               (_input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0), 0))
+                               (input_tokens(cond, ctx.cfg.top_k) + (TOKENS["response"] if entry.pairwise else 0), 0))
             calls = n * per_item if capabilities(entry.spec).calls_model else 0
             out.append(PlannedRun("eval", f"{entry.spec} [{cond}]", calls, 0 if calls == 0 else n * per_item * per_call,
                                   entry.spec, prefix_tokens=start, calls_per_prefix=per_item, condition=cond))
@@ -108,7 +107,7 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
             for cond in bench.conditions:
                 per_item = (2 if entry.both_orders else 1) if entry.pairwise else 2
                 calls = n * per_item if capabilities(entry.spec).calls_model else 0
-                tokens = n * per_item * (_input_tokens(cond, ctx.cfg.top_k) + TOKENS["response"])
+                tokens = n * per_item * (input_tokens(cond, ctx.cfg.top_k) + TOKENS["response"])
                 out.append(PlannedRun("eval", f"{entry.spec} [{cond}] on {bench.data}", calls, tokens if calls else 0,
                                       entry.spec))
     return out
@@ -173,27 +172,27 @@ def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict
              "sequential": s["sequential"]} for (e, c), r, s in zip(jobs, outcome.results, summaries, strict=True)]
 
 
-def _eval_specs(ctx: StudyContext) -> list[str]:
+def eval_specs(ctx: StudyContext) -> list[str]:
     """Pointwise models of the study: the default RMs for downstream stages."""
     return [e.spec for e in ctx.cfg.models if not e.pairwise]
 
 
-def _options_of(ctx: StudyContext, spec: str) -> dict[str, Any]:
+def options_of(ctx: StudyContext, spec: str) -> dict[str, Any]:
     return next((e.options for e in ctx.cfg.models if e.spec == spec), {})
 
 
-def _downstream_dir(ctx: StudyContext, *parts: str) -> str:
+def downstream_dir(ctx: StudyContext, *parts: str) -> str:
     return str(ctx.runs.joinpath("downstream", *parts))
 
 
 # -- plan -----------------------------------------------------------------------------------
 def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
-    p = needs(ctx.cfg.planner, "planner")
-    n = _item_count(ctx.data, p.limit or ctx.cfg.limit)
-    return [PlannedRun("plan", f"planner {p.spec}", n, n * (_input_tokens("profile", ctx.cfg.top_k) + 120), p.spec)]
+    p = needs(ctx.cfg.section("planner", PlannerStage), "planner")
+    n = item_count(ctx.data, p.limit or ctx.cfg.limit)
+    return [PlannedRun("plan", f"planner {p.spec}", n, n * (input_tokens("profile", ctx.cfg.top_k) + 120), p.spec)]
 
 
-def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
+def track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     """A progress callback for one step of a stage (items done / total), or None without a display."""
     bar = ctx.outputs.get("progress")
     if not bar:
@@ -202,101 +201,48 @@ def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     return lambda done, total: bar.update(task, completed=done, total=total)
 
 
-@stage("plan", _plan_plan, order=10)
+@stage("plan", _plan_plan, order=10, section=PlannerStage, key="planner", why="the planner model")
 def run_plan(ctx: StudyContext) -> None:
     from prbench.capabilities.plan.driver import plan
 
-    p = needs(ctx.cfg.planner, "planner")
+    p = needs(ctx.cfg.section("planner", PlannerStage), "planner")
     path = Path(_planner_path(ctx, p))
     if path.exists():
         done = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-        if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
+        if done >= item_count(ctx.data, p.limit or ctx.cfg.limit):
             ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
             return  # everything planned: no model load
     res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, PlanSettings),
-               planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
+               planner_options=p.options, on_progress=track(ctx, f"plan {p.spec}"))
     ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
 
 
-# -- sample and Best-of-N -------------------------------------------------------------------
-def _samples_dir(ctx: StudyContext) -> str:
-    s = needs(ctx.cfg.sample, "sample")
-    return _downstream_dir(ctx, "samples", slug(f"{s.policy}-n{s.n}"))
+# -- sample ------------------------------------------------------------------------------------
+def samples_dir(ctx: StudyContext) -> str:
+    s = needs(ctx.cfg.section("sample", SampleStage), "sample")
+    return downstream_dir(ctx, "samples", slug(f"{s.policy}-n{s.n}"))
 
 
 def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
-    section = needs(ctx.cfg.sample, "sample")
+    section = needs(ctx.cfg.section("sample", SampleStage), "sample")
     s = study_defaults(ctx, section, SampleSettings)
-    n = _item_count(ctx.data, s.limit)
+    n = item_count(ctx.data, s.limit)
     return [PlannedRun("sample", f"{section.policy} x {s.n}", n * s.n,
-                       n * s.n * (_input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
+                       n * s.n * (input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
 
 
-@stage("sample", _plan_sample, order=30)
+@stage("sample", _plan_sample, order=30, section=SampleStage, why="the policy and N")
 def run_sample(ctx: StudyContext) -> None:
     from prbench.capabilities.sample.driver import sample_policy
 
-    section = needs(ctx.cfg.sample, "sample")
+    section = needs(ctx.cfg.section("sample", SampleStage), "sample")
     settings = study_defaults(ctx, section, SampleSettings)
-    ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
-                       on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
-    ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
-
-
-def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
-    s, b = needs(ctx.cfg.sample, "sample"), needs(ctx.cfg.bon, "bon")
-    n = _item_count(ctx.data, s.limit or ctx.cfg.limit)
-    rms = b.rms or _eval_specs(ctx)
-    costly = {spec: capabilities(spec).calls_model for spec in rms}
-    runs = [PlannedRun("bon", f"score {spec} [{b.condition}]", n * s.n if costly[spec] else 0,
-                       n * s.n * _input_tokens(b.condition, ctx.cfg.top_k) if costly[spec] else 0)
-            for spec in rms]
-    runs.append(PlannedRun("bon", f"grade with {b.grader} (distinct samples, at most)", n * s.n,
-                           n * s.n * (TOKENS["response"] + TOKENS["aspects"] + 200)))
-    return runs
-
-
-@stage("bon", _plan_bon, order=40)
-def run_bon(ctx: StudyContext) -> None:
-    from prbench.downstream.bon import best_of_n
-
-    b = needs(ctx.cfg.bon, "bon")
-    planner = {"planner_file": planner_file(ctx)} if b.condition == "planner" else {}
-    settings = study_defaults(ctx, b, config.BonSettings, batch_size=ctx.cfg.batch_size, **planner)
-    res = best_of_n(_samples_dir(ctx), b.rms or _eval_specs(ctx), b.grader, settings=settings,
-                    out=_downstream_dir(ctx, "bon"))
-    ctx.outputs["bon"] = {"path": str(res.path), "rms": list(res.results)}
-
-
-# -- RL -------------------------------------------------------------------------------------
-def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
-    section = needs(ctx.cfg.rl, "rl")
-    r = study_defaults(ctx, section, config.RLSettings)
-    answers = r.steps * r.prompts_per_step * r.num_generations
-    return [PlannedRun("rl", f"GRPO {section.policy} with {spec} ({r.steps} steps)", answers,
-                       answers * (_input_tokens(r.condition, r.top_k) + r.max_completion_length))
-            for spec in section.rms]
-
-
-@stage("rl", _plan_rl, order=50)
-def run_rl(ctx: StudyContext) -> None:
-    from prbench.downstream.rl import train_rl
-
-    section = needs(ctx.cfg.rl, "rl")
-    settings = study_defaults(ctx, section, config.RLSettings)
-    ctx.outputs["rl"] = [str(train_rl(section.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)),
-                                      settings=settings, grader=section.grader,
-                                      rm_options=_options_of(ctx, spec)).path) for spec in section.rms]
+    ss = sample_policy(section.policy, ctx.data, samples_dir(ctx), settings=settings, engine_options=section.options,
+                       on_progress=track(ctx, f"sample {section.policy} x {settings.n}"))
+    ctx.outputs["sample"] = {"path": samples_dir(ctx), "items": len(ss.items), "n": ss.n}
 
 
 # -- reward-guided decoding and policy accuracy ---------------------------------------------
-def _plan_rgd(ctx: StudyContext) -> list[PlannedRun]:
-    g = needs(ctx.cfg.rgd, "rgd")
-    n = _item_count(ctx.data, g.limit or ctx.cfg.limit)
-    return [PlannedRun("rgd", f"{g.policy} guided by {spec} (w={g.w}, k={g.k})", n * g.max_new_tokens * g.k // g.chunk,
-                       n * g.max_new_tokens * g.k * 100 // g.chunk) for spec in g.rms]
-
-
 def study_defaults(ctx: StudyContext, section: Any, settings_cls: type[config.Settings], **more_shared: Any) -> Any:
     """A stage section's driver settings, with the study's shared values where the section sets none."""
     shared = {"seed": ctx.cfg.seed, "limit": ctx.cfg.limit, "categories": ctx.cfg.categories,
@@ -307,35 +253,13 @@ def study_defaults(ctx: StudyContext, section: Any, settings_cls: type[config.Se
     return settings_cls.build(**{**own, **inherit})
 
 
-def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type[config.Settings], driver: Any,
-                 **extra: Any) -> None:
+def guided_runs(ctx: StudyContext, section: Any, name: str, folder: str, settings_cls: type[config.Settings],
+                driver: Any, **extra: Any) -> None:
     """Run a guided-policy driver (RGD, policy accuracy) once per RM of its study section."""
-    section = getattr(ctx.cfg, name)
     settings = study_defaults(ctx, section, settings_cls)
-    ctx.outputs[name] = [str(getattr(driver(section.policy, spec, ctx.data, _downstream_dir(ctx, folder),
-                                            settings=settings, rm_options=_options_of(ctx, spec), **extra),
+    ctx.outputs[name] = [str(getattr(driver(section.policy, spec, ctx.data, downstream_dir(ctx, folder),
+                                            settings=settings, rm_options=options_of(ctx, spec), **extra),
                                      "path", "")) for spec in section.rms]
-
-
-@stage("rgd", _plan_rgd, order=60)
-def run_rgd_stage(ctx: StudyContext) -> None:
-    from prbench.downstream.rgd import run_rgd
-
-    _guided_runs(ctx, "rgd", "rgd", config.RGDSettings, run_rgd, grader=needs(ctx.cfg.rgd, "rgd").grader)
-
-
-def _plan_pa(ctx: StudyContext) -> list[PlannedRun]:
-    a = needs(ctx.cfg.policy_accuracy, "policy_accuracy")
-    n = _item_count(ctx.data, a.limit or ctx.cfg.limit)
-    return [PlannedRun("policy_accuracy", f"{a.policy} guided by {spec} (w={a.w}, k={a.k})", 2 * n * 100 * a.k,
-                       2 * n * 100 * a.k * 120) for spec in a.rms]
-
-
-@stage("policy_accuracy", _plan_pa, order=70)
-def run_policy_accuracy(ctx: StudyContext) -> None:
-    from prbench.downstream.policy_accuracy import policy_accuracy
-
-    _guided_runs(ctx, "policy_accuracy", "policy-accuracy", config.PolicyAccuracySettings, policy_accuracy)
 
 
 # -- meta and report ------------------------------------------------------------------------

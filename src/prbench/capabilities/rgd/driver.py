@@ -48,7 +48,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.config import RGDSettings, run_identity
+from prbench.capabilities.rgd.settings import RGDSettings
+from prbench.config import run_identity
 from prbench.context.conditions import build_view
 from prbench.downstream.decoding import RGDJob, RGDParams, load_policy, resolved_penalty, rgd_decode
 from prbench.downstream.generation_runs import (

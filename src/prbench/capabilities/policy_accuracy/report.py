@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prbench.report import plots
 from prbench.report import widgets as w
 from prbench.report.data import ReportData
-from prbench.runkinds import Run
-from prbench.runkinds.policy_accuracy import PolicyAccuracyKind
+from prbench.runkinds import Run, RunKind
 from prbench.store.records import PolicyAccuracySummary
 
 
-def policy_accuracy_section(d: ReportData, kind: PolicyAccuracyKind) -> str:
+def report_groups(kind: RunKind, runs: Sequence[Run]) -> dict[tuple, list[Run]]:
+    """The report's tables: one per setting (group key), each with the plain policy of its policy and data."""
+    groups: dict[tuple, list[Run]] = {}
+    plain: dict[tuple, list[Run]] = {}
+    for run in runs:
+        s = run.summary_as(PolicyAccuracySummary)
+        if s.rm:
+            groups.setdefault(kind.group_key(run), []).append(run)
+        else:  # the plain policy (w = 0) is the reference row of every group on its policy and data
+            plain.setdefault((repr(s.policy), repr(s.data)), []).append(run)
+    for pk, items in plain.items():
+        if not any(g[:2] == pk for g in groups):
+            groups[kind.group_key(items[0])] = []
+    return {key: members + plain.get(key[:2], [])[:1] for key, members in groups.items()}
+
+
+def policy_accuracy_section(d: ReportData, kind: RunKind) -> str:
     runs = d.of_kind(kind)
     body = ["<h3>Policy accuracy</h3>"]
     if not runs:
         return body[0] + w.empty("No policy-accuracy runs (`prbench policy-accuracy`) under this folder.")
-    for _, members in sorted(kind.report_groups(runs).items()):
+    for _, members in sorted(report_groups(kind, runs).items()):
         if not members:
             continue
         s = members[0].summary_as(PolicyAccuracySummary)

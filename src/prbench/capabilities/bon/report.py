@@ -17,16 +17,24 @@ from prbench.report.widgets import (
     section,
     table,
 )
-from prbench.runkinds.bon import KIND
-from prbench.runkinds.downstream import BonSummary
+from prbench.runkinds import Run
+from prbench.runkinds.downstream import BonSummary, DownstreamKind
+
+
+def plot_key(run: Run) -> tuple:
+    """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of
+    one plot share their k values; meta compares RMs on the k values they share within `group_key`)."""
+    return (run.get("condition"), run.ds.grader, str(run.get("samples", "")), tuple(run.ds.k))
 
 
 def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[BonSummary, DownstreamResult]]]:
-    """Runs by the bon kind's plot key (its meta setting, split further by samples and k grid)."""
+    """Runs by the report's plot key (the bon kind's meta setting, split further by samples and k grid)."""
     groups: dict[tuple, list[tuple[BonSummary, DownstreamResult]]] = {}
-    for run in d.of_kind(KIND):
-        if run.downstream is not None:
-            groups.setdefault(KIND.report_key(run), []).append((KIND.bon(run), run.downstream))
+    for run in d.of_kind("bon"):
+        if run.downstream is not None and isinstance(run.kind, DownstreamKind):
+            res = run.kind.result(run)
+            assert isinstance(res, BonSummary)
+            groups.setdefault(plot_key(run), []).append((res, run.downstream))
     return groups
 
 

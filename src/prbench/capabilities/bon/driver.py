@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from prbench import cost
-from prbench.config import BonSettings
+from prbench.capabilities.bon.settings import BonSettings
 from prbench.context.conditions import build_views, read_planner_file
 from prbench.context.retrieval import load_retriever
 from prbench.downstream.grader import Grader, load_grader

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from prbench.capabilities.bon.command import bon
+from prbench.capabilities.bon.driver import best_of_n
+from prbench.capabilities.bon.report import bon_section
+from prbench.capabilities.bon.settings import BonSettings
+from prbench.capabilities.bon.stage import run_bon
 from prbench.runkinds.base import MetaOptions, Run, Setting
 from prbench.runkinds.downstream import BonSummary, DownstreamKind
 
 
 class BonKind(DownstreamKind):
     name = "bon"
-    settings_model = "prbench.config:BonSettings"
-    driver = "prbench.downstream.bon:best_of_n"
-    stage = "prbench.study.stages:run_bon"
-    command = "prbench.cli.downstream:bon"
+    settings_model = BonSettings
+    driver = staticmethod(best_of_n)
+    stage = run_bon
+    command = staticmethod(bon)
     title = "Best-of-N"
     setting = "bon"
     short = "BoN"
     result_model = BonSummary
-    report_section = "prbench.report.bon:bon_section"
+    report_section = staticmethod(bon_section)
     report_id = "bon"  # its own section, not a block of the downstream one
     value_definition = ("Best-of-N downstream score at k: mean over items of the exact expected rubric grade of the RM's "
                         "pick from a random k-subset ('expected'), or of its pick among the first k samples ('first_k')")
@@ -53,11 +58,6 @@ class BonKind(DownstreamKind):
         res = self.result(run)
         assert isinstance(res, BonSummary)
         return res
-
-    def report_key(self, run: Run) -> tuple:
-        """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of
-        one plot share their k values; meta compares RMs on the k values they share within `group_key`)."""
-        return (run.get("condition"), run.ds.grader, str(run.get("samples", "")), tuple(run.ds.k))
 
 
 KIND = BonKind()

@@ -44,8 +44,9 @@ from typing import Any
 
 import numpy as np
 
+from prbench.capabilities.rl.settings import RLSettings
 from prbench.capabilities.sample.driver import sample_policy
-from prbench.config import RLSettings, run_identity
+from prbench.config import run_identity
 from prbench.context.conditions import View, build_view, build_views, read_planner_file
 from prbench.context.retrieval import Retriever, load_retriever
 from prbench.downstream.grader import Grader, load_grader
@@ -218,7 +219,7 @@ def _grade_samples(ss: SampleSet, grader: Grader) -> dict[str, float]:
 
 def _step_reporter(transformers: Any, on_progress: Callable[[int, int], None]) -> Any:
     class StepReport(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             on_progress(state.global_step, state.max_steps)
 
     return StepReport()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from prbench.capabilities.rl.command import rl
+from prbench.capabilities.rl.driver import train_rl
+from prbench.capabilities.rl.settings import RLSettings
+from prbench.capabilities.rl.stage import run_rl
 from prbench.runkinds.downstream import DownstreamKind, RLSummary
 
 
 class RLKind(DownstreamKind):
     name = "rl"
-    settings_model = "prbench.config:RLSettings"
-    driver = "prbench.downstream.rl:train_rl"
-    stage = "prbench.study.stages:run_rl"
-    command = "prbench.cli.downstream:rl"
+    settings_model = RLSettings
+    driver = staticmethod(train_rl)
+    stage = run_rl
+    command = staticmethod(rl)
     title = "RL fine-tuning"
     setting = "rl"
     short = "RL"

@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from prbench.capabilities.policy_accuracy.command import policy_accuracy as policy_accuracy_command
+from prbench.capabilities.policy_accuracy.driver import policy_accuracy
+from prbench.capabilities.policy_accuracy.report import policy_accuracy_section
+from prbench.capabilities.policy_accuracy.settings import PolicyAccuracySettings
+from prbench.capabilities.policy_accuracy.stage import run_policy_accuracy
 from prbench.errors import DataError
 from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
 from prbench.store.records import PolicyAccuracyRecord, PolicyAccuracySummary
@@ -18,10 +23,10 @@ from prbench.store.records import PolicyAccuracyRecord, PolicyAccuracySummary
 
 class PolicyAccuracyKind(RunKind):
     name = "policy-accuracy"
-    settings_model = "prbench.config:PolicyAccuracySettings"
-    driver = "prbench.downstream.policy_accuracy:policy_accuracy"
-    stage = "prbench.study.stages:run_policy_accuracy"
-    command = "prbench.cli.rgd:policy_accuracy"
+    settings_model = PolicyAccuracySettings
+    driver = staticmethod(policy_accuracy)
+    stage = run_policy_accuracy
+    command = staticmethod(policy_accuracy_command)
     title = "policy accuracy"
     role = "downstream"
     setting = "policy_accuracy"
@@ -33,7 +38,7 @@ class PolicyAccuracyKind(RunKind):
     short = "policy accuracy"
     value_definition = ("share of pairs where the RGD-adapted policy's guided log-likelihood of chosen exceeds "
                         "rejected's (ties 0.5); 'total' sums token log-probs, 'normalized' averages them")
-    report_section = "prbench.report.policy_accuracy:policy_accuracy_section"
+    report_section = staticmethod(policy_accuracy_section)
 
     def check(self, run: Run) -> None:
         """The summary must count the pairs its records hold (a cut examples.jsonl is refused)."""
@@ -74,21 +79,6 @@ class PolicyAccuracyKind(RunKind):
                                sources={rm: str(r.path) for rm, r in sorted(members.items())},
                                rm_credit={rm: v for rm, v in own.items() if v}))
         return out
-
-    def report_groups(self, runs: Sequence[Run]) -> dict[tuple, list[Run]]:
-        """The report's tables: one per setting (group key), each with the plain policy of its policy and data."""
-        groups: dict[tuple, list[Run]] = {}
-        plain: dict[tuple, list[Run]] = {}
-        for run in runs:
-            s = self.summary(run)
-            if s.rm:
-                groups.setdefault(self.group_key(run), []).append(run)
-            else:  # the plain policy (w = 0) is the reference row of every group on its policy and data
-                plain.setdefault((repr(s.policy), repr(s.data)), []).append(run)
-        for pk, items in plain.items():
-            if not any(g[:2] == pk for g in groups):
-                groups[self.group_key(items[0])] = []
-        return {key: members + plain.get(key[:2], [])[:1] for key, members in groups.items()}
 
     def eee_parts(self, run: Run) -> list[EEEPart]:
         """Policy accuracy (total log-likelihood) of a guided run; one instance per pair."""

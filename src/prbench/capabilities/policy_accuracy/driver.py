@@ -49,7 +49,8 @@ from typing import Any
 import numpy as np
 from scipy.special import logsumexp
 
-from prbench.config import GuidanceSpec, PolicyAccuracySettings, PolicyScoringSpec, run_identity
+from prbench.capabilities.policy_accuracy.settings import PolicyAccuracySettings
+from prbench.config import GuidanceSpec, PolicyScoringSpec, run_identity
 from prbench.context.conditions import View, build_view
 from prbench.downstream.decoding import (
     PolicyForward,

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from prbench.capabilities.rgd.command import rgd
+from prbench.capabilities.rgd.driver import run_rgd
+from prbench.capabilities.rgd.settings import RGDSettings
+from prbench.capabilities.rgd.stage import run_rgd_stage
 from prbench.runkinds.downstream import DownstreamKind
 from prbench.store.records import GenerationSummary
 
 
 class RGDKind(DownstreamKind):
     name = "rgd"
-    settings_model = "prbench.config:RGDSettings"
-    driver = "prbench.downstream.rgd:run_rgd"
-    stage = "prbench.study.stages:run_rgd_stage"
-    command = "prbench.cli.rgd:rgd"
+    settings_model = RGDSettings
+    driver = staticmethod(run_rgd)
+    stage = run_rgd_stage
+    command = staticmethod(rgd)
     title = "reward-guided decoding"
     setting = "rgd"
     short = "RGD"
