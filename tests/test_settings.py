@@ -14,11 +14,10 @@ import pytest
 from prbench import config
 from prbench.build.settings import BuildSettings
 from prbench.capabilities.bon.settings import BonSettings, BonStage
-from prbench.capabilities.plan.settings import PlanSettings
 from prbench.capabilities.policy_accuracy.settings import PolicyAccuracySettings, PolicyAccuracyStage
 from prbench.capabilities.rgd.settings import RGDSettings, RGDStage
 from prbench.capabilities.rl.settings import RLSettings, RLStage
-from prbench.capabilities.sample.settings import SampleSettings
+from prbench.config import PlanSettings, SampleSettings
 from prbench.errors import PrbenchError
 
 # (command function, parameter that receives the settings, the model)

@@ -105,7 +105,7 @@ def test_study_values_fill_what_a_stage_section_leaves_unset(study_dir: Path) ->
     also after the specs are resolved (loading from a file)."""
     from prbench.capabilities.rgd.settings import RGDSettings, RGDStage
     from prbench.capabilities.rl.settings import RLSettings, RLStage
-    from prbench.capabilities.sample.settings import SampleSettings
+    from prbench.config import SampleSettings
     from prbench.study.config import SampleStage
     from prbench.study.context import StudyContext
     from prbench.study.stages import study_defaults

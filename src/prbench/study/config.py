@@ -28,9 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from prbench.capabilities.plan.settings import PlanSettings
-from prbench.capabilities.sample.settings import SampleSettings
-from prbench.config import MAX_ITEMS
+from prbench.config import MAX_ITEMS, PlanSettings, SampleSettings
 from prbench.context.conditions import ALL_CONDITIONS, CONDITIONS
 from prbench.errors import DataError, PrbenchError, SpecError
 from prbench.registry import ENGINES, GRADERS, RETRIEVERS, REWARDS, STAGES

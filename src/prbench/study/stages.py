@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 from rich.markup import escape
 
 from prbench import config, evaluate
-from prbench.capabilities.plan.settings import PlanSettings
-from prbench.capabilities.sample.settings import SampleSettings
 from prbench.errors import PrbenchError
 from prbench.evaluation.evaluate import ModelHandle
 from prbench.rewards.base import capabilities
@@ -59,13 +57,13 @@ def needs(section: S | None, name: str) -> S:
     return section
 
 
-def _planner_path(ctx: StudyContext, planner: PlannerStage) -> str:
+def planner_path(ctx: StudyContext, planner: PlannerStage) -> str:
     return str(ctx.path("planner", f"{slug(planner.spec)}.jsonl"))
 
 
 def planner_file(ctx: StudyContext) -> str | None:
     p = ctx.cfg.section("planner", PlannerStage)
-    return None if p is None else _planner_path(ctx, p)
+    return None if p is None else planner_path(ctx, p)
 
 
 # -- eval -----------------------------------------------------------------------------------
@@ -185,13 +183,6 @@ def downstream_dir(ctx: StudyContext, *parts: str) -> str:
     return str(ctx.runs.joinpath("downstream", *parts))
 
 
-# -- plan -----------------------------------------------------------------------------------
-def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
-    p = needs(ctx.cfg.section("planner", PlannerStage), "planner")
-    n = item_count(ctx.data, p.limit or ctx.cfg.limit)
-    return [PlannedRun("plan", f"planner {p.spec}", n, n * (input_tokens("profile", ctx.cfg.top_k) + 120), p.spec)]
-
-
 def track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     """A progress callback for one step of a stage (items done / total), or None without a display."""
     bar = ctx.outputs.get("progress")
@@ -201,45 +192,10 @@ def track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     return lambda done, total: bar.update(task, completed=done, total=total)
 
 
-@stage("plan", _plan_plan, order=10, section=PlannerStage, key="planner", why="the planner model")
-def run_plan(ctx: StudyContext) -> None:
-    from prbench.capabilities.plan.driver import plan
-
-    p = needs(ctx.cfg.section("planner", PlannerStage), "planner")
-    path = Path(_planner_path(ctx, p))
-    if path.exists():
-        done = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-        if done >= item_count(ctx.data, p.limit or ctx.cfg.limit):
-            ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
-            return  # everything planned: no model load
-    res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, PlanSettings),
-               planner_options=p.options, on_progress=track(ctx, f"plan {p.spec}"))
-    ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
-
-
 # -- sample ------------------------------------------------------------------------------------
 def samples_dir(ctx: StudyContext) -> str:
     s = needs(ctx.cfg.section("sample", SampleStage), "sample")
     return downstream_dir(ctx, "samples", slug(f"{s.policy}-n{s.n}"))
-
-
-def _plan_sample(ctx: StudyContext) -> list[PlannedRun]:
-    section = needs(ctx.cfg.section("sample", SampleStage), "sample")
-    s = study_defaults(ctx, section, SampleSettings)
-    n = item_count(ctx.data, s.limit)
-    return [PlannedRun("sample", f"{section.policy} x {s.n}", n * s.n,
-                       n * s.n * (input_tokens(s.condition, s.top_k) + s.max_new_tokens))]
-
-
-@stage("sample", _plan_sample, order=30, section=SampleStage, why="the policy and N")
-def run_sample(ctx: StudyContext) -> None:
-    from prbench.capabilities.sample.driver import sample_policy
-
-    section = needs(ctx.cfg.section("sample", SampleStage), "sample")
-    settings = study_defaults(ctx, section, SampleSettings)
-    ss = sample_policy(section.policy, ctx.data, samples_dir(ctx), settings=settings, engine_options=section.options,
-                       on_progress=track(ctx, f"sample {section.policy} x {settings.n}"))
-    ctx.outputs["sample"] = {"path": samples_dir(ctx), "items": len(ss.items), "n": ss.n}
 
 
 # -- reward-guided decoding and policy accuracy ---------------------------------------------

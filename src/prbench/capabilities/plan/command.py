@@ -14,7 +14,6 @@ from typing import Annotated
 
 import typer
 
-from prbench.capabilities.plan.settings import PlanSettings
 from prbench.cli.options import (
     ApiKeyEnv,
     BaseUrl,
@@ -30,6 +29,7 @@ from prbench.cli.options import (
     settings_command,
 )
 from prbench.cli.output import emit_json, progress, table
+from prbench.config import PlanSettings
 from prbench.errors import PrbenchError
 
 app = typer.Typer(help="Planner: profile -> expected aspects. What the planner condition shows.")

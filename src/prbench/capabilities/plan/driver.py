@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from prbench.capabilities.plan.planner import Planner, planner_view
-from prbench.capabilities.plan.settings import PlanSettings
+from prbench.config import PlanSettings
 from prbench.context.retrieval import load_retriever
 from prbench.engines.base import Engine
 from prbench.errors import PrbenchError

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prbench.capabilities.plan.command import app
 from prbench.capabilities.plan.driver import plan
-from prbench.capabilities.plan.settings import PlanSettings
+from prbench.capabilities.plan.stage import run_plan
+from prbench.config import PlanSettings
 from prbench.runkinds.base import RunKind
 from prbench.runkinds.generation import SampleSummary
 
@@ -13,7 +14,7 @@ class PlanKind(RunKind):
     name = "plan"
     settings_model = PlanSettings
     driver = staticmethod(plan)
-    stage = "prbench.study.stages:run_plan"  # a direct reference once the stage moves here (stage.py)
+    stage = run_plan
     command = app  # `prbench plan` and `prbench plan train`
     title = "planner outputs"
     summary_model = SampleSummary

@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from prbench.capabilities.sample.settings import SampleSettings
 from prbench.cli.options import Json, Overwrite, Quiet, engine_options, settings_command
 from prbench.cli.output import emit_json, progress
-from prbench.config import EngineAccess
+from prbench.config import EngineAccess, SampleSettings
 
 
 @settings_command(settings=SampleSettings, access=EngineAccess)

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prbench.capabilities.sample.settings import SampleSettings
-from prbench.config import run_identity
+from prbench.config import SampleSettings, run_identity
 from prbench.context.conditions import build_view, read_planner_file
 from prbench.context.retrieval import load_retriever
 from prbench.data import write_examples

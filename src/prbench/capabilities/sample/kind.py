@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prbench.capabilities.sample.command import sample
 from prbench.capabilities.sample.driver import sample_policy
-from prbench.capabilities.sample.settings import SampleSettings
+from prbench.capabilities.sample.stage import run_sample
+from prbench.config import SampleSettings
 from prbench.runkinds.base import RunKind
 from prbench.runkinds.generation import SampleSummary
 
@@ -13,7 +14,7 @@ class SampleKind(RunKind):
     name = "sample"
     settings_model = SampleSettings
     driver = staticmethod(sample_policy)
-    stage = "prbench.study.stages:run_sample"  # a direct reference once the stage moves here (stage.py)
+    stage = run_sample
     command = staticmethod(sample)
     title = "policy samples"
     summary_model = SampleSummary
