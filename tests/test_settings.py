@@ -16,7 +16,7 @@ from prbench.errors import PrbenchError
 
 # (command function, parameter that receives the settings, the model)
 COMMANDS = [
-    ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
+    ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition", "until", "until_max"}),
     ("prbench.cli.build:build", config.BuildSettings, set()),
     ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
     ("prbench.cli.downstream:sample", config.SampleSettings, set()),

@@ -207,6 +207,13 @@ class EvalSettings(DataSpec, ContextSpec, RunSpec):
                                   metavar="ADDRESS")
     gpus_per_worker: float | None = opt(None, "GPUs per Ray actor (fractional ok; 0 for API judges; default: a "
                                               "share of the cluster's).", ge=0)
+    # sequential evaluation (`prbench.evaluation.until`): how many items, not what a record says, so no run
+    # folder's identity holds them
+    until: str | None = opt(
+        None, "Stop early: ci=W (every run's accuracy known to +-W) or decided[=M] (every pair of models separated "
+              "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
+              "a rerun with a tighter rule extends the same folders.", metavar="RULE")
+    until_max: int | None = count(None, "With --until: score at most N items per run.", MAX_ITEMS)
 
 
 class BonSettings(ContextSpec, RunSpec):

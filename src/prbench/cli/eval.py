@@ -42,11 +42,9 @@ Batch = Annotated[bool, typer.Option(
                     "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")]
 NoWait = Annotated[bool, typer.Option(
     "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")]
-Until = Annotated[str | None, typer.Option(
-    help="Stop early: ci=W (every run's accuracy known to +-W) or decided[=M] (every pair of models separated "
-         "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
-         "a rerun with a tighter rule extends the same folders.")]
-UntilMax = Annotated[int | None, typer.Option(help="With --until: score at most N items per run.", min=1)]
+# the CLI's own forms of EvalSettings.until / until_max (a free-text rule, a count checked by click): one help text
+Until = Annotated[str | None, typer.Option(help=EvalSettings.model_fields["until"].description)]
+UntilMax = Annotated[int | None, typer.Option(help=EvalSettings.model_fields["until_max"].description, min=1)]
 MODEL_HELP = ("Model spec (repeatable): baseline:length|short|random|lexical|embedding, hf:HUB_ID|DIR, "
               "judge:ENGINE, pmi:ENGINE, lik:ENGINE (ENGINE: builtin:NAME, openai:MODEL, vllm:MODEL, ...); "
               "trained by `prbench train`: bt:DIR, pal:DIR, style:DIR, stance:DIR, lore:DIR, pref:DIR, gpo:DIR, "
@@ -79,7 +77,7 @@ EVAL_EXAMPLES = """Examples:
 """
 
 
-@settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
+@settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition", "until", "until_max"))
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help=MODEL_HELP)],
     settings: EvalSettings,
@@ -126,8 +124,9 @@ def eval_cmd(
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
-    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.stats.sequential)
-        summaries = _eval_until(model, conds, per_model, settings, data, out, until, until_max, no_wait, {
+    settings = EvalSettings.build(settings, until=until, until_max=until_max)
+    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.evaluation.until)
+        summaries = _eval_until(model, conds, per_model, settings, data, out, not no_wait, {
             "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
             "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
         failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
@@ -179,36 +178,18 @@ def _finish(summaries: list[dict], pending: list[str], failures: list[str], quie
 
 
 def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
-                out: Path, until: str | None, until_max: int | None, no_wait: bool, kw: dict, quiet: bool
-                ) -> list[dict]:
-    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.stats.sequential`)."""
+                out: Path, wait: bool, kw: dict, quiet: bool) -> list[dict]:
+    """`evaluate` under `--until`, each (model, condition) run with its progress bar."""
     from prbench import evaluate
-    from prbench.engines.providers import engine_provider
-    from prbench.stats.sequential import StopRule, count_items, until_runs
+    from prbench.evaluation.until import check_until
 
-    if no_wait:
-        raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
-    if settings.limit is not None:
-        raise PrbenchError("--until grows the number of items itself; cap it with --until-max instead of --limit")
-    if until is None:
-        raise PrbenchError("--until-max caps a sequential run: give --until ci=W or --until decided with it")
-    StopRule.parse(until)  # a bad rule is refused before the data is read
-    rms = {spec: _handle(spec, per_model[spec], settings) for spec in specs}
-    jobs = [(spec, cond) for spec in specs for cond in conds]
-    labels = [(rms[spec].name, cond) for spec, cond in jobs]
-    n_items = count_items(data, categories=settings.categories, split=settings.split, format=settings.format)
+    check_until(settings, wait)  # refused before the models are named and the bars drawn
+    rms = [_handle(spec, per_model[spec], settings) for spec in specs]
     with progress(quiet) as bar:
-        tasks = [bar.add_task(escape(f"{m} [{c}]"), total=None) for m, c in labels]
-
-        def at(i: int, n: int, said: Any) -> Any:
-            spec, cond = jobs[i]
-            return evaluate(rms[spec], data, cond, settings=settings, out=out, seeded_order=True, limit=n, **kw,
-                            on_progress=said)
-
-        paid = [engine_provider(spec, per_model[spec]) is not None for spec, _ in jobs]
-        outcome, summaries = until_runs(labels, at, until, paid=paid, until_max=until_max, n_items=n_items,
-                                        on_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
-    return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, summaries, strict=True)]
+        tasks = [bar.add_task(escape(f"{rm.name} [{c}]"), total=None) for rm in rms for c in conds]
+        results = evaluate(rms, data, conds, settings=settings, out=out, **kw,
+                           on_run_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
+    return [{**r.summary, "path": str(r.path)} for r in results]
 
 
 def _print_runs(summaries: list[dict]) -> None:

@@ -146,29 +146,21 @@ def run_eval(ctx: StudyContext) -> None:
 
 
 def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict[str, Any]]:
-    """The study's main runs under `until` (`prbench.stats.sequential`): one growing seeded prefix; under `decided` a
+    """The study's main runs under `until` (`prbench.evaluation.until`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
-    `until_max` (else `limit`) caps the items."""
-    from prbench.engines.providers import engine_provider
-    from prbench.stats.sequential import count_items, until_runs
+    `until_max` (else `limit`) caps the items, and each run's own limit caps its prefix."""
+    from prbench.evaluation.until import EvalRun
 
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
-
-    def at(i: int, n: int, said: Any) -> Any:
-        entry, cond = jobs[i]
-        cap = eval_limit(ctx, entry, cond)
-        return evaluate(handles[id(entry)], ctx.data, cond, out=ctx.runs, seed=ctx.cfg.seed, limit=min(n, cap or n),
-                        seeded_order=True, categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
-                        retriever=ctx.cfg.retriever, planner_file=planner_file(ctx) if cond == "planner" else None,
-                        both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
-                        format=ctx.cfg.format, batch=entry.batch, max_usd=entry.max_usd, on_progress=said)
-
-    paid = [engine_provider(e.spec, e.options) is not None for e, _ in jobs]
-    n_items = count_items(ctx.data, categories=ctx.cfg.categories, format=ctx.cfg.format)
-    outcome, summaries = until_runs([(e.spec, c) for e, c in jobs], at, str(ctx.cfg.until), paid=paid,
-                                    until_max=ctx.cfg.until_max or ctx.cfg.limit, n_items=n_items)
-    return [{"spec": e.spec, "condition": c, "path": str(r.path), "accuracy": s["accuracy"],
-             "sequential": s["sequential"]} for (e, c), r, s in zip(jobs, outcome.results, summaries, strict=True)]
+    runs = [EvalRun(handles[id(entry)], cond, config.EvalSettings.build(
+        seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond), categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
+        retriever=ctx.cfg.retriever, planner_file=planner_file(ctx) if cond == "planner" else None,
+        both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size, format=ctx.cfg.format),
+        {"batch": entry.batch, "max_usd": entry.max_usd}) for entry, cond in jobs]
+    results = evaluate(runs, ctx.data, out=ctx.runs, until=str(ctx.cfg.until),
+                       until_max=ctx.cfg.until_max or ctx.cfg.limit)
+    return [{"spec": e.spec, "condition": c, "path": str(r.path), "accuracy": r.summary["accuracy"],
+             "sequential": r.summary["sequential"]} for (e, c), r in zip(jobs, results, strict=True)]
 
 
 def _eval_specs(ctx: StudyContext) -> list[str]:
