@@ -34,6 +34,7 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
 from prbench.errors import BatchPending, InvalidRunError, PrbenchError
+from prbench.specs import ModelSpec
 
 MaxInvalid = Annotated[float, typer.Option(help="Fail (exit 1) when the share of invalid records is above this (0-1). "
                                                 "A run with every record invalid always fails.")]
@@ -117,22 +118,22 @@ def eval_cmd(
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
     conds = check_condition_names(split_csv(condition) or ["none"])
-    model = list(dict.fromkeys(model_specs(model).values()))  # one identity per model, however written
+    specs = list({m.spec: m for m in model_specs(model).values()}.values())  # parsed once; one identity per model
     check_data(data, settings, conds)  # `-c none,oracle` on data without a rubric: refused before `none` runs
-    per_model = model_options(model, model_option, mode=mode, max_length=max_length,
+    per_model = model_options(specs, model_option, mode=mode, max_length=max_length,
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
     settings = EvalSettings.build(settings, until=until, until_max=until_max)
     if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.evaluation.until)
-        summaries = _eval_until(model, conds, per_model, settings, data, out, not no_wait, {
+        summaries = _eval_until(specs, conds, per_model, settings, data, out, not no_wait, {
             "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
             "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
         failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
     with progress(quiet or json_out) as bar:
-        for spec in model if until is None and until_max is None else ():
-            rm = _handle(spec, per_model[spec], settings)  # built by `evaluate` for the first run that scores
+        for spec in specs if until is None and until_max is None else ():
+            rm = _handle(spec, per_model[spec.spec], settings)  # built by `evaluate` for the first run that scores
             for cond in conds:
                 task = bar.add_task(escape(f"{rm.name} [{cond}]"), total=None)
                 try:
@@ -152,7 +153,7 @@ def eval_cmd(
     _finish(summaries, pending, failures, quiet, json_out)
 
 
-def _handle(spec: str, options: dict[str, Any], settings: EvalSettings) -> Any:
+def _handle(spec: ModelSpec, options: dict[str, Any], settings: EvalSettings) -> Any:
     """The model as `evaluate` builds it when a run needs it. Named as its RM reports itself (a pointwise judge:
     `judge[pointwise]:...`), which named `prbench eval`'s run folders when the command built every model first;
     spread over Ray workers, by its spec (each worker builds its own)."""
@@ -177,14 +178,14 @@ def _finish(summaries: list[dict], pending: list[str], failures: list[str], quie
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 
 
-def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
+def _eval_until(specs: list[ModelSpec], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
                 out: Path, wait: bool, kw: dict, quiet: bool) -> list[dict]:
     """`evaluate` under `--until`, each (model, condition) run with its progress bar."""
     from prbench import evaluate
     from prbench.evaluation.until import check_until
 
     check_until(settings, wait)  # refused before the models are named and the bars drawn
-    rms = [_handle(spec, per_model[spec], settings) for spec in specs]
+    rms = [_handle(spec, per_model[spec.spec], settings) for spec in specs]
     with progress(quiet) as bar:
         tasks = [bar.add_task(escape(f"{rm.name} [{c}]"), total=None) for rm in rms for c in conds]
         results = evaluate(rms, data, conds, settings=settings, out=out, **kw,

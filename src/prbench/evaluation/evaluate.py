@@ -34,6 +34,7 @@ from prbench.errors import (
 from prbench.evaluation import validity
 from prbench.evaluation.scoring import SIDE_CREDIT, chunk_records
 from prbench.evaluation.until import EvalRun, check_until, evaluate_until
+from prbench.registry import REWARDS
 from prbench.rewards.base import (
     CheckedOptions,
     RewardModel,
@@ -44,6 +45,7 @@ from prbench.rewards.base import (
 )
 from prbench.runtime import interrupt
 from prbench.schema import Example
+from prbench.specs import ModelSpec, parse_spec
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache
 from prbench.store.fingerprint import data_digest, spec_digest
@@ -193,10 +195,11 @@ class ModelHandle:
     built RM will report (`rewards.base.rm_name`), which is what named its folders when it built the RM first.
     """
 
-    def __init__(self, spec: str, options: Mapping[str, Any] | None = None, *, name: str | None = None):
-        self.spec = spec
-        self.options = checked_options(spec, options)
-        self.name = name or spec
+    def __init__(self, spec: str | ModelSpec, options: Mapping[str, Any] | None = None, *, name: str | None = None):
+        self.parsed = spec if isinstance(spec, ModelSpec) else parse_spec(REWARDS, spec)  # parsed once, here or before
+        self.spec = self.parsed.spec
+        self.options = checked_options(self.parsed, options)
+        self.name = name or self.spec
         self._rm: RewardModel | None = None
         self._built_with: tuple[int | None, int] | None = None
         self._taken = False
@@ -210,8 +213,8 @@ class ModelHandle:
         """The RM for the next run to score, built now unless one is waiting (built by `get` for this batch size
         and seed and not yet `take`n)."""
         if self._rm is None or self._taken or self._built_with != (batch_size, seed):
-            evaluator = checked_options(self.spec, {"batch_size": batch_size, "seed": seed})
-            self._rm = build_rm(self.spec, CheckedOptions(self.spec, {**evaluator, **self.options}))
+            evaluator = checked_options(self.parsed, {"batch_size": batch_size, "seed": seed})
+            self._rm = build_rm(self.parsed, CheckedOptions(self.spec, {**evaluator, **self.options}))
             self._built_with, self._taken = (batch_size, seed), False
         return self._rm
 
