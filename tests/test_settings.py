@@ -12,11 +12,12 @@ import inspect
 import pytest
 
 from prbench import config
+from prbench.capabilities.eval.settings import EvalSettings
 from prbench.errors import PrbenchError
 
 # (command function, parameter that receives the settings, the model)
 COMMANDS = [
-    ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition", "until", "until_max"}),
+    ("prbench.capabilities.eval.command:eval_cmd", EvalSettings, {"condition", "until", "until_max"}),
     ("prbench.cli.build:build", config.BuildSettings, set()),
     ("prbench.cli.plan:plan_cmd", config.PlanSettings, set()),
     ("prbench.cli.downstream:sample", config.SampleSettings, set()),
@@ -86,7 +87,7 @@ def test_study_sections_are_the_drivers_settings() -> None:
 
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
-    for model in (config.EvalSettings, config.BuildSettings, config.SampleSettings, config.RLSettings,
+    for model in (EvalSettings, config.BuildSettings, config.SampleSettings, config.RLSettings,
                   config.PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):

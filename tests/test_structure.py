@@ -19,7 +19,11 @@ def _module_name(path: Path) -> str:
 
 
 def _unit(module: str) -> str:
-    """The node a module counts for: a subpackage (`prbench.data`), a top-level module, or the root package."""
+    """The node a module counts for: a subpackage (`prbench.data`), a top-level module, or the root package; a
+    module of a capability (`prbench.capabilities.eval.kind`) counts alone: a capability's parts sit on the floors
+    they serve (its settings under the driver, its command over the CLI's options)."""
+    if module.startswith("prbench.capabilities."):
+        return module
     return ".".join(module.split(".")[:2])
 
 

@@ -25,7 +25,7 @@ _EXPORTS = {
     "invalid_failure": "prbench.evaluation.evaluate:invalid_failure",
     "run_path": "prbench.evaluation.evaluate:run_path",
     "summarize": "prbench.evaluation.evaluate:summarize",
-    "EvalSettings": "prbench.config:EvalSettings",
+    "EvalSettings": "prbench.capabilities.eval.settings:EvalSettings",
     "load_examples": "prbench.data:load_examples",
     "write_examples": "prbench.data:write_examples",
     "iter_examples": "prbench.data:iter_examples",

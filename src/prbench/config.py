@@ -187,41 +187,19 @@ class ICLSettings(DataSpec, RunSpec):
                               metavar="SPEC")
 
 
-class EvalSettings(DataSpec, ContextSpec, RunSpec):
-    """One RM under one condition on one benchmark (`evaluate`, `prbench eval`, the study's eval stage)."""
-
-    conditions: ClassVar[tuple[str, ...]] = ALL_CONDITIONS
-    condition: str = opt("none", f"What the RM sees: {', '.join(ALL_CONDITIONS)}.", "-c", metavar="NAME")
-    # None = resolved later (the model folder's own k, else 10): wider than ContextSpec's int, which pydantic
-    # allows and mypy refuses (debt: a ContextSpec reader here must handle None)
-    top_k: int | None = count(
-        None, "Profile posts kept after retrieval (default: the number a trained model's folder "
-              "asks for, e.g. stance's whole profile of judgments; else 10).", 10_000)
-    format: str | None = opt(None, "Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: "
-                                   "detected). See `prbench data formats`.", "-F", metavar="NAME")
-    both_orders: bool = opt(False, "Any judge that compares two answers (pairwise or likelihood mode): ask in both "
-                                   "answer orders as two queries; orders that disagree count as a tie (0.5).")
-    batch_size: int = count(16, "Examples per model batch.", 65536)
-    workers: int = count(1, "Ray actors to shard examples over (one model load each).", 4096)
-    ray_address: str | None = opt(None, "Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).",
-                                  metavar="ADDRESS")
-    gpus_per_worker: float | None = opt(None, "GPUs per Ray actor (fractional ok; 0 for API judges; default: a "
-                                              "share of the cluster's).", ge=0)
-    # sequential evaluation (`prbench.evaluation.until`): how many items, not what a record says, so no run
-    # folder's identity holds them
-    until: str | None = opt(
-        None, "Stop early: ci=W (every run's accuracy known to +-W) or decided[=M] (every pair of models separated "
-              "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
-              "a rerun with a tighter rule extends the same folders.", metavar="RULE")
-    until_max: int | None = count(None, "With --until: score at most N items per run.", MAX_ITEMS)
+# Fields of eval's settings (`prbench.capabilities.eval.settings.EvalSettings`) that other drivers scoring with an
+# RM declare too: one default, range and help text each
+RM_TOP_K: Any = count(None, "Profile posts kept after retrieval (default: the number a trained model's folder "
+                            "asks for, e.g. stance's whole profile of judgments; else 10).", 10_000)
+RM_BATCH_SIZE: Any = count(16, "Examples per model batch.", 65536)
 
 
 class BonSettings(ContextSpec, RunSpec):
     """Best-of-N curves of RMs on a samples folder (`best_of_n`, `prbench bon`, the study's `bon`)."""
 
     ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
-    batch_size: int = field_of(EvalSettings, "batch_size")
-    top_k: int | None = field_of(EvalSettings, "top_k")  # None: each RM's own, as eval
+    batch_size: int = RM_BATCH_SIZE
+    top_k: int | None = RM_TOP_K  # None: each RM's own, as eval
 
 
 class RLSettings(DataSpec, ContextSpec, PolicyPromptSpec, RunSpec):

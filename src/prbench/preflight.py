@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from prbench.config import EvalSettings
+from prbench.capabilities.eval.settings import EvalSettings
 from prbench.context.conditions import ALL_CONDITIONS
 from prbench.errors import PrbenchError, SpecError
 from prbench.registry import REWARDS

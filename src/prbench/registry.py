@@ -246,9 +246,10 @@ FORMATS = Registry("data format", "prbench.formats", {
 # folder, and what makes one (its settings, driver, study stage, CLI command), see prbench.runkinds.
 # A plug-in downstream metric registers its kind here and nothing else.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
-    name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
-        ("eval", "eval"), ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
-        ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))
+    "eval": "prbench.capabilities.eval.kind:KIND",
+    **{name: f"prbench.runkinds.{module}" if ":" in module else f"prbench.runkinds.{module}:KIND" for name, module in (
+        ("bon", "bon"), ("rl", "rl"), ("rgd", "rgd"), ("policy-accuracy", "policy_accuracy"),
+        ("icl", "generation"), ("sample", "generation:SAMPLE"), ("plan", "generation:PLAN"), ("build", "build"))},
 })
 
 

@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # typer >= 0.26 runs its own copy of click: these are the cla
     from typer._click.core import Context
     from typer._click.formatting import HelpFormatter
 
-from prbench.config import ContextSpec, DataSpec, EvalSettings, RunSpec, Settings, field_of, opt
+from prbench.capabilities.eval.settings import EvalSettings
+from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, field_of, opt
 from prbench.errors import SpecError
 from prbench.registry import ENGINES, REWARDS
 from prbench.specs import ModelSpec

@@ -160,7 +160,7 @@ def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
         return
     if quiet:
         return
-    from prbench.cli.eval import show_leaderboard
+    from prbench.cli.leaderboard import show_leaderboard
     from prbench.leaderboard import leaderboard
 
     if ctx.runs.exists():

@@ -20,7 +20,8 @@ from typing import Any, cast, overload
 import numpy as np
 
 from prbench import cost
-from prbench.config import EvalSettings, run_identity
+from prbench.capabilities.eval.settings import EvalSettings
+from prbench.config import run_identity
 from prbench.context.conditions import build_view, no_context_failure, read_planner_file, require_fields
 from prbench.context.retrieval import load_retriever
 from prbench.data import iter_examples

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from prbench.config import EvalSettings
+from prbench.capabilities.eval.settings import EvalSettings
 from prbench.errors import PrbenchError
 from prbench.schema import Example
 from prbench.stats.sequential import StopRule, count_items, until_runs

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from prbench.registry import resolve
 from prbench.report.data import ReportData
 from prbench.report.widgets import (
     Cell,
@@ -34,7 +33,7 @@ def rl_rgd_section(d: ReportData) -> str:
     blocks = [k for k in kinds() if k.role == "downstream" and k.report_id is None and k.report_section]
     blocks.sort(key=lambda k: (k.name == "policy-accuracy", _FIRST.index(k.name) if k.name in _FIRST else 9, k.name))
     return section("rl-rgd", "RL, RGD and policy accuracy", EXPLAIN,
-                   "".join(resolve(str(k.report_section))(d, k) for k in blocks))  # each has one (filtered above)
+                   "".join(block(d, k) for k in blocks if (block := k.report_block()) is not None))
 
 
 def downstream_section(d: ReportData, kind: RunKind) -> str:

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
 from prbench.errors import DataError, NotARun, PrbenchError
-from prbench.registry import RUNKINDS
+from prbench.registry import RUNKINDS, resolve
 from prbench.store.records import newer_format, run_kind, typed_summary
 from prbench.store.runs import read_json, read_records, regular_file
 
@@ -185,21 +185,26 @@ class RunKind:
     label_fields: ClassVar[tuple[tuple[str, str], ...]] = ()  # (shown as, field) in the meta label
     short: ClassVar[str] = ""  # the setting's name in labels ("BoN", "RL", ...)
     value_definition: ClassVar[str] = ""  # meta's `definitions[<setting>_value]`
-    # "module:function" rendering the kind's part of the report. With `report_id` (a section id of the page,
+    # The function (or its "module:function") rendering the kind's part of the report. With `report_id` (a section id of the page,
     # `prbench.report.html.SECTIONS`) it renders that whole section, called (report data, seed, n_boot): eval's
     # leaderboard, build, bon. Without, it is a block of the "rl-rgd" section, called (report data, kind).
-    report_section: ClassVar[str | None] = None
+    report_section: ClassVar[Any] = None
     report_id: ClassVar[str | None] = None
     # What makes a run of this kind, so one registration (RUNKINDS) is the whole extension:
     # `settings_model` (its pydantic settings: the study section and the command's options), `driver`
-    # ("module:function" writing one run), `stage` (a `prbench.study.context.Stage` or its "module:attr":
+    # (the function writing one run, or its "module:function"), `stage` (a `prbench.study.context.Stage` or its "module:attr":
     # `prbench.registry.STAGES` lists it under the Stage's name) and `command` (`prbench <name>`, for built-in and
     # plug-in kinds alike: a typer command function, a typer `CommandInfo` (a function with its click settings) or
     # a typer app (a group of commands), or its "module:attr"; a plug-in kind named like another command gets none).
     settings_model: ClassVar[Any] = None
-    driver: ClassVar[str | None] = None
+    driver: ClassVar[Any] = None
     stage: ClassVar[Any] = None
     command: ClassVar[Any] = None
+
+    def report_block(self) -> Callable[..., str] | None:
+        """`report_section` as a function (a built-in names it directly, a plug-in may give its "module:function")."""
+        target = self.report_section
+        return resolve(target) if isinstance(target, str) else target
 
     def check(self, run: Run) -> None:
         """Validate what the readers rely on: the summary against the kind's model, each record against its model."""
@@ -318,6 +323,12 @@ def _downstream(path: Path) -> DownstreamResult:
     except PrbenchError as exc:
         why = str(exc).removeprefix(f"{path}: ").removeprefix("downstream result: ")
         raise DataError(str(path), None, None, f"{why}; rerun the command that wrote it") from None
+
+
+def run_credits(run: Run) -> dict[str, float]:
+    """Item id -> credit of every validly scored pair of a benchmark run (its typed records): what `compare`,
+    the report's paired tests and the viewer pair two runs on."""
+    return {rec.id: rec.credit for rec in run.items if rec.credit is not None}
 
 
 def open_run(path: str | Path) -> Run:
