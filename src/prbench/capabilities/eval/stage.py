@@ -10,6 +10,7 @@ from rich.markup import escape
 from prbench import evaluate
 from prbench.capabilities.eval.settings import EvalSettings
 from prbench.evaluation.evaluate import ModelHandle
+from prbench.evaluation.until import EvalRun
 from prbench.rewards.base import capabilities
 from prbench.study.config import ModelEntry
 from prbench.study.context import PlannedRun, StudyContext, stage
@@ -97,8 +98,6 @@ def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict
     """The study's main runs under `until` (`prbench.evaluation.until`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
     `until_max` (else `limit`) caps the items, and each run's own limit caps its prefix."""
-    from prbench.evaluation.until import EvalRun
-
     jobs = [(entry, cond) for entry in ctx.cfg.models for cond in model_conditions(ctx, entry)]
     runs = [EvalRun(handles[id(entry)], cond, EvalSettings.build(
         seed=ctx.cfg.seed, limit=eval_limit(ctx, entry, cond), categories=ctx.cfg.categories, top_k=ctx.cfg.top_k,
