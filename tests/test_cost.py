@@ -232,6 +232,36 @@ def test_paper_preset_dry_run_expects_dollars_under_until_decided(capsys, monkey
     assert "with judges at 0.570 / 0.640 / 0.710 `decided` would spend" in said  # the other spacing beside
 
 
+def test_the_forecast_is_a_library_function_and_the_dry_run_prints_it(capsys, monkeypatch) -> None:
+    """`prbench.study.forecast.forecast` gives the dry run's numbers as typed values (before, they were computed
+    inside the CLI's printing): each run's dollars, the expected dollars under `until: decided`, the closing table
+    and the price of both orders; the dry run prints exactly these."""
+    from prbench.study.config import load_study_config
+    from prbench.study.forecast import UNTIL_COLUMN, forecast
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg, root = load_study_config(None, "personalized-rewardbench")
+    plan = forecast(cfg, root)
+    assert plan.until is not None and plan.both_orders is not None
+    code, out, err = _dry_run(capsys, monkeypatch, "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["what"] for r in rows] == [r.what for r in plan.runs]
+    for row, run, usd in zip(rows, plan.runs, plan.usd, strict=True):
+        if usd is None:
+            assert row["usd_sync"] is None
+            continue
+        assert (row["usd_sync"], row["usd_batch"], row["usd_batch_cache"]) == (
+            round(usd.sync, 2), round(usd.batch, 2), round(usd.batch_cache, 2))
+        assert row["usd_until_decided"] == round(usd.batch_cache * plan.until.share(run), 2)
+    head, table = plan.dollar_rows()
+    assert head[-1] == UNTIL_COLUMN and table[-1][0] == "all"
+    code, out, _ = _dry_run(capsys, monkeypatch)
+    total = [ln for ln in out.splitlines() if ln.strip("│ ").startswith("all")][-1]
+    assert [c.strip() for c in total.strip().strip("│").split("│")] == list(table[-1])
+    assert f"$ batch+cache {plan.both_orders[0]:,.2f} in all" in " ".join(out.split())
+
+
 def test_cached_estimate_reads_shared_starts_over_the_minimum() -> None:
     """Batch+cache: of k calls sharing a start, the first writes and the rest read with CACHE_HITS['batch']."""
     found = ("anthropic", "claude-sonnet-4-5")

@@ -34,7 +34,7 @@ def test_documented_eval_options_exist() -> None:
     """Every `prbench eval --option` written in the docs is an option `prbench eval` has."""
     from typer.main import get_command
 
-    import prbench.cli.eval  # noqa: F401  (attaches `eval` to the app)
+    import prbench.capabilities.eval.command  # noqa: F401  (attaches `eval` to the app)
     from prbench.cli import app
 
     eval_cmd = get_command(app).commands["eval"]  # type: ignore[attr-defined]

@@ -117,8 +117,8 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_quick_start_judge_is_not_crowned_and_the_person_question_is_answered(
         quick: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from prbench.capabilities.eval.kind import KIND as EVAL
     from prbench.runkinds import scan_runs
-    from prbench.runkinds.eval import KIND as EVAL
     from prbench.stats import metrics
     from prbench.store.records import EvalSummary
 

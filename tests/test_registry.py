@@ -335,7 +335,7 @@ def test_no_prefix_tests_outside_the_kinds():
         "report/plots.py": "shortens a label for a bar chart (display only, decides nothing)",
         "sources.py": "RL's trainable policy must be a local causal LM folder (moved here from downstream/rl.py)",
         "eee.py": "names the model in Every Eval Ever's developer/model form and its inference platform (display)",
-        "study/stages.py": "the dry run's token estimate of a judge plan (an estimate, decides no score)",
+        "capabilities/eval/stage.py": "the dry run's token estimate of a judge plan (an estimate, decides no score)",
     }
     offenders = [f"{p.relative_to(src)}:{i}" for p in src.rglob("*.py") for i, line in
                  enumerate(p.read_text(encoding="utf-8").splitlines(), 1)

@@ -252,6 +252,41 @@ def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert out.count("stopped: ci=0.2 met at 60 of 300 items") == 2
 
 
+def test_until_is_a_setting_of_evaluate_and_writes_what_the_cli_writes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`until` is an `EvalSettings` field: `evaluate` runs the race itself from Python (before, only `prbench eval`
+    and the study orchestrated it, and `evaluate(..., until=...)` was an unknown option), and its run folders
+    are the ones `prbench eval --until` writes, byte for byte but the wall time."""
+    from prbench import EvalSettings
+    from prbench.testing.cli import run_cli
+
+    data = tmp_path / "bench.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in make_records(300)), encoding="utf-8")
+    got = evaluate(["baseline:length", "baseline:short"], str(data), ["none", "oracle"], out=tmp_path / "py",
+                   until="decided", n_boot=20)
+    assert [r.summary["sequential"]["n_used"] for r in got] == [60] * 4
+    code, _, err = run_cli(capsys, "eval", "-m", "baseline:length", "-m", "baseline:short", "-c", "none,oracle",
+                           "--data", str(data), "--out", str(tmp_path / "cli"), "--n-boot", "20", "--until",
+                           "decided", "--quiet")
+    assert code == 0, err
+    for res in got:
+        assert res.path is not None
+        twin = tmp_path / "cli" / res.path.relative_to(tmp_path / "py")
+        for name in ("config.json", "examples.jsonl", "summary.json"):
+            mine, theirs = (json.loads(p.read_text()) if name.endswith(".json") else p.read_text()
+                            for p in (res.path / name, twin / name))
+            if name == "summary.json":
+                for s in (mine, theirs):
+                    s.pop("wall_time_s")
+            assert mine == theirs, name
+    one = evaluate("baseline:length", str(data), "none", settings=EvalSettings(until="ci=0.2", n_boot=20))
+    assert one.summary["sequential"]["stopped"].startswith("ci=0.2 met at 60 of 300 items")
+    with pytest.raises(PrbenchError, match="cap it with --until-max instead of --limit"):
+        evaluate("baseline:length", str(data), until="decided", limit=50)
+    with pytest.raises(PrbenchError, match="--until 'soon'"):
+        evaluate("baseline:length", str(data), until="soon")
+
+
 def test_study_eval_stage_until(tmp_path: Path) -> None:
     """A study's `until`: the eval stage stops each condition's models together and records why."""
     from prbench.study.config import load_study_config, parse_study

@@ -14,6 +14,7 @@ import pytest
 from prbench import config
 from prbench.build.settings import BuildSettings
 from prbench.capabilities.bon.settings import BonSettings, BonStage
+from prbench.capabilities.eval.settings import EvalSettings
 from prbench.capabilities.policy_accuracy.settings import PolicyAccuracySettings, PolicyAccuracyStage
 from prbench.capabilities.rgd.settings import RGDSettings, RGDStage
 from prbench.capabilities.rl.settings import RLSettings, RLStage
@@ -22,7 +23,7 @@ from prbench.errors import PrbenchError
 
 # (command function, parameter that receives the settings, the model)
 COMMANDS = [
-    ("prbench.cli.eval:eval_cmd", config.EvalSettings, {"condition"}),
+    ("prbench.capabilities.eval.command:eval_cmd", EvalSettings, {"condition", "until", "until_max"}),
     ("prbench.capabilities.build.command:build", BuildSettings, set()),
     ("prbench.capabilities.plan.command:plan_cmd", PlanSettings, set()),
     ("prbench.capabilities.sample.command:sample", SampleSettings, set()),
@@ -92,7 +93,7 @@ def test_study_sections_are_the_drivers_settings() -> None:
 
 
 def test_the_limit_rule_is_one_line_everywhere() -> None:
-    for model in (config.EvalSettings, BuildSettings, SampleSettings, RLSettings,
+    for model in (EvalSettings, BuildSettings, SampleSettings, RLSettings,
                   PlanSettings):
         for bad in (0, -1, True, 2.5):
             with pytest.raises(PrbenchError, match=r"^limit must be a whole number >= 1 \(or unset for every item\)"):

@@ -128,7 +128,33 @@ def test_options_are_checked_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         _evaluate.ModelHandle("baseline:embedding", {"encodr": "x"})
 
 
+def test_a_model_spec_is_parsed_once_per_run_of_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`prbench eval -m SPEC`: the spec is parsed and its kind looked up once (`preflight.model_specs` ->
+    `prbench.specs.ModelSpec`), and the options, the run name and the model take that parse; before, the
+    preflight, `-M`'s check and the handle (once more per run that built the RM) each parsed it again."""
+    from prbench import specs
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    parsed: list[str] = []
+    real = specs._factory
+
+    def counting(registry, spec):
+        parsed.append(spec)
+        return real(registry, spec)
+
+    monkeypatch.setattr(specs, "_factory", counting)
+    argv = ["eval", "-m", "baseline:embedding", "-M", "encoder=builtin:minilm-l6", "-c", "none,profile",
+            "--limit", "2", "-o", "runs", "-q"]
+    assert run_cli(monkeypatch, *argv) == 0, capsys.readouterr().err
+    assert parsed.count("baseline:embedding") == 1, parsed
+    with pytest.raises(prbench.errors.SpecError, match="did you mean 'encoder'"):  # the same message as before
+        _evaluate.ModelHandle(specs.parse_spec(prbench.registry.REWARDS, "baseline:embedding"), {"encodr": "x"})
+
+
 def test_evaluate_says_one_result_for_one_condition_and_a_list_for_a_list() -> None:
-    one, many = typing.get_overloads(prbench.evaluate)
+    one, many, models = typing.get_overloads(prbench.evaluate)
     assert typing.get_type_hints(one)["return"] is _evaluate.EvalResult
     assert typing.get_type_hints(many)["return"] == list[_evaluate.EvalResult]
+    assert typing.get_type_hints(models)["return"] == list[_evaluate.EvalResult]  # a list of models

@@ -4,7 +4,8 @@ Every command is a function here (the CLI is a thin layer over them), re-exporte
 the modules that hold them, so `import prbench` stays light (no torch, no datasets) until a name
 is used; `prbench.evaluate(...)` is always the function.
 
-- evaluate: `evaluate` (one RM, one or several conditions -> `EvalResult`), `EvalSettings`,
+- evaluate: `evaluate` (one RM or several, one or several conditions, `until` to stop early -> `EvalResult`),
+  `EvalSettings`,
   `invalid_failure`, `InvalidRunError`, `run_path`, `summarize`
 - data: `load_examples`, `write_examples` (what `prbench data convert` does), `iter_examples`
 - downstream: `sample_policy`, `read_samples`, `best_of_n`, `run_rgd`, `policy_accuracy`, `run_icl`, `train_rl`
@@ -25,7 +26,7 @@ _EXPORTS = {
     "invalid_failure": "prbench.evaluation.evaluate:invalid_failure",
     "run_path": "prbench.evaluation.evaluate:run_path",
     "summarize": "prbench.evaluation.evaluate:summarize",
-    "EvalSettings": "prbench.config:EvalSettings",
+    "EvalSettings": "prbench.capabilities.eval.settings:EvalSettings",
     "load_examples": "prbench.data:load_examples",
     "write_examples": "prbench.data:write_examples",
     "iter_examples": "prbench.data:iter_examples",

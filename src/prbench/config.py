@@ -151,26 +151,11 @@ class PolicyScoringSpec(Settings):
 
 
 
-class EvalSettings(DataSpec, ContextSpec, RunSpec):
-    """One RM under one condition on one benchmark (`evaluate`, `prbench eval`, the study's eval stage)."""
-
-    conditions: ClassVar[tuple[str, ...]] = ALL_CONDITIONS
-    condition: str = opt("none", f"What the RM sees: {', '.join(ALL_CONDITIONS)}.", "-c", metavar="NAME")
-    # None = resolved later (the model folder's own k, else 10): wider than ContextSpec's int, which pydantic
-    # allows and mypy refuses (debt: a ContextSpec reader here must handle None)
-    top_k: int | None = count(
-        None, "Profile posts kept after retrieval (default: the number a trained model's folder "
-              "asks for, e.g. stance's whole profile of judgments; else 10).", 10_000)
-    format: str | None = opt(None, "Data format NAME[:OPTIONS] (prb, rewardbench2, prism:user ...; default: "
-                                   "detected). See `prbench data formats`.", "-F", metavar="NAME")
-    both_orders: bool = opt(False, "Any judge that compares two answers (pairwise or likelihood mode): ask in both "
-                                   "answer orders as two queries; orders that disagree count as a tie (0.5).")
-    batch_size: int = count(16, "Examples per model batch.", 65536)
-    workers: int = count(1, "Ray actors to shard examples over (one model load each).", 4096)
-    ray_address: str | None = opt(None, "Join an existing Ray cluster (e.g. 'auto'; else RAY_ADDRESS).",
-                                  metavar="ADDRESS")
-    gpus_per_worker: float | None = opt(None, "GPUs per Ray actor (fractional ok; 0 for API judges; default: a "
-                                              "share of the cluster's).", ge=0)
+# Fields of eval's settings (`prbench.capabilities.eval.settings.EvalSettings`) that other drivers scoring with an
+# RM declare too: one default, range and help text each
+RM_TOP_K: Any = count(None, "Profile posts kept after retrieval (default: the number a trained model's folder "
+                            "asks for, e.g. stance's whole profile of judgments; else 10).", 10_000)
+RM_BATCH_SIZE: Any = count(16, "Examples per model batch.", 65536)
 
 
 

@@ -33,6 +33,7 @@ from prbench.context.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
 from prbench.evaluation import validity
 from prbench.runkinds import NotARun, Run, open_run, scan_runs
+from prbench.runkinds.base import run_credits
 from prbench.schema import CATEGORY_SHORT
 from prbench.stats import metrics
 from prbench.stats.power import resolvable
@@ -505,11 +506,9 @@ def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
 
 def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
     """Paired difference A - B on the items both runs scored validly, with bootstrap CI and McNemar."""
-    from prbench.runkinds.eval import KIND as EVAL
-
     run_a, run_b = load_run(path_a), load_run(path_b)
     sa, sb = run_a.summary_as(EvalSummary), run_b.summary_as(EvalSummary)
-    a, b = EVAL.credits(run_a), EVAL.credits(run_b)
+    a, b = run_credits(run_a), run_credits(run_b)
     shared = sorted(a.keys() & b.keys())
     if not shared:
         raise PrbenchError("the two runs share no validly scored item")

@@ -8,16 +8,15 @@ with a "did you mean" where a close name exists.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from prbench.config import EvalSettings
+from prbench.capabilities.eval.settings import EvalSettings
 from prbench.context.conditions import ALL_CONDITIONS
 from prbench.errors import PrbenchError, SpecError
 from prbench.registry import REWARDS
 from prbench.runtime.hub import no_such_folder
-from prbench.specs import resolve_spec
+from prbench.specs import ModelSpec, parse_spec
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -34,20 +33,19 @@ def check_condition_names(conditions: Sequence[str], known: Sequence[str] = ALL_
     return list(conditions)
 
 
-def model_specs(specs: Sequence[str], root: Path | None = None) -> dict[str, str]:
-    """Each spec as given -> its canonical form: names checked by its kind, local folders made absolute.
+def model_specs(specs: Sequence[str], root: Path | None = None) -> dict[str, ModelSpec]:
+    """Each spec as given -> its one parse (`prbench.specs.ModelSpec`): names checked by its kind, local folders
+    made absolute; the command's later steps (options, run names, the model itself) take that parse.
 
-    The canonical form is the model's one identity: `hf:tinyrm`, `hf:./tinyrm` and `hf:/abs/path/tinyrm`
+    Its text is the model's one identity: `hf:tinyrm`, `hf:./tinyrm` and `hf:/abs/path/tinyrm`
     name the same folder, so they are one model and one run; a folder under the working directory keeps
     its short relative name, one elsewhere is absolute. Raises on the first spec that cannot be resolved.
     """
     here = (root or Path.cwd()).resolve()
-    inside = str(here) + os.sep
-    out: dict[str, str] = {}
+    out: dict[str, ModelSpec] = {}
     for spec in specs:
         try:
-            prefix, _, rest = resolve_spec(REWARDS, spec, here).partition(":")
-            out[spec] = f"{prefix}:{rest.removeprefix(inside)}"
+            out[spec] = parse_spec(REWARDS, spec, here)
         except SpecError as exc:
             prefix, _, rest = spec.partition(":")
             if "no such file or folder" in str(exc) and ":" not in rest:  # a folder kind: name the closest sibling

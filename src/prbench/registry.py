@@ -273,7 +273,7 @@ FORMATS = Registry("data format", "prbench.formats", {
 # A plug-in downstream metric registers its kind here and nothing else.
 # A built-in capability is one package, prbench.capabilities.<name> (docs/extending.md), and one line here.
 RUNKINDS = Registry("run kind", "prbench.runkinds", {
-    "eval": "prbench.runkinds.eval:KIND",
+    "eval": "prbench.capabilities.eval.kind:KIND",
     "bon": "prbench.capabilities.bon.kind:KIND",
     "rl": "prbench.capabilities.rl.kind:KIND",
     "rgd": "prbench.capabilities.rgd.kind:KIND",

@@ -24,7 +24,9 @@ import difflib
 import functools
 import inspect
 import json
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -103,13 +105,49 @@ def _factory(registry: Any, spec: str) -> tuple[Any, str, str]:
     return registry.get(prefix), prefix, rest
 
 
-def options_model(registry: Any, spec: str) -> type[KindOptions] | None:
-    """The options model the kind of `spec` declares (None: it takes any option)."""
-    factory, _, rest = _factory(registry, spec)
+def _options_model(factory: Any, rest: str) -> type[KindOptions] | None:
     model = getattr(factory, "options_model", None)
     if model is None or (isinstance(model, type) and issubclass(model, KindOptions)):
         return model
     return model(rest)
+
+
+def options_model(registry: Any, spec: str) -> type[KindOptions] | None:
+    """The options model the kind of `spec` declares (None: it takes any option)."""
+    factory, _, rest = _factory(registry, spec)
+    return _options_model(factory, rest)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A spec parsed once (`parse_spec`): its kind's factory, its text, and the options model the kind declares.
+
+    What a command resolves up front (`prbench.preflight.model_specs`) and hands on: checking the options, naming
+    the run and building the model read these, so the spec is not parsed and its kind not looked up again."""
+
+    spec: str
+    """The text: with `root`, its one identity (names checked, a local folder absolute, or relative under root)."""
+    prefix: str
+    rest: str
+    factory: Any
+
+    @functools.cached_property
+    def options_model(self) -> type[KindOptions] | None:
+        """The options model the kind declares for this spec (None: it takes any option); read when first asked."""
+        return _options_model(self.factory, self.rest)
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_spec(registry: Any, spec: str, root: Path | None = None) -> ModelSpec:
+    """`spec` parsed: its kind found in `registry`; with `root`, its names checked and local paths resolved there
+    by the kind (`resolve_spec`), a folder under `root` keeping its short relative name."""
+    factory, prefix, rest = _factory(registry, spec)
+    hook = getattr(factory, "resolve_spec", None)
+    if root is not None:
+        rest = (rest if hook is None else hook(rest, root)).removeprefix(str(root) + os.sep)
+    return ModelSpec(f"{prefix}:{rest}", prefix, rest, factory)
 
 
 def declared(model: type[KindOptions] | None) -> set[str] | None:
@@ -119,20 +157,20 @@ def declared(model: type[KindOptions] | None) -> set[str] | None:
     return set(model.model_fields)
 
 
-def check_options(registry: Any, spec: str, options: dict[str, Any], *, command_wide: frozenset[str] = frozenset()
-                  ) -> dict[str, Any]:
+def check_options(registry: Any, spec: str | ModelSpec, options: dict[str, Any], *,
+                  command_wide: frozenset[str] = frozenset()) -> dict[str, Any]:
     """`options` validated by the kind's model: typed, unknown ones refused with the closest known one.
 
     Keys in `command_wide` that the kind does not declare are dropped, not refused.
     """
-    model = options_model(registry, spec)
+    model = spec.options_model if isinstance(spec, ModelSpec) else options_model(registry, spec)
     names = declared(model)
     if model is None:
         return dict(options)
     given = {k: v for k, v in options.items() if names is None or k in names or k not in command_wide}
     for key in given:
         if names is not None and key not in names:
-            raise SpecError(unknown_option(spec, key, names))
+            raise SpecError(unknown_option(str(spec), key, names))
     try:
         checked = model.model_validate(given)
     except ValidationError as exc:

@@ -47,7 +47,8 @@ def _root(
 # kind's is (kinds not named here follow, by name). The others make no run of a kind: "module:attr" of a typer
 # command function or of a typer app (a group of commands).
 COMMANDS: dict[str, str | None] = {
-    "eval": None, "leaderboard": "prbench.cli.eval:leaderboard_cmd", "compare": "prbench.cli.eval:compare_cmd",
+    "eval": None, "leaderboard": "prbench.cli.leaderboard:leaderboard_cmd",
+    "compare": "prbench.cli.leaderboard:compare_cmd",
     "study": "prbench.cli.study:study_cmd", "demo": "prbench.cli.study:demo_cmd",
     "power": "prbench.cli.power:power_cmd", "sample": None, "bon": None, "rl": None,
     "serve-reward": "prbench.cli.downstream:serve_reward", "rgd": None, "policy-accuracy": None, "icl": None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
@@ -14,9 +14,11 @@ if TYPE_CHECKING:  # typer >= 0.26 runs its own copy of click: these are the cla
     from typer._click.core import Context
     from typer._click.formatting import HelpFormatter
 
-from prbench.config import ContextSpec, DataSpec, EvalSettings, RunSpec, Settings, field_of, opt
+from prbench.capabilities.eval.settings import EvalSettings
+from prbench.config import ContextSpec, DataSpec, RunSpec, Settings, field_of, opt
 from prbench.errors import SpecError
 from prbench.registry import ENGINES, REWARDS
+from prbench.specs import ModelSpec
 
 
 class RMView(Settings):
@@ -141,13 +143,14 @@ def _for_kind(registry: Any, spec: str, given: dict[str, object]) -> dict[str, o
     return {k: v for k, v in given.items() if model is not None and k in model.model_fields}
 
 
-def model_options(specs: list[str], pairs: list[str] | None, **flags: object) -> dict[str, Any]:
-    """Each model's options: the command's flags its kind declares, then `-M KEY=VALUE`, checked by the kind.
+def model_options(specs: Sequence[str | ModelSpec], pairs: list[str] | None, **flags: object) -> dict[str, Any]:
+    """Each model's options (by its spec's text): the command's flags its kind declares, then `-M KEY=VALUE`,
+    checked by the kind (a spec parsed before, `prbench.preflight.model_specs`, is not parsed again).
 
     A `-M` key that none of the models' kinds takes is refused, naming the closest known option.
     """
     from prbench.rewards.base import checked_options
-    from prbench.specs import declared, options_model, parse_value, unknown_option
+    from prbench.specs import declared, parse_spec, parse_value, unknown_option
 
     given: dict[str, object] = {}
     for pair in pairs or []:
@@ -155,17 +158,20 @@ def model_options(specs: list[str], pairs: list[str] | None, **flags: object) ->
         if not sep or not key.strip():
             raise SpecError(f"--model-option {pair!r}: expected KEY=VALUE")
         given[key.strip().replace("-", "_")] = parse_value(value)
-    names = {spec: declared(options_model(REWARDS, spec)) for spec in specs}
+    parsed = [s if isinstance(s, ModelSpec) else parse_spec(REWARDS, s) for s in specs]
+    names = {m.spec: declared(m.options_model) for m in parsed}
     known = set().union(*(n for n in names.values() if n is not None))
     if all(n is not None for n in names.values()):
         for key in given:
             if key not in known:
-                raise SpecError(unknown_option(", ".join(specs), key, known))
+                raise SpecError(unknown_option(", ".join(m.spec for m in parsed), key, known))
     out = {}
-    for spec in specs:
-        mine = names[spec]
+    for m in parsed:
+        mine = names[m.spec]
         own = {k: v for k, v in given.items() if mine is None or k in mine}
-        out[spec] = checked_options(spec, {**_for_kind(REWARDS, spec, set_options(**flags)), **own})  # the one check
+        kind = m.options_model
+        flags_taken = {k: v for k, v in set_options(**flags).items() if kind is not None and k in kind.model_fields}
+        out[m.spec] = checked_options(m, {**flags_taken, **own})  # the one check
     return out
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,15 +16,15 @@ if TYPE_CHECKING:
     from prbench.stats.seqsim import Expected
     from prbench.study.config import StudyConfig
     from prbench.study.context import PlannedRun, StudyContext
+    from prbench.study.forecast import UntilPlan
 
 
 def _print_plan(cfg: StudyConfig, root: Path, json_out: bool) -> None:
-    from prbench.study.runner import plan_study
+    from prbench.study.forecast import forecast
 
-    runs = plan_study(cfg, root)
-    usd = priced(cfg, runs)
-    until = expected_until(cfg, runs, usd)
-    columns = DOLLARS + ([(UNTIL_COLUMN, lambda r, u: u.batch_cache * until.share(r))] if until else [])
+    plan = forecast(cfg, root)
+    runs, usd, until = plan.runs, plan.usd, plan.until
+    columns = plan.columns
     if json_out:
         from prbench.cost import cache_note
 
@@ -42,29 +41,14 @@ def _print_plan(cfg: StudyConfig, root: Path, json_out: bool) -> None:
            for r, u in zip(runs, usd)])
     typer.echo(f"{len(runs)} runs, about {sum(r.model_calls for r in runs):,} model calls and "
                f"{sum(r.tokens for r in runs):,} tokens")
-    head, rows = dollar_rows(runs, usd, columns)
+    head, rows = plan.dollar_rows()
     if rows:
         table("API dollars (list prices)", head, rows)
-        _print_assumptions(runs, usd, until, swapped_orders(cfg, root, until))
+        _print_assumptions(runs, usd, until, plan.both_orders)
     if cfg.hardware:
         typer.echo(f"hardware: {cfg.hardware}")
     for k, v in cfg.estimates.items():
         typer.echo(f"{k}: {v}")
-
-
-def priced(cfg: StudyConfig, runs: list[PlannedRun]) -> list[PlannedCost | None]:
-    """Each planned run's dollars (None: no API requests), as its route allows (batches, prompt caching)."""
-    from prbench.cost import planned_dollars
-    from prbench.engines.providers import batches_requests, caches_prompts, engine_provider
-    from prbench.study.config import PlannerStage
-
-    planner = cfg.section("planner", PlannerStage)
-    options = {m.spec: m.options for m in cfg.models} | ({planner.spec: planner.options} if planner else {})
-    return [planned_dollars(engine_provider(r.spec, options.get(r.spec)) if r.spec else None, r.model_calls, r.tokens,
-                            prefix_tokens=r.prefix_tokens, calls_per_prefix=r.calls_per_prefix,
-                            caches=r.spec is not None and caches_prompts(r.spec, options.get(r.spec)),
-                            batches=r.spec is not None and batches_requests(r.spec, options.get(r.spec)))
-            for r in runs]
 
 
 def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], until: UntilPlan | None,
@@ -97,6 +81,8 @@ def _print_assumptions(runs: list[PlannedRun], usd: list[PlannedCost | None], un
 
 
 def _print_until(until: UntilPlan) -> None:
+    from prbench.study.forecast import UNTIL_COLUMN
+
     sh, ex = until.expected.shape, until.expected
     by_judge = ""
     if until.ranks and ex.run_shares:
@@ -125,94 +111,6 @@ def _other_note(until: Expected) -> str:
     return "" if found is None else (
         f". The saving is the judges': with judges at {' / '.join(f'{a:.3f}' for a in other.judges)} `decided` "
         f"would spend {found.fraction:.3f} of the calls ({found.studies:,} studies; benchmarks/RESULTS_sequential.md)")
-
-
-def swapped_orders(cfg: StudyConfig, root: Path, until: UntilPlan | None) -> tuple[float, float | None] | None:
-    """($ batch+cache, $ under `until: decided` or None without it) of the same study with both orders on every
-    pairwise API judge that has one order now; None when none has."""
-    from prbench.engines.providers import engine_provider
-    from prbench.study.runner import plan_study
-
-    if not any(m.pairwise and not m.both_orders and engine_provider(m.spec, m.options) for m in cfg.models):
-        return None
-    both = cfg.model_copy(update={"models": [m.model_copy(update={"both_orders": True}) if m.pairwise else m
-                                             for m in cfg.models]})
-    runs = plan_study(both, root)
-    usd = priced(both, runs)
-    total = sum(u.batch_cache for u in usd if u)
-    return total, None if until is None else sum(u.batch_cache * until.share(r) for r, u in zip(runs, usd) if u)
-
-
-UNTIL_COLUMN = "$ until decided (expected)"
-
-
-@dataclass(frozen=True)
-class UntilPlan:
-    """The expected share of each planned run under `until: decided`."""
-
-    expected: Expected
-    conditions: list[str]
-    ranks: dict[str, int] | None
-    """Each API judge's rank by its published accuracy (the simulated run it is); None: none published."""
-
-    def share(self, run: PlannedRun) -> float:
-        """An eval run's expected share (its own when its judge's rank is known, else the mean); other stages 1."""
-        if run.stage != "eval":
-            return 1.0
-        cond = self.conditions.index(run.condition) if run.condition in self.conditions else None
-        rank = self.ranks.get(run.spec or "") if self.ranks else None
-        return self.expected.share(cond, rank)
-
-
-def expected_until(cfg: StudyConfig, runs: list[PlannedRun], usd: list[PlannedCost | None]) -> UntilPlan | None:
-    """What `until: decided` is expected to spend on the eval stage (`prbench.stats.seqsim`), when it has two or more
-    API judges to rank; None otherwise. The judges' accuracies: their published ones under `none` (the mean over
-    categories) when every API judge has one, else the default shape's spacing (then every run gets the mean
-    share: which judge is which is unknown)."""
-    from prbench.engines.providers import engine_provider
-    from prbench.stats.seqsim import expected_share, study_shape
-
-    if "eval" not in cfg.stages:
-        return None
-    api = [m for m in cfg.models if engine_provider(m.spec, m.options)]
-    paid = [r for r, u in zip(runs, usd) if r.stage == "eval" and u is not None]
-    if len(api) < 2 or not paid:
-        return None
-    items = max(r.model_calls // max(r.calls_per_prefix, 1) for r in paid)
-    published = [list(((m.published or {}).get("none") or {}).values()) for m in api]
-    accuracies = tuple(sum(p) / len(p) / 100 for p in published) if all(published) else None
-    shape = study_shape(items, len(api), len(cfg.conditions), len(cfg.models) - len(api), accuracies)
-    note = ("the judges' published accuracies under none, mean over categories" if accuracies else
-            "no published accuracy for every judge: the default shape's spacing")
-    ranks = None if accuracies is None else {  # study_shape sorts the accuracies: rank = place in that order
-        m.spec: rank for rank, (_, m) in enumerate(sorted(zip(accuracies, api), key=lambda am: round(am[0], 3)))}
-    return UntilPlan(replace(expected_share(shape), note=note), list(cfg.conditions), ranks)
-
-
-def dollar_rows(runs: list[PlannedRun], usd: list[PlannedCost | None],
-                columns: list[tuple[str, Callable[[PlannedRun, PlannedCost], float]]] | None = None
-                ) -> tuple[list[str], list[tuple[str, ...]]]:
-    """The dry run's closing table: per stage with API calls, then all. Its columns are `DOLLARS` (or `columns`:
-    the dry run adds the expected dollars under `until: decided`)."""
-    columns = columns or DOLLARS
-    by_stage: dict[str, list[float]] = {}
-    for r, u in zip(runs, usd):
-        if u:
-            acc = by_stage.setdefault(r.stage, [0.0] * (2 + len(columns)))
-            acc[0] += r.model_calls
-            acc[1] += r.tokens
-            for n, (_, of) in enumerate(columns, 2):
-                acc[n] += of(r, u)
-    if not by_stage:
-        return [], []
-    total = [sum(col) for col in zip(*by_stage.values())]
-    rows = [(name, f"{v[0]:,.0f}", f"{v[1] / 1e6:,.1f} M", *(f"{x:,.2f}" for x in v[2:]))
-            for name, v in [*by_stage.items(), ("all", total)]]
-    return ["stage", "calls", "input tokens", *(name for name, _ in columns)], rows
-
-
-DOLLARS: list[tuple[str, Callable[[PlannedRun, PlannedCost], float]]] = [
-    ("$ sync", lambda r, u: u.sync), ("$ batch", lambda r, u: u.batch), ("$ batch+cache", lambda r, u: u.batch_cache)]
 
 
 def study_cmd(
@@ -262,7 +160,7 @@ def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
         return
     if quiet:
         return
-    from prbench.cli.eval import show_leaderboard
+    from prbench.cli.leaderboard import show_leaderboard
     from prbench.leaderboard import leaderboard
 
     if ctx.runs.exists():

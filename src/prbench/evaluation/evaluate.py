@@ -20,19 +20,23 @@ from typing import Any, cast, overload
 import numpy as np
 
 from prbench import cost
-from prbench.config import EvalSettings, run_identity
+from prbench.capabilities.eval.settings import EvalSettings
+from prbench.config import run_identity
 from prbench.context.conditions import build_view, no_context_failure, read_planner_file, require_fields
 from prbench.context.retrieval import load_retriever
 from prbench.data import iter_examples
 from prbench.data.loaders import take_items
 from prbench.engines.batch import ReadOnly
+from prbench.engines.providers import engine_provider
 from prbench.errors import (
     InvalidRunError,  # noqa: F401  (re-exported: its home before prbench.errors)
     PrbenchError,
 )
 from prbench.evaluation import validity
 from prbench.evaluation.scoring import SIDE_CREDIT, chunk_records
+from prbench.evaluation.until import EvalRun, check_until, evaluate_until
 from prbench.fingerprint import data_digest, spec_digest
+from prbench.registry import REWARDS
 from prbench.rewards.base import (
     CheckedOptions,
     RewardModel,
@@ -43,6 +47,7 @@ from prbench.rewards.base import (
 )
 from prbench.runtime import interrupt
 from prbench.schema import Example
+from prbench.specs import ModelSpec, parse_spec
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache
 from prbench.store.records import RunSettings, stamp
@@ -191,10 +196,11 @@ class ModelHandle:
     built RM will report (`rewards.base.rm_name`), which is what named its folders when it built the RM first.
     """
 
-    def __init__(self, spec: str, options: Mapping[str, Any] | None = None, *, name: str | None = None):
-        self.spec = spec
-        self.options = checked_options(spec, options)
-        self.name = name or spec
+    def __init__(self, spec: str | ModelSpec, options: Mapping[str, Any] | None = None, *, name: str | None = None):
+        self.parsed = spec if isinstance(spec, ModelSpec) else parse_spec(REWARDS, spec)  # parsed once, here or before
+        self.spec = self.parsed.spec
+        self.options = checked_options(self.parsed, options)
+        self.name = name or self.spec
         self._rm: RewardModel | None = None
         self._built_with: tuple[int | None, int] | None = None
         self._taken = False
@@ -208,8 +214,8 @@ class ModelHandle:
         """The RM for the next run to score, built now unless one is waiting (built by `get` for this batch size
         and seed and not yet `take`n)."""
         if self._rm is None or self._taken or self._built_with != (batch_size, seed):
-            evaluator = checked_options(self.spec, {"batch_size": batch_size, "seed": seed})
-            self._rm = build_rm(self.spec, CheckedOptions(self.spec, {**evaluator, **self.options}))
+            evaluator = checked_options(self.parsed, {"batch_size": batch_size, "seed": seed})
+            self._rm = build_rm(self.parsed, CheckedOptions(self.spec, {**evaluator, **self.options}))
             self._built_with, self._taken = (batch_size, seed), False
         return self._rm
 
@@ -234,8 +240,13 @@ def evaluate(model: ModelArg, data: str | Sequence[Example], condition: list[str
              **kwargs: Any) -> list[EvalResult]: ...
 
 
+@overload
+def evaluate(model: list[ModelArg | EvalRun] | tuple[ModelArg | EvalRun, ...], data: str | Sequence[Example] = ...,
+             condition: str | Sequence[str] | None = ..., **kwargs: Any) -> list[EvalResult]: ...
+
+
 def evaluate(
-    model: ModelArg,
+    model: ModelArg | EvalRun | Sequence[ModelArg | EvalRun],
     data: str | Sequence[Example] = "sample",
     condition: str | Sequence[str] | None = None,
     *,
@@ -247,6 +258,7 @@ def evaluate(
     retry_failed: bool = False,
     repair: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    on_run_progress: Callable[[int, int, int], None] | None = None,
     max_usd: float | None = None,
     prices: str | Path | None = None,
     batch: bool = False,
@@ -262,22 +274,74 @@ def evaluate(
     `ray_address`, chunks are scored by Ray actors (spec strings only). API engines' spend goes to
     the summary's `cost` (prices: `prices` file over the shipped tables); `max_usd` caps it (`prbench.cost`).
     `batch` sends the API requests as provider batches (`prbench.engines.batch`; `wait=False`: submit and return).
-    A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does).
+    A list of conditions gives a list of results, one run each, in that order (what `-c none,profile` does); a list
+    of models too, model by model (`on_run_progress(run index, done, total)` follows each run of such a list); an
+    `EvalRun` in that list is one run with its own condition, settings and keywords (a study's runs).
+    `until` (`ci=W` or `decided[=M]`, capped by `until_max` items): every run on a growing random sample until the
+    rule holds, the runs raced together (`prbench.evaluation.until`); each summary says why it stopped.
     `seeded_order`: items in one order drawn from the seed (`prbench.evaluation.sequential.seeded_prefix`), so `limit` keeps a
-    random sample that a larger limit extends: what `--until` grows (the folder records the order).
+    random sample that a larger limit extends: what `until` grows (the folder records the order).
     """
-    if isinstance(model, str):  # options checked once; the RM built at the first run that needs it
-        model = ModelHandle(model, _plain_options(model_options))  # plain values first: they name the run
+    kw: dict[str, Any] = {"model_options": model_options, "cache": cache, "overwrite": overwrite,
+                          "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
+                          "batch": batch, "wait": wait}
+    s = EvalSettings.build(settings, **given)
+    runs = _runs(model, condition, s.model_copy(update={"until": None, "until_max": None}), kw)
+    one = not isinstance(model, (list, tuple)) and (condition is None or isinstance(condition, str))
+    if s.until is not None or s.until_max is not None:
+        check_until(s, wait)  # a bad rule is refused before the data is read
     if condition is not None and not isinstance(condition, str):
-        check_conditions(data, list(condition), EvalSettings.build(settings, **given))
-        return [_evaluate_one(model, data, c, settings=settings, out=out, model_options=model_options, cache=cache,
-                              overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
-                              max_usd=max_usd, prices=prices, batch=batch, wait=wait, seeded_order=seeded_order,
-                              **given)
-                for c in condition]
-    return _evaluate_one(model, data, condition, settings=settings, out=out, model_options=model_options, cache=cache,
-                         overwrite=overwrite, retry_failed=retry_failed, repair=repair, on_progress=on_progress,
-                         max_usd=max_usd, prices=prices, batch=batch, wait=wait, seeded_order=seeded_order, **given)
+        check_conditions(data, list(condition), s)
+    if s.until is not None:
+        results = evaluate_until(runs, data, s.until, score=_evaluate_one, paid=[_paid(r) for r in runs],
+                                 until_max=s.until_max, out=out, on_progress=_progress(on_progress, on_run_progress))
+        return results[0] if one else results
+    said = _progress(on_progress, on_run_progress)
+    results = [_evaluate_one(r.model, data, r.condition, **{**kw, **r.keywords}, settings=r.settings, out=out,
+                             seeded_order=seeded_order, on_progress=_of_run(said, i)) for i, r in enumerate(runs)]
+    return results[0] if one else results
+
+
+def _runs(model: ModelArg | EvalRun | Sequence[ModelArg | EvalRun], condition: str | Sequence[str] | None,
+          s: EvalSettings, kw: dict[str, Any]) -> list[EvalRun]:
+    """The runs `evaluate` was asked for: each model (a spec string becomes a `ModelHandle`: options checked once,
+    the RM built at the first run that needs it) under each condition, or `EvalRun`s as given."""
+    conditions = [condition] if condition is None or isinstance(condition, str) else list(condition)
+    out = []
+    for m in model if isinstance(model, (list, tuple)) else [model]:
+        if isinstance(m, EvalRun):
+            out.append(m)
+            continue
+        handle = ModelHandle(m, _plain_options(kw["model_options"])) if isinstance(m, str) else m  # plain values first: they name the run
+        out += [EvalRun(handle, c or s.condition, s) for c in conditions]
+    return out
+
+
+def _paid(run: EvalRun) -> bool:
+    """Whether a run sends API requests (`until: decided` scores the runs that send none on every item first)."""
+    m = run.model
+    spec, options = (m.spec, m.options) if isinstance(m, ModelHandle) else (
+        str(getattr(m, "spec", "")), run.keywords.get("model_options"))
+    return engine_provider(spec, options) is not None
+
+
+def _progress(on_progress: Callable[[int, int], None] | None, on_run_progress: Callable[[int, int, int], None] | None
+              ) -> Callable[[int, int, int], None] | None:
+    """One callback (run index, done, total) telling both `on_progress` and `on_run_progress`."""
+    if on_progress is None and on_run_progress is None:
+        return None
+
+    def said(i: int, done: int, total: int) -> None:
+        if on_progress is not None:
+            on_progress(done, total)
+        if on_run_progress is not None:
+            on_run_progress(i, done, total)
+    return said
+
+
+def _of_run(said: Callable[[int, int, int], None] | None, i: int) -> Callable[[int, int], None] | None:
+    """Run i's own progress callback (done, total)."""
+    return None if said is None else lambda done, total: said(i, done, total)
 
 
 def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example], condition: str | None, *,
@@ -378,7 +442,7 @@ def _open_run(out: str | Path, model: RewardModel | ModelHandle, spec: str, data
               options: dict[str, Any], overwrite: bool, repair: bool, seeded: bool = False) -> RunDir:
     """The run folder, its config.json being what decides the results (batch size, workers and Ray do not)."""
     data_name = data if isinstance(data, str) else "<in-memory>"
-    config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker"},
+    config = run_identity(s, exclude={"format", "workers", "ray_address", "gpus_per_worker", "until", "until_max"},
                           model=spec, data=data_name, model_options=options)
     config["categories"] = config["categories"] or None
     if digest := spec_digest(str(getattr(model, "spec", ""))):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from prbench.registry import resolve
 from prbench.report.data import ReportData
 from prbench.report.widgets import (
     Cell,
@@ -31,10 +30,11 @@ _FIRST = ("rl", "rgd")  # built-in blocks first, plug-in kinds by name, policy a
 
 def rl_rgd_section(d: ReportData) -> str:
     """One block per downstream kind shown here (every one without a section of its own, as Best-of-N has)."""
-    blocks = [k for k in kinds() if k.role == "downstream" and k.report_id is None and k.report_section]
-    blocks.sort(key=lambda k: (k.name == "policy-accuracy", _FIRST.index(k.name) if k.name in _FIRST else 9, k.name))
-    return section("rl-rgd", "RL, RGD and policy accuracy", EXPLAIN,
-                   "".join(resolve(k.report_section)(d, k) for k in blocks))  # each has one (filtered above)
+    blocks = {k: block for k in kinds() if k.role == "downstream" and k.report_id is None
+              and (block := k.report_block() or (downstream_section if isinstance(k, DownstreamKind) else None))}
+    order = sorted(blocks, key=lambda k: (k.name == "policy-accuracy", _FIRST.index(k.name) if k.name in _FIRST else 9,
+                                          k.name))
+    return section("rl-rgd", "RL, RGD and policy accuracy", EXPLAIN, "".join(blocks[k](d, k) for k in order))
 
 
 def downstream_section(d: ReportData, kind: RunKind) -> str:

@@ -33,7 +33,7 @@ from prbench.report.widgets import (
     text,
 )
 from prbench.runkinds import Run
-from prbench.runkinds.eval import KIND as EVAL
+from prbench.runkinds.base import run_credits
 from prbench.schema import CATEGORIES, CATEGORY_SHORT, normalize_category
 from prbench.stats import metrics
 from prbench.store.records import Accuracy, LengthBias, PairwiseStats
@@ -237,7 +237,7 @@ def conditions_section(d: ReportData, seed: int, n_boot: int) -> str:
                     row.append(numc("–"))
                     continue
                 ra, rb = cell[(m, a)], cell[(m, b)]
-                ca, cb = EVAL.credits(ra), EVAL.credits(rb)
+                ca, cb = run_credits(ra), run_credits(rb)
                 shared = sorted(ca.keys() & cb.keys())
                 if not shared:
                     row.append(numc("–"))

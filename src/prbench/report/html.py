@@ -22,7 +22,6 @@ from prbench import __version__
 from prbench.context.conditions import CONDITIONS
 from prbench.errors import PrbenchError
 from prbench.meta import main_rows, meta_evaluate
-from prbench.registry import resolve
 from prbench.report.data import ReportData, collect, ev
 from prbench.report.downstream import rl_rgd_section
 from prbench.report.evals import conditions_section, diagnostics_section, headline, published_section
@@ -99,8 +98,8 @@ def render(d: ReportData, *, title: str, published: Mapping[str, Any] | None = N
         "meta": lambda: meta_section(d, meta, meta_error),
         "published": lambda: published_section(d, published, seed, n_boot),
         "provenance": lambda: provenance_section(d, meta, seed, n_boot),
-        **{k.report_id: partial(resolve(k.report_section), d, seed, n_boot) for k in kinds()
-           if k.report_id is not None and k.report_section is not None},
+        **{k.report_id: partial(block, d, seed, n_boot) for k in kinds()
+           if k.report_id is not None and (block := k.report_block()) is not None},
     }
     built = {sid: builders[sid]() for sid, _ in SECTIONS}
     shown = [(sid, label) for sid, label in SECTIONS if not _is_empty(built[sid])]

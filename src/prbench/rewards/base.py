@@ -19,7 +19,7 @@ from typing import Any, Literal
 from prbench.context.conditions import View
 from prbench.errors import SpecError
 from prbench.registry import REWARDS
-from prbench.specs import COMMAND_WIDE, check_options, model_class
+from prbench.specs import COMMAND_WIDE, ModelSpec, check_options, model_class
 
 
 @dataclass
@@ -113,11 +113,12 @@ class CheckedOptions(dict[str, Any]):
         self.spec = spec
 
 
-def checked_options(spec: str, options: Mapping[str, Any] | None = None) -> CheckedOptions:
-    """The one check of a model's options (see `prbench.specs.check_options`); already checked: returned as is."""
-    if isinstance(options, CheckedOptions) and options.spec == spec:
+def checked_options(spec: str | ModelSpec, options: Mapping[str, Any] | None = None) -> CheckedOptions:
+    """The one check of a model's options (see `prbench.specs.check_options`); already checked: returned as is.
+    A parsed spec (`prbench.specs.ModelSpec`) is checked by its kind's model without parsing it again."""
+    if isinstance(options, CheckedOptions) and options.spec == str(spec):
         return options
-    return CheckedOptions(spec, check_options(REWARDS, spec, dict(options or {}), command_wide=COMMAND_WIDE))
+    return CheckedOptions(str(spec), check_options(REWARDS, spec, dict(options or {}), command_wide=COMMAND_WIDE))
 
 
 def load_rm(spec: str, **options: Any) -> RewardModel:
@@ -130,14 +131,16 @@ def load_rm(spec: str, **options: Any) -> RewardModel:
     return build_rm(spec, checked_options(spec, options))
 
 
-def build_rm(spec: str, options: CheckedOptions) -> RewardModel:
-    """Build from options `checked_options` has checked (nothing is checked again)."""
-    prefix, _, rest = spec.partition(":")
-    rm = REWARDS.get(prefix)(rest, **options)
+def build_rm(spec: str | ModelSpec, options: CheckedOptions) -> RewardModel:
+    """Build from options `checked_options` has checked (nothing is checked again; a parsed spec's kind is not
+    looked up again)."""
+    prefix, rest, factory = (spec.prefix, spec.rest, spec.factory) if isinstance(spec, ModelSpec) else (
+        *spec.partition(":")[::2], None)
+    rm = (factory or REWARDS.get(prefix))(rest, **options)
     if not isinstance(rm, (PointwiseRM, PairwiseRM)):
         raise SpecError(f"{prefix}: its factory returned {type(rm).__name__}, not a PointwiseRM or PairwiseRM")
     if not getattr(rm, "spec", None):
-        rm.spec = spec
+        rm.spec = str(spec)
     return rm
 
 
@@ -181,13 +184,17 @@ def shown_top_k(given: int | None, model: str | RewardModel) -> int:
     return own or DEFAULT_TOP_K
 
 
-def rm_name(spec: str, options: Mapping[str, Any] | None = None) -> str:
+def rm_name(spec: str | ModelSpec, options: Mapping[str, Any] | None = None) -> str:
     """The `name` the RM a spec builds will report, known without building it: the spec, unless its kind
     names a mode beside it (a pointwise judge: `judge[pointwise]:ENGINE`) through a
     `run_name(rest, **options)` hook on its factory."""
-    prefix, _, rest = spec.partition(":")
-    hook = getattr(REWARDS.get(prefix), "run_name", None)
-    return hook(rest, **dict(options or {})) if callable(hook) else spec
+    if isinstance(spec, ModelSpec):
+        factory, rest = spec.factory, spec.rest
+    else:
+        prefix, _, rest = spec.partition(":")
+        factory = REWARDS.get(prefix)
+    hook = getattr(factory, "run_name", None)
+    return hook(rest, **dict(options or {})) if callable(hook) else str(spec)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
 from prbench.errors import DataError, NotARun, PrbenchError
-from prbench.registry import RUNKINDS
+from prbench.registry import RUNKINDS, resolve
 from prbench.store.records import newer_format, run_kind, typed_summary
 from prbench.store.runs import read_json, read_records, regular_file
 
@@ -203,6 +203,11 @@ class RunKind:
     stage: ClassVar[Any] = None
     command: ClassVar[Any] = None
 
+    def report_block(self) -> Callable[..., str] | None:
+        """`report_section` as a function (a built-in names it directly, a plug-in may give its "module:function")."""
+        target = self.report_section
+        return resolve(target) if isinstance(target, str) else target
+
     def check(self, run: Run) -> None:
         """Validate what the readers rely on: the summary against the kind's model, each record against its model."""
         if self.summary_model is not None and run.summary is not None:
@@ -320,6 +325,12 @@ def _downstream(path: Path) -> DownstreamResult:
     except PrbenchError as exc:
         why = str(exc).removeprefix(f"{path}: ").removeprefix("downstream result: ")
         raise DataError(str(path), None, None, f"{why}; rerun the command that wrote it") from None
+
+
+def run_credits(run: Run) -> dict[str, float]:
+    """Item id -> credit of every validly scored pair of a benchmark run (its typed records): what `compare`,
+    the report's paired tests and the viewer pair two runs on."""
+    return {rec.id: rec.credit for rec in run.items if rec.credit is not None}
 
 
 def open_run(path: str | Path) -> Run:

@@ -77,7 +77,7 @@ class DownstreamKind(RunKind):
     record_model = DownstreamItem  # one item of the curve (`run.items`, built from downstream.json's per_item)
     group_fields = DEFAULT_GROUP
     label_fields = (("w", "w"), ("k", "candidates_k"), ("metric", "metric"))
-    report_section: ClassVar[Any] = "prbench.report.downstream:downstream_section"
+    # no report_section of its own: the report lists its runs with `prbench.report.downstream.downstream_section`
 
     def check(self, run: Run) -> None:
         """downstream.json is there, names this kind's setting, types its extras, and its curve is its items' mean."""

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from prbench.errors import DataError, PrbenchError
 from prbench.leaderboard import SETTINGS, RunConfig
 from prbench.runkinds import Run, scan_runs
-from prbench.runkinds.eval import KIND as EVAL
+from prbench.runkinds.base import run_credits
 from prbench.stats import metrics
 from prbench.store.records import EvalSummary, PairwiseRecord, PointwiseRecord
 
@@ -264,7 +264,7 @@ def _compare(rows: Sequence[dict[str, Any]], runs: dict[int, Run]) -> dict[str, 
     for a, b in itertools.combinations(rows, 2):
         if a["data"] != b["data"] or a["cond"] != b["cond"]:
             continue
-        ca, cb = EVAL.credits(runs[a["i"]]), EVAL.credits(runs[b["i"]])
+        ca, cb = run_credits(runs[a["i"]]), run_credits(runs[b["i"]])
         shared = sorted(ca.keys() & cb.keys())
         if not shared:
             continue

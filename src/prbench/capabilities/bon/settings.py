@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from prbench.config import ContextSpec, EvalSettings, RunSpec, field_of, opt
+from prbench.config import RM_BATCH_SIZE, RM_TOP_K, ContextSpec, RunSpec, opt
 
 
 class BonSettings(ContextSpec, RunSpec):
     """Best-of-N curves of RMs on a samples folder (`best_of_n`, `prbench bon`, the study's `bon`)."""
 
     ks: list[int] | None = opt(None, "Comma-separated k values (default 1,2,4,...,N).", "--k", metavar="LIST")
-    batch_size: int = field_of(EvalSettings, "batch_size")
-    top_k: int | None = field_of(EvalSettings, "top_k")  # None: each RM's own, as eval
+    batch_size: int = RM_BATCH_SIZE
+    top_k: int | None = RM_TOP_K  # None: each RM's own, as eval
 
 
 class BonStage(BonSettings):

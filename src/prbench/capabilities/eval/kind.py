@@ -1,4 +1,6 @@
-"""Eval runs (`prbench eval`): the benchmark side of meta, the leaderboard's rows, `compare`'s inputs."""
+"""Eval runs (`prbench eval`): the benchmark side of meta, the leaderboard's rows, `compare`'s inputs.
+
+The kind names its settings, driver, stage, command and report block by direct reference."""
 
 from __future__ import annotations
 
@@ -7,8 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from prbench.capabilities.eval.command import EVAL_COMMAND
+from prbench.capabilities.eval.settings import EvalSettings
+from prbench.capabilities.eval.stage import run_eval
 from prbench.errors import DataError
-from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind, mismatch
+from prbench.evaluation.evaluate import evaluate
+from prbench.report.evals import leaderboard_section
+from prbench.runkinds.base import RECORDS, EEEItem, EEEPart, Run, RunKind, mismatch, run_credits
 from prbench.stats.metrics import collapse_items
 from prbench.store.records import EvalSummary, typed_record
 from prbench.store.runs import regular_file
@@ -18,17 +25,17 @@ OUTCOME = {1.0: "chosen", 0.5: "tie", 0.0: "rejected"}
 
 class EvalKind(RunKind):
     name = "eval"
-    settings_model = "prbench.config:EvalSettings"
-    driver = "prbench.evaluation.evaluate:evaluate"
-    stage = "prbench.study.stages:run_eval"
-    command = "prbench.cli.eval:EVAL_COMMAND"
+    settings_model = EvalSettings
+    driver = staticmethod(evaluate)
+    stage = run_eval
+    command = EVAL_COMMAND
     title = "eval run"
     role = "benchmark"
     records_file = True
     summary_model = EvalSummary
     record_model = staticmethod(typed_record)  # pointwise or pairwise by the record's own fields
     group_fields = ("data", "condition")  # a benchmark: one data set under one condition
-    report_section = "prbench.report.evals:leaderboard_section"
+    report_section = staticmethod(leaderboard_section)
     report_id = "leaderboard"
 
     def check(self, run: Run) -> None:
@@ -84,7 +91,7 @@ class EvalKind(RunKind):
 
     def credits(self, run: Run) -> dict[str, float]:
         """Item id -> credit for every validly scored pair."""
-        return {rec.id: rec.credit for rec in run.items if rec.credit is not None}
+        return run_credits(run)
 
     def eee_parts(self, run: Run) -> list[EEEPart]:
         """Accuracy over validly scored pairs; one instance per pair (credit 1 chosen preferred, 0.5 tie, 0 rejected)."""

@@ -1,4 +1,5 @@
-"""`prbench eval`, `prbench leaderboard`, `prbench compare`."""
+"""`prbench eval`: the eval capability's command (`prbench leaderboard` and `compare`, which read its runs, are
+`prbench.cli.leaderboard`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import typer
 from rich.markup import escape
 from typer.models import CommandInfo
 
+from prbench.capabilities.eval.settings import EvalSettings
 from prbench.cli.options import (
     Conditions,
     Data,
@@ -25,15 +27,15 @@ from prbench.cli.options import (
     Quiet,
     Repair,
     Rpm,
-    Seed,
     Tpm,
     model_options,
     settings_command,
     split_csv,
 )
 from prbench.cli.output import emit_json, progress, table
-from prbench.config import EngineAccess, EvalSettings
+from prbench.config import EngineAccess
 from prbench.errors import BatchPending, InvalidRunError, PrbenchError
+from prbench.specs import ModelSpec
 
 MaxInvalid = Annotated[float, typer.Option(help="Fail (exit 1) when the share of invalid records is above this (0-1). "
                                                 "A run with every record invalid always fails.")]
@@ -42,11 +44,9 @@ Batch = Annotated[bool, typer.Option(
                     "Batches). Ids are kept in the run folder: a re-run resumes, never resubmits.")]
 NoWait = Annotated[bool, typer.Option(
     "--no-wait", help="With --batch: submit, record and exit (code 4); the same command collects later.")]
-Until = Annotated[str | None, typer.Option(
-    help="Stop early: ci=W (every run's accuracy known to +-W) or decided[=M] (every pair of models separated "
-         "or within +-M, default 0.02), by anytime-valid confidence sequences over items in one seeded order; "
-         "a rerun with a tighter rule extends the same folders.")]
-UntilMax = Annotated[int | None, typer.Option(help="With --until: score at most N items per run.", min=1)]
+# the CLI's own forms of EvalSettings.until / until_max (a free-text rule, a count checked by click): one help text
+Until = Annotated[str | None, typer.Option(help=EvalSettings.model_fields["until"].description)]
+UntilMax = Annotated[int | None, typer.Option(help=EvalSettings.model_fields["until_max"].description, min=1)]
 MODEL_HELP = ("Model spec (repeatable): baseline:length|short|random|lexical|embedding, hf:HUB_ID|DIR, "
               "judge:ENGINE, pmi:ENGINE, lik:ENGINE (ENGINE: builtin:NAME, openai:MODEL, vllm:MODEL, ...); "
               "trained by `prbench train`: bt:DIR, pal:DIR, style:DIR, stance:DIR, lore:DIR, pref:DIR, gpo:DIR, "
@@ -79,7 +79,7 @@ EVAL_EXAMPLES = """Examples:
 """
 
 
-@settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition",))
+@settings_command(settings=EvalSettings, access=EngineAccess, exclude=("condition", "until", "until_max"))
 def eval_cmd(
     model: Annotated[list[str], typer.Option("--model", "-m", help=MODEL_HELP)],
     settings: EvalSettings,
@@ -119,21 +119,22 @@ def eval_cmd(
     if not 0.0 <= max_invalid <= 1.0:  # nan fails this test too
         raise PrbenchError(f"--max-invalid must be a share between 0 and 1, got {max_invalid:g}")
     conds = check_condition_names(split_csv(condition) or ["none"])
-    model = list(dict.fromkeys(model_specs(model).values()))  # one identity per model, however written
+    specs = list({m.spec: m for m in model_specs(model).values()}.values())  # parsed once; one identity per model
     check_data(data, settings, conds)  # `-c none,oracle` on data without a rubric: refused before `none` runs
-    per_model = model_options(model, model_option, mode=mode, max_length=max_length,
+    per_model = model_options(specs, model_option, mode=mode, max_length=max_length,
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
     summaries, failures, pending = [], [], []
-    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.evaluation.sequential)
-        summaries = _eval_until(model, conds, per_model, settings, data, out, until, until_max, no_wait, {
+    settings = EvalSettings.build(settings, until=until, until_max=until_max)
+    if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.evaluation.until)
+        summaries = _eval_until(specs, conds, per_model, settings, data, out, not no_wait, {
             "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
             "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
         failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
     with progress(quiet or json_out) as bar:
-        for spec in model if until is None and until_max is None else ():
-            rm = _handle(spec, per_model[spec], settings)  # built by `evaluate` for the first run that scores
+        for spec in specs if until is None and until_max is None else ():
+            rm = _handle(spec, per_model[spec.spec], settings)  # built by `evaluate` for the first run that scores
             for cond in conds:
                 task = bar.add_task(escape(f"{rm.name} [{cond}]"), total=None)
                 try:
@@ -153,7 +154,7 @@ def eval_cmd(
     _finish(summaries, pending, failures, quiet, json_out)
 
 
-def _handle(spec: str, options: dict[str, Any], settings: EvalSettings) -> Any:
+def _handle(spec: ModelSpec, options: dict[str, Any], settings: EvalSettings) -> Any:
     """The model as `evaluate` builds it when a run needs it. Named as its RM reports itself (a pointwise judge:
     `judge[pointwise]:...`), which named `prbench eval`'s run folders when the command built every model first;
     spread over Ray workers, by its spec (each worker builds its own)."""
@@ -178,37 +179,19 @@ def _finish(summaries: list[dict], pending: list[str], failures: list[str], quie
         raise InvalidRunError("; ".join(failures) + " (results kept; fix the cause, then rerun with --retry-failed)")
 
 
-def _eval_until(specs: list[str], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
-                out: Path, until: str | None, until_max: int | None, no_wait: bool, kw: dict, quiet: bool
-                ) -> list[dict]:
-    """Every (model, condition) run on a growing seeded prefix until the rule holds (`prbench.evaluation.sequential`)."""
+def _eval_until(specs: list[ModelSpec], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
+                out: Path, wait: bool, kw: dict, quiet: bool) -> list[dict]:
+    """`evaluate` under `--until`, each (model, condition) run with its progress bar."""
     from prbench import evaluate
-    from prbench.engines.providers import engine_provider
-    from prbench.evaluation.sequential import StopRule, count_items, until_runs
+    from prbench.evaluation.until import check_until
 
-    if no_wait:
-        raise PrbenchError("--until looks at the results after each step; it cannot be combined with --no-wait")
-    if settings.limit is not None:
-        raise PrbenchError("--until grows the number of items itself; cap it with --until-max instead of --limit")
-    if until is None:
-        raise PrbenchError("--until-max caps a sequential run: give --until ci=W or --until decided with it")
-    StopRule.parse(until)  # a bad rule is refused before the data is read
-    rms = {spec: _handle(spec, per_model[spec], settings) for spec in specs}
-    jobs = [(spec, cond) for spec in specs for cond in conds]
-    labels = [(rms[spec].name, cond) for spec, cond in jobs]
-    n_items = count_items(data, categories=settings.categories, split=settings.split, format=settings.format)
+    check_until(settings, wait)  # refused before the models are named and the bars drawn
+    rms = [_handle(spec, per_model[spec.spec], settings) for spec in specs]
     with progress(quiet) as bar:
-        tasks = [bar.add_task(escape(f"{m} [{c}]"), total=None) for m, c in labels]
-
-        def at(i: int, n: int, said: Any) -> Any:
-            spec, cond = jobs[i]
-            return evaluate(rms[spec], data, cond, settings=settings, out=out, seeded_order=True, limit=n, **kw,
-                            on_progress=said)
-
-        paid = [engine_provider(spec, per_model[spec]) is not None for spec, _ in jobs]
-        outcome, summaries = until_runs(labels, at, until, paid=paid, until_max=until_max, n_items=n_items,
-                                        on_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
-    return [{**s, "path": str(r.path)} for r, s in zip(outcome.results, summaries, strict=True)]
+        tasks = [bar.add_task(escape(f"{rm.name} [{c}]"), total=None) for rm in rms for c in conds]
+        results = evaluate(rms, data, conds, settings=settings, out=out, **kw,
+                           on_run_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
+    return [{**r.summary, "path": str(r.path)} for r in results]
 
 
 def _print_runs(summaries: list[dict]) -> None:
@@ -256,7 +239,7 @@ def _checks(s: dict[str, Any]) -> tuple[Any, list[str]]:
     return validity.people(summary), validity.faults(summary, items)
 
 
-# The eval kind's command (`prbench.runkinds.eval`): its options grouped in `--help`, examples after them.
+# The eval kind's command (`prbench.capabilities.eval.kind`): its options grouped in `--help`, examples after them.
 EVAL_COMMAND = CommandInfo(cls=EvalHelp, epilog=EVAL_EXAMPLES, callback=eval_cmd)
 
 def _say_reused(res: Any) -> None:
@@ -266,66 +249,3 @@ def _say_reused(res: Any) -> None:
                + (f"{n_bad} invalid of {n_all} items, returned as stored; add --retry-failed to score those "
                   "items again" if n_bad else f"{n_all} items, returned as stored; --overwrite scores it again"),
                err=True)
-
-
-def leaderboard_cmd(
-    runs: Annotated[Path, typer.Argument(help="Runs folder.")] = Path("runs"),
-    categories: Annotated[bool, typer.Option("--by-category", help="Also show accuracy per category.")] = False,
-    wide: Annotated[bool, typer.Option("--wide", help="Every column (p-values, resolvable differences), as wide as "
-                                                      "it takes; by default the table fits 120 columns.")] = False,
-    quiet: Quiet = False,
-    json_out: Json = False,
-) -> None:
-    """Accuracy of every run, one table per data set.
-
-    One row per model x condition x the settings that differ, baselines included, under a headline (does an
-    RM use the person; the best model whose checks hold). CSV and JSON beside the runs."""
-    from prbench.leaderboard import headlines, leaderboard, write_leaderboard
-
-    rows = leaderboard(runs)
-    csv_path, json_path = write_leaderboard(rows, runs)
-    if json_out:
-        emit_json({"rows": rows, "headlines": [h.lines() for h in headlines(rows)], "csv": str(csv_path),
-                   "json": str(json_path)})
-        return
-    if not quiet:
-        show_leaderboard(rows, categories, wide)
-        typer.echo(f"wrote {csv_path} and {json_path}")
-
-
-def show_leaderboard(rows: list[dict[str, Any]], categories: bool = False, wide: bool = False,
-                     title: str | None = None) -> None:
-    """The leaderboard's tables, each under its data set's headline (`prbench leaderboard`, a study's end)."""
-    import shutil
-    import textwrap
-
-    from prbench.leaderboard import LEGEND, headlines, render_tables
-
-    width = min(120, shutil.get_terminal_size((220, 24)).columns)  # COLUMNS when set
-    said = {h.data: h.lines() for h in headlines(rows)}
-    for name, head, body in render_tables(rows, categories, wide):
-        data = name.removesuffix(": accuracy % [95% CI]")
-        for line in said.pop(data, []):  # above its data set's first table
-            typer.echo(line if wide else textwrap.fill(line, width, subsequent_indent="  "))
-        table(title or name, head, body, keep_first=True,  # names break only where wrap_name put lines
-              max_width=None if wide else 120)
-    typer.echo(LEGEND if wide else textwrap.fill(LEGEND, width))
-
-
-def compare_cmd(
-    run_a: Annotated[Path, typer.Argument(help="First run folder.")],
-    run_b: Annotated[Path, typer.Argument(help="Second run folder.")],
-    seed: Seed = 0,
-    json_out: Json = False,
-) -> None:
-    """Paired difference in accuracy of two runs. A - B with a paired bootstrap CI and an exact McNemar p-value."""
-    from prbench.leaderboard import compare_runs
-
-    res = compare_runs(run_a, run_b, seed=seed)
-    if json_out:
-        emit_json(res)
-        return
-    table("paired comparison (A - B)", ["A", "B", "n", "diff", "95% CI", "McNemar p"],
-          [(f"{res['a']['model']} [{res['a']['condition']}]", f"{res['b']['model']} [{res['b']['condition']}]",
-            res["n_shared"], f"{100 * res['diff']:+.1f}",
-            f"[{100 * res['ci_low']:+.1f}, {100 * res['ci_high']:+.1f}]", f"{res['mcnemar_p']:.3g}")])
