@@ -115,5 +115,5 @@ def test_the_kind_is_a_command(installed: Path, tmp_path: Path) -> None:
         r = prbench("agree", "--rm", rm, "--data", "bench.jsonl", "--out", str(out))
         assert r.returncode == 0, r.stderr
     res = meta_evaluate([tmp_path / "runs"], [out], seed=0)
-    (row,) = [r for r in res["rows"] if r["setting"]["setting"] == "agree"]
-    assert row["n_rms"] == 3
+    (row,) = [r for r in res.rows if r.setting.setting == "agree"]
+    assert row.n_rms == 3

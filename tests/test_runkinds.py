@@ -162,7 +162,7 @@ def test_policy_accuracy_settings_are_grouped_by_one_key_in_meta_and_report(tmp_
     pa = [r for r in scan_runs([runs]).runs if r.kind.name == "policy-accuracy"]
     assert len({r.kind.group_key(r) for r in pa}) == 2
     res = meta_evaluate([runs], [runs], **FAST)
-    assert sorted(s["label"] for s in res["settings"]) == ["policy accuracy w=1 k=10 mode=full [oracle]",
+    assert sorted(s.label for s in res.settings) == ["policy accuracy w=1 k=10 mode=full [oracle]",
                                                            "policy accuracy w=1 k=10 mode=full [oracle] #2"]
     html = build_report(runs, tmp_path / "r.html", n_boot=20, n_perm=20, meta=res).read_text(encoding="utf-8")
     assert html.count("<h4>policy builtin:smollm2-135m-instruct") == 2

@@ -359,6 +359,7 @@ def run_meta(ctx: StudyContext) -> None:
 
 @stage("report", _no_calls("report"), order=100)
 def run_report(ctx: StudyContext) -> None:
+    from prbench.meta.result import MetaResult
     from prbench.report import build_report
 
     published = {e.spec: e.published for e in ctx.cfg.models if e.published}
@@ -366,7 +367,7 @@ def run_report(ctx: StudyContext) -> None:
     if _up_to_date(target, ctx.runs):
         ctx.outputs["report"] = str(target)
         return
-    meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.exists() else None
+    meta = MetaResult.read(meta_file) if meta_file.exists() else None
     path = build_report(ctx.runs, target, title=f"prbench study: {ctx.cfg.name}",
                         published=published or None, seed=ctx.cfg.seed, meta=meta)
     ctx.outputs["report"] = str(path)
