@@ -237,7 +237,8 @@ def test_study_stage_compares_methods(planted, minilm_cache, tmp_path):
         "inline")
     assert [r.stage for r in plan_study(cfg, tmp_path)] == ["personalize", "personalize"]
     ctx = run_study(cfg, tmp_path, quiet=True)
-    comp = json.loads(Path(ctx.outputs["personalize"]["json"]).read_text())
+    assert ctx.outputs.personalize is not None
+    comp = json.loads(Path(ctx.outputs.personalize.json_file).read_text())
     assert [r["method"] for r in comp["rows"]] == ["lore", "pal"]
     assert comp["best_unseen_k0"] == "lore"
     assert (tmp_path / "study" / "personalize" / "comparison.csv").is_file()

@@ -70,7 +70,8 @@ def test_plugin_metric_and_stage_run_in_a_study_and_reach_meta_and_report(instal
     cfg, root = load_study_config(tmp_path / "study.yaml")
     assert cfg.sections["agree"].rms == ["baseline:length", "baseline:lexical", "baseline:random"]
     ctx = run_study(cfg, root, quiet=True)
-    assert list(ctx.outputs["timings"]) == ["eval", "agree", "meta", "report"]  # ranks, not the listed order
+    assert list(ctx.outputs.timings or {}) == ["eval", "agree", "meta", "report"]  # ranks, not the listed order
+    assert list(ctx.outputs.dump()) == ["eval", "agree", "meta", "report", "timings"] and ctx.outputs.plugins["agree"]
     meta = json.loads((tmp_path / "out" / "meta" / "meta.json").read_text())
     (row,) = [r for r in meta["rows"] if r["setting"]["setting"] == "agree"]
     assert row["n_rms"] == 3 and row["setting"]["label"] == "Agree [none]"

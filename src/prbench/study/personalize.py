@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from prbench.errors import PrbenchError
 from prbench.study.config import PersonalizeStage
+from prbench.study.context import PersonalizeOutput
 
 if TYPE_CHECKING:
     from prbench.study.context import PlannedRun, StudyContext
@@ -67,4 +68,4 @@ def personalize(ctx: StudyContext) -> None:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    ctx.outputs["personalize"] = {"json": str(out / "comparison.json"), "best_unseen_k0": best}
+    ctx.outputs.personalize = PersonalizeOutput(json=str(out / "comparison.json"), best_unseen_k0=best)

@@ -16,7 +16,16 @@ from prbench.evaluation.evaluate import ModelHandle
 from prbench.rewards.base import capabilities
 from prbench.store.runs import slug
 from prbench.study.config import ModelEntry, PlannerStage
-from prbench.study.context import PlannedRun, StudyContext, stage
+from prbench.study.context import (
+    BonOutput,
+    EvalOutput,
+    MetaOutput,
+    PlannedRun,
+    PlanOutput,
+    SampleOutput,
+    StudyContext,
+    stage,
+)
 
 # Known hosted datasets, so a dry run needs no network: items and rough tokens per part.
 KNOWN_DATA = {
@@ -114,9 +123,9 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
 
 @stage("eval", _plan_eval, order=20)
 def run_eval(ctx: StudyContext) -> None:
-    bar = ctx.outputs.get("progress")
+    bar = ctx.progress
     handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # options checked once; an RM per run that scores
-    results: list[dict[str, Any]] = _eval_until(ctx, handles) if ctx.cfg.until else []
+    results: list[EvalOutput] = _eval_until(ctx, handles) if ctx.cfg.until else []
     for entry in ctx.cfg.models if not ctx.cfg.until else ():
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
@@ -130,8 +139,8 @@ def run_eval(ctx: StudyContext) -> None:
             )
             if bar:
                 bar.remove_task(task)
-            results.append({"spec": entry.spec, "condition": cond, "path": str(res.path),
-                            "accuracy": res.summary["accuracy"]})
+            results.append(EvalOutput(spec=entry.spec, condition=cond, path=str(res.path),
+                                      accuracy=res.summary["accuracy"]))
     for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
         for entry in ctx.cfg.models:
             for cond in bench.conditions:
@@ -140,12 +149,12 @@ def run_eval(ctx: StudyContext) -> None:
                                both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
                                format=bench.format, batch=entry.batch,
                                max_usd=entry.max_usd)
-                results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
-                                "accuracy": res.summary["accuracy"]})
-    ctx.outputs["eval"] = results
+                results.append(EvalOutput(spec=entry.spec, condition=cond, path=str(res.path), data=bench.data,
+                                          accuracy=res.summary["accuracy"]))
+    ctx.outputs.eval = results
 
 
-def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict[str, Any]]:
+def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[EvalOutput]:
     """The study's main runs under `until` (`prbench.stats.sequential`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
     `until_max` (else `limit`) caps the items."""
@@ -167,8 +176,8 @@ def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict
     n_items = count_items(ctx.data, categories=ctx.cfg.categories, format=ctx.cfg.format)
     outcome, summaries = until_runs([(e.spec, c) for e, c in jobs], at, str(ctx.cfg.until), paid=paid,
                                     until_max=ctx.cfg.until_max or ctx.cfg.limit, n_items=n_items)
-    return [{"spec": e.spec, "condition": c, "path": str(r.path), "accuracy": s["accuracy"],
-             "sequential": s["sequential"]} for (e, c), r, s in zip(jobs, outcome.results, summaries, strict=True)]
+    return [EvalOutput(spec=e.spec, condition=c, path=str(r.path), accuracy=s["accuracy"],
+                       sequential=s["sequential"]) for (e, c), r, s in zip(jobs, outcome.results, summaries, strict=True)]
 
 
 def _eval_specs(ctx: StudyContext) -> list[str]:
@@ -193,7 +202,7 @@ def _plan_plan(ctx: StudyContext) -> list[PlannedRun]:
 
 def _track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     """A progress callback for one step of a stage (items done / total), or None without a display."""
-    bar = ctx.outputs.get("progress")
+    bar = ctx.progress
     if not bar:
         return None
     task = bar.add_task(escape(f"  {label}"), total=None)
@@ -209,11 +218,11 @@ def run_plan(ctx: StudyContext) -> None:
     if path.exists():
         done = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
         if done >= _item_count(ctx.data, p.limit or ctx.cfg.limit):
-            ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
+            ctx.outputs.plan = PlanOutput(path=str(path), written=0, skipped=done)
             return  # everything planned: no model load
     res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, config.PlanSettings),
                planner_options=p.options, on_progress=_track(ctx, f"plan {p.spec}"))
-    ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
+    ctx.outputs.plan = PlanOutput(path=str(res.path), written=res.written, failures=res.failures)
 
 
 # -- sample and Best-of-N -------------------------------------------------------------------
@@ -238,7 +247,7 @@ def run_sample(ctx: StudyContext) -> None:
     settings = study_defaults(ctx, section, config.SampleSettings)
     ss = sample_policy(section.policy, ctx.data, _samples_dir(ctx), settings=settings, engine_options=section.options,
                        on_progress=_track(ctx, f"sample {section.policy} x {settings.n}"))
-    ctx.outputs["sample"] = {"path": _samples_dir(ctx), "items": len(ss.items), "n": ss.n}
+    ctx.outputs.sample = SampleOutput(path=_samples_dir(ctx), items=len(ss.items), n=ss.n)
 
 
 def _plan_bon(ctx: StudyContext) -> list[PlannedRun]:
@@ -263,7 +272,7 @@ def run_bon(ctx: StudyContext) -> None:
     settings = study_defaults(ctx, b, config.BonSettings, batch_size=ctx.cfg.batch_size, **planner)
     res = best_of_n(_samples_dir(ctx), b.rms or _eval_specs(ctx), b.grader, settings=settings,
                     out=_downstream_dir(ctx, "bon"))
-    ctx.outputs["bon"] = {"path": str(res.path), "rms": list(res.results)}
+    ctx.outputs.bon = BonOutput(path=str(res.path), rms=list(res.results))
 
 
 # -- RL -------------------------------------------------------------------------------------
@@ -282,7 +291,7 @@ def run_rl(ctx: StudyContext) -> None:
 
     section = needs(ctx.cfg.rl, "rl")
     settings = study_defaults(ctx, section, config.RLSettings)
-    ctx.outputs["rl"] = [str(train_rl(section.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)),
+    ctx.outputs.rl = [str(train_rl(section.policy, spec, ctx.data, _downstream_dir(ctx, "rl", slug(spec)),
                                       settings=settings, grader=section.grader,
                                       rm_options=_options_of(ctx, spec)).path) for spec in section.rms]
 
@@ -310,9 +319,9 @@ def _guided_runs(ctx: StudyContext, name: str, folder: str, settings_cls: type[c
     """Run a guided-policy driver (RGD, policy accuracy) once per RM of its study section."""
     section = getattr(ctx.cfg, name)
     settings = study_defaults(ctx, section, settings_cls)
-    ctx.outputs[name] = [str(getattr(driver(section.policy, spec, ctx.data, _downstream_dir(ctx, folder),
+    setattr(ctx.outputs, name, [str(getattr(driver(section.policy, spec, ctx.data, _downstream_dir(ctx, folder),
                                             settings=settings, rm_options=_options_of(ctx, spec), **extra),
-                                     "path", "")) for spec in section.rms]
+                                     "path", "")) for spec in section.rms])
 
 
 @stage("rgd", _plan_rgd, order=60)
@@ -347,14 +356,14 @@ def run_meta(ctx: StudyContext) -> None:
 
     downstream = ctx.runs / "downstream"
     if not downstream.exists():
-        ctx.outputs["meta"] = "skipped: no downstream results in this study"
+        ctx.outputs.meta = "skipped: no downstream results in this study"
         return
     target = ctx.path("meta", "meta.json")
     if _up_to_date(target, ctx.runs):
-        ctx.outputs["meta"] = {"json": str(target), "reused": True}
+        ctx.outputs.meta = MetaOutput(json=str(target), reused=True)
         return
     res = meta_evaluate([ctx.runs], [downstream], seed=ctx.cfg.seed)
-    ctx.outputs["meta"] = {k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()}
+    ctx.outputs.meta = MetaOutput.model_validate({k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()})
 
 
 @stage("report", _no_calls("report"), order=100)
@@ -365,12 +374,12 @@ def run_report(ctx: StudyContext) -> None:
     published = {e.spec: e.published for e in ctx.cfg.models if e.published}
     target, meta_file = ctx.path("report.html"), ctx.path("meta", "meta.json")
     if _up_to_date(target, ctx.runs):
-        ctx.outputs["report"] = str(target)
+        ctx.outputs.report = str(target)
         return
     meta = MetaResult.read(meta_file) if meta_file.exists() else None
     path = build_report(ctx.runs, target, title=f"prbench study: {ctx.cfg.name}",
                         published=published or None, seed=ctx.cfg.seed, meta=meta)
-    ctx.outputs["report"] = str(path)
+    ctx.outputs.report = str(path)
 
 
 def _inputs_hash(runs: Path) -> str:
