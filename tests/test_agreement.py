@@ -115,8 +115,8 @@ def test_meta_leaderboard_and_report_show_agreement(fake_openai, api_key_env: tu
     assert kappas["judge:openai:sharp"] > 0.6 and (kappas["judge:openai:lazy"] or 0.0) == pytest.approx(0.0)
 
     rows = leaderboard(runs)
-    sharp = next(r for r in rows if r["model"] == "judge:openai:sharp")
-    assert sharp["resolvable"] == pytest.approx(resolvable(res["sharp"].records))
+    sharp = next(r for r in rows if r.model == "judge:openai:sharp")
+    assert sharp.resolvable == pytest.approx(resolvable(res["sharp"].records))
     head, _ = render_rows(rows, wide=True)
     assert "resolves (pts)" in head
 

@@ -178,7 +178,7 @@ def test_leaderboard_refuses_to_guess_the_identity_of_a_run_with_a_damaged_confi
     folder = next(p.parent for p in (runs / "eval").rglob("summary.json") if "rm_c" in str(p))
     (folder / "config.json").write_text('{"model_options": {"max_length": 4', encoding="utf-8")
     rows = leaderboard(runs)
-    assert sorted(r["model"] for r in rows) == ["rm:a", "rm:b"]
+    assert sorted(r.model for r in rows) == ["rm:a", "rm:b"]
     assert f"skipped: {folder / 'config.json'}:1: damaged JSON" in caplog.text
 
 

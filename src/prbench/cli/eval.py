@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from rich.markup import escape
@@ -34,6 +34,9 @@ from prbench.cli.options import (
 from prbench.cli.output import emit_json, progress, table
 from prbench.config import EngineAccess, EvalSettings
 from prbench.errors import BatchPending, InvalidRunError, PrbenchError
+
+if TYPE_CHECKING:
+    from prbench.leaderboard import Row
 
 MaxInvalid = Annotated[float, typer.Option(help="Fail (exit 1) when the share of invalid records is above this (0-1). "
                                                 "A run with every record invalid always fails.")]
@@ -285,7 +288,8 @@ def leaderboard_cmd(
     rows = leaderboard(runs)
     csv_path, json_path = write_leaderboard(rows, runs)
     if json_out:
-        emit_json({"rows": rows, "headlines": [h.lines() for h in headlines(rows)], "csv": str(csv_path),
+        emit_json({"rows": [r.model_dump() for r in rows], "headlines": [h.lines() for h in headlines(rows)],
+                   "csv": str(csv_path),
                    "json": str(json_path)})
         return
     if not quiet:
@@ -293,7 +297,7 @@ def leaderboard_cmd(
         typer.echo(f"wrote {csv_path} and {json_path}")
 
 
-def show_leaderboard(rows: list[dict[str, Any]], categories: bool = False, wide: bool = False,
+def show_leaderboard(rows: list[Row], categories: bool = False, wide: bool = False,
                      title: str | None = None) -> None:
     """The leaderboard's tables, each under its data set's headline (`prbench leaderboard`, a study's end)."""
     import shutil
@@ -323,9 +327,9 @@ def compare_cmd(
 
     res = compare_runs(run_a, run_b, seed=seed)
     if json_out:
-        emit_json(res)
+        emit_json(res.model_dump())
         return
     table("paired comparison (A - B)", ["A", "B", "n", "diff", "95% CI", "McNemar p"],
-          [(f"{res['a']['model']} [{res['a']['condition']}]", f"{res['b']['model']} [{res['b']['condition']}]",
-            res["n_shared"], f"{100 * res['diff']:+.1f}",
-            f"[{100 * res['ci_low']:+.1f}, {100 * res['ci_high']:+.1f}]", f"{res['mcnemar_p']:.3g}")])
+          [(f"{res.a.model} [{res.a.condition}]", f"{res.b.model} [{res.b.condition}]",
+            res.n_shared, f"{100 * res.diff:+.1f}",
+            f"[{100 * res.ci_low:+.1f}, {100 * res.ci_high:+.1f}]", f"{res.mcnemar_p:.3g}")])
