@@ -438,6 +438,25 @@ def test_outputs_csv_md_json(tmp_path: Path) -> None:
     assert "0.800 [" in md  # Spearman "value [lo, hi]"
 
 
+def test_meta_json_reads_back_through_the_model(tmp_path: Path) -> None:
+    """Issue 49: one typed result; a meta.json read back writes the same JSON and CSV (its Markdown lists the
+    definitions in the file's sorted order), a damaged one is one line naming the field."""
+    from prbench.errors import PrbenchError
+    from prbench.meta.result import MetaResult
+
+    runs, ds = make_study(tmp_path)
+    res = meta_evaluate([runs], [ds], **FAST)
+    assert isinstance(res, MetaResult) and res.rows[0].metric("spearman").value == pytest.approx(0.8)
+    first = write_meta(res, tmp_path / "a")
+    again = write_meta(MetaResult.read(first["json"]), tmp_path / "b")
+    assert all(first[k].read_bytes() == again[k].read_bytes() for k in ("json", "csv"))
+    data = json.loads(first["json"].read_text())
+    data["rows"][0]["n_rms"] = "four"
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(PrbenchError, match=r"bad.json: not a meta.json written by `prbench meta` \(rows.0.n_rms: "):
+        MetaResult.read(tmp_path / "bad.json")
+
+
 def cli_app():
     from prbench.cli import command_app
 
