@@ -117,6 +117,12 @@ class Row(BaseModel):
         """The row's own condition's cell."""
         return self.cells[self.condition]
 
+    def cell_at(self, key: str) -> Cell | None:
+        """The cell of `key` (a condition, or condition/category), None where the run has none."""
+        if key not in self.cells:
+            return None
+        return self.cells[key]
+
     @property
     def name(self) -> str:
         return self.label if self.label is not None else self.model
@@ -306,7 +312,7 @@ def rows_of(evals: Sequence[Run]) -> list[Row]:
     for group in by_model.values():  # rows of one model: labelled with the options that tell them apart
         keys = sorted({k for r in group for k in r.options})
         differing = [k for k in keys
-                     if len({json.dumps(r.options[k] if k in r.options else None, sort_keys=True) for r in group}) > 1]
+                     if len({json.dumps(r.options.get(k), sort_keys=True) for r in group}) > 1]  # free-form
         for r in group:
             label = _label(r.model, r.options, differing)
             if "both_orders" in r.options and r.options["both_orders"] and "both orders" not in label:
@@ -510,8 +516,7 @@ def render_rows(rows: Sequence[Row], with_categories: bool = False, wide: bool =
         mark = "" if seen is None else " seen" if seen >= 1 else f" seen {100 * seen:.0f}%"
         body.append([_row_name(r), r.condition, *([_settings_text(r, keys)] if keys else []), str(r.n_total),
                      _text(c.accuracy, c.ci_low, c.ci_high) + mark,
-                     *[_fmt(r.cells[f"{r.condition}/{k}"] if f"{r.condition}/{k}" in r.cells else None)
-                       for k in cats]])
+                     *[_fmt(r.cell_at(f"{r.condition}/{k}")) for k in cats]])
     if any(_gain(r) for r in rows):  # personalization gain: a condition minus its wrong-user control, in points
         head.append("gain over control (pts)")
         for r, line in zip(rows, body):
@@ -593,8 +598,7 @@ def _category_rows(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     for name, by_cond in models.items():
         first = True
         for cat in columns(rows):
-            accs = [by_cond[c].cells[f"{c}/{cat}"] if c in by_cond and f"{c}/{cat}" in by_cond[c].cells else None
-                    for c in conds]
+            accs = [by_cond[c].cell_at(f"{c}/{cat}") if c in by_cond else None for c in conds]
             if all(a is None for a in accs):
                 continue
             body.append([wrap_name(name) if first else "", cat, *[_fmt(a) for a in accs]])

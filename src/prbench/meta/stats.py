@@ -272,7 +272,9 @@ def summary_comparison(rows: Sequence[MetaRow]) -> SummaryComparison:
     rows is left out until some rows are common. `best_in_rows` counts per-row wins over all rows.
     """
     def val(r: MetaRow, name: str, metric: str) -> float | None:
-        agree = r.by_summary[name] if name in r.by_summary else None  # summary name -> its agreement
+        if name not in r.by_summary:  # summary name -> its agreement
+            return None
+        agree = r.by_summary[name]
         return None if agree is None else (agree.spearman if metric == "spearman" else agree.kendall_tau_b)
 
     compared = [n for n in SUMMARIES if any(val(r, n, "spearman") is not None for r in rows)]
