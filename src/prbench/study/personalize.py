@@ -55,8 +55,9 @@ def personalize(ctx: StudyContext) -> None:
         folder = ctx.path("personalize", method)
         options = {"seed": ctx.cfg.seed, **sec.options.get(method, {})}
         _, report = train_method(method, pairs, folder, options, protocol=pcfg)
-        rows.append({"method": method, "spec": spec_for(method, folder), **report.get("headline", {}),
-                     "warnings": " | ".join(report.get("warnings", [])) or report.get("skipped", "")})
+        rows.append({"method": method, "spec": spec_for(method, folder),
+                     **(report.headline.model_dump() if report.headline else {}),
+                     "warnings": " | ".join(report.warnings) or report.skipped or ""})
     scored = [r for r in rows if r.get("unseen_k0") is not None]
     best = max(scored, key=lambda r: r["unseen_k0"])["method"] if scored else None
     out = ctx.path("personalize")
