@@ -66,7 +66,7 @@ def _check(methods: list[str]) -> list[dict]:
             fn, _ = METHODS[method].load()
             fn(split.train, Path(tmp) / method, make_config(method, options))
             rm = load_rm(spec_for(method, Path(tmp) / method), **({"device": "cpu"} if method == "finetune" else {}))
-            rows.append({"method": method, "split": split.info, **headline(run_protocol(rm, split, cfg))})
+            rows.append({"method": method, "split": split.info, **headline(run_protocol(rm, split, cfg)).model_dump()})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 

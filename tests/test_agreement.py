@@ -67,13 +67,14 @@ def test_a_judge_that_always_says_a_agrees_with_no_label() -> None:
     always_a = _judged(["A"] * 100, positions)
     careful = _judged(positions[:90] + ["A" if p == "B" else "B" for p in positions[90:]], positions)
     got = judge_agreement({"always-a": always_a, "careful": careful})  # type: ignore[dict-item]
-    labels = {x["judge"]: x["kappa"] for x in got["with_labels"]}
+    assert got is not None
+    labels = {x.judge: x.kappa for x in got.with_labels}
     assert labels["always-a"] is None or labels["always-a"] == pytest.approx(0.0)
     assert labels["careful"] > 0.7
     assert np.mean([r["credit"] for r in always_a.records]) == 0.7  # the accuracy it would be credited with
-    [pair] = got["pairs"]
-    assert pair["n"] == 100 and pair["agree"] == pytest.approx(0.8)  # items 0-69 both right, 90-99 both wrong
-    assert got["krippendorff_alpha"] is not None and got["n_items"] == 100
+    [pair] = got.pairs
+    assert pair.n == 100 and pair.agree == pytest.approx(0.8)  # items 0-69 both right, 90-99 both wrong
+    assert got.krippendorff_alpha is not None and got.n_items == 100
     assert judge_agreement({"rm": _Run([{"id": "x", "credit": 1.0}])}) is None  # no pairwise judge: nothing
 
 
@@ -107,15 +108,15 @@ def test_meta_leaderboard_and_report_show_agreement(fake_openai, api_key_env: tu
     res = {m: evaluate(f"judge:openai:{m}", str(data), "none", out=runs, model_options=opts, n_boot=20)
            for m in ("sharp", "lazy")}
     meta = meta_evaluate([runs], [], n_boot=10, n_perm=10)
-    [bench] = meta["benchmarks"]
-    agree = bench["judge_agreement"]
-    assert agree["judges"] == ["judge:openai:lazy", "judge:openai:sharp"]
-    kappas = {x["judge"]: x["kappa"] for x in agree["with_labels"]}
+    [bench] = meta.benchmarks
+    agree = bench.judge_agreement
+    assert agree is not None and agree.judges == ["judge:openai:lazy", "judge:openai:sharp"]
+    kappas = {x.judge: x.kappa for x in agree.with_labels}
     assert kappas["judge:openai:sharp"] > 0.6 and (kappas["judge:openai:lazy"] or 0.0) == pytest.approx(0.0)
 
     rows = leaderboard(runs)
-    sharp = next(r for r in rows if r["model"] == "judge:openai:sharp")
-    assert sharp["resolvable"] == pytest.approx(resolvable(res["sharp"].records))
+    sharp = next(r for r in rows if r.model == "judge:openai:sharp")
+    assert sharp.resolvable == pytest.approx(resolvable(res["sharp"].records))
     head, _ = render_rows(rows, wide=True)
     assert "resolves (pts)" in head
 

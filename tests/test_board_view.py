@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from prbench.meta.result import CrossBenchmark
 from tests.test_meta import write_eval_run
 
 JUDGE = "judge[likelihood]:smollm2-135m-instruct (both orders)"
@@ -38,14 +39,18 @@ def test_three_model_chart_labels_are_whole_and_never_overlap() -> None:
     assert all(b.x0 >= fig_box.x0 and b.x1 <= fig_box.x1 for b in boxes)  # inside the figure, not clipped
 
 
-def _cross_entries() -> list[dict]:
+def _cross_entries() -> list[CrossBenchmark]:
     """A meta cross-benchmark comparison: benchmark a best on every metric."""
     metric = {"value": 0.8, "ci_low": 0.6, "ci_high": 0.9, "p_value": 0.01}
     low = {**metric, "value": 0.4}
     names = ("ndcg", "weighted_tau", "spearman", "rbo")
-    return [{"setting": "bon", "same_rms": True, "best_overall": "a [none]", "best": dict.fromkeys(names, "a [none]"),
-             "benchmarks": [{"benchmark": "a [none]", "n_rms": 3, "metrics": dict.fromkeys(names, metric)},
-                            {"benchmark": "b [none]", "n_rms": 3, "metrics": dict.fromkeys(names, low)}]}]
+    rms = ["x", "y", "z"]
+    return [CrossBenchmark.model_validate(
+        {"setting": "bon", "same_rms": True, "best_overall": "a [none]", "best": dict.fromkeys(names, "a [none]"),
+         "benchmarks": [{"benchmark": "a [none]", "data": "a", "condition": "none", "n_rms": 3, "rms": rms,
+                         "metrics": dict.fromkeys(names, metric)},
+                        {"benchmark": "b [none]", "data": "b", "condition": "none", "n_rms": 3, "rms": rms,
+                         "metrics": dict.fromkeys(names, low)}]})]
 
 
 def test_best_badge_sits_under_the_number_not_beside_it() -> None:
@@ -148,6 +153,6 @@ def test_two_runs_differing_only_in_top_k_are_two_rows_not_one(tmp_path: Path) -
         cfg = json.loads((run / "config.json").read_text())
         (run / "config.json").write_text(json.dumps({**cfg, "top_k": k}))
     rows = leaderboard(tmp_path)
-    assert sorted((r["settings"]["top_k"], r["cells"]["profile"]["n_total"]) for r in rows) == [(5, 9), (10, 14)]
+    assert sorted((r.settings["top_k"], r.cells["profile"].n_total) for r in rows) == [(5, 9), (10, 14)]
     head, body = render_rows(rows)
     assert head[:3] == ["model", "condition", "settings"] and sorted(b[2] for b in body) == ["top_k=10", "top_k=5"]

@@ -106,7 +106,7 @@ def test_summary_cost_equals_reported_usage_times_prices(fake_openai, api_key_en
     from prbench.leaderboard import leaderboard, render_rows
 
     rows = leaderboard(tmp_path)
-    assert rows[0]["usd"] == c["usd"]
+    assert rows[0].usd == c["usd"]
     head, body = render_rows(rows)
     assert head[-1] == "$" and body[0][-1] == f"{c['usd']:.2f}"
     from prbench.report.html import build_report

@@ -83,9 +83,9 @@ def test_the_best_is_crowned_only_where_its_checks_hold(tmp_path: Path) -> None:
     write_eval_run(tmp_path, "baseline:length", [1.0] * 12 + [0.0] * 8, ids=IDS, condition="profile")
     rows = leaderboard(tmp_path)
     (h,) = headlines(rows)
-    assert h.best is not None and h.best["model"] == "rm:ties"  # 90%, ties on 20%: its checks hold
-    assert [r["model"] for r in h.not_ranked] == ["rm:seen"]  # above the best, failed a check: named with why
-    assert h.person is not None and h.person["model"] == "rm:good"
+    assert h.best is not None and h.best.model == "rm:ties"  # 90%, ties on 20%: its checks hold
+    assert [r.model for r in h.not_ranked] == ["rm:seen"]  # above the best, failed a check: named with why
+    assert h.person is not None and h.person.model == "rm:good"
     text = "\n".join(h.lines())
     assert "does an RM use the person? yes: rm:good: profile - wrong-profile +35.0 points" in text
     assert "not named best: rm:seen under profile" in text and "trained on 4 of its 4 people" in text

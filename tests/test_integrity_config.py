@@ -155,7 +155,7 @@ def test_py_paths_are_read_from_the_config_folder(folder: Path, tmp_path_factory
     assert cfg.models[2].spec == f"py:{folder / 'plugins' / 'words.py'}:Words"
     assert len(plan_study(cfg, root)) == 3
     ctx = run_study(cfg, root, quiet=True)
-    assert [r["accuracy"] is not None for r in ctx.outputs["eval"]] == [True] * 3
+    assert [r.accuracy is not None for r in ctx.outputs.eval or []] == [True] * 3
 
 
 def test_a_model_that_fails_to_load_leaves_no_folder(folder: Path) -> None:

@@ -132,12 +132,12 @@ def make_study(tmp: Path, *, reps: int = 1, same_ids: bool = True, rms: Sequence
 def test_metric_values_match_hand_computation(tmp_path: Path) -> None:
     runs, ds = make_study(tmp_path)
     res = meta_evaluate([runs], [ds], **FAST)
-    assert len(res["rows"]) == 1
-    row = res["rows"][0]
-    assert row["rms"] == RMS and row["n_rms"] == 4
-    assert row["benchmark_scores"] == pytest.approx(dict(zip(RMS, [0.9, 0.7, 0.5, 0.3])))
-    assert row["downstream_scores"] == pytest.approx(dict(zip(RMS, DOWN)))
-    m = {k: v["value"] for k, v in row["metrics"].items()}
+    assert len(res.rows) == 1
+    row = res.rows[0]
+    assert row.rms == RMS and row.n_rms == 4
+    assert row.benchmark_scores == pytest.approx(dict(zip(RMS, [0.9, 0.7, 0.5, 0.3])))
+    assert row.downstream_scores == pytest.approx(dict(zip(RMS, DOWN)))
+    m = {k: v.value for k, v in row.metrics.items()}
     # ranks x: 4 3 2 1, y: 4 2 3 1 -> sum d^2 = 2 -> rho = 1 - 6*2/(4*15)
     assert m["spearman"] == pytest.approx(0.8)
     # 6 pairs, one discordant (b, c) -> (5 - 1) / 6
@@ -156,25 +156,25 @@ def test_metric_values_match_hand_computation(tmp_path: Path) -> None:
     assert m["rbo"] == pytest.approx(rbo)
     assert m["weighted_tau"] == pytest.approx(stats.weightedtau(x, y).statistic)
     # every metric has a CI around its value and a p-value in (0, 1]
-    for name, v in row["metrics"].items():
-        assert v["ci_low"] is not None and v["ci_low"] <= v["ci_high"], name
-        assert 0 < v["p_value"] <= 1, name
-    assert row["resampling"] == "joint"
-    assert set(res["definitions"]) >= {"spearman", "kendall_tau_b", "weighted_tau", "pearson", "ndcg", "rbo",
+    for name, v in row.metrics.items():
+        assert v.ci_low is not None and v.ci_low <= v.ci_high, name
+        assert 0 < v.p_value <= 1, name
+    assert row.resampling == "joint"
+    assert set(res.definitions) >= {"spearman", "kendall_tau_b", "weighted_tau", "pearson", "ndcg", "rbo",
                                        "p_value", "summary.mean", "resampling_joint"}
-    assert res["parameters"]["p"] == 0.9 and res["parameters"]["n_boot"] == 100
-    assert res["defaults"]["n_boot"] == 1000
+    assert res.parameters.p == 0.9 and res.parameters.n_boot == 100
+    assert res.defaults.n_boot == 1000
 
 
 def test_ndcg_k_and_rbo_p_are_parameters(tmp_path: Path) -> None:
     runs, ds = make_study(tmp_path)
     res = meta_evaluate([runs], [ds], k=1, p=0.5, **FAST)
-    m = {k: v["value"] for k, v in res["rows"][0]["metrics"].items()}
+    m = {k: v.value for k, v in res.rows[0].metrics.items()}
     assert m["ndcg"] == pytest.approx(1.0)  # the top RM by benchmark is also the top downstream
     xd = [1, 1, 3, 4]
     rbo = 0.5 * sum(0.5 ** (d - 1) * xd[d - 1] / d for d in range(1, 5)) + 0.5**4
     assert m["rbo"] == pytest.approx(rbo)
-    assert res["parameters"]["k"] == 1 and res["parameters"]["p"] == 0.5
+    assert res.parameters.k == 1 and res.parameters.p == 0.5
 
 
 def test_perfect_agreement_and_p_value(tmp_path: Path) -> None:
@@ -183,24 +183,24 @@ def test_perfect_agreement_and_p_value(tmp_path: Path) -> None:
         write_eval_run(runs, rm, credits_with_mean(right, 10))
         write_ds(ds, rm, dict(zip([f"item-{i:03d}" for i in range(10)], values_with_mean(down, 10))))
     res = meta_evaluate([runs], [ds], seed=0, n_boot=50, n_perm=500)
-    m = res["rows"][0]["metrics"]
+    m = res.rows[0].metrics
     for name in ("spearman", "kendall_tau_b", "weighted_tau", "ndcg", "rbo"):
-        assert m[name]["value"] == pytest.approx(1.0), name
+        assert m[name].value == pytest.approx(1.0), name
     # 4 RMs: 1 of 24 orderings is the identity, so p is about 1/24 (plus the +1 correction)
-    assert m["spearman"]["p_value"] == pytest.approx(1 / 24, abs=0.03)
+    assert m["spearman"].p_value == pytest.approx(1 / 24, abs=0.03)
 
 
 # --------------------------------------------------------------------------- uncertainty
 
 
 def test_cis_shrink_as_items_grow(tmp_path: Path) -> None:
-    small = meta_evaluate(*[[p] for p in make_study(tmp_path / "s", reps=1)], **FAST)["rows"][0]["metrics"]
-    big = meta_evaluate(*[[p] for p in make_study(tmp_path / "b", reps=8)], **FAST)["rows"][0]["metrics"]
+    small = meta_evaluate(*[[p] for p in make_study(tmp_path / "s", reps=1)], **FAST).rows[0].metrics
+    big = meta_evaluate(*[[p] for p in make_study(tmp_path / "b", reps=8)], **FAST).rows[0].metrics
     for name in ("spearman", "pearson", "kendall_tau_b"):
-        w_small = small[name]["ci_high"] - small[name]["ci_low"]
-        w_big = big[name]["ci_high"] - big[name]["ci_low"]
+        w_small = small[name].ci_high - small[name].ci_low
+        w_big = big[name].ci_high - big[name].ci_low
         assert w_big < w_small, (name, w_small, w_big)
-    assert small["spearman"]["value"] == pytest.approx(big["spearman"]["value"])  # same means, same point value
+    assert small["spearman"].value == pytest.approx(big["spearman"].value)  # same means, same point value
 
 
 def test_joint_resampling_when_items_shared_else_independent(tmp_path: Path) -> None:
@@ -213,16 +213,16 @@ def test_joint_resampling_when_items_shared_else_independent(tmp_path: Path) -> 
         write_eval_run(runs, rm, c, ids=ids)
         write_ds(ds / "same", rm, dict(zip(ids, c)))
         write_ds(ds / "other", rm, {f"q-{i:03d}": v for i, v in enumerate(c)})
-    joint = meta_evaluate([runs], [ds / "same"], **FAST)["rows"][0]
-    indep = meta_evaluate([runs], [ds / "other"], **FAST)["rows"][0]
-    assert joint["resampling"] == "joint" and indep["resampling"] == "independent"
-    assert joint["n_items_shared"] == 12 and indep["n_items_shared"] == 0
-    assert joint["metrics"]["pearson"]["ci_low"] == pytest.approx(1.0)
-    assert joint["metrics"]["pearson"]["ci_high"] == pytest.approx(1.0)
-    assert indep["metrics"]["pearson"]["ci_low"] < 0.99
+    joint = meta_evaluate([runs], [ds / "same"], **FAST).rows[0]
+    indep = meta_evaluate([runs], [ds / "other"], **FAST).rows[0]
+    assert joint.resampling == "joint" and indep.resampling == "independent"
+    assert joint.n_items_shared == 12 and indep.n_items_shared == 0
+    assert joint.metrics["pearson"].ci_low == pytest.approx(1.0)
+    assert joint.metrics["pearson"].ci_high == pytest.approx(1.0)
+    assert indep.metrics["pearson"].ci_low < 0.99
     # forcing independent on shared items widens the CI too
-    forced = meta_evaluate([runs], [ds / "same"], pairing="independent", **FAST)["rows"][0]
-    assert forced["resampling"] == "independent" and forced["metrics"]["pearson"]["ci_low"] < 0.99
+    forced = meta_evaluate([runs], [ds / "same"], pairing="independent", **FAST).rows[0]
+    assert forced.resampling == "independent" and forced.metrics["pearson"].ci_low < 0.99
 
 
 def test_partial_overlap_uses_threshold(tmp_path: Path) -> None:
@@ -231,12 +231,12 @@ def test_partial_overlap_uses_threshold(tmp_path: Path) -> None:
     for rm, right, down in zip(RMS, [18, 14, 10, 6], DOWN):
         write_eval_run(runs, rm, credits_with_mean(right, 20), ids=ids)
         write_ds(ds, rm, dict(zip(ids[:10], values_with_mean(down, 10))))  # half of the benchmark items
-    auto = meta_evaluate([runs], [ds], **FAST)["rows"][0]
-    assert auto["resampling"] == "independent" and auto["n_items_benchmark"] == 20
-    joint = meta_evaluate([runs], [ds], pairing="joint", **FAST)["rows"][0]
-    assert joint["resampling"] == "joint" and joint["n_items_benchmark"] == 10 == joint["n_items_downstream"]
-    loose = meta_evaluate([runs], [ds], joint_min_share=0.5, **FAST)["rows"][0]
-    assert loose["resampling"] == "joint"
+    auto = meta_evaluate([runs], [ds], **FAST).rows[0]
+    assert auto.resampling == "independent" and auto.n_items_benchmark == 20
+    joint = meta_evaluate([runs], [ds], pairing="joint", **FAST).rows[0]
+    assert joint.resampling == "joint" and joint.n_items_benchmark == 10 == joint.n_items_downstream
+    loose = meta_evaluate([runs], [ds], joint_min_share=0.5, **FAST).rows[0]
+    assert loose.resampling == "joint"
 
 
 # --------------------------------------------------------------------------- edge cases
@@ -245,9 +245,9 @@ def test_partial_overlap_uses_threshold(tmp_path: Path) -> None:
 def test_fewer_than_three_rms_gives_a_note(tmp_path: Path) -> None:
     runs, ds = make_study(tmp_path, rms=RMS[:2])
     res = meta_evaluate([runs], [ds], **FAST)
-    row = res["rows"][0]
-    assert row["metrics"] is None and row["n_rms"] == 2
-    assert "at least 3 RMs" in row["note"]
+    row = res.rows[0]
+    assert row.metrics is None and row.n_rms == 2
+    assert "at least 3 RMs" in row.note
     out = write_meta(res, tmp_path / "meta")
     assert "at least 3 RMs" in out["md"].read_text()
 
@@ -256,9 +256,9 @@ def test_no_downstream_and_no_runs_are_notes(tmp_path: Path) -> None:
     runs, _ = make_study(tmp_path)
     (tmp_path / "empty").mkdir()
     res = meta_evaluate([runs], [tmp_path / "empty"], **FAST)
-    assert res["rows"] == [] and any("no downstream" in n for n in res["notes"])
+    assert res.rows == [] and any("no downstream" in n for n in res.notes)
     res = meta_evaluate([tmp_path / "empty"], [tmp_path / "ds"], **FAST)
-    assert res["rows"] == [] and any("no eval runs" in n for n in res["notes"])
+    assert res.rows == [] and any("no eval runs" in n for n in res.notes)
 
 
 def test_invalid_items_are_dropped_for_every_rm(tmp_path: Path) -> None:
@@ -270,10 +270,10 @@ def test_invalid_items_are_dropped_for_every_rm(tmp_path: Path) -> None:
             c[9] = None  # rm:a invalid on item 9 (a wrong answer for everybody else too)
         write_eval_run(runs, rm, c, ids=ids)
         write_ds(ds, rm, dict(zip(ids, values_with_mean(down, 10))))
-    row = meta_evaluate([runs], [ds], **FAST)["rows"][0]
-    assert row["n_items_benchmark"] == 9
-    assert row["benchmark_scores"]["rm:a"] == pytest.approx(1.0)
-    assert row["benchmark_scores"]["rm:b"] == pytest.approx(7 / 9)
+    row = meta_evaluate([runs], [ds], **FAST).rows[0]
+    assert row.n_items_benchmark == 9
+    assert row.benchmark_scores["rm:a"] == pytest.approx(1.0)
+    assert row.benchmark_scores["rm:b"] == pytest.approx(7 / 9)
 
 
 def test_alignment_by_spec_or_model_name(tmp_path: Path) -> None:
@@ -284,10 +284,10 @@ def test_alignment_by_spec_or_model_name(tmp_path: Path) -> None:
         ds_name = f"name-{rm}" if rm in ("rm:a", "rm:b") else f"hf:{rm}"  # half by model name, half by spec
         write_ds(ds, ds_name, dict(zip(ids, values_with_mean(down, 10))))
     write_ds(ds, "rm:unknown", dict(zip(ids, values_with_mean(1.0, 10))))
-    row = meta_evaluate([runs], [ds], **FAST)["rows"][0]
-    assert row["n_rms"] == 4 and row["rms"] == [f"hf:{rm}" for rm in RMS]
-    assert row["unmatched_downstream_rms"] == ["rm:unknown"]
-    assert row["metrics"]["spearman"]["value"] == pytest.approx(0.8)
+    row = meta_evaluate([runs], [ds], **FAST).rows[0]
+    assert row.n_rms == 4 and row.rms == [f"hf:{rm}" for rm in RMS]
+    assert row.unmatched_downstream_rms == ["rm:unknown"]
+    assert row.metrics["spearman"].value == pytest.approx(0.8)
 
 
 # --------------------------------------------------------------------------- settings and summaries
@@ -303,13 +303,13 @@ def test_bon_rows_at_every_k_and_max(tmp_path: Path) -> None:
                for j, (i, v) in enumerate(zip(ids, values_with_mean(down, 10)))}
         write_ds(ds, rm, per, setting="bon", condition="profile")
     res = meta_evaluate([runs], [ds], **FAST)
-    rows = {r["setting"]["k"]: r for r in res["rows"]}
+    rows = {r.setting.k: r for r in res.rows}
     assert sorted(rows) == [1, 2, 4]
-    assert rows[4]["setting"]["max_k"] and not rows[1]["setting"]["max_k"]
-    assert "(max)" in rows[4]["setting"]["label"] and "[profile]" in rows[4]["setting"]["label"]
-    assert rows[4]["metrics"]["spearman"]["value"] == pytest.approx(0.8)
-    assert rows[1]["metrics"]["spearman"]["value"] == pytest.approx(-0.8)
-    assert rows[2]["metrics"]["spearman"]["value"] is None  # constant downstream: undefined, not a crash
+    assert rows[4].setting.max_k and not rows[1].setting.max_k
+    assert "(max)" in rows[4].setting.label and "[profile]" in rows[4].setting.label
+    assert rows[4].metrics["spearman"].value == pytest.approx(0.8)
+    assert rows[1].metrics["spearman"].value == pytest.approx(-0.8)
+    assert rows[2].metrics["spearman"].value is None  # constant downstream: undefined, not a crash
     md = write_meta(res, tmp_path / "meta")["md"].read_text()
     assert "## Best-of-N at every k" in md
 
@@ -327,19 +327,19 @@ def test_summary_comparison_worst_category_and_margin(tmp_path: Path) -> None:
         write_eval_run(runs, rm, c, ids=ids, categories=cats, margins=[margins[rm]] * 12)
         write_ds(ds, rm, dict(zip(ids, values_with_mean(down[rm], 12))))
     res = meta_evaluate([runs], [ds], **FAST)
-    row = res["rows"][0]
-    by = row["by_summary"]
-    assert by["mean"]["scores"]["rm:a"] == pytest.approx(9 / 12)
-    assert by["worst_category"]["scores"] == pytest.approx({"rm:a": 0.25, "rm:b": 0.5, "rm:c": 0.5, "rm:d": 0.0})
-    assert by["mean_margin"]["scores"] == pytest.approx(margins)
-    assert by["mean"]["spearman"] == pytest.approx(0.4)  # ranks 4 3 2 1 vs 2 4 3 1: sum d^2 = 6
-    assert by["worst_category"]["spearman"] > by["mean"]["spearman"]
-    assert by["mean_margin"]["spearman"] == pytest.approx(1.0)
-    assert row["best_summary"] == "mean_margin"
-    assert res["summary_comparison"]["best"] == "mean_margin"
-    wc = meta_evaluate([runs], [ds], summary="worst_category", **FAST)["rows"][0]
-    assert wc["metrics"]["spearman"]["value"] == pytest.approx(by["worst_category"]["spearman"])
-    assert wc["metrics"]["spearman"]["ci_low"] is not None
+    row = res.rows[0]
+    by = row.by_summary
+    assert by["mean"].scores["rm:a"] == pytest.approx(9 / 12)
+    assert by["worst_category"].scores == pytest.approx({"rm:a": 0.25, "rm:b": 0.5, "rm:c": 0.5, "rm:d": 0.0})
+    assert by["mean_margin"].scores == pytest.approx(margins)
+    assert by["mean"].spearman == pytest.approx(0.4)  # ranks 4 3 2 1 vs 2 4 3 1: sum d^2 = 6
+    assert by["worst_category"].spearman > by["mean"].spearman
+    assert by["mean_margin"].spearman == pytest.approx(1.0)
+    assert row.best_summary == "mean_margin"
+    assert res.summary_comparison.best == "mean_margin"
+    wc = meta_evaluate([runs], [ds], summary="worst_category", **FAST).rows[0]
+    assert wc.metrics["spearman"].value == pytest.approx(by["worst_category"].spearman)
+    assert wc.metrics["spearman"].ci_low is not None
 
 
 def test_margin_summary_unavailable_for_pairwise_judges(tmp_path: Path) -> None:
@@ -348,10 +348,10 @@ def test_margin_summary_unavailable_for_pairwise_judges(tmp_path: Path) -> None:
     for rm, right, down in zip(RMS, ACC, DOWN):
         write_eval_run(runs, rm, credits_with_mean(right, 10), ids=ids, pairwise=rm == "rm:a")
         write_ds(ds, rm, dict(zip(ids, values_with_mean(down, 10))))
-    row = meta_evaluate([runs], [ds], **FAST)["rows"][0]
-    assert row["by_summary"]["mean_margin"] is None and row["metrics"] is not None
-    row = meta_evaluate([runs], [ds], summary="mean_margin", **FAST)["rows"][0]
-    assert row["metrics"] is None and "not available" in row["note"]
+    row = meta_evaluate([runs], [ds], **FAST).rows[0]
+    assert row.by_summary["mean_margin"] is None and row.metrics is not None
+    row = meta_evaluate([runs], [ds], summary="mean_margin", **FAST).rows[0]
+    assert row.metrics is None and "not available" in row.note
 
 
 def write_pa_run(root: Path, rm: str | None, credit_total: Mapping[str, float], rm_credit: Mapping[str, float],
@@ -391,14 +391,14 @@ def test_policy_accuracy_setting_and_paper_b_kendall(tmp_path: Path) -> None:
                      dict(zip(ids, credits_with_mean(own_right[rm], 10))))
     write_pa_run(ds, None, dict(zip(ids, [0.5] * 10)), {}, w=0.0)  # plain policy: not ranked
     res = meta_evaluate([runs], [ds], **FAST)
-    (row,) = res["rows"]
-    assert row["setting"]["setting"] == "policy_accuracy" and row["resampling"] == "joint"
-    assert row["downstream_scores"]["rm:b"] == pytest.approx(0.8)
-    assert row["metrics"]["kendall_tau_b"]["value"] == pytest.approx(4 / 6)  # one swapped pair of six
-    kinds = {e["source"]: e for e in res["paper_b"]}
-    assert kinds["benchmark"]["kendall_tau_b"]["value"] == pytest.approx(4 / 6)
-    assert kinds["in-run"]["kendall_tau_b"]["value"] == pytest.approx(4 / 6)
-    assert any("plain policy" in n for n in res["notes"])
+    (row,) = res.rows
+    assert row.setting.setting == "policy_accuracy" and row.resampling == "joint"
+    assert row.downstream_scores["rm:b"] == pytest.approx(0.8)
+    assert row.metrics["kendall_tau_b"].value == pytest.approx(4 / 6)  # one swapped pair of six
+    kinds = {e.source: e for e in res.paper_b}
+    assert kinds["benchmark"].kendall_tau_b.value == pytest.approx(4 / 6)
+    assert kinds["in-run"].kendall_tau_b.value == pytest.approx(4 / 6)
+    assert any("plain policy" in n for n in res.notes)
     md = write_meta(res, tmp_path / "meta")["md"].read_text()
     assert "paper B" in md
 
@@ -411,11 +411,11 @@ def test_condition_filter_and_match(tmp_path: Path) -> None:
             write_eval_run(runs, rm, credits_with_mean(right, 10), ids=ids, condition=cond)
     for rm, down in zip(RMS, DOWN):
         write_ds(ds, rm, dict(zip(ids, values_with_mean(down, 10))), condition="profile")
-    assert len(meta_evaluate([runs], [ds], **FAST)["rows"]) == 2
+    assert len(meta_evaluate([runs], [ds], **FAST).rows) == 2
     only = meta_evaluate([runs], [ds], conditions="none", **FAST)
-    assert [r["benchmark"]["condition"] for r in only["rows"]] == ["none"]
+    assert [r.benchmark.condition for r in only.rows] == ["none"]
     matched = meta_evaluate([runs], [ds], match_condition=True, **FAST)
-    assert [r["benchmark"]["condition"] for r in matched["rows"]] == ["profile"]
+    assert [r.benchmark.condition for r in matched.rows] == ["profile"]
 
 
 # --------------------------------------------------------------------------- outputs and CLI
@@ -436,6 +436,25 @@ def test_outputs_csv_md_json(tmp_path: Path) -> None:
     header = next(line for line in md.splitlines() if line.startswith("| benchmark | setting | RMs"))
     assert header.split(" | ")[3:8] == ["NDCG", "weighted tau", "Spearman", "RBO", "Kendall |"]
     assert "0.800 [" in md  # Spearman "value [lo, hi]"
+
+
+def test_meta_json_reads_back_through_the_model(tmp_path: Path) -> None:
+    """Issue 49: one typed result; a meta.json read back writes the same JSON and CSV (its Markdown lists the
+    definitions in the file's sorted order), a damaged one is one line naming the field."""
+    from prbench.errors import PrbenchError
+    from prbench.meta.result import MetaResult
+
+    runs, ds = make_study(tmp_path)
+    res = meta_evaluate([runs], [ds], **FAST)
+    assert isinstance(res, MetaResult) and res.rows[0].metric("spearman").value == pytest.approx(0.8)
+    first = write_meta(res, tmp_path / "a")
+    again = write_meta(MetaResult.read(first["json"]), tmp_path / "b")
+    assert all(first[k].read_bytes() == again[k].read_bytes() for k in ("json", "csv"))
+    data = json.loads(first["json"].read_text())
+    data["rows"][0]["n_rms"] = "four"
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(PrbenchError, match=r"bad.json: not a meta.json written by `prbench meta` \(rows.0.n_rms: "):
+        MetaResult.read(tmp_path / "bad.json")
 
 
 def cli_app():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from prbench.meta import cross_benchmark, meta_evaluate, meta_markdown
+from prbench.meta import MetaRow, cross_benchmark, meta_evaluate, meta_markdown
 from prbench.study.config import load_study_config
 from prbench.study.runner import run_study
 from prbench.testing.tiny import make_tiny_causal_lm
@@ -90,19 +90,19 @@ def test_cli_meta_prints_the_cross_benchmark_table(study: Path, tmp_path: Path) 
 
 
 def test_cross_benchmark_needs_two_benchmarks() -> None:
-    row = {"setting": {"setting": "rl", "label": "RL", "max_k": None}, "benchmark": {"label": "a [none]",
-           "data": "a", "condition": "none"}, "n_rms": 3, "rms": ["x", "y", "z"], "note": None,
+    row = {"setting": {"setting": "rl", "label": "RL", "max_k": False}, "benchmark": {"label": "a [none]",
+           "data": "a", "condition": "none", "summary": "mean"}, "n_rms": 3, "rms": ["x", "y", "z"], "note": None,
            "metrics": {m: {"value": 0.5, "ci_low": 0.1, "ci_high": 0.9, "p_value": 0.2}
                        for m in ("ndcg", "weighted_tau", "spearman", "rbo", "kendall_tau_b")}}
-    assert cross_benchmark([row]) == []
+    assert cross_benchmark([MetaRow.model_validate(row)]) == []
     other = json.loads(json.dumps(row))
     other["benchmark"]["label"] = "b [none]"
     other["metrics"]["spearman"]["value"] = 0.9
-    (c,) = cross_benchmark([row, other])
-    assert c["best"]["spearman"] == "b [none]" and c["best"]["ndcg"] == "a [none]"  # a tie goes to the first label
-    assert c["best_overall"] == "a [none]" and c["wins"] == {"a [none]": 3, "b [none]": 1} and c["same_rms"]
+    (c,) = cross_benchmark([MetaRow.model_validate(row), MetaRow.model_validate(other)])
+    assert c.best["spearman"] == "b [none]" and c.best["ndcg"] == "a [none]"  # a tie goes to the first label
+    assert c.best_overall == "a [none]" and c.wins == {"a [none]": 3, "b [none]": 1} and c.same_rms
 
 
 def test_meta_evaluate_api_over_two_formats(study: Path) -> None:
     res = meta_evaluate([study / "runs"], [study / "runs" / "downstream"], n_boot=20, n_perm=20)
-    assert res["cross_benchmark"] and "## Which benchmark ranks" in meta_markdown(res)
+    assert res.cross_benchmark and "## Which benchmark ranks" in meta_markdown(res)

@@ -95,7 +95,8 @@ def test_plugin_metric_and_stage_run_in_a_study_and_reach_meta_and_report(instal
     assert cfg.section("agree", RUNKINDS.get("agree").settings_model).rms == [
         "baseline:length", "baseline:lexical", "baseline:random"]
     ctx = run_study(cfg, root, quiet=True)
-    assert list(ctx.outputs["timings"]) == ["eval", "agree", "meta", "report"]  # ranks, not the listed order
+    assert list(ctx.outputs.timings or {}) == ["eval", "agree", "meta", "report"]  # ranks, not the listed order
+    assert list(ctx.outputs.dump()) == ["eval", "agree", "meta", "report", "timings"] and ctx.outputs.plugins["agree"]
     check_agree_in_meta_and_report(tmp_path / "out")
 
 
@@ -130,5 +131,5 @@ def test_the_kind_is_a_command(installed: Path, tmp_path: Path) -> None:
         r = prbench("agree", "--rm", rm, "--data", "bench.jsonl", "--out", str(out))
         assert r.returncode == 0, r.stderr
     res = meta_evaluate([tmp_path / "runs"], [out], seed=0)
-    (row,) = [r for r in res["rows"] if r["setting"]["setting"] == "agree"]
-    assert row["n_rms"] == 3
+    (row,) = [r for r in res.rows if r.setting.setting == "agree"]
+    assert row.n_rms == 3

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from test_meta import credits_with_mean, values_with_mean, write_ds, write_eval_run, write_pa_run
 
+from prbench.meta.result import MetaResult
 from prbench.report import SECTIONS, build_report
 from prbench.schema import CATEGORIES
 from prbench.store.runs import write_json_atomic
@@ -101,7 +102,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def meta(runs: Path) -> dict[str, Any]:
+def meta(runs: Path) -> MetaResult:
     """The meta-evaluation the report shows, computed once (the report's own path is tested in test_cli_report)."""
     from prbench.meta import meta_evaluate
 
@@ -223,15 +224,15 @@ def test_section_contents(page: tuple[str, Page]) -> None:
     assert "eval/" in body
 
 
-def test_meta_numbers_match_meta_evaluate(meta: dict[str, Any], page: tuple[str, Page]) -> None:
+def test_meta_numbers_match_meta_evaluate(meta: MetaResult, page: tuple[str, Page]) -> None:
     from prbench.meta import main_rows
 
     body = " ".join(page[1].cells)
-    shown = [r for r in main_rows(meta) if r["metrics"]]
-    assert {r["setting"]["setting"] for r in shown} == {"bon", "rl", "rgd", "policy_accuracy"}
+    shown = [r for r in main_rows(meta) if r.metrics]
+    assert {r.setting.setting for r in shown} == {"bon", "rl", "rgd", "policy_accuracy"}
     for r in shown:
-        assert f'{r["metrics"]["spearman"]["value"]:.3f}' in body
-        assert f'{r["metrics"]["ndcg"]["value"]:.3f}' in body
+        assert f'{r.metric("spearman").value:.3f}' in body
+        assert f'{r.metric("ndcg").value:.3f}' in body
     assert body.count("scatter") == 0  # plots are images, not text
     assert sum(1 for t, a in page[1].tags if t == "img" and "benchmark vs downstream" in (a.get("alt") or "")) == 4
 

@@ -178,7 +178,7 @@ def test_policy_accuracy_settings_are_grouped_by_one_key_in_meta_and_report(tmp_
     pa = [r for r in scan_runs([runs]).runs if r.kind.name == "policy-accuracy"]
     assert len({r.kind.group_key(r) for r in pa}) == 2
     res = meta_evaluate([runs], [runs], **FAST)
-    assert sorted(s["label"] for s in res["settings"]) == ["policy accuracy w=1 k=10 mode=full [oracle]",
+    assert sorted(s.label for s in res.settings) == ["policy accuracy w=1 k=10 mode=full [oracle]",
                                                            "policy accuracy w=1 k=10 mode=full [oracle] #2"]
     html = build_report(runs, tmp_path / "r.html", n_boot=20, n_perm=20, meta=res).read_text(encoding="utf-8")
     assert html.count("<h4>policy builtin:smollm2-135m-instruct") == 2
@@ -194,7 +194,7 @@ def test_leaderboard_refuses_to_guess_the_identity_of_a_run_with_a_damaged_confi
     folder = next(p.parent for p in (runs / "eval").rglob("summary.json") if "rm_c" in str(p))
     (folder / "config.json").write_text('{"model_options": {"max_length": 4', encoding="utf-8")
     rows = leaderboard(runs)
-    assert sorted(r["model"] for r in rows) == ["rm:a", "rm:b"]
+    assert sorted(r.model for r in rows) == ["rm:a", "rm:b"]
     assert f"skipped: {folder / 'config.json'}:1: damaged JSON" in caplog.text
 
 

@@ -298,10 +298,11 @@ def test_study_eval_stage_until(tmp_path: Path) -> None:
         "models:\n  - spec: baseline:length\n  - spec: baseline:short\nstages: [eval]\n", encoding="utf-8")
     cfg, root = load_study_config(tmp_path / "study.yaml")
     ctx = run_study(cfg, root, quiet=True)
-    got = ctx.outputs["eval"]
-    assert len(got) == 4 and {r["sequential"]["n_used"] for r in got} == {80}  # the first look: 400 / 5
-    assert all("decided=0.02 met at 80 of 400 items" in r["sequential"]["stopped"] for r in got)
-    stored = json.loads((Path(got[0]["path"]) / "summary.json").read_text())
+    got = ctx.outputs.eval
+    assert got is not None and all(r.sequential is not None for r in got)
+    assert len(got) == 4 and {r.sequential["n_used"] for r in got} == {80}  # the first look: 400 / 5
+    assert all("decided=0.02 met at 80 of 400 items" in r.sequential["stopped"] for r in got)
+    stored = json.loads((Path(got[0].path) / "summary.json").read_text())
     assert stored["sequential"]["rule"] == "decided=0.02" and stored["n_total"] == 80
     with pytest.raises(Exception, match="until"):
         parse_study("name: x\nuntil: soon\nmodels:\n  - spec: baseline:length\n", "study.yaml")
@@ -320,7 +321,7 @@ def test_study_eval_stage_races_api_judges_against_free_models_scored_first(judg
         f"  - spec: judge:openai:sharp\n{judge}  - spec: judge:openai:coin\n{judge}  - spec: baseline:length\n"
         "stages: [eval]\n", encoding="utf-8")
     cfg, root = load_study_config(tmp_path / "study.yaml")
-    got = {r["spec"]: r["sequential"] for r in run_study(cfg, root, quiet=True).outputs["eval"]}
+    got = {r.spec: r.sequential for r in run_study(cfg, root, quiet=True).outputs.eval or []}
     assert got["baseline:length"]["n_used"] == 500 and "scored first (no API calls" in got["baseline:length"]["stopped"]
     assert got["judge:openai:sharp"]["n_used"] < 500 and "pairs at 0.05/3 each" in got["judge:openai:sharp"]["method"]
 

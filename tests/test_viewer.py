@@ -214,11 +214,11 @@ def test_downstream_view_draws_best_of_n_curves_and_meta_agreement(site: dict, b
     rows = browser.eval("[...[...document.querySelectorAll('main table')].pop().querySelectorAll('tbody tr')]"
                         ".map(tr => [...tr.children].map(td => td.textContent))")
     assert len(rows) == len(want)
-    k, first = next((k, r) for k, r in enumerate(want) if r["metrics"])  # rows of too few shared RMs carry a note
+    k, first = next((k, r) for k, r in enumerate(want) if r.metrics)  # rows of too few shared RMs carry a note
     cells = rows[k]
-    assert cells[:2] == [first["benchmark"]["label"], first["setting"]["label"]]
-    ndcg = first["metrics"][PAPER_COLUMNS[0][0]]
-    assert cells[3] == f"{ndcg['value']:.3f} [{ndcg['ci_low']:.3f}, {ndcg['ci_high']:.3f}]"
+    assert cells[:2] == [first.benchmark.label, first.setting.label]
+    ndcg = first.metric(PAPER_COLUMNS[0][0])
+    assert cells[3] == f"{ndcg.value:.3f} [{ndcg.ci_low:.3f}, {ndcg.ci_high:.3f}]"
 
 
 def test_no_request_leaves_the_folder(site: dict) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_serializer
 
 from prbench.context.conditions import ALL_CONDITIONS
 from prbench.errors import DataError, PrbenchError
@@ -37,7 +37,7 @@ from prbench.runkinds.base import run_credits
 from prbench.schema import CATEGORY_SHORT
 from prbench.stats import metrics
 from prbench.stats.power import resolvable
-from prbench.store.records import Accuracy, EvalSummary
+from prbench.store.records import Accuracy, EvalSummary, Gain, ValidityCard
 from prbench.store.runs import write_json_atomic
 
 
@@ -56,6 +56,107 @@ class RunConfig(BaseModel):
     @classmethod
     def _none(cls, v: Any) -> Any:
         return {} if v is None else v
+
+
+class Cell(BaseModel):
+    """One accuracy cell of a row: a condition's (with its CI, invalid count and run folder) or a category's."""
+
+    accuracy: float | None
+    n: int | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_invalid: int | None = None
+    n_total: int | None = None
+    path: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _short(self, handler: Any) -> Any:
+        out = handler(self)  # a category's cell is accuracy and n only
+        return out if self.path is not None else {"accuracy": out["accuracy"], "n": out["n"]}
+
+
+class PeopleCell(BaseModel):
+    """A trained RM's people: those it was trained on (seen) and the others, each part's accuracy."""
+
+    seen: int
+    unseen: int
+    seen_share: float
+    seen_accuracy: float | None
+    unseen_accuracy: float | None
+
+
+class Row(BaseModel):
+    """One leaderboard row (see the module docstring); optional parts are absent from its JSON when unset."""
+
+    model_config = ConfigDict(validate_assignment=True)
+    data: str
+    model: str
+    spec: str
+    condition: str
+    options: dict[str, Any]
+    settings: dict[str, Any]
+    n_total: int
+    baseline: bool
+    cells: dict[str, Cell]
+    usd: float | None = None
+    validity: ValidityCard | None = None
+    people: PeopleCell | None = None
+    faults: list[str] = []
+    resolvable: float | None = None
+    label: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> Any:
+        out = handler(self)
+        for name in ("usd", "validity", "people", "resolvable", "label"):
+            if out[name] is None:
+                del out[name]
+        return out
+
+    @property
+    def cell(self) -> Cell:
+        """The row's own condition's cell."""
+        return self.cells[self.condition]
+
+    def cell_at(self, key: str) -> Cell | None:
+        """The cell of `key` (a condition, or condition/category), None where the run has none."""
+        if key not in self.cells:
+            return None
+        return self.cells[key]
+
+    @property
+    def name(self) -> str:
+        return self.label if self.label is not None else self.model
+
+    @property
+    def gain(self) -> Gain | None:
+        return self.validity.gain if self.validity else None
+
+
+class Side(BaseModel):
+    """One run of a comparison."""
+
+    model: str
+    condition: str
+    path: str
+
+
+class Comparison(BaseModel):
+    """`compare_runs`: A - B over the items both scored validly (`metrics.paired_comparison`'s numbers)."""
+
+    a: Side
+    b: Side
+    n_shared: int
+    only_a: int
+    only_b: int
+    n: int
+    diff: float
+    ci_low: float
+    ci_high: float
+    mcnemar_p: float
+    n_discordant: int
+    n_a_only: int
+    n_b_only: int
 
 
 def find_runs(root: str | Path) -> list[Path]:
@@ -140,11 +241,11 @@ def _label(model: str, options: dict[str, Any], differing: Sequence[str]) -> str
 
 
 def _cell(m: Accuracy, path: Path | None = None, n_invalid: int | None = None,
-          n_total: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"accuracy": m.accuracy, "n": m.n}
-    if path is not None:
-        out.update(ci_low=m.ci_low, ci_high=m.ci_high, n_invalid=n_invalid, n_total=n_total, path=str(path))
-    return out
+          n_total: int | None = None) -> Cell:
+    if path is None:
+        return Cell(accuracy=m.accuracy, n=m.n)
+    return Cell(accuracy=m.accuracy, n=m.n, ci_low=m.ci_low, ci_high=m.ci_high, n_invalid=n_invalid,
+                n_total=n_total, path=str(path))
 
 
 def is_control_run(run: Run) -> bool:
@@ -164,7 +265,7 @@ def is_control_spec(spec: str) -> bool:
         return False
 
 
-def leaderboard(root: str | Path) -> list[dict[str, Any]]:
+def leaderboard(root: str | Path) -> list[Row]:
     """One row per (data, model, options, condition, settings), sorted (SORTED); see the module docstring."""
     scan = scan_runs([root])
     evals = scan.of("benchmark")
@@ -173,9 +274,9 @@ def leaderboard(root: str | Path) -> list[dict[str, Any]]:
     return rows_of(evals)
 
 
-def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
+def rows_of(evals: Sequence[Run]) -> list[Row]:
     """The leaderboard's rows of these eval runs (what the report's headline reads too)."""
-    rows: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    rows: dict[tuple[str, str, str, str], Row] = {}
     for run in evals:
         try:
             options, settings = _identity(run)
@@ -185,55 +286,56 @@ def rows_of(evals: Sequence[Run]) -> list[dict[str, Any]]:
         s = run.summary_as(EvalSummary)
         m = s.metrics
         key = (s.data, s.rm, s.condition, json.dumps([options, settings], sort_keys=True, default=str))
-        row = rows[key] = {"data": s.data, "model": s.model, "spec": s.rm, "condition": s.condition,
-                           "options": options, "settings": settings, "n_total": s.n_total,
-                           "baseline": is_control_run(run), "cells": {s.condition: _cell(m, run.path, m.n_invalid,
-                                                                                       s.n_total)}}
+        row = rows[key] = Row(data=s.data, model=s.model, spec=s.rm, condition=s.condition,
+                              options=options, settings=settings, n_total=s.n_total,
+                              baseline=is_control_run(run), cells={s.condition: _cell(m, run.path, m.n_invalid,
+                                                                                      s.n_total)})
         if s.cost is not None and s.cost.usd is not None:  # the run's API spend
-            row["usd"] = s.cost.usd
+            row.usd = s.cost.usd
         if s.validity is not None:  # the personalization validity card (prbench.evaluation.validity)
-            row["validity"] = s.validity.model_dump()
+            row.validity = s.validity
         for cat, g in (m.categories.groups if m.categories else {}).items():
-            row["cells"][f"{s.condition}/{CATEGORY_SHORT.get(cat, cat)}"] = _cell(g)
+            row.cells[f"{s.condition}/{CATEGORY_SHORT.get(cat, cat)}"] = _cell(g)
         if (who := validity.people(s)) is not None:  # a trained RM: the people it was trained on, apart
-            row["people"] = {"seen": who.seen, "unseen": who.unseen, "seen_share": who.share,
-                             "seen_accuracy": who.seen_accuracy, "unseen_accuracy": who.unseen_accuracy}
-        row["faults"] = validity.faults(s, run.items)
+            row.people = PeopleCell(seen=who.seen, unseen=who.unseen, seen_share=who.share,
+                                    seen_accuracy=who.seen_accuracy, unseen_accuracy=who.unseen_accuracy)
+        row.faults = validity.faults(s, run.items)
         try:  # the smallest difference this run resolves (prbench.stats.power)
             mde = resolvable(run.records)
         except DataError as exc:  # damaged records: the accuracy still shows, this column does not
             log.warning("no resolvable difference: %s", exc)
             mde = None
         if mde is not None:
-            row["resolvable"] = mde
-    by_model: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            row.resolvable = mde
+    by_model: dict[tuple[str, str], list[Row]] = {}
     for r in rows.values():
-        by_model.setdefault((r["data"], r["model"]), []).append(r)
+        by_model.setdefault((r.data, r.model), []).append(r)
     for group in by_model.values():  # rows of one model: labelled with the options that tell them apart
-        keys = sorted({k for r in group for k in r["options"]})
-        differing = [k for k in keys if len({json.dumps(r["options"].get(k), sort_keys=True) for r in group}) > 1]
+        keys = sorted({k for r in group for k in r.options})
+        differing = [k for k in keys
+                     if len({json.dumps(r.options.get(k), sort_keys=True) for r in group}) > 1]  # free-form
         for r in group:
-            r["label"] = _label(r["model"], r["options"], differing)
-            if r["options"].get("both_orders") and "both orders" not in r["label"]:
-                r["label"] += " (both orders)"
+            label = _label(r.model, r.options, differing)
+            if "both_orders" in r.options and r.options["both_orders"] and "both orders" not in label:
+                label += " (both orders)"
+            r.label = label
     order = {c: i for i, c in enumerate(ALL_CONDITIONS)}
 
-    def acc(r: dict[str, Any]) -> float:
-        a = r["cells"][r["condition"]]["accuracy"]
+    def acc(r: Row) -> float:
+        a = r.cell.accuracy
         return -1.0 if a is None else a
-    return sorted(rows.values(), key=lambda r: (r["data"], order.get(r["condition"], len(order)), r["condition"],
-                                                -acc(r), r["label"]))
+    return sorted(rows.values(), key=lambda r: (r.data, order.get(r.condition, len(order)), r.condition,
+                                                -acc(r), r.name))
 
 
-def _gain(r: dict[str, Any]) -> dict[str, Any] | None:
-    card = r.get("validity")
-    return card["gain"] if card else None
+def _gain(r: Row) -> Gain | None:
+    return r.gain
 
 
-def _gain_diff(r: dict[str, Any]) -> float:
+def _gain_diff(r: Row) -> float:
     """The profile - wrong-profile difference of a row that has one (-inf for one that has none)."""
     gain = _gain(r)
-    return float(gain["diff"]) if gain else float("-inf")
+    return float(gain.diff) if gain else float("-inf")
 
 
 @dataclass
@@ -241,11 +343,11 @@ class Headline:
     """A data set's answer: does an RM use the person, and which model is best among those whose checks hold."""
 
     data: str
-    person: dict[str, Any] | None = None  # the row whose gain over its wrong-user control is largest (checks hold)
+    person: Row | None = None  # the row whose gain over its wrong-user control is largest (checks hold)
     person_baseline: bool = False  # ... and it is a baseline: no model (not a baseline) ran with its control
-    best: dict[str, Any] | None = None  # the most accurate non-baseline row whose checks hold (no control condition)
-    best_baseline: dict[str, Any] | None = None
-    not_ranked: list[dict[str, Any]] = field(default_factory=list)  # scored higher than `best` but failed a check
+    best: Row | None = None  # the most accurate non-baseline row whose checks hold (no control condition)
+    best_baseline: Row | None = None
+    not_ranked: list[Row] = field(default_factory=list)  # scored higher than `best` but failed a check
     models: bool = False  # any scored row that is not a baseline
 
     def lines(self, html: bool = False) -> list[str]:
@@ -253,8 +355,8 @@ class Headline:
         q, b = _quoting(html)
         out = [f"{q(self.data)}: does an RM use the person? {self.person_text(html)}",
                f"{q(self.data)}: {self.best_text(html)}"]
-        out += [f"{q(self.data)}: not named best: {b(_row_name(r))} under {q(r['condition'])}, {q(_acc_text(r))}: "
-                f"{q('; '.join(r['faults']))}." for r in self.not_ranked]
+        out += [f"{q(self.data)}: not named best: {b(_row_name(r))} under {q(r.condition)}, {q(_acc_text(r))}: "
+                f"{q('; '.join(r.faults))}." for r in self.not_ranked]
         return out
 
     def person_text(self, html: bool = False) -> str:
@@ -263,12 +365,14 @@ class Headline:
         if r is None:
             return ("not measured: no run has its wrong-user control beside it (prbench eval -c profile,wrong-profile "
                     "scores the same RM with another person's evidence).")
-        g, card = r["validity"]["gain"], r["validity"]
-        verdict = ("yes" if g["ci_low"] is not None and g["ci_low"] > 0 else "not beyond chance")
+        card = r.validity
+        g = r.gain
+        assert card is not None and g is not None  # `person` is a row with a gain (headlines)
+        verdict = ("yes" if g.ci_low is not None and g.ci_low > 0 else "not beyond chance")
         who = b(_row_name(r)) + (" (a baseline; no other RM with its control passed its checks)"
                                  if self.person_baseline else "")
-        return (f"{verdict}: {who}: {q(card['condition'])} - {q(card['control'])} {100 * g['diff']:+.1f} points "
-                f"[{_pp(g['ci_low'])}, {_pp(g['ci_high'])}], p = {_p(g['p_value'])}, paired over {card['n_shared']} "
+        return (f"{verdict}: {who}: {q(card.condition)} - {q(card.control)} {100 * g.diff:+.1f} points "
+                f"[{_pp(g.ci_low)}, {_pp(g.ci_high)}], p = {_p(g.p_value)}, paired over {card.n_shared} "
                 "pairs.")
 
     def best_text(self, html: bool = False) -> str:
@@ -278,11 +382,11 @@ class Headline:
                     + ("none is both scored and free of a failed check" if self.models else "only baselines ran"))
         else:
             r = self.best
-            text = (f"the best reward model (not a baseline) is {b(_row_name(r))} under {q(r['condition'])}: "
+            text = (f"the best reward model (not a baseline) is {b(_row_name(r))} under {q(r.condition)}: "
                     f"{q(_acc_text(r))}")
         if self.best_baseline is not None:
             bb = self.best_baseline
-            text += f"; the best baseline, {q(_row_name(bb))} under {q(bb['condition'])}: {q(_acc_text(bb))}"
+            text += f"; the best baseline, {q(_row_name(bb))} under {q(bb.condition)}: {q(_acc_text(bb))}"
         return text + "."
 
 
@@ -303,57 +407,56 @@ def _p(x: float | None) -> str:
     return "-" if x is None else f"{x:.2g}"
 
 
-def _accuracy(r: dict[str, Any]) -> float | None:
-    acc: float | None = r["cells"][r["condition"]]["accuracy"]
-    return acc
+def _accuracy(r: Row) -> float | None:
+    return r.cell.accuracy
 
 
-def _acc_text(r: dict[str, Any]) -> str:
-    c = r["cells"][r["condition"]]
-    return f"{_text(c['accuracy'], c['ci_low'], c['ci_high'])} % on {r['n_total']} pairs"
+def _acc_text(r: Row) -> str:
+    c = r.cell
+    return f"{_text(c.accuracy, c.ci_low, c.ci_high)} % on {r.n_total} pairs"
 
 
-def headlines(rows: Sequence[dict[str, Any]]) -> list[Headline]:
+def headlines(rows: Sequence[Row]) -> list[Headline]:
     """One Headline per data set (see the module docstring): a row with a failed check is never best."""
     out = []
-    for data in dict.fromkeys(r["data"] for r in rows):
-        group = [r for r in rows if r["data"] == data and _accuracy(r) is not None]
+    for data in dict.fromkeys(r.data for r in rows):
+        group = [r for r in rows if r.data == data and _accuracy(r) is not None]
         h = Headline(data)
-        cards = [r for r in group if _gain(r) and not r["faults"]]
-        models = [r for r in cards if not r["baseline"]]
+        cards = [r for r in group if _gain(r) and not r.faults]
+        models = [r for r in cards if not r.baseline]
         if cards:
             h.person = max(models or cards, key=_gain_diff)
             h.person_baseline = not models
-        ranked = [r for r in group if not r["condition"].startswith("wrong-")]  # a control condition is never best
-        h.models = any(not r["baseline"] for r in group)
-        best = [r for r in ranked if not r["baseline"] and not r["faults"]]
+        ranked = [r for r in group if not r.condition.startswith("wrong-")]  # a control condition is never best
+        h.models = any(not r.baseline for r in group)
+        best = [r for r in ranked if not r.baseline and not r.faults]
         h.best = max(best, key=lambda r: _accuracy(r) or 0.0, default=None)
-        h.best_baseline = max((r for r in ranked if r["baseline"]), key=lambda r: _accuracy(r) or 0.0, default=None)
+        h.best_baseline = max((r for r in ranked if r.baseline), key=lambda r: _accuracy(r) or 0.0, default=None)
         floor = _accuracy(h.best) if h.best is not None else -1.0
-        h.not_ranked = sorted((r for r in ranked if not r["baseline"] and r["faults"]
+        h.not_ranked = sorted((r for r in ranked if not r.baseline and r.faults
                                and (_accuracy(r) or 0.0) >= (floor or 0.0)), key=lambda r: -(_accuracy(r) or 0.0))
         out.append(h)
     return out
 
 
-def columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+def columns(rows: Sequence[Row]) -> list[str]:
     """The categories the rows hold (short names, sorted): the leaderboard's per-category columns."""
-    return sorted({k.split("/", 1)[1] for r in rows for k in r["cells"] if "/" in k})
+    return sorted({k.split("/", 1)[1] for r in rows for k in r.cells if "/" in k})
 
 
-def _row_name(row: dict[str, Any]) -> str:
-    return row["label"] if "label" in row else row["model"]
+def _row_name(row: Row) -> str:
+    return row.name
 
 
-def differing_settings(rows: Sequence[dict[str, Any]]) -> list[str]:
+def differing_settings(rows: Sequence[Row]) -> list[str]:
     """The run settings (SETTINGS) whose values differ between these rows (a setting not acting on a row's
     condition does not count): numbers not comparable as they stand."""
     return [k for k in SETTINGS
-            if len({json.dumps(r["settings"][k]) for r in rows if k in r.get("settings", {})}) > 1]
+            if len({json.dumps(r.settings[k]) for r in rows if k in r.settings}) > 1]
 
 
-def _settings_text(row: dict[str, Any], keys: Sequence[str]) -> str:
-    return ", ".join(setting_text(k, row["settings"][k]) for k in keys if k in row.get("settings", {})) or "-"
+def _settings_text(row: Row, keys: Sequence[str]) -> str:
+    return ", ".join(setting_text(k, row.settings[k]) for k in keys if k in row.settings) or "-"
 
 
 def _normal_mode(path: Path) -> None:
@@ -367,7 +470,7 @@ GAIN = "condition - wrong-user control"
 """What the gain column holds: the condition's accuracy minus its wrong-user control's, in points."""
 
 
-def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tuple[Path, Path]:
+def write_leaderboard(rows: Sequence[Row], out_dir: str | Path) -> tuple[Path, Path]:
     """leaderboard.csv (one line per row: accuracy and CI, categories, settings, gain, seen people, checks) and
     leaderboard.json (rows and headlines), one file mode."""
     out = Path(out_dir)
@@ -379,26 +482,26 @@ def write_leaderboard(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> tu
                     "both_orders", "control", "gain", "gain ci_low", "gain ci_high", "gain p", "seen people", "unseen people",
                     "seen share", "seen accuracy", "unseen accuracy", "not ranked because", "usd"])
         for r in rows:
-            c, g = r["cells"][r["condition"]], _gain(r) or {}
-            p = r.get("people", {})
-            w.writerow([r["data"], _row_name(r), r["condition"], r["n_total"], c["accuracy"], c["ci_low"], c["ci_high"],
-                        *[r["cells"][f"{r['condition']}/{k}"]["accuracy"] if f"{r['condition']}/{k}" in r["cells"]
+            c, g, p = r.cell, _gain(r), r.people
+            w.writerow([r.data, _row_name(r), r.condition, r.n_total, c.accuracy, c.ci_low, c.ci_high,
+                        *[r.cells[f"{r.condition}/{k}"].accuracy if f"{r.condition}/{k}" in r.cells
                           else None for k in cats],
-                        *[_short(r["settings"][k]) if r["settings"].get(k) is not None else None for k in SETTINGS],
-                        bool(r["options"].get("both_orders")),
-                        r["validity"]["control"] if "validity" in r else None,
-                        *[g[k] if g else None for k in ("diff", "ci_low", "ci_high", "p_value")],
-                        *[p[k] if p else None for k in ("seen", "unseen", "seen_share", "seen_accuracy",
-                                                       "unseen_accuracy")],
-                        "; ".join(r["faults"]) or None, r.get("usd")])
-    write_json_atomic(json_path, {"rows": list(rows), "headlines": [h.lines() for h in headlines(rows)],
+                        *[_short(r.settings[k]) if k in r.settings and r.settings[k] is not None else None
+                          for k in SETTINGS],
+                        bool(r.options["both_orders"]) if "both_orders" in r.options else False,
+                        r.validity.control if r.validity is not None else None,
+                        *([g.diff, g.ci_low, g.ci_high, g.p_value] if g else [None] * 4),
+                        *([p.seen, p.unseen, p.seen_share, p.seen_accuracy, p.unseen_accuracy] if p else [None] * 5),
+                        "; ".join(r.faults) or None, r.usd])
+    write_json_atomic(json_path, {"rows": [r.model_dump() for r in rows],
+                                  "headlines": [h.lines() for h in headlines(rows)],
                                   "sorted": SORTED,
                                   "note": "accuracy as a fraction, ties count 0.5; CI: percentile bootstrap 95%"})
     _normal_mode(json_path)
     return csv_path, json_path
 
 
-def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False, wide: bool = False
+def render_rows(rows: Sequence[Row], with_categories: bool = False, wide: bool = False
                 ) -> tuple[list[str], list[list[str]]]:
     """(head, body): model, condition, the settings that differ between these rows, n, accuracy [CI] (marked
     "seen" where the RM was trained on the people), then where any row has them: the gain over the wrong-user
@@ -409,47 +512,47 @@ def render_rows(rows: Sequence[dict[str, Any]], with_categories: bool = False, w
     head = ["model", "condition", *(["settings"] if keys else []), "n", "accuracy % [95% CI]", *cats]
     body = []
     for r in rows:
-        c = r["cells"][r["condition"]]
-        seen = r["people"]["seen_share"] if "people" in r and r["people"]["seen"] else None
+        c = r.cell
+        seen = r.people.seen_share if r.people is not None and r.people.seen else None
         mark = "" if seen is None else " seen" if seen >= 1 else f" seen {100 * seen:.0f}%"
-        body.append([_row_name(r), r["condition"], *([_settings_text(r, keys)] if keys else []), str(r["n_total"]),
-                     _text(c["accuracy"], c["ci_low"], c["ci_high"]) + mark,
-                     *[_fmt(r["cells"].get(f"{r['condition']}/{k}")) for k in cats]])
+        body.append([_row_name(r), r.condition, *([_settings_text(r, keys)] if keys else []), str(r.n_total),
+                     _text(c.accuracy, c.ci_low, c.ci_high) + mark,
+                     *[_fmt(r.cell_at(f"{r.condition}/{k}")) for k in cats]])
     if any(_gain(r) for r in rows):  # personalization gain: a condition minus its wrong-user control, in points
         head.append("gain over control (pts)")
         for r, line in zip(rows, body):
             g = _gain(r)
-            line.append("-" if not g else f"{100 * g['diff']:+.1f} [{_pp(g['ci_low'])}, {_pp(g['ci_high'])}]"
-                        + (f" p={_p(g['p_value'])}" if wide else ""))
-    if any("people" in r for r in rows):  # a trained RM: the people it was trained on, their accuracy apart
+            line.append("-" if not g else f"{100 * g.diff:+.1f} [{_pp(g.ci_low)}, {_pp(g.ci_high)}]"
+                        + (f" p={_p(g.p_value)}" if wide else ""))
+    if any(r.people is not None for r in rows):  # a trained RM: the people it was trained on, their accuracy apart
         head.append("people trained on: acc")
         for r, line in zip(rows, body):
-            line.append(_people_text(r["people"]) if "people" in r else "-")
-    if any(r["faults"] for r in rows):
+            line.append(_people_text(r.people) if r.people is not None else "-")
+    if any(r.faults for r in rows):
         head.append("not ranked because")
         for r, line in zip(rows, body):
-            line.append("; ".join(r["faults"]) or "-")
-    if wide and any("resolvable" in r for r in rows):  # 80% power at level 0.05 against a fixed value
+            line.append("; ".join(r.faults) or "-")
+    if wide and any(r.resolvable is not None for r in rows):  # 80% power at level 0.05 against a fixed value
         head.append("resolves (pts)")
         for r, line in zip(rows, body):
-            line.append(f"{100 * r['resolvable']:.1f}" if "resolvable" in r else "-")
-    if any("usd" in r for r in rows):  # a cost column once any run spent API money
+            line.append(f"{100 * r.resolvable:.1f}" if r.resolvable is not None else "-")
+    if any(r.usd is not None for r in rows):  # a cost column once any run spent API money
         head.append("$")
         for r, line in zip(rows, body):
-            line.append(f"{r['usd']:.2f}" if "usd" in r else "-")
+            line.append(f"{r.usd:.2f}" if r.usd is not None else "-")
     return head, body
 
 
-def _fmt(cell: dict[str, Any] | None) -> str:
-    return "-" if cell is None or cell["accuracy"] is None else f"{100 * cell['accuracy']:.1f}"
+def _fmt(cell: Cell | None) -> str:
+    return "-" if cell is None or cell.accuracy is None else f"{100 * cell.accuracy:.1f}"
 
 
-def _people_text(p: dict[str, Any]) -> str:
+def _people_text(p: PeopleCell) -> str:
     """'seen 40/40: 96.0; unseen 0: -' (accuracy over each part's pairs)."""
     def acc(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}"
-    return (f"seen {p['seen']}/{p['seen'] + p['unseen']}: {acc(p['seen_accuracy'])}; "
-            f"unseen {p['unseen']}: {acc(p['unseen_accuracy'])}")
+    return (f"seen {p.seen}/{p.seen + p.unseen}: {acc(p.seen_accuracy)}; "
+            f"unseen {p.unseen}: {acc(p.unseen_accuracy)}")
 
 
 def wrap_name(name: str, width: int = 20) -> str:
@@ -470,12 +573,12 @@ LEGEND = ("accuracy: share of pairs where the RM prefers the chosen answer (ties
           f"from a fixed value with 80% power at level 0.05 (`prbench power`); {SORTED}.")
 
 
-def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False, wide: bool = False
+def render_tables(rows: Sequence[Row], with_categories: bool = False, wide: bool = False
                   ) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, head, body) per data set, so numbers of different benchmarks never share a column."""
     out = []
-    for data in dict.fromkeys(r["data"] for r in rows):
-        group = [r for r in rows if r["data"] == data]
+    for data in dict.fromkeys(r.data for r in rows):
+        group = [r for r in rows if r.data == data]
         head, body = render_rows(group, wide=wide)
         body = [[wrap_name(row[0]), *(c.replace(" [", "\n[") if not wide else c for c in row[1:])] for row in body]
         out.append((f"{data}: accuracy % [95% CI]", head, body))
@@ -484,19 +587,19 @@ def render_tables(rows: Sequence[dict[str, Any]], with_categories: bool = False,
     return out
 
 
-def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def _category_rows(rows: Sequence[Row]) -> tuple[list[str], list[list[str]]]:
     """(model, category, accuracy per condition): as many columns as conditions, so it reads at 100 columns."""
-    conds = list(dict.fromkeys(r["condition"] for r in rows))
+    conds = list(dict.fromkeys(r.condition for r in rows))
     keys = differing_settings(rows)
-    models: dict[str, dict[str, dict[str, Any]]] = {}
+    models: dict[str, dict[str, Row]] = {}
     for r in rows:  # a model's rows, one per condition (settings that differ name the model apart)
         name = _row_name(r) + (f" ({_settings_text(r, keys)})" if keys and _settings_text(r, keys) != "-" else "")
-        models.setdefault(name, {})[r["condition"]] = r
+        models.setdefault(name, {})[r.condition] = r
     body = []
     for name, by_cond in models.items():
         first = True
         for cat in columns(rows):
-            accs = [by_cond[c]["cells"].get(f"{c}/{cat}") if c in by_cond else None for c in conds]
+            accs = [by_cond[c].cell_at(f"{c}/{cat}") if c in by_cond else None for c in conds]
             if all(a is None for a in accs):
                 continue
             body.append([wrap_name(name) if first else "", cat, *[_fmt(a) for a in accs]])
@@ -504,7 +607,7 @@ def _category_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list
     return ["model", "category", *conds], body
 
 
-def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: int = 2000) -> Comparison:
     """Paired difference A - B on the items both runs scored validly, with bootstrap CI and McNemar."""
     run_a, run_b = load_run(path_a), load_run(path_b)
     sa, sb = run_a.summary_as(EvalSummary), run_b.summary_as(EvalSummary)
@@ -514,7 +617,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path, seed: int = 0, n_boot: 
         raise PrbenchError("the two runs share no validly scored item")
     res = metrics.paired_comparison(np.array([a[i] for i in shared]), np.array([b[i] for i in shared]),
                                     seed=seed, n_boot=n_boot)
-    return {"a": {"model": sa.model, "condition": sa.condition, "path": str(path_a)},
-            "b": {"model": sb.model, "condition": sb.condition, "path": str(path_b)},
-            "n_shared": len(shared), "only_a": len(a.keys() - b.keys()), "only_b": len(b.keys() - a.keys()),
-            **res}
+    return Comparison(a=Side(model=sa.model, condition=sa.condition, path=str(path_a)),
+                      b=Side(model=sb.model, condition=sb.condition, path=str(path_b)),
+                      n_shared=len(shared), only_a=len(a.keys() - b.keys()), only_b=len(b.keys() - a.keys()),
+                      **res)

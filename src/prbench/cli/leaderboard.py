@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from prbench.cli.options import Json, Quiet, Seed
 from prbench.cli.output import emit_json, table
+
+if TYPE_CHECKING:
+    from prbench.leaderboard import Row
 
 
 def leaderboard_cmd(
@@ -29,15 +32,15 @@ def leaderboard_cmd(
     rows = leaderboard(runs)
     csv_path, json_path = write_leaderboard(rows, runs)
     if json_out:
-        emit_json({"rows": rows, "headlines": [h.lines() for h in headlines(rows)], "csv": str(csv_path),
-                   "json": str(json_path)})
+        emit_json({"rows": [r.model_dump() for r in rows], "headlines": [h.lines() for h in headlines(rows)],
+                   "csv": str(csv_path), "json": str(json_path)})
         return
     if not quiet:
         show_leaderboard(rows, categories, wide)
         typer.echo(f"wrote {csv_path} and {json_path}")
 
 
-def show_leaderboard(rows: list[dict[str, Any]], categories: bool = False, wide: bool = False,
+def show_leaderboard(rows: list[Row], categories: bool = False, wide: bool = False,
                      title: str | None = None) -> None:
     """The leaderboard's tables, each under its data set's headline (`prbench leaderboard`, a study's end)."""
     import shutil
@@ -67,9 +70,9 @@ def compare_cmd(
 
     res = compare_runs(run_a, run_b, seed=seed)
     if json_out:
-        emit_json(res)
+        emit_json(res.model_dump())
         return
     table("paired comparison (A - B)", ["A", "B", "n", "diff", "95% CI", "McNemar p"],
-          [(f"{res['a']['model']} [{res['a']['condition']}]", f"{res['b']['model']} [{res['b']['condition']}]",
-            res["n_shared"], f"{100 * res['diff']:+.1f}",
-            f"[{100 * res['ci_low']:+.1f}, {100 * res['ci_high']:+.1f}]", f"{res['mcnemar_p']:.3g}")])
+          [(f"{res.a.model} [{res.a.condition}]", f"{res.b.model} [{res.b.condition}]",
+            res.n_shared, f"{100 * res.diff:+.1f}",
+            f"[{100 * res.ci_low:+.1f}, {100 * res.ci_high:+.1f}]", f"{res.mcnemar_p:.3g}")])

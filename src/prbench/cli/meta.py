@@ -58,26 +58,25 @@ def meta(
                             pairing=pairing, bon_curve=bon_curve, bon_k=bon_k)
     paths = write_meta(res, out)
     if json_out:
-        emit_json({**res, "files": {k: str(v) for k, v in paths.items()}})
+        emit_json({**res.model_dump(), "files": {k: str(v) for k, v in paths.items()}})
         return
     if quiet:
         return
-    rows = [(r["benchmark"]["label"], r["setting"]["label"], r["n_rms"],
-             *([fmt_ci(r["metrics"][name]) for name, _ in PAPER_COLUMNS] if r["metrics"] else
-               [r["note"] or "-"] + [""] * (len(PAPER_COLUMNS) - 1))) for r in main_rows(res)]
+    rows = [(r.benchmark.label, r.setting.label, r.n_rms,
+             *([fmt_ci(r.metrics[name]) for name, _ in PAPER_COLUMNS] if r.metrics else
+               [r.note or "-"] + [""] * (len(PAPER_COLUMNS) - 1))) for r in main_rows(res)]
     table(f"rank agreement over RMs, value [95% CI] (benchmark summary: {summary})",
           ["benchmark", "setting", "RMs", *[label for _, label in PAPER_COLUMNS]], rows)
     from prbench.meta import CROSS_LABELS, CROSS_METRICS
 
-    for c in res.get("cross_benchmark") or []:  # several benchmarks: which one tracks this setting best
+    for c in res.cross_benchmark:  # several benchmarks: which one tracks this setting best
         cells = []
-        for e in c["benchmarks"]:
-            vals = [fmt_ci((e["metrics"] or {}).get(m)) + (" *" if c["best"][m] == e["benchmark"] else "")
-                    for m in CROSS_METRICS]
-            cells.append((e["benchmark"], e["n_rms"], *vals))
-        table(f"{c['setting']}: which benchmark ranks the RMs most like it (* best per metric; best overall: "
-              f"{c['best_overall'] or '-'})", ["benchmark", "RMs", *[CROSS_LABELS[m] for m in CROSS_METRICS]], cells)
-    for note in res["notes"]:
+        for e in c.benchmarks:
+            vals = [fmt_ci(e.metric(m)) + (" *" if c.best[m] == e.benchmark else "") for m in CROSS_METRICS]
+            cells.append((e.benchmark, e.n_rms, *vals))
+        table(f"{c.setting}: which benchmark ranks the RMs most like it (* best per metric; best overall: "
+              f"{c.best_overall or '-'})", ["benchmark", "RMs", *[CROSS_LABELS[m] for m in CROSS_METRICS]], cells)
+    for note in res.notes:
         if not note.startswith("skipped: "):  # a damaged run's line was logged once when it was read
             typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {paths['json']}, {paths['csv']} and {paths['md']}")
@@ -101,12 +100,12 @@ def report(
     if pub is not None and not isinstance(pub, dict):
         raise PrbenchError(f"{published}: published numbers must be a JSON object "
                            "{model_spec: {condition: {category: accuracy %}}}")
-    meta_res = _read_json(meta_json, "meta-evaluation")
-    if meta_json is not None and not (isinstance(meta_res, dict) and "rows" in meta_res and "parameters" in meta_res):
-        raise PrbenchError(f"{meta_json}: not a meta.json written by `prbench meta`")
+    from prbench.meta.result import MetaResult
+
+    meta_res = MetaResult.read(meta_json) if meta_json is not None else None
     d = collect(runs_dir)  # read once: a damaged run folder gives its one line once
     path = build_report(runs_dir, output, title=title, published=pub if isinstance(pub, dict) else None, seed=seed,
-                        n_boot=n_boot, n_perm=n_perm, meta=meta_res if isinstance(meta_res, dict) else None, data=d)
+                        n_boot=n_boot, n_perm=n_perm, meta=meta_res, data=d)
     if not quiet:
         typer.echo(f"wrote {path}")
         typer.echo(f"looked under {runs_dir.resolve()}: {len(d.evals)} eval runs, {len(d.downstream)} downstream.json, "

@@ -154,9 +154,8 @@ def study_cmd(
 
 
 def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
-    outputs = {k: v for k, v in ctx.outputs.items()}
     if json_out:
-        emit_json({"out": str(ctx.out), **outputs})
+        emit_json({"out": str(ctx.out), **ctx.outputs.dump()})
         return
     if quiet:
         return
@@ -166,9 +165,9 @@ def _finish(ctx: StudyContext, quiet: bool, json_out: bool) -> None:
     if ctx.runs.exists():
         typer.echo(f"leaderboard: {ctx.cfg.name}")
         show_leaderboard(leaderboard(ctx.runs))
-    if "report" in ctx.outputs:
-        typer.echo(f"report: {ctx.outputs['report']}")
-    typer.echo(f"study folder: {ctx.out}  (stage seconds: {ctx.outputs.get('timings')})")
+    if ctx.outputs.report is not None:
+        typer.echo(f"report: {ctx.outputs.report}")
+    typer.echo(f"study folder: {ctx.out}  (stage seconds: {ctx.outputs.timings})")
 
 
 def demo_cmd(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +33,9 @@ from prbench.config import (
 from prbench.errors import PrbenchError, SpecError
 from prbench.train.bt import BTConfig
 from prbench.train.pal import PALConfig
+
+if TYPE_CHECKING:
+    from prbench.train.protocol import ProtocolReport
 
 app = typer.Typer(help="Train personalized reward models, one command per method. With no method (prbench train "
                        "--data D --out DIR), the candidates are cross-validated over the people of D (every person "
@@ -72,28 +75,30 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _report(result: Any, json_out: bool, protocol: dict | None = None, method: str | None = None,
+def _report(result: Any, json_out: bool, protocol: ProtocolReport | None = None, method: str | None = None,
             eval_data: str | None = None) -> None:
     last = result.log[-1] if result.log else {}
     loads_as = _loads_as(result.out)
-    warnings = list((protocol or {}).get("warnings", []))
-    if protocol and protocol.get("skipped"):
-        warnings.append(protocol["skipped"])
+    warnings = list(protocol.warnings) if protocol else []
+    if protocol and protocol.skipped:
+        warnings.append(protocol.skipped)
     if json_out:
         emit_json({"out": str(result.out), "method": method, "loads_as": loads_as, "final": last,
-                   "epochs": result.log, "protocol": (protocol or {}).get("headline"), "eval_data": (protocol or {}).get("eval_data"),
-                   "recommendation": (protocol or {}).get("recommendation"), "warnings": warnings})
+                   "epochs": result.log,
+                   "protocol": protocol.headline.model_dump() if protocol and protocol.headline else None,
+                   "eval_data": protocol.eval_data.model_dump() if protocol and protocol.eval_data else None,
+                   "recommendation": protocol.recommendation if protocol else None, "warnings": warnings})
         return
     keys = [k for k in ("loss", "accuracy", "eval_accuracy") if any(k in r for r in result.log)]
     step = max(1, len(result.log) // 10)  # at most about ten rows; the whole log is in train_log.jsonl
     shown = [r for i, r in enumerate(result.log) if i % step == 0 or i == len(result.log) - 1]
     table(f"trained -> {result.out}", ["epoch", *keys],  # None: not measured (a user too small to verify)
           [(r.get("epoch"), *(_cell(r.get(k)) for k in keys)) for r in shown])
-    if protocol and protocol.get("headline"):
+    if protocol and protocol.headline:
         _protocol_table(protocol)
-    if protocol and protocol.get("eval_data"):
-        e = protocol["eval_data"]
-        typer.echo(f"--eval-data: {_pct(e['mean'])}% mean over {e['n_users']} users (worst decile {_pct(e['worst_decile'])}%)")
+    if protocol and protocol.eval_data:
+        e = protocol.eval_data
+        typer.echo(f"--eval-data: {_pct(e.mean)}% mean over {e.n_users} users (worst decile {_pct(e.worst_decile)}%)")
     for w in warnings:
         typer.echo(f"warning: {w}", err=True)
     if loads_as:  # a complete command: without --data, eval would score the built-in sample
@@ -105,22 +110,24 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
 
 
-def _protocol_table(protocol: dict) -> None:
+def _protocol_table(protocol: ProtocolReport) -> None:
     """Seen vs unseen users, the k-shot curve and the controls (accuracy %, mean over users)."""
-    rows = [("train users, training pairs", _pct(protocol["train"]["mean"]), "", protocol["train"]["n_users"])]
-    if protocol.get("seen"):
-        s = protocol["seen"]
-        rows.append(("seen users, new questions", _pct(s["mean"]), _pct(s["worst_decile"]), s["n_users"]))
-    for c in protocol["unseen"]["curve"]:
-        ci = f" [{_pct(c['ci_low'])}, {_pct(c['ci_high'])}]" if c["ci_low"] is not None else ""
-        rows.append((f"unseen users, k={c['k']} shots", _pct(c["mean"]) + ci, _pct(c["worst_decile"]), c["n_users"]))
-    for name, c in (protocol.get("controls") or {}).items():
-        rows.append((f"control: {name} (unseen)", _pct(c["mean"]), _pct(c.get("worst_decile")), c["n_users"]))
-    swap = protocol.get("swap") or {}
-    if swap.get("drop") is not None:
-        rows.append((f"swap test: own - another user's state (k={swap['k']})",
-                     f"{_pct(swap['drop'])} [{_pct(swap['ci_low'])}, {_pct(swap['ci_high'])}] p={swap['p_value']:.2g}",
-                     "", swap["n_users"]))
+    train, unseen = protocol.train, protocol.unseen
+    assert train is not None and unseen is not None  # a protocol with a headline ran
+    rows: list[tuple[str, str, str, int | None]] = [("train users, training pairs", _pct(train.mean), "", train.n_users)]
+    if protocol.seen:
+        s = protocol.seen
+        rows.append(("seen users, new questions", _pct(s.mean), _pct(s.worst_decile), s.n_users))
+    for c in unseen.curve:
+        ci = f" [{_pct(c.ci_low)}, {_pct(c.ci_high)}]" if c.ci_low is not None else ""
+        rows.append((f"unseen users, k={c.k} shots", _pct(c.mean) + ci, _pct(c.worst_decile), c.n_users))
+    for name, ctl in (protocol.controls or {}).items():
+        rows.append((f"control: {name} (unseen)", _pct(ctl.mean), _pct(ctl.worst_decile), ctl.n_users))
+    swap = protocol.swap
+    if swap is not None and swap.drop is not None:
+        rows.append((f"swap test: own - another user's state (k={swap.k})",
+                     f"{_pct(swap.drop)} [{_pct(swap.ci_low)}, {_pct(swap.ci_high)}] p={swap.p_value:.2g}",
+                     "", swap.n_users))
     table("protocol: accuracy % per user, mean [95% CI over users]", ["measure", "mean", "worst decile", "users"], rows)
 
 
@@ -148,6 +155,7 @@ def _run(method: str, data: str, out: Path, options: dict, check: Check, json_ou
          split: str = "train", **extra: Any) -> None:
     from prbench.train import is_main_process
     from prbench.train.methods import train_method
+    from prbench.train.protocol import UserStats
 
     pairs, held = _load(data, check.eval_data, format_, split)
     result, report = train_method(method, pairs, out, options, run_protocol_check=check.protocol, refit=check.refit,
@@ -155,7 +163,7 @@ def _run(method: str, data: str, out: Path, options: dict, check: Check, json_ou
     if not is_main_process():  # a launched run's other ranks trained; rank 0 measures and reports
         return
     if check.eval_data:
-        report["eval_data"] = _score_eval(method, out, held, options)
+        report.eval_data = UserStats.model_validate(_score_eval(method, out, held, options))
     _report(result, json_out, report, method, check.eval_data)
 
 

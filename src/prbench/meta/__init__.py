@@ -50,6 +50,7 @@ from prbench.meta.render import (
     write_csv,
     write_meta,
 )
+from prbench.meta.result import BenchmarkInfo, MetaDefaults, MetaParameters, MetaResult, MetaRow, SettingInfo
 from prbench.meta.stats import (
     CROSS_METRICS,
     SUMMARIES,
@@ -63,9 +64,9 @@ from prbench.runkinds import MetaOptions, Run, Scan, Setting, scan_runs
 from prbench.stats import metrics
 
 EvalRun = Run  # the name meta's readers used for an eval run before run kinds
-__all__ = ["CROSS_LABELS", "CROSS_METRICS", "PAPER_COLUMNS", "SUMMARIES", "EvalRun", "Setting", "cross_benchmark",
-           "cross_benchmark_markdown", "fmt_ci", "load_eval_runs", "load_settings", "main_rows", "meta_evaluate",
-           "meta_markdown", "write_csv", "write_meta"]
+__all__ = ["CROSS_LABELS", "CROSS_METRICS", "PAPER_COLUMNS", "SUMMARIES", "EvalRun", "MetaResult", "MetaRow",
+           "Setting", "cross_benchmark", "cross_benchmark_markdown", "fmt_ci", "load_eval_runs", "load_settings",
+           "main_rows", "meta_evaluate", "meta_markdown", "write_csv", "write_meta"]
 
 PAIRINGS: tuple[str, ...] = ("auto", "joint", "independent")
 MIN_RMS = 3
@@ -152,7 +153,7 @@ def meta_evaluate(
     pa_metric: str = "total",
     ci: float = 0.95,
     min_rms: int = MIN_RMS,
-) -> dict[str, Any]:
+) -> MetaResult:
     """Rank agreement between benchmark summaries and downstream outcomes over RMs (module docstring).
 
     `benchmark_runs`: run roots or run folders; `downstream`: downstream.json files or folders
@@ -161,8 +162,8 @@ def meta_evaluate(
     only with downstream settings run under the same condition (or none stated). `bon_k="max"`
     skips the Best-of-N rows below the largest k (each row costs n_boot + n_perm metric passes).
     `scanned`: the runs already read (the report passes its own, so each folder is read once).
-    Returns a JSON-ready dict: parameters, definitions, benchmarks, settings, rows, paper_b,
-    summary_comparison, notes.
+    Returns the typed result (`prbench.meta.result.MetaResult`: parameters, definitions,
+    benchmarks, settings, rows, paper_b, summary_comparison, cross_benchmark, notes).
     """
     _check_args(summary, pairing, p, n_boot, n_perm, min_rms)
     conds = [conditions] if isinstance(conditions, str) else (list(conditions) if conditions else None)
@@ -172,38 +173,36 @@ def meta_evaluate(
     runs, down = split_runs(scan, benchmark_runs, downstream, conds)
     notes = list(scan.skipped)
     settings = settings_of(down, mopts, notes)
-    opts = {"summary": summary, "seed": seed, "n_boot": n_boot, "n_perm": n_perm, "p": p, "k": k, "ci": ci,
+    opts: dict[str, Any] = {"summary": summary, "seed": seed, "n_boot": n_boot, "n_perm": n_perm, "p": p, "k": k, "ci": ci,
             "pairing": pairing, "joint_min_share": joint_min_share, "min_rms": min_rms}
     groups = _benchmarks(runs, notes)
     if not runs:
         notes.append("no eval runs found" + (f" for conditions {', '.join(conds)}" if conds else ""))
     if not settings:
         notes.append("no downstream results found (downstream.json files or policy-accuracy runs)")
-    rows = []
+    rows: list[MetaRow] = []
     for gkey in sorted(groups):
         for s in settings:
             if match_condition and s.condition and s.condition != gkey[1]:
                 continue
             rows.append(agreement_row(gkey, groups[gkey], s, opts))
-    return {
-        "format": FORMAT_VERSION,
-        "prbench": __version__,
-        "parameters": {**opts, "conditions": conds, "match_condition": match_condition, "bon_curve": bon_curve,
-                       "bon_k": bon_k, "pa_metric": pa_metric, "metrics": list(metrics.RANK_METRICS),
-                       "benchmark_runs": [str(x) for x in benchmark_runs], "downstream": [str(x) for x in downstream]},
-        "defaults": {"summary": "mean", "seed": 0, "n_boot": 1000, "n_perm": 1000, "p": 0.9, "k": None, "ci": 0.95,
-                     "pairing": "auto", "joint_min_share": 0.9, "bon_curve": "expected", "bon_k": "all",
-                     "pa_metric": "total",
-                     "min_rms": MIN_RMS, "match_condition": False},
-        "definitions": _definitions(),
-        "benchmarks": [{"label": f"{d} [{c}]", "data": d, "condition": c, "rms": sorted(g),
-                        "runs": {rm: str(r.path) for rm, r in sorted(g.items())},
-                        "judge_agreement": judge_agreement(g)} for (d, c), g in sorted(groups.items())],
-        "settings": [s.describe() for s in settings],
-        "rows": rows,
-        "paper_b": paper_b(rows, settings, opts),
-        "summary_comparison": summary_comparison(rows),
-        "cross_benchmark": cross_benchmark(rows),
-        "notes": notes,
-    }
+    return MetaResult(
+        format=FORMAT_VERSION,
+        prbench=__version__,
+        parameters=MetaParameters(**opts, conditions=conds, match_condition=match_condition, bon_curve=bon_curve,
+                                  bon_k=bon_k, pa_metric=pa_metric, metrics=list(metrics.RANK_METRICS),
+                                  benchmark_runs=[str(x) for x in benchmark_runs],
+                                  downstream=[str(x) for x in downstream]),
+        defaults=MetaDefaults(min_rms=MIN_RMS),
+        definitions=_definitions(),
+        benchmarks=[BenchmarkInfo(label=f"{d} [{c}]", data=d, condition=c, rms=sorted(g),
+                                  runs={rm: str(r.path) for rm, r in sorted(g.items())},
+                                  judge_agreement=judge_agreement(g)) for (d, c), g in sorted(groups.items())],
+        settings=[SettingInfo.model_validate(s.describe()) for s in settings],
+        rows=rows,
+        paper_b=paper_b(rows, settings, opts),
+        summary_comparison=summary_comparison(rows),
+        cross_benchmark=cross_benchmark(rows),
+        notes=notes,
+    )
 

@@ -455,13 +455,13 @@ def stats_panel(runs: list[Run]) -> str:
                    "are not evidence; <code>prbench power</code> sizes a study that can see them.</p>")
     for cond in conditions_of(runs):
         agree = judge_agreement({r.key: r for r in runs if r.condition == cond})
-        if not agree or not agree["judges"]:
+        if not agree or not agree.judges:
             continue
-        rows: list[list[Cell | str]] = [[display_name(runs, x["judge"]), text("labels"), numc(fnum(x["kappa"], 2)),
-                                         numc(fnum(x["n"]))] for x in agree["with_labels"]]
-        rows += [[display_name(runs, x["a"]), text(display_name(runs, x["b"])), numc(fnum(x["kappa"], 2)),
-                  numc(fnum(x["n"]))] for x in agree["pairs"]]
-        alpha = agree["krippendorff_alpha"]
+        rows: list[list[Cell | str]] = [[display_name(runs, x.judge), text("labels"), numc(fnum(x.kappa, 2)),
+                                         numc(fnum(x.n))] for x in agree.with_labels]
+        rows += [[display_name(runs, x.a), text(display_name(runs, x.b)), numc(fnum(x.kappa, 2)),
+                  numc(fnum(x.n))] for x in agree.pairs]
+        alpha = agree.krippendorff_alpha
         out.append(table(["judge", "with", Cell("Cohen's kappa", "num"), Cell("n", "num")], rows,
                          caption=f"judge agreement [{esc(cond)}]: with labels = the position picked vs the position "
                                  "of the chosen answer; between judges = the side picked"

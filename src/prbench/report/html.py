@@ -22,6 +22,7 @@ from prbench import __version__
 from prbench.context.conditions import CONDITIONS
 from prbench.errors import PrbenchError
 from prbench.meta import main_rows, meta_evaluate
+from prbench.meta.result import MetaResult
 from prbench.report.data import ReportData, collect, ev
 from prbench.report.downstream import rl_rgd_section
 from prbench.report.evals import conditions_section, diagnostics_section, headline, published_section
@@ -54,7 +55,7 @@ def _css() -> str:
     return (Path(__file__).with_name("style.css")).read_text(encoding="utf-8")
 
 
-def _cards(d: ReportData, meta: Mapping[str, Any] | None) -> str:
+def _cards(d: ReportData, meta: MetaResult | None) -> str:
     rms = {r.key for r in d.evals}
     non_base = {r.key for r in d.evals if not is_baseline(r)}
     conds = {r.condition for r in d.evals}
@@ -88,7 +89,7 @@ def _absent(absent: list[tuple[str, str, str]]) -> str:
 
 
 def render(d: ReportData, *, title: str, published: Mapping[str, Any] | None = None,
-           meta: Mapping[str, Any] | None = None, meta_error: str | None = None, seed: int = 0,
+           meta: MetaResult | None = None, meta_error: str | None = None, seed: int = 0,
            n_boot: int = 1000) -> str:
     """The whole page as a string (all sections, ids stable)."""
     builders: dict[str, Callable[[], str]] = {
@@ -128,7 +129,7 @@ def build_report(
     seed: int = 0,
     n_boot: int = 1000,
     n_perm: int = 1000,
-    meta: Mapping[str, Any] | None = None,
+    meta: MetaResult | None = None,
     meta_options: Mapping[str, Any] | None = None,
     data: ReportData | None = None,
 ) -> Path:

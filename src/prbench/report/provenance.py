@@ -10,6 +10,7 @@ from typing import Any
 
 from prbench import __version__
 from prbench.context.conditions import CONDITIONS
+from prbench.meta.result import MetaResult
 from prbench.report.data import ReportData, ev
 from prbench.report.widgets import (
     Cell,
@@ -45,7 +46,7 @@ def _hashes(obj: Any, prefix: str = "", inside: bool = False) -> dict[str, str]:
     return out
 
 
-def provenance_section(d: ReportData, meta: Mapping[str, Any] | None, seed: int, n_boot: int) -> str:
+def provenance_section(d: ReportData, meta: MetaResult | None, seed: int, n_boot: int) -> str:
     explain = ("Where every number came from: software versions, seeds, model fingerprints, prompt and chat-template "
                "hashes, wall time and the run folder (relative to the runs folder). Re-running the same config "
                "reproduces the same per-example records.")
@@ -110,7 +111,7 @@ def provenance_section(d: ReportData, meta: Mapping[str, Any] | None, seed: int,
     if meta:
         body.append("<h3>Meta-evaluation parameters</h3>" + table(
             ["parameter", "value"], [[text(k), Cell(esc(json.dumps(v, default=str)), "hash")]
-                                     for k, v in meta["parameters"].items()]))
+                                     for k, v in meta.parameters.model_dump().items()]))
     if d.notes:
         body.append("<ul>" + "".join(f'<li class="note">{esc(n)}</li>' for n in d.notes) + "</ul>")
     return section("provenance", "Provenance", explain, "".join(body))

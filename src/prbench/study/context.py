@@ -2,12 +2,116 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from prbench.errors import PrbenchError
 from prbench.study.config import StudyConfig
+
+
+class _Output(BaseModel):
+    """A stage's output record; `optional` fields are left out of `--json` when unset, as the stages always wrote."""
+
+    model_config = ConfigDict(extra="forbid")
+    optional: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> Any:
+        out = handler(self)
+        for name in self.optional:
+            if name in out and out[name] is None:
+                del out[name]
+        return out
+
+
+class EvalOutput(_Output):
+    """One eval run of the study: `data` for another benchmark's runs, `sequential` under `until`."""
+
+    optional: ClassVar[tuple[str, ...]] = ("data", "sequential")
+    spec: str
+    condition: str
+    path: str
+    data: str | None = None
+    accuracy: float | None
+    sequential: dict[str, Any] | None = None
+
+
+class PlanOutput(_Output):
+    """The planner file: `skipped` when every item was planned already, else `failures`."""
+
+    optional: ClassVar[tuple[str, ...]] = ("skipped", "failures")
+    path: str
+    written: int
+    skipped: int | None = None
+    failures: int | None = None
+
+
+class SampleOutput(_Output):
+    path: str
+    items: int
+    n: int
+
+
+class BonOutput(_Output):
+    path: str
+    rms: list[str]
+
+
+class MetaOutput(_Output):
+    """meta.json (and its CSV and Markdown when written now; `reused` when it was up to date)."""
+
+    optional: ClassVar[tuple[str, ...]] = ("csv", "md", "reused")
+    json_file: str = Field(alias="json")
+    csv: str | None = None
+    md: str | None = None
+    reused: bool | None = None
+
+
+class PersonalizeOutput(_Output):
+    json_file: str = Field(alias="json")
+    best_unseen_k0: str | None
+
+
+class StudyOutputs(BaseModel):
+    """What each stage made, one typed field per built-in stage; a plug-in stage's files under its name.
+
+    `prbench study --json` prints `dump()`: the stages in the order they ran, then `timings`.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    plan: PlanOutput | None = None
+    eval: list[EvalOutput] | None = None
+    sample: SampleOutput | None = None
+    bon: BonOutput | None = None
+    rl: list[str] | None = None
+    rgd: list[str] | None = None
+    policy_accuracy: list[str] | None = None
+    personalize: PersonalizeOutput | None = None
+    meta: MetaOutput | str | None = None  # a string: why it was skipped
+    report: str | None = None
+    timings: dict[str, float] | None = None
+    plugins: dict[str, list[str]] = {}
+
+    def __setitem__(self, stage: str, files: Sequence[str | Path]) -> None:
+        """A plug-in stage's files (`ctx.outputs["agree"] = [...]`); a built-in stage sets its own field."""
+        if stage in type(self).model_fields:
+            raise PrbenchError(f"study outputs: {stage!r} is a built-in stage's field; set ctx.outputs.{stage}")
+        self.plugins[stage] = [str(f) for f in files]
+
+    def dump(self) -> dict[str, Any]:
+        """The outputs as `--json` prints them: each stage's by its name, in the order the stages ran, then timings."""
+        made = {name: v for name, v in self.model_dump(by_alias=True, exclude={"timings", "plugins"}).items()
+                if v is not None}
+        made.update(self.plugins)
+        ran = [n for n in (self.timings or {}) if n in made]
+        out = {n: made[n] for n in [*ran, *(n for n in made if n not in ran)]}
+        if self.timings is not None:
+            out["timings"] = self.timings
+        return out
 
 
 @dataclass
@@ -17,7 +121,8 @@ class StudyContext:
     cfg: StudyConfig
     root: Path
     quiet: bool = False
-    outputs: dict[str, Any] = field(default_factory=dict)
+    outputs: StudyOutputs = field(default_factory=StudyOutputs)
+    progress: Any = None  # the study's progress display while stages run (None when quiet)
 
     @property
     def out(self) -> Path:

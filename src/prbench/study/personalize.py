@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from prbench.errors import PrbenchError
 from prbench.study.config import PersonalizeStage
+from prbench.study.context import PersonalizeOutput
 
 if TYPE_CHECKING:
     from prbench.study.context import PlannedRun, StudyContext
@@ -54,8 +55,9 @@ def personalize(ctx: StudyContext) -> None:
         folder = ctx.path("personalize", method)
         options = {"seed": ctx.cfg.seed, **sec.options.get(method, {})}
         _, report = train_method(method, pairs, folder, options, protocol=pcfg)
-        rows.append({"method": method, "spec": spec_for(method, folder), **report.get("headline", {}),
-                     "warnings": " | ".join(report.get("warnings", [])) or report.get("skipped", "")})
+        rows.append({"method": method, "spec": spec_for(method, folder),
+                     **(report.headline.model_dump() if report.headline else {}),
+                     "warnings": " | ".join(report.warnings) or report.skipped or ""})
     scored = [r for r in rows if r.get("unseen_k0") is not None]
     best = max(scored, key=lambda r: r["unseen_k0"])["method"] if scored else None
     out = ctx.path("personalize")
@@ -67,4 +69,4 @@ def personalize(ctx: StudyContext) -> None:
         writer = csv.DictWriter(fh, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    ctx.outputs["personalize"] = {"json": str(out / "comparison.json"), "best_unseen_k0": best}
+    ctx.outputs.personalize = PersonalizeOutput(json=str(out / "comparison.json"), best_unseen_k0=best)

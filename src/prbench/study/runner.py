@@ -55,8 +55,8 @@ def run_study(cfg: StudyConfig, root: Path, quiet: bool = False) -> StudyContext
         if created and not any(ctx.out.iterdir()):
             ctx.out.rmdir()
         raise
-    ctx.outputs.pop("progress", None)
-    ctx.outputs["timings"] = timings
+    ctx.progress = None
+    ctx.outputs.timings = timings
     return ctx
 
 
@@ -65,7 +65,7 @@ def _run_stages(ctx: StudyContext, names: list[Stage], quiet: bool) -> dict[str,
     timings: dict[str, float] = {}
     with progress(quiet) as bar:
         overall = bar.add_task(escape(f"study {cfg.name}"), total=len(names), eta=False)  # stages differ in cost
-        ctx.outputs["progress"] = bar
+        ctx.progress = bar
         for st in names:
             bar.update(overall, description=escape(f"study {cfg.name}: {st.name}"))
             t0 = time.time()

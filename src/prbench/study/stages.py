@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -14,7 +13,7 @@ from prbench import config
 from prbench.errors import PrbenchError
 from prbench.store.runs import slug
 from prbench.study.config import ModelEntry, PlannerStage, SampleStage
-from prbench.study.context import PlannedRun, StudyContext, stage
+from prbench.study.context import MetaOutput, PlannedRun, StudyContext, stage
 
 # Known hosted datasets, so a dry run needs no network: items and rough tokens per part.
 KNOWN_DATA = {
@@ -80,7 +79,7 @@ def downstream_dir(ctx: StudyContext, *parts: str) -> str:
 
 def track(ctx: StudyContext, label: str) -> Callable[[int, int], None] | None:
     """A progress callback for one step of a stage (items done / total), or None without a display."""
-    bar = ctx.outputs.get("progress")
+    bar = ctx.progress
     if not bar:
         return None
     task = bar.add_task(escape(f"  {label}"), total=None)
@@ -108,9 +107,9 @@ def guided_runs(ctx: StudyContext, section: Any, name: str, folder: str, setting
                 driver: Any, **extra: Any) -> None:
     """Run a guided-policy driver (RGD, policy accuracy) once per RM of its study section."""
     settings = study_defaults(ctx, section, settings_cls)
-    ctx.outputs[name] = [str(getattr(driver(section.policy, spec, ctx.data, downstream_dir(ctx, folder),
+    setattr(ctx.outputs, name, [str(getattr(driver(section.policy, spec, ctx.data, downstream_dir(ctx, folder),
                                             settings=settings, rm_options=options_of(ctx, spec), **extra),
-                                     "path", "")) for spec in section.rms]
+                                     "path", "")) for spec in section.rms])
 
 
 # -- meta and report ------------------------------------------------------------------------
@@ -124,29 +123,30 @@ def run_meta(ctx: StudyContext) -> None:
 
     downstream = ctx.runs / "downstream"
     if not downstream.exists():
-        ctx.outputs["meta"] = "skipped: no downstream results in this study"
+        ctx.outputs.meta = "skipped: no downstream results in this study"
         return
     target = ctx.path("meta", "meta.json")
     if _up_to_date(target, ctx.runs):
-        ctx.outputs["meta"] = {"json": str(target), "reused": True}
+        ctx.outputs.meta = MetaOutput(json=str(target), reused=True)
         return
     res = meta_evaluate([ctx.runs], [downstream], seed=ctx.cfg.seed)
-    ctx.outputs["meta"] = {k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()}
+    ctx.outputs.meta = MetaOutput.model_validate({k: str(v) for k, v in write_meta(res, ctx.path("meta")).items()})
 
 
 @stage("report", _no_calls("report"), order=100)
 def run_report(ctx: StudyContext) -> None:
+    from prbench.meta.result import MetaResult
     from prbench.report import build_report
 
     published = {e.spec: e.published for e in ctx.cfg.models if e.published}
     target, meta_file = ctx.path("report.html"), ctx.path("meta", "meta.json")
     if _up_to_date(target, ctx.runs):
-        ctx.outputs["report"] = str(target)
+        ctx.outputs.report = str(target)
         return
-    meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.exists() else None
+    meta = MetaResult.read(meta_file) if meta_file.exists() else None
     path = build_report(ctx.runs, target, title=f"prbench study: {ctx.cfg.name}",
                         published=published or None, seed=ctx.cfg.seed, meta=meta)
-    ctx.outputs["report"] = str(path)
+    ctx.outputs.report = str(path)
 
 
 def _inputs_hash(runs: Path) -> str:

@@ -32,7 +32,7 @@ from prbench.errors import PrbenchError
 from prbench.registry import BUILTIN_METHODS, REWARDS, Registry, resolve
 from prbench.store.cache import Cache
 from prbench.train import TrainResult
-from prbench.train.protocol import ProtocolConfig, headline, run_protocol, split_protocol
+from prbench.train.protocol import ProtocolConfig, ProtocolReport, headline, run_protocol, split_protocol
 
 DEFAULT_METHOD = "style"  # what runs when the data has too few users for the recommendation's folds
 
@@ -127,8 +127,8 @@ def train_method(
     item_key: Callable[[PreferencePair], str] | None = None,
     cache: Cache | None = None,
     recommendation: Any = None,
-) -> tuple[TrainResult, dict[str, Any]]:
-    """Train `method` with the protocol (see module docstring); returns (result, protocol dict).
+) -> tuple[TrainResult, ProtocolReport]:
+    """Train `method` with the protocol (see module docstring); returns (result, what protocol.json holds).
 
     `recommendation`: the `prbench.train.recommend.Recommendation` that chose `method`, recorded in
     `protocol.json` beside the protocol's numbers."""
@@ -162,7 +162,7 @@ def train_method(
             try:
                 fn(split.train, scratch / "model", cfg, cache=cache)
                 if not is_main_process():  # a launched run's other ranks train; rank 0 measures and writes
-                    return TrainResult(out), report
+                    return TrainResult(out), ProtocolReport.model_validate(report)
                 rm = load_rm(spec_for(method, scratch / "model"), **_rm_options(method, cache))
                 report.update(run_protocol(rm, split, pcfg, encoder=getattr(cfg, "encoder", None)))
                 report["headline"] = headline(report)
@@ -175,17 +175,18 @@ def train_method(
     if refit or "headline" not in report:
         result = fn(pairs, out, cfg, cache=cache)
         if not is_main_process():
-            return result, report
+            return result, ProtocolReport.model_validate(report)
     else:
         from prbench.train import read_log
 
         result = TrainResult(out, read_log(out))
         report["trained_on"] = "seen users x train items only (no refit)"
-    (out / "protocol.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    typed = ProtocolReport.model_validate(report)
+    (out / "protocol.json").write_text(json.dumps(typed.dump(), indent=1, default=str), encoding="utf-8")
     from prbench.manifest import seal
 
     seal(out)
-    return result, report
+    return result, typed
 
 
 def _rm_options(method: str, cache: Cache | None) -> dict[str, Any]:

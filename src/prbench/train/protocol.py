@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from prbench.data.pairs import PreferencePair, split_by_user, users_of
 from prbench.errors import PrbenchError
@@ -286,7 +287,7 @@ def run_protocol(rm, split: ProtocolSplit, cfg: ProtocolConfig | None = None, *,
         out["controls"] = controls
         out["swap"] = swap_test(rm, split, cfg, memo=memo)
     train_acc, unseen_acc = out["train"]["mean"], zero["mean"]
-    seen_acc = (out["seen"] or {}).get("mean")
+    seen_acc = out["seen"]["mean"] if out["seen"] else None
     out["gap"] = None if train_acc is None or unseen_acc is None else train_acc - unseen_acc
     out["seen_unseen_gap"] = None if seen_acc is None or unseen_acc is None else seen_acc - unseen_acc
     out["warnings"] = []
@@ -322,17 +323,137 @@ def embedding_baseline(encoder: str, cache: Any = None):
     return CachedEmbeddingRM(encoder)
 
 
-def headline(protocol: dict[str, Any]) -> dict[str, Any]:
+def headline(protocol: dict[str, Any] | ProtocolReport) -> ProtocolHeadline:
     """The few numbers a summary table shows: train, seen, unseen k=0 and best k, controls."""
-    curve = protocol["unseen"]["curve"]
-    best = max((c for c in curve if c["mean"] is not None), key=lambda c: c["k"], default=None)
-    row = {"train": protocol["train"]["mean"], "seen": (protocol.get("seen") or {}).get("mean"),
-           "unseen_k0": curve[0]["mean"], "unseen_worst_decile_k0": curve[0]["worst_decile"],
-           "unseen_kmax": best["mean"] if best else None, "kmax": best["k"] if best else None,
-           "gap": protocol["gap"], "swap_drop": (protocol.get("swap") or {}).get("drop")}
-    for name, c in (protocol.get("controls") or {}).items():
-        row[name] = c.get("mean")
+    p = protocol if isinstance(protocol, ProtocolReport) else ProtocolReport.model_validate(protocol)
+    if p.train is None or p.unseen is None:
+        raise PrbenchError("a protocol headline needs the protocol's numbers (train, unseen)")
+    curve = p.unseen.curve
+    best = max((c for c in curve if c.mean is not None), key=lambda c: c.k, default=None)
+    row = ProtocolHeadline(train=p.train.mean, seen=p.seen.mean if p.seen else None, unseen_k0=curve[0].mean,
+                           unseen_worst_decile_k0=curve[0].worst_decile, unseen_kmax=best.mean if best else None,
+                           kmax=best.k if best else None, gap=p.gap, swap_drop=p.swap.drop if p.swap else None)
+    for name, c in (p.controls or {}).items():
+        setattr(row, name, c.mean)  # a control's column, by its name (an extra field)
     return row
+
+
+def control_mean(h: ProtocolHeadline, name: str) -> float | None:
+    """A control's mean in a headline (`baseline:lexical`, `no_context` ...), None when it did not run."""
+    extra = h.model_extra or {}
+    if name not in extra:
+        return None
+    value: float | None = extra[name]
+    return value
+
+
+# -- protocol.json: the typed record `train_method` writes and its readers read ------------------------------------
+class _Part(BaseModel):
+    """A part of protocol.json; the fields a part has are the keys it was written with (`dump` leaves the rest out)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class UserStats(_Part):
+    """`distribution`: mean over users with a bootstrap CI over users, worst decile, 10th percentile."""
+
+    n_users: int
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    worst_decile: float | None
+    p10: float | None
+
+
+class PairStats(_Part):
+    """Accuracy on a set of pairs: per pair, then per user (`distribution`)."""
+
+    pair_accuracy: float | None
+    n: int
+    n_invalid: int
+    n_users: int
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    worst_decile: float | None
+    p10: float | None
+
+
+class CurvePoint(_Part):
+    """One k of the k-shot curve."""
+
+    k: int
+    n_users: int
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    worst_decile: float | None
+    p10: float | None
+    users_short_of_k: int
+
+
+class KShot(_Part):
+    curve: list[CurvePoint]
+    adaptable: bool
+
+
+class SwapTest(_Part):
+    """`swap_test`: own minus another unseen user's state, or why it did not run (`skipped`)."""
+
+    skipped: str | None = None
+    k: int | None = None
+    n_users: int | None = None
+    own: float | None = None
+    swapped: float | None = None
+    drop: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_value: float | None = None
+
+
+class ProtocolHeadline(_Part):
+    """`headline`: the few numbers a summary table shows; each control's mean follows under its name."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=False)
+    train: float | None
+    seen: float | None
+    unseen_k0: float | None
+    unseen_worst_decile_k0: float | None
+    unseen_kmax: float | None
+    kmax: int | None
+    gap: float | None
+    swap_drop: float | None
+
+
+class ProtocolReport(_Part):
+    """protocol.json: the method, the recommendation that chose it, and the protocol's numbers (or why skipped).
+
+    `eval_data` is the CLI's --eval-data score (shown and printed, not in the file)."""
+
+    method: str | None = None  # None: `run_protocol`'s numbers alone (no training recorded)
+    refit: bool | None = None
+    recommendation: dict[str, Any] | None = None
+    skipped: str | None = None
+    config: dict[str, Any] | None = None
+    split: dict[str, Any] | None = None
+    train: PairStats | None = None
+    seen: PairStats | None = None
+    unseen: KShot | None = None
+    controls: dict[str, PairStats | CurvePoint] | None = None
+    swap: SwapTest | None = None
+    gap: float | None = None
+    seen_unseen_gap: float | None = None
+    warnings: list[str] = []
+    headline: ProtocolHeadline | None = None
+    trained_on: str | None = None
+    eval_data: UserStats | None = None
+
+    def dump(self) -> dict[str, Any]:
+        """The keys it was written with, in the order protocol.json has them."""
+        return self.model_dump(exclude_unset=True)
+
+    def control(self, name: str) -> PairStats | CurvePoint | None:
+        return self.controls[name] if self.controls and name in self.controls else None
 
 
 def user_breakdown(records: Sequence[dict[str, Any]], rm: Any, *, seed: int = 0, n_boot: int = 1000,

@@ -301,9 +301,9 @@ def _meta(paths: Sequence[str | Path], scan: Any) -> dict[str, Any]:
         res = meta_evaluate(paths, paths, scanned=scan)
     except (PrbenchError, ValueError) as exc:  # too few RMs, no shared items: the page says why
         return {"note": f"meta-evaluation not shown: {str(exc).splitlines()[0]}"}
-    rows = [{"benchmark": r["benchmark"]["label"], "setting": r["setting"]["label"], "n_rms": r["n_rms"],
-             "metrics": {label: r["metrics"][name] for name, label in PAPER_COLUMNS} if r["metrics"] else {},
-             "note": r.get("note")} for r in main_rows(res)]  # meta's rows are dicts (no model)
+    rows = [{"benchmark": r.benchmark.label, "setting": r.setting.label, "n_rms": r.n_rms,
+             "metrics": {label: r.metrics[name].model_dump() for name, label in PAPER_COLUMNS} if r.metrics else {},
+             "note": r.note} for r in main_rows(res)]
     return {"rows": rows, "columns": [label for _, label in PAPER_COLUMNS]}
 
 

@@ -8,7 +8,7 @@ from prbench.capabilities.bon.driver import best_of_n
 from prbench.capabilities.bon.settings import BonSettings, BonStage
 from prbench.rewards.base import capabilities
 from prbench.study.config import SampleStage, StudyConfig
-from prbench.study.context import PlannedRun, StudyContext, stage
+from prbench.study.context import BonOutput, PlannedRun, StudyContext, stage
 from prbench.study.stages import (
     TOKENS,
     downstream_dir,
@@ -51,4 +51,4 @@ def run_bon(ctx: StudyContext) -> None:
     settings = study_defaults(ctx, b, BonSettings, batch_size=ctx.cfg.batch_size, **planner)
     res = best_of_n(samples_dir(ctx), b.rms or eval_specs(ctx), b.grader, settings=settings,
                     out=downstream_dir(ctx, "bon"))
-    ctx.outputs["bon"] = {"path": str(res.path), "rms": list(res.results)}
+    ctx.outputs.bon = BonOutput(path=str(res.path), rms=list(res.results))

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.markup import escape
 
 from prbench import evaluate
@@ -13,7 +11,7 @@ from prbench.evaluation.evaluate import ModelHandle
 from prbench.evaluation.until import EvalRun
 from prbench.rewards.base import capabilities
 from prbench.study.config import ModelEntry, PlannerStage
-from prbench.study.context import PlannedRun, StudyContext, stage
+from prbench.study.context import EvalOutput, PlannedRun, StudyContext, stage
 from prbench.study.stages import TOKENS, input_tokens, item_count, model_conditions, planner_file
 
 
@@ -63,9 +61,9 @@ def _plan_eval(ctx: StudyContext) -> list[PlannedRun]:
 
 @stage("eval", _plan_eval, order=20)
 def run_eval(ctx: StudyContext) -> None:
-    bar = ctx.outputs.get("progress")
+    bar = ctx.progress
     handles = {id(entry): ModelHandle(entry.spec, entry.options) for entry in ctx.cfg.models}  # options checked once; an RM per run that scores
-    results: list[dict[str, Any]] = _eval_until(ctx, handles) if ctx.cfg.until else []
+    results: list[EvalOutput] = _eval_until(ctx, handles) if ctx.cfg.until else []
     for entry in ctx.cfg.models if not ctx.cfg.until else ():
         for cond in model_conditions(ctx, entry):
             task = bar.add_task(escape(f"  eval {entry.spec} [{cond}]"), total=None) if bar else None
@@ -79,8 +77,8 @@ def run_eval(ctx: StudyContext) -> None:
             )
             if bar:
                 bar.remove_task(task)
-            results.append({"spec": entry.spec, "condition": cond, "path": str(res.path),
-                            "accuracy": res.summary["accuracy"]})
+            results.append(EvalOutput(spec=entry.spec, condition=cond, path=str(res.path),
+                                      accuracy=res.summary["accuracy"]))
     for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
         for entry in ctx.cfg.models:
             for cond in bench.conditions:
@@ -89,12 +87,12 @@ def run_eval(ctx: StudyContext) -> None:
                                both_orders=entry.both_orders, batch_size=ctx.cfg.batch_size,
                                format=bench.format, batch=entry.batch,
                                max_usd=entry.max_usd)
-                results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
-                                "accuracy": res.summary["accuracy"]})
-    ctx.outputs["eval"] = results
+                results.append(EvalOutput(spec=entry.spec, condition=cond, path=str(res.path), data=bench.data,
+                                          accuracy=res.summary["accuracy"]))
+    ctx.outputs.eval = results
 
 
-def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict[str, Any]]:
+def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[EvalOutput]:
     """The study's main runs under `until` (`prbench.evaluation.until`): one growing seeded prefix; under `decided` a
     model stops once its every comparison is settled, and models without API calls are scored in full first;
     `until_max` (else `limit`) caps the items, and each run's own limit caps its prefix."""
@@ -106,5 +104,5 @@ def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[dict
         {"batch": entry.batch, "max_usd": entry.max_usd}) for entry, cond in jobs]
     results = evaluate(runs, ctx.data, out=ctx.runs, until=str(ctx.cfg.until),
                        until_max=ctx.cfg.until_max or ctx.cfg.limit)
-    return [{"spec": e.spec, "condition": c, "path": str(r.path), "accuracy": r.summary["accuracy"],
-             "sequential": r.summary["sequential"]} for (e, c), r in zip(jobs, results, strict=True)]
+    return [EvalOutput(spec=e.spec, condition=c, path=str(r.path), accuracy=r.summary["accuracy"],
+                       sequential=r.summary["sequential"]) for (e, c), r in zip(jobs, results, strict=True)]

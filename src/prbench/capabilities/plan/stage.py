@@ -8,7 +8,7 @@ from pathlib import Path
 from prbench.capabilities.plan.driver import plan
 from prbench.config import PlanSettings
 from prbench.study.config import PlannerStage
-from prbench.study.context import PlannedRun, StudyContext, stage
+from prbench.study.context import PlannedRun, PlanOutput, StudyContext, stage
 from prbench.study.stages import input_tokens, item_count, needs, planner_path, study_defaults, track
 
 
@@ -25,8 +25,8 @@ def run_plan(ctx: StudyContext) -> None:
     if path.exists():
         done = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
         if done >= item_count(ctx.data, p.limit or ctx.cfg.limit):
-            ctx.outputs["plan"] = {"path": str(path), "written": 0, "skipped": done}
+            ctx.outputs.plan = PlanOutput(path=str(path), written=0, skipped=done)
             return  # everything planned: no model load
     res = plan(p.spec, ctx.data, str(path), settings=study_defaults(ctx, p, PlanSettings),
                planner_options=p.options, on_progress=track(ctx, f"plan {p.spec}"))
-    ctx.outputs["plan"] = {"path": str(res.path), "written": res.written, "failures": res.failures}
+    ctx.outputs.plan = PlanOutput(path=str(res.path), written=res.written, failures=res.failures)

@@ -22,6 +22,6 @@ def _plan_rl(ctx: StudyContext) -> list[PlannedRun]:
 def run_rl(ctx: StudyContext) -> None:
     section = needs(ctx.cfg.section("rl", RLStage), "rl")
     settings = study_defaults(ctx, section, RLSettings)
-    ctx.outputs["rl"] = [str(train_rl(section.policy, spec, ctx.data, downstream_dir(ctx, "rl", slug(spec)),
+    ctx.outputs.rl = [str(train_rl(section.policy, spec, ctx.data, downstream_dir(ctx, "rl", slug(spec)),
                                       settings=settings, grader=section.grader,
                                       rm_options=options_of(ctx, spec)).path) for spec in section.rms]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prbench.capabilities.sample.driver import sample_policy
 from prbench.config import SampleSettings
 from prbench.study.config import SampleStage
-from prbench.study.context import PlannedRun, StudyContext, stage
+from prbench.study.context import PlannedRun, SampleOutput, StudyContext, stage
 from prbench.study.stages import input_tokens, item_count, needs, samples_dir, study_defaults, track
 
 
@@ -24,4 +24,4 @@ def run_sample(ctx: StudyContext) -> None:
     settings = study_defaults(ctx, section, SampleSettings)
     ss = sample_policy(section.policy, ctx.data, samples_dir(ctx), settings=settings, engine_options=section.options,
                        on_progress=track(ctx, f"sample {section.policy} x {settings.n}"))
-    ctx.outputs["sample"] = {"path": samples_dir(ctx), "items": len(ss.items), "n": ss.n}
+    ctx.outputs.sample = SampleOutput(path=samples_dir(ctx), items=len(ss.items), n=ss.n)
