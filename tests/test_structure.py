@@ -155,24 +155,14 @@ def test_no_module_level_import_circle():
     assert cycles({"x.a": {"x.b"}, "x.b": {"x.c"}, "x.c": {"x.a"}}) == [["x.a", "x.b", "x.c"]]
 
 
-# TEMPORARY: moved by #49 caps/caps2/orch (each run kind becomes a package whose kind names its settings, driver,
-# stage, command and report block by direct reference); the lead empties this after merging them.
-UPWARD_ALLOWED = {
-}
-
-
 def test_no_string_reference_to_a_higher_floor_outside_the_registration_module():
     """The registration rule (#49): a module's floor is 1 + the highest floor of the prbench modules it imports
     (anywhere in it); a "prbench.x.y:attr" string (or `import_module("prbench.x.y")`) may point up only from
     prbench/registry.py, the one registration module (prbench/__init__.py's lazy public API and a package
     `__init__` naming its own submodules excepted). Elsewhere a lower floor would depend on a higher one."""
-    found = {f"{file}: {ref}": f"{file}:{line}: {ref} (floor {a} -> {b})"
-             for file, line, ref, a, b in architecture.upward_references()}
-    new = sorted(where for key, where in found.items() if key not in UPWARD_ALLOWED)
-    stale = sorted(UPWARD_ALLOWED - set(found))
-    assert new == [], "a string reference to a higher floor: list it in prbench/registry.py, or import it:\n" + \
-        "\n".join(new)
-    assert stale == [], f"allowed but gone: strike {stale} from UPWARD_ALLOWED"
+    found = [f"{file}:{line}: {ref} (floor {a} -> {b})" for file, line, ref, a, b in architecture.upward_references()]
+    assert found == [], "a string reference to a higher floor: list it in prbench/registry.py, or import it:\n" + \
+        "\n".join(found)
 
 
 def test_the_floor_walk_counts_lazy_imports_and_catches_a_string_pointing_up(tmp_path):
