@@ -57,14 +57,17 @@ def test_the_kinds_commands_are_the_clis_commands() -> None:
 
 
 def test_the_capability_packages_kinds_name_their_parts_by_reference() -> None:
-    """icl, sample, plan and build are each a package of `prbench.capabilities` whose kind names its settings,
-    driver, command and report block by direct reference, not by a "module:attr" string (issue 49)."""
+    """Every built-in run kind is a package of `prbench.capabilities` whose kind names its settings, driver, stage,
+    command and report block by direct reference, not by a "module:attr" string (issue 49). Settings other stages
+    read (the planner's, the samples', build's pipeline) sit below the capabilities."""
     by_name = {k.name: k for k in kinds()}
-    for name in ("icl", "sample", "plan", "build"):
+    below = {"sample": "prbench.config", "plan": "prbench.config", "build": "prbench.build.settings"}
+    for name in ("eval", "build", "bon", "rl", "rgd", "policy-accuracy", "icl", "sample", "plan"):
         cls = type(by_name[name])
-        assert cls.__module__ == f"prbench.capabilities.{name}.kind", (name, cls.__module__)
-        assert cls.settings_model.__module__.startswith(("prbench.capabilities.", "prbench.build.")), name
-        for part in ("settings_model", "driver", "command", "report_section"):
+        package = f"prbench.capabilities.{name.replace('-', '_')}"
+        assert cls.__module__ == f"{package}.kind", (name, cls.__module__)
+        assert cls.settings_model.__module__ == below.get(name, f"{package}.settings"), name
+        for part in ("settings_model", "driver", "stage", "command", "report_section"):
             assert not isinstance(getattr(cls, part), str), (name, part)
         assert callable(by_name[name].driver) and cls.command is not None
 

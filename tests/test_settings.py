@@ -20,6 +20,7 @@ from prbench.capabilities.rgd.settings import RGDSettings, RGDStage
 from prbench.capabilities.rl.settings import RLSettings, RLStage
 from prbench.config import PlanSettings, SampleSettings
 from prbench.errors import PrbenchError
+from prbench.train import finetune, gpo, lore, pal, pref, style, synthesizeme, vpl
 
 # (command function, parameter that receives the settings, the model)
 COMMANDS = [
@@ -31,14 +32,14 @@ COMMANDS = [
     ("prbench.capabilities.rl.command:rl", RLSettings, set()),
     ("prbench.capabilities.rgd.command:rgd", RGDSettings, {"w"}),
     ("prbench.capabilities.policy_accuracy.command:policy_accuracy", PolicyAccuracySettings, {"w"}),
-    ("prbench.cli.train:lore", config.LoReConfig, set()),
-    ("prbench.cli.train:vpl", config.VPLConfig, set()),
-    ("prbench.cli.train:pal", config.PALConfig, set()),
-    ("prbench.cli.train:finetune", config.FinetuneConfig, set()),
-    ("prbench.cli.train:style", config.StyleConfig, set()),
-    ("prbench.cli.train:pref", config.PReFConfig, set()),
-    ("prbench.cli.train:gpo", config.GPOConfig, set()),
-    ("prbench.cli.train:synthesizeme", config.SynthesizeMeConfig, set()),
+    ("prbench.cli.train:lore", lore.LoReConfig, set()),
+    ("prbench.cli.train:vpl", vpl.VPLConfig, set()),
+    ("prbench.cli.train:pal", pal.PALConfig, set()),
+    ("prbench.cli.train:finetune", finetune.FinetuneConfig, set()),
+    ("prbench.cli.train:style", style.StyleConfig, set()),
+    ("prbench.cli.train:pref", pref.PReFConfig, set()),
+    ("prbench.cli.train:gpo", gpo.GPOConfig, set()),
+    ("prbench.cli.train:synthesizeme", synthesizeme.SynthesizeMeConfig, set()),
 ]
 
 
