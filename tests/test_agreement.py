@@ -70,7 +70,7 @@ def test_a_judge_that_always_says_a_agrees_with_no_label() -> None:
     labels = {x["judge"]: x["kappa"] for x in got["with_labels"]}
     assert labels["always-a"] is None or labels["always-a"] == pytest.approx(0.0)
     assert labels["careful"] > 0.7
-    assert np.mean([r["credit"] for r in always_a.records]) == 0.7  # the accuracy it would be credited with
+    assert np.mean([r.credit for r in always_a.records]) == 0.7  # the accuracy it would be credited with
     [pair] = got["pairs"]
     assert pair["n"] == 100 and pair["agree"] == pytest.approx(0.8)  # items 0-69 both right, 90-99 both wrong
     assert got["krippendorff_alpha"] is not None and got["n_items"] == 100

@@ -145,7 +145,7 @@ def eval_cmd(
                 except BatchPending:  # --no-wait: submit every run's batches, then exit once
                     pending.append(f"{rm.name} [{cond}]")
                     continue
-                summaries.append({**res.summary, "path": str(res.path)})
+                summaries.append({**res.written, "path": str(res.path)})
                 if failure := invalid_failure(res.summary, max_invalid, res.records):
                     failures.append(failure)
                 if res.reused and not quiet:
@@ -261,7 +261,7 @@ EVAL_COMMAND = CommandInfo(cls=EvalHelp, epilog=EVAL_EXAMPLES, callback=eval_cmd
 
 def _say_reused(res: Any) -> None:
     """One line for a run returned as stored: nothing was scored now, and how to score it again."""
-    n_bad, n_all = res.summary["metrics"]["n_invalid"], res.summary["n_total"]
+    n_bad, n_all = res.summary.metrics.n_invalid, res.summary.n_total
     typer.echo(f"reused: {res.path} finished earlier with "
                + (f"{n_bad} invalid of {n_all} items, returned as stored; add --retry-failed to score those "
                   "items again" if n_bad else f"{n_all} items, returned as stored; --overwrite scores it again"),

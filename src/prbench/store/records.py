@@ -213,6 +213,14 @@ class RunSettings(_Open):
     limit: int | None = None  # a smaller --limit reads the first items of a larger run (its n says)
 
 
+class SeededOrder(_Open):
+    """The item order of a run scored in one seeded order (`--until`, `seeded_order`): what a larger limit extends."""
+
+    kind: str
+    seed: int | None = None
+    n_items: int | None = Field(default=None, ge=0)  # the benchmark's items in that order
+
+
 class EvalSummary(_Open):
     """What every reader of an eval run relies on."""
 
@@ -231,6 +239,7 @@ class EvalSummary(_Open):
     cost: CostSummary | None = None  # API runs only
     validity: ValidityCard | None = None  # the personalization validity card, when its control ran
     sequential: SequentialStop | None = None  # `--until` runs: the rule, the items used and why it stopped
+    order: SeededOrder | None = None  # runs in a seeded order (what `--until` grows)
     per_user: PerUser | None = None  # accuracy per person; seen vs unseen people for a trained RM
     settings: RunSettings | None = None  # what changes the numbers (absent from runs written before it was)
     capabilities: Capabilities | None = None  # what the RM kind can do (runs before they were recorded: none)
@@ -421,8 +430,11 @@ class PairwiseRecord(_Open):
         return self.truncated
 
 
+EvalRecord = PointwiseRecord | PairwiseRecord  # one eval record, whichever kind of RM wrote it
+
+
 def typed_record(rec: dict[str, Any], file: str | Path = "examples.jsonl", line: int | None = None
-                 ) -> PointwiseRecord | PairwiseRecord:
+                 ) -> EvalRecord:
     """A per-example eval record as its model (pairwise when it holds verdicts)."""
     model = PairwiseRecord if "verdicts" in rec else PointwiseRecord
     try:

@@ -131,7 +131,7 @@ def run_eval(ctx: StudyContext) -> None:
             if bar:
                 bar.remove_task(task)
             results.append({"spec": entry.spec, "condition": cond, "path": str(res.path),
-                            "accuracy": res.summary["accuracy"]})
+                            "accuracy": res.summary.accuracy})
     for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
         for entry in ctx.cfg.models:
             for cond in bench.conditions:
@@ -141,7 +141,7 @@ def run_eval(ctx: StudyContext) -> None:
                                format=bench.format, batch=entry.batch,
                                max_usd=entry.max_usd)
                 results.append({"spec": entry.spec, "condition": cond, "path": str(res.path), "data": bench.data,
-                                "accuracy": res.summary["accuracy"]})
+                                "accuracy": res.summary.accuracy})
     ctx.outputs["eval"] = results
 
 
