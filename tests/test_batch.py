@@ -91,7 +91,7 @@ def test_failed_items_resubmitted_once_expired_then_invalid(kind: str, api_key_e
         (f,), (d,) = flaky, doomed
         assert srv.submitted[f] == 2 and srv.submitted[d] == 2  # once, and once more; never a third time
         bad = [r for r in res.records if r.credit is None]
-        assert len(bad) == 1 and "expired" in json.dumps(bad[0]) and "2 submissions" in json.dumps(bad[0])
+        assert len(bad) == 1 and "expired" in bad[0].model_dump_json() and "2 submissions" in bad[0].model_dump_json()
         assert res.summary.metrics.n_invalid == 1
         healed.append(True)  # --retry-failed: the invalid item, and only it, goes out again
         n = len(srv.batches)
@@ -280,7 +280,7 @@ def test_anthropic_batch_failure_reason_reaches_the_records(api_key_env, tmp_pat
         res = evaluate(SPECS["anthropic"], "sample", "none", out=tmp_path, model_options=_opts("anthropic", srv,
                        api_key_env[0]), limit=2, n_boot=10, batch=True)
     bad = [r for r in res.records if r.credit is None]
-    assert len(bad) == 2 and all("errored: api_error: Overloaded: try again later" in json.dumps(r) for r in bad)
+    assert len(bad) == 2 and all("errored: api_error: Overloaded: try again later" in r.model_dump_json() for r in bad)
 
 
 def test_a_batch_over_anthropics_size_limit_is_refused_in_one_line(api_key_env, tmp_path: Path, capsys) -> None:

@@ -74,8 +74,8 @@ class EvalResult:
     reused: bool = False
     """Finished earlier: returned from the folder, nothing scored now."""
     written: dict[str, Any] = field(default_factory=dict, repr=False)
-    """summary.json's object as written (its key order and number types kept): what `prbench eval --json`
-    prints. Read the typed `summary`."""
+    """The summary's object as the driver built it (key order and number types kept; summary.json holds it with
+    keys sorted): what `prbench eval --json` prints. Read the typed `summary`."""
 
     @classmethod
     def of(cls, summary: dict[str, Any], records: Sequence[dict[str, Any]], path: Path | None = None,

@@ -98,6 +98,15 @@ class LengthBias(_Open):
     n: int | None = None
 
 
+class FormatScore(_Open):
+    """A benchmark's own headline by its format's rule (`prbench.formats.format_score`: RewardBench sections...)."""
+
+    name: str
+    value: float | None = None
+    upstream: str = "its format"  # who computes it this way
+    accuracy_is: str = "prbench"  # what prbench's accuracy is beside it
+
+
 class EvalMetrics(Accuracy):
     """An eval run's `metrics` (`prbench.evaluation.scoring.summarize`)."""
 
@@ -111,6 +120,7 @@ class EvalMetrics(Accuracy):
     categories: CategoryStats | None = None
     length_bias: LengthBias | None = None
     pairwise: PairwiseStats | None = None
+    format_score: FormatScore | None = None
 
 
 class Gain(_Open):
@@ -296,6 +306,8 @@ class PolicyAccuracySummary(_Open):
     w: float | None = None
     k: int | None = None
     mode: str | None = None
+    reward_norm: str | None = None
+    repetition_penalty: float | None = None
     seed: int | None = None
     wall_time_s: float | None = None
     policy_accuracy: float | None
@@ -329,6 +341,9 @@ class GenerationSummary(_Open):
     run: Literal["rgd", "icl"]
     format: int = 0
     policy: str
+    rm: str | None = None  # the guiding RM (RGD)
+    data: str | None = None
+    condition: str | None = None
     n_items: int
     n_generated: int
     gold: GoldScores | None = None
