@@ -100,7 +100,7 @@ class Run:
 
     @cached_property
     def names(self) -> Names:
-        """The RM, data set and condition of the run (`RunKind.names`)."""
+        """The RM, data set, condition and policy of the run (`RunKind.names`)."""
         return self.kind.names(self)
 
     @property

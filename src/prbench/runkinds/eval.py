@@ -110,7 +110,7 @@ class EvalKind(RunKind):
 
 def _credits(items: list[dict[str, Any]]) -> list[float]:
     """The credits of the validly scored items (`collapse_items`' per-item rows, computed here, not read)."""
-    return [item["credit"] for item in items if item["credit"] is not None]
+    return [c for item in items if (c := item.get("credit")) is not None]
 
 
 def _n_boot(run: Run, s: EvalSummary) -> int:
