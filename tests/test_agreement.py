@@ -13,6 +13,7 @@ import pytest
 
 from prbench import evaluate
 from prbench.meta.stats import cohen_kappa, judge_agreement, krippendorff_alpha
+from prbench.store.records import PairwiseRecord, PointwiseRecord
 from prbench.testing.records import make_records
 
 
@@ -51,14 +52,15 @@ def test_alpha_matches_krippendorffs_worked_example() -> None:
 
 @dataclass
 class _Run:
-    records: list[dict[str, Any]]
+    items: list[Any]  # the typed records, as `Run.items`
 
 
 def _judged(verdicts: list[str], positions: list[str]) -> _Run:
     recs = []
     for i, (v, pos) in enumerate(zip(verdicts, positions, strict=True)):
         side = "chosen" if v == pos else "rejected"
-        recs.append({"id": f"i{i}", "verdicts": [v], "chosen_position": pos, "credit": 1.0 if side == "chosen" else 0.0})
+        recs.append(PairwiseRecord(id=f"i{i}", verdicts=[v], sides=[side], chosen_position=pos,
+                                   credit=1.0 if side == "chosen" else 0.0))
     return _Run(recs)
 
 
@@ -71,11 +73,12 @@ def test_a_judge_that_always_says_a_agrees_with_no_label() -> None:
     labels = {x.judge: x.kappa for x in got.with_labels}
     assert labels["always-a"] is None or labels["always-a"] == pytest.approx(0.0)
     assert labels["careful"] > 0.7
-    assert np.mean([r["credit"] for r in always_a.records]) == 0.7  # the accuracy it would be credited with
+    assert np.mean([r.credit for r in always_a.items]) == 0.7  # the accuracy it would be credited with
     [pair] = got.pairs
     assert pair.n == 100 and pair.agree == pytest.approx(0.8)  # items 0-69 both right, 90-99 both wrong
     assert got.krippendorff_alpha is not None and got.n_items == 100
-    assert judge_agreement({"rm": _Run([{"id": "x", "credit": 1.0}])}) is None  # no pairwise judge: nothing
+    assert judge_agreement({"rm": _Run([PointwiseRecord(id="x", score_chosen=1.0, score_rejected=0.0, truncated={},
+                                                          credit=1.0)])}) is None  # no pairwise judge: nothing
 
 
 # -- through real runs: meta, leaderboard, report ----------------------------------------------------

@@ -30,7 +30,7 @@ def test_import_prbench_loads_no_heavy_dependency() -> None:
 def test_evaluate_takes_a_list_of_conditions(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PRBENCH_CACHE_DIR", str(tmp_path / "cache"))
     results = prbench.evaluate("baseline:lexical", "sample", ["none", "oracle"], out=tmp_path / "runs", limit=8)
-    assert [r.summary["condition"] for r in results] == ["none", "oracle"]
-    assert all(r.summary["n_total"] == 8 and r.path.name == r.summary["condition"] for r in results)
+    assert [r.summary.condition for r in results] == ["none", "oracle"]
+    assert all(r.summary.n_total == 8 and r.path.name == r.summary.condition for r in results)
     single = prbench.evaluate("baseline:lexical", "sample", "oracle", out=tmp_path / "runs", limit=8)
     assert single.reused and single.summary == results[1].summary

@@ -59,12 +59,12 @@ def test_batch_records_equal_the_synchronous_run(kind: str, api_key_env, tmp_pat
         routes = {r.path for r in srv.records[n_sync:] if r.method == "POST"}
         assert routes <= {"/v1/files", "/v1/batches", "/v1/messages/batches"}  # nothing synchronous
     assert res.records == sync.records and _records(res.path) == _records(sync.path)
-    assert sync.summary["model_info"]["judge_retried"] > 0  # the retry round happened (a second batch)
-    assert len(srv.batches) == 2 and res.summary["model_info"] == {**sync.summary["model_info"],
-                                                                   "engine_stats": res.summary["model_info"]["engine_stats"]}
-    assert res.summary["cost"]["batch"] is True
-    assert res.summary["cost"]["output_tokens"] == sync.summary["cost"]["output_tokens"]
-    assert res.summary["cost"]["usd"] == pytest.approx(sync.summary["cost"]["usd"] / 2, rel=1e-6)
+    assert sync.summary.model_info["judge_retried"] > 0  # the retry round happened (a second batch)
+    assert len(srv.batches) == 2 and res.summary.model_info == {**sync.summary.model_info,
+                                                                   "engine_stats": res.summary.model_info["engine_stats"]}
+    assert res.summary.cost.batch is True
+    assert res.summary.cost.output_tokens == sync.summary.cost.output_tokens
+    assert res.summary.cost.usd == pytest.approx(sync.summary.cost.usd / 2, rel=1e-6)
     subs = json.loads((res.path / "batches.json").read_text())
     assert [s["batch_id"] for s in subs] == list(srv.batches) and all(s["custom_ids"] for s in subs)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("batch ")]
@@ -90,14 +90,14 @@ def test_failed_items_resubmitted_once_expired_then_invalid(kind: str, api_key_e
         res = evaluate(SPECS[kind], "sample", "none", out=tmp_path, model_options=opts, limit=4, n_boot=10, batch=True)
         (f,), (d,) = flaky, doomed
         assert srv.submitted[f] == 2 and srv.submitted[d] == 2  # once, and once more; never a third time
-        bad = [r for r in res.records if r.get("credit") is None]
-        assert len(bad) == 1 and "expired" in json.dumps(bad[0]) and "2 submissions" in json.dumps(bad[0])
-        assert res.summary["metrics"]["n_invalid"] == 1
+        bad = [r for r in res.records if r.credit is None]
+        assert len(bad) == 1 and "expired" in bad[0].model_dump_json() and "2 submissions" in bad[0].model_dump_json()
+        assert res.summary.metrics.n_invalid == 1
         healed.append(True)  # --retry-failed: the invalid item, and only it, goes out again
         n = len(srv.batches)
         again = evaluate(SPECS[kind], "sample", "none", out=tmp_path, model_options=opts, limit=4, n_boot=10,
                          batch=True, retry_failed=True)
-        assert again.summary["metrics"]["n_invalid"] == 0
+        assert again.summary.metrics.n_invalid == 0
         assert [it["custom_id"] for b in list(srv.batches.values())[n:] for it in b.items] == [d]
 
 
@@ -212,7 +212,7 @@ def test_kill_between_submit_and_record_adopts_the_batch(api_key_env, tmp_path: 
         monkeypatch.setattr(batch_mod.Store, "confirm", real)
         res = evaluate(SPECS["openai"], "sample", "none", out=tmp_path, model_options=opts, limit=3, n_boot=10,
                        batch=True)
-        assert len(srv.batches) == 1 and res.summary["metrics"]["n_invalid"] == 0  # found by its token, not resent
+        assert len(srv.batches) == 1 and res.summary.metrics.n_invalid == 0  # found by its token, not resent
         assert [s["batch_id"] for s in json.loads(ledger.read_text())] == list(srv.batches)
 
 
@@ -251,8 +251,8 @@ def test_a_job_over_the_request_limit_goes_out_as_several_batches(kind: str, api
                        both_orders=True, n_boot=10, batch=True)
         sizes = [len(b.items) for b in srv.batches.values()]
     assert max(sizes) == 5 and sum(sizes) > 12 and len(sizes) >= 4  # 12 first requests in 3 batches, then retries
-    assert res.records == sync.records and res.summary["metrics"] == sync.summary["metrics"]
-    assert res.summary["cost"]["usd"] == pytest.approx(sync.summary["cost"]["usd"] / 2, rel=1e-6)
+    assert res.records == sync.records and res.summary.metrics == sync.summary.metrics
+    assert res.summary.cost.usd == pytest.approx(sync.summary.cost.usd / 2, rel=1e-6)
 
 
 def test_a_failed_batch_gives_the_providers_reason_verbatim(api_key_env, tmp_path: Path, capsys) -> None:
@@ -279,8 +279,8 @@ def test_anthropic_batch_failure_reason_reaches_the_records(api_key_env, tmp_pat
     with serve_batches("anthropic", reply, fail_batch=lambda n: "Overloaded: try again later") as srv:
         res = evaluate(SPECS["anthropic"], "sample", "none", out=tmp_path, model_options=_opts("anthropic", srv,
                        api_key_env[0]), limit=2, n_boot=10, batch=True)
-    bad = [r for r in res.records if r.get("credit") is None]
-    assert len(bad) == 2 and all("errored: api_error: Overloaded: try again later" in json.dumps(r) for r in bad)
+    bad = [r for r in res.records if r.credit is None]
+    assert len(bad) == 2 and all("errored: api_error: Overloaded: try again later" in r.model_dump_json() for r in bad)
 
 
 def test_a_batch_over_anthropics_size_limit_is_refused_in_one_line(api_key_env, tmp_path: Path, capsys) -> None:

@@ -252,7 +252,7 @@ def test_export_loads_everywhere(source: Path, tmp_path: Path) -> None:
     ex = next(x for x in load_examples(out / "data") if x.id == "ex-000")
     assert ex.chosen == CHOSEN.format(t="hiking") and ex.rejected == REJECTED and len(ex.profile) == 6
     ev = evaluate("baseline:length", str(out / "data"), "none")
-    assert ev.summary["n"] == 6
+    assert ev.summary.n == 6
     card = (out / "README.md").read_text()
     for needle in ("config_name: Art_and_Entertainment", "path: data/Art_and_Entertainment.parquet",
                    "fake:gen", "fake:val", "rubric_fit >= 4", "| total | 6 |", "Licence", "`chosen`"):
@@ -365,7 +365,7 @@ def test_http_build_via_cli(source: Path, tmp_path: Path, monkeypatch: pytest.Mo
     assert {i: d["reasons"][0] for i, d in decisions.items() if not d["kept"]} == FIRST_REASONS
     r = CliRunner().invoke(data_app, ["validate", str(out / "data")])
     assert r.exit_code == 0 and "6 valid records" in r.output, r.output
-    assert evaluate("baseline:length", str(out / "data"), "none").summary["n"] == 6
+    assert evaluate("baseline:length", str(out / "data"), "none").summary.n == 6
     assert time.perf_counter() - t0 < 60
 
 

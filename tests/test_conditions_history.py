@@ -70,7 +70,7 @@ def test_history_never_shows_the_judged_pair_or_a_later_one(data: str) -> None:
         ctx = _user_context(v)
         assert "Earlier choices of this user" in ctx if v.pairs else True
         assert ex.chosen not in ctx.replace(json.dumps(ex.question)[1:-1], "")  # the judged answer is never shown
-    assert {r["history_shown"] for r in res.records if "history_shown" in r} <= {1, 2, 3}
+    assert {r.history_shown for r in res.records if getattr(r, "history_shown", None) is not None} <= {1, 2, 3}
 
 
 def test_reader_copies_of_the_judged_pair_and_future_pairs_are_dropped() -> None:
@@ -195,4 +195,4 @@ def test_multi_turn_reaches_the_chat_template_as_messages(tmp_path: Path) -> Non
         flat = rm.encode(view.prompt(), ex.chosen)
         assert flat != want  # the old single-turn path would have lost the turns
     res = evaluate(rm, items, "none")
-    assert res.summary["metrics"]["n"] == len(items) and res.summary["metrics"]["n_invalid"] == 0
+    assert res.summary.metrics.n == len(items) and res.summary.metrics.n_invalid == 0

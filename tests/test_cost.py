@@ -88,38 +88,38 @@ def _judge(fake_openai, key: str, **kw):
     return srv, {"base_url": srv.base_url, "api_key_env": key, "concurrency": 1, **kw}
 
 
-def _strip(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in ("elapsed_s",)} for r in records]
+def _strip(records: list) -> list[dict]:
+    return [{k: v for k, v in r.model_dump().items() if k not in ("elapsed_s",)} for r in records]
 
 
 def test_summary_cost_equals_reported_usage_times_prices(fake_openai, api_key_env, tmp_path: Path) -> None:
     srv, opts = _judge(fake_openai, api_key_env[0])
     res = evaluate(MODEL, "sample", "none", out=tmp_path, model_options=opts, limit=6, n_boot=10)
-    c = res.summary["cost"]
+    c = res.summary.cost
     price = cost.price_for("openai", "gpt-4.1-mini")
     # the stand-in reports prompt_tokens / completion_tokens per reply: sum them independently
-    assert c["requests"] == len(srv.requests) == 6
-    assert c["output_tokens"] == 6 * 2  # "Result: A" is two stand-in tokens
-    assert c["usd"] == pytest.approx(price.usd(c["input_tokens"], 0, c["output_tokens"]), abs=1e-6)
-    assert c["prices_as_of"] == price.as_of and c["batch"] is False
-    assert json.loads((res.path / "cost.json").read_text())["usd"] == c["usd"]
+    assert c.requests == len(srv.requests) == 6
+    assert c.output_tokens == 6 * 2  # "Result: A" is two stand-in tokens
+    assert c.usd == pytest.approx(price.usd(c.input_tokens, 0, c.output_tokens), abs=1e-6)
+    assert c.prices_as_of == price.as_of and c.batch is False
+    assert json.loads((res.path / "cost.json").read_text())["usd"] == c.usd
     from prbench.leaderboard import leaderboard, render_rows
 
     rows = leaderboard(tmp_path)
-    assert rows[0].usd == c["usd"]
+    assert rows[0].usd == c.usd
     head, body = render_rows(rows)
-    assert head[-1] == "$" and body[0][-1] == f"{c['usd']:.2f}"
+    assert head[-1] == "$" and body[0][-1] == f"{c.usd:.2f}"
     from prbench.report.html import build_report
 
     html = build_report(tmp_path, tmp_path / "report.html", n_boot=10, n_perm=10).read_text(encoding="utf-8")
-    assert "$ API" in html and f"{c['usd']:.2f}" in html
+    assert "$ API" in html and f"{c.usd:.2f}" in html
 
 
 def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env, tmp_path: Path) -> None:
     srv, opts = _judge(fake_openai, api_key_env[0])
     clean = evaluate(MODEL, "sample", "none", out=tmp_path / "clean", model_options=opts, limit=8, n_boot=10,
                      batch_size=1)
-    per_request = clean.summary["cost"]["usd"] / 8
+    per_request = clean.summary.cost.usd / 8
     cap = per_request * 3.5 + 256 * 1.6e-6  # room for ~3 requests and a reservation's output cap
     with pytest.raises(cost.BudgetExceeded, match="would pass --max-usd") as stop:
         evaluate(MODEL, "sample", "none", out=tmp_path / "capped", model_options=opts, limit=8, n_boot=10,
@@ -134,8 +134,8 @@ def test_max_usd_stops_within_one_estimate_and_resumes(fake_openai, api_key_env,
     resumed = evaluate(MODEL, "sample", "none", out=tmp_path / "capped", model_options=opts, limit=8, n_boot=10,
                        batch_size=1, max_usd=1.0)
     assert _strip(resumed.records) == _strip(clean.records)
-    assert resumed.summary["cost"]["usd"] == pytest.approx(clean.summary["cost"]["usd"], abs=1e-9)
-    assert resumed.summary["cost"]["requests"] == 8  # nothing paid twice
+    assert resumed.summary.cost.usd == pytest.approx(clean.summary.cost.usd, abs=1e-9)
+    assert resumed.summary.cost.requests == 8  # nothing paid twice
 
 
 def _dry_run(capsys, monkeypatch, *extra: str) -> tuple[int, str, str]:

@@ -157,6 +157,6 @@ def test_ray_worker_count_does_not_change_a_byte(data: Path, tmp_path: Path, tin
             single = run(spec, data, tmp_path / f"one-{cond}", condition=cond, batch_size=bs)
             multi = run(spec, data, tmp_path / f"two-{cond}", condition=cond, batch_size=bs, workers=2)
             assert examples_bytes(multi) == examples_bytes(single), (spec, cond)
-            assert multi.summary["accuracy"] == single.summary["accuracy"]
+            assert multi.summary.accuracy == single.summary.accuracy
     finally:
         shutdown()

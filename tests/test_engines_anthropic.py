@@ -40,13 +40,13 @@ def test_anthropic_judges_through_the_native_api(claude, mode: str, tmp_path) ->
         srv.reply_fn = lambda body: "Score: 7"
     res = evaluate("judge:anthropic:claude-sonnet-4-6", "sample", "none", out=tmp_path, limit=3, n_boot=10,
                    model_options={**opts, "mode": mode})
-    assert res.summary["metrics"]["n_invalid"] == 0 and not srv.refused
-    assert res.summary["model"].endswith("anthropic:claude-sonnet-4-6")
+    assert res.summary.metrics.n_invalid == 0 and not srv.refused
+    assert res.summary.model.endswith("anthropic:claude-sonnet-4-6")
     assert all(r.headers.get("anthropic-version") == "2026-10-21" for r in srv.records)
     body = srv.requests[0]
     assert set(body) == {"model", "max_tokens", "messages"}  # no sampling under 2026-10-21, no seed
-    info = res.summary["model_info"]["engine_stats"]
-    assert info["tokens_out"] > 0 and res.summary["cost"]["priced_as"] == "anthropic:claude-sonnet-4-6"
+    info = res.summary.model_info["engine_stats"]
+    assert info["tokens_out"] > 0 and res.summary.cost.priced_as == "anthropic:claude-sonnet-4-6"
 
 
 def test_the_paper_presets_claude_judge_runs_as_written(claude, tmp_path) -> None:
@@ -60,7 +60,7 @@ def test_the_paper_presets_claude_judge_runs_as_written(claude, tmp_path) -> Non
     assert not entry.both_orders and entry.options == {"api_key_env": "ANTHROPIC_API_KEY"}
     res = evaluate(entry.spec, "sample", "profile", out=tmp_path, limit=3, n_boot=10,
                    model_options={**entry.options, **opts}, both_orders=entry.both_orders)
-    assert res.summary["metrics"]["n_invalid"] == 0 and not srv.refused and len(srv.requests) == 3
+    assert res.summary.metrics.n_invalid == 0 and not srv.refused and len(srv.requests) == 3
 
 
 def test_stand_in_refuses_what_the_messages_api_refuses(claude, api_key_env) -> None:

@@ -88,7 +88,7 @@ def test_hf_classifier_sees_no_leak(data: Path, tiny_rm_dir: Path, monkeypatch: 
 
 
 def test_baselines_on_planted_data(data: Path) -> None:
-    acc = {(m, c): evaluate(f"baseline:{m}", str(data), c).summary["accuracy"]
+    acc = {(m, c): evaluate(f"baseline:{m}", str(data), c).summary.accuracy
            for m in ("length", "short", "random", "lexical") for c in ("none", "oracle")}
     assert acc[("length", "none")] + acc[("short", "none")] == pytest.approx(1.0)
     assert acc[("lexical", "oracle")] == 1.0  # chosen echoes the rubric's topic; rejected does not
@@ -98,9 +98,9 @@ def test_baselines_on_planted_data(data: Path) -> None:
 def test_wrong_profile_uses_another_user(data: Path) -> None:
     res = evaluate("baseline:lexical", str(data), "wrong-profile", seed=3)
     users = {r["id"]: r["user_id"] for r in map(json.loads, data.read_text().splitlines())}
-    assert all(users[r["donor"]] != r["user_id"] for r in res.records)
+    assert all(users[r.donor] != r.user_id for r in res.records)
     again = evaluate("baseline:lexical", str(data), "wrong-profile", seed=3)
-    assert [r["donor"] for r in again.records] == [r["donor"] for r in res.records]
+    assert [r.donor for r in again.records] == [r.donor for r in res.records]
 
 
 def test_hf_rm_every_condition_and_batch_invariance(data: Path, tiny_rm_dir: Path) -> None:
@@ -108,10 +108,10 @@ def test_hf_rm_every_condition_and_batch_invariance(data: Path, tiny_rm_dir: Pat
     for cond in CONDITIONS:
         one = evaluate(f"hf:{tiny_rm_dir}", str(data), cond, batch_size=1, planner_file=planner)
         many = evaluate(f"hf:{tiny_rm_dir}", str(data), cond, batch_size=8, planner_file=planner)
-        assert one.summary["n"] == 12
+        assert one.summary.n == 12
         for a, b in zip(one.records, many.records):
-            assert a["score_chosen"] == pytest.approx(b["score_chosen"], abs=1e-4)
-            assert a["score_rejected"] == pytest.approx(b["score_rejected"], abs=1e-4)
+            assert a.score_chosen == pytest.approx(b.score_chosen, abs=1e-4)
+            assert a.score_rejected == pytest.approx(b.score_rejected, abs=1e-4)
 
 
 def test_classifier_tokenizes_in_one_step(tiny_rm_dir: Path) -> None:
@@ -134,11 +134,11 @@ def test_pad_token_missing_and_no_template(tmp_path: Path) -> None:
 
 def test_truncation_counted_profile_cut_first(data: Path, tiny_rm_dir: Path) -> None:
     res = evaluate(f"hf:{tiny_rm_dir}", str(data), "profile", model_options={"max_length": 300})
-    assert res.summary["metrics"]["truncated_inputs"] > 0
-    assert res.summary["metrics"]["n_invalid"] == 0
+    assert res.summary.metrics.truncated_inputs > 0
+    assert res.summary.metrics.n_invalid == 0
     tight = evaluate(f"hf:{tiny_rm_dir}", str(data), "none", model_options={"max_length": 40})
-    assert tight.summary["metrics"]["n_invalid"] == 12  # the bare question does not fit: invalid, not cut
-    assert all(r["credit"] is None and "max_length" in r["invalid"] for r in tight.records)
+    assert tight.summary.metrics.n_invalid == 12  # the bare question does not fit: invalid, not cut
+    assert all(r.credit is None and "max_length" in r.invalid for r in tight.records)
 
 
 def test_py_plugin(data: Path, tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_py_plugin(data: Path, tmp_path: Path) -> None:
         encoding="utf-8",
     )
     res = evaluate(f"py:{plugin}:Mine", str(data), "none")
-    assert res.summary["model"] == f"py:{plugin}:Mine" and res.summary["n"] == 12
+    assert res.summary.model == f"py:{plugin}:Mine" and res.summary.n == 12
 
 
 class Flaky(PointwiseRM):
@@ -164,8 +164,8 @@ class Flaky(PointwiseRM):
 
 def test_nan_scores_are_invalid_not_ties(data: Path) -> None:
     res = evaluate(Flaky(), str(data), "none")
-    m = res.summary["metrics"]
-    assert m["n_invalid"] == 1 and m["n"] == 11 and m["ties"] == 11
+    m = res.summary.metrics
+    assert m.n_invalid == 1 and m.n == 11 and m.ties == 11
 
 
 def test_resume_after_interruption_gives_identical_files(data: Path, tmp_path: Path) -> None:
@@ -175,7 +175,7 @@ def test_resume_after_interruption_gives_identical_files(data: Path, tmp_path: P
     lines = part.path.joinpath("examples.jsonl").read_bytes().splitlines(keepends=True)
     part.path.joinpath("examples.jsonl").write_bytes(b"".join(lines[:5]) + lines[5][:17])  # torn write
     resumed = evaluate("baseline:lexical", str(data), "profile", out=tmp_path / "b", batch_size=5)
-    assert resumed.summary["resumed_from"] == 5
+    assert resumed.summary.resumed_from == 5
     assert resumed.path.joinpath("examples.jsonl").read_bytes() == full
 
 
@@ -216,15 +216,15 @@ def test_config_mismatch_is_refused(data: Path, tmp_path: Path) -> None:
 
 def test_retry_failed(data: Path, tmp_path: Path) -> None:
     res = evaluate(Flaky(), str(data), "none", out=tmp_path, cache=NullCache())
-    assert res.summary["metrics"]["n_invalid"] == 1
+    assert res.summary.metrics.n_invalid == 1
 
     class Fixed(Flaky):
         def score(self, batch):
             return [Score(1.0 if "weekend" in r else 0.0) for _, r in batch]
 
     again = evaluate(Fixed(), str(data), "none", out=tmp_path, retry_failed=True, cache=NullCache())
-    assert again.summary["metrics"]["n_invalid"] == 0 and again.summary["resumed_from"] == 11
-    ids = [r["id"] for r in again.records]
+    assert again.summary.metrics.n_invalid == 0 and again.summary.resumed_from == 11
+    ids = [r.id for r in again.records]
     assert ids == sorted(ids)
 
 
@@ -269,7 +269,7 @@ def test_ray_workers_match_single_process(data: Path, tiny_rm_dir: Path, tmp_pat
         assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]  # prbench's own Ray: loopback only
     finally:
         shutdown()
-    assert multi.summary["accuracy"] == single.summary["accuracy"]
+    assert multi.summary.accuracy == single.summary.accuracy
     assert (multi.path / "examples.jsonl").read_bytes() == (single.path / "examples.jsonl").read_bytes()
 
 
@@ -289,6 +289,6 @@ class BiasedProbJudge(PairwiseRM):
 def test_both_orders_probabilities_cancel_position_bias(data: Path) -> None:
     one = evaluate(BiasedProbJudge(), str(data), "none")
     both = evaluate(BiasedProbJudge(), str(data), "none", both_orders=True)
-    assert one.summary["metrics"]["pairwise"]["share_verdict_A"] == 1.0
-    assert both.summary["accuracy"] == 1.0  # averaged over positions, the signal decides
-    assert all(r["consistent"] is False and r["p_chosen"] > 0.5 for r in both.records)
+    assert one.summary.metrics.pairwise.share_verdict_A == 1.0
+    assert both.summary.accuracy == 1.0  # averaged over positions, the signal decides
+    assert all(r.consistent is False and r.p_chosen > 0.5 for r in both.records)

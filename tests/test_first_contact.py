@@ -47,7 +47,7 @@ def test_evaluate_works_after_importing_a_submodule_that_imports_the_driver(tmp_
             "from prbench import evaluate, EvalResult\n"
             "assert isinstance(evaluate, types.FunctionType) and evaluate is prbench.evaluate\n"
             "assert isinstance(res, EvalResult)\n"
-            "print(res.summary['accuracy'], res.path)\n")
+            "print(res.summary.accuracy, res.path)\n")
     r = subprocess.run(check=False, args=[sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env(),
                        timeout=120)
     assert r.returncode == 0, r.stderr

@@ -465,6 +465,6 @@ def test_limit_counts_items_and_never_cuts_one(tmp_path: Path) -> None:
     assert all(sum(e.item_id == k for e in shuffled) == (6 if k == "tied:1" else 2 if k == "ref:1" else 3)
                for k in {e.item_id for e in shuffled})
     res = evaluate("baseline:length", str(path), "none", limit=5, format="rewardbench2")
-    assert res.summary["metrics"]["n"] == 5 and res.summary["n_total"] == 14  # 4 x 3 pairs + ref:1's 2
+    assert res.summary.metrics.n == 5 and res.summary.n_total == 14  # 4 x 3 pairs + ref:1's 2
     assert len(load_examples("sample", limit=7)) == 7 and load_examples("sample", limit=5, shuffle_seed=3) == \
         load_examples("sample", shuffle_seed=3)[:5]

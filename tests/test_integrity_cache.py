@@ -55,9 +55,9 @@ def test_retrain_into_the_same_folder_gives_new_scores_and_no_cache_hit(tmp_path
     new = evaluate(spec, str(data), "profile", out=tmp_path / "runs", cache=cache, overwrite=True)
     assert len(cache) == 2 * keys  # every key new: not one cache hit
     truth = evaluate(spec, str(data), "profile", cache=NullCache())  # the new weights, no cache at all
-    scores = lambda res: [(r["score_chosen"], r["score_rejected"]) for r in res.records]
+    scores = lambda res: [(r.score_chosen, r.score_rejected) for r in res.records]
     assert scores(new) == scores(truth) != scores(old)
-    assert new.summary["model_info"]["fingerprint"]["weights"] != old.summary["model_info"]["fingerprint"]["weights"]
+    assert new.summary.model_info["fingerprint"]["weights"] != old.summary.model_info["fingerprint"]["weights"]
 
 
 def _quick_digest(path: Path, chunk: int = 1 << 16) -> str:

@@ -134,12 +134,12 @@ def test_4_a_folder_of_mixed_formats_is_refused_naming_the_files(tmp_path: Path,
 def test_5_donors_are_the_same_with_and_without_limit_and_categories() -> None:
     from prbench import evaluate
 
-    whole = {r["id"]: r["donor"] for r in evaluate("baseline:lexical", "sample", "wrong-profile", n_boot=10).records}
+    whole = {r.id: r.donor for r in evaluate("baseline:lexical", "sample", "wrong-profile", n_boot=10).records}
     limited = evaluate("baseline:lexical", "sample", "wrong-profile", limit=10, n_boot=10).records
-    assert len(limited) == 10 and all(r["donor"] == whole[r["id"]] for r in limited)
-    cat = next(iter({r["category"] for r in limited}))
+    assert len(limited) == 10 and all(r.donor == whole[r.id] for r in limited)
+    cat = next(iter({r.category for r in limited}))
     filtered = evaluate("baseline:lexical", "sample", "wrong-profile", categories=[cat], n_boot=10).records
-    assert filtered and all(r["donor"] == whole[r["id"]] for r in filtered)
+    assert filtered and all(r.donor == whole[r.id] for r in filtered)
 
 
 # -- 6: history leaks ---------------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_duplicates_are_refused_on_load_and_repair_keeps_the_first(tmp_path: Pat
     assert "dropped 5 lines (5 duplicate ids, 0 unreadable or without an id); kept 12 records" in res.stderr
     assert ex.read_bytes() == original
     summary = json.loads(only(tmp_path / "runs", "summary.json").read_text())
-    assert summary["n_total"] == 12 and summary["accuracy"] == clean.summary["accuracy"]
+    assert summary["n_total"] == 12 and summary["accuracy"] == clean.summary.accuracy
 
 
 @pytest.mark.parametrize("bad, where, reason", [
@@ -132,7 +132,7 @@ def test_damaged_summary_is_recomputed(tmp_path: Path, data: Path, caplog: pytes
     summary = only(tmp_path / "runs", "summary.json")
     summary.write_text('{"accuracy": 0.9', encoding="utf-8")
     again = evaluate("baseline:length", str(data), "none", out=tmp_path / "runs")
-    assert again.summary["accuracy"] == clean.summary["accuracy"] and again.summary["n_total"] == 12
+    assert again.summary.accuracy == clean.summary.accuracy and again.summary.n_total == 12
     assert "summary.json:1: damaged JSON" in caplog.text
     assert json.loads(summary.read_text())["n_total"] == 12
 

@@ -198,11 +198,11 @@ def test_pairwise_judge_over_http(fake_openai, key: str, tmp_path: Path) -> None
     data = _records_file(tmp_path)
     opts = {"base_url": srv.base_url, "api_key_env": key}
     res = evaluate("judge:openai:fake-model", data, "profile", model_options=opts, both_orders=True, n_boot=50)
-    m = res.summary["metrics"]
-    assert m["accuracy"] == 1.0 and m["n"] == 8 and m["n_invalid"] == 0
-    assert m["pairwise"]["position_consistency"] == 1.0
-    assert res.summary["model"] == "judge:openai:fake-model"
-    info = res.summary["model_info"]
+    m = res.summary.metrics
+    assert m.accuracy == 1.0 and m.n == 8 and m.n_invalid == 0
+    assert m.pairwise.position_consistency == 1.0
+    assert res.summary.model == "judge:openai:fake-model"
+    info = res.summary.model_info
     assert info["judge_parse_failures"] == 0 and info["judge_requests"] == 16
     assert set(info["prompt_hashes"]) == {"judge_pairwise", "judge_pairwise_nocontext"}
     assert info["fingerprint"]["engine"]["model"] == "fake-model"
@@ -255,9 +255,9 @@ def test_unparseable_verdicts_are_invalid_in_evaluation(fake_openai, key: str, t
     srv = fake_openai(lambda body: "I like both.")
     res = evaluate("judge:openai:fake-model", _records_file(tmp_path, 4), "none",
                    model_options={"base_url": srv.base_url, "api_key_env": key}, n_boot=20)
-    m = res.summary["metrics"]
-    assert m["n_invalid"] == 4 and m["n"] == 0
-    assert all(r["credit"] is None and r["invalid"] == "unparseable verdict" for r in res.records)
+    m = res.summary.metrics
+    assert m.n_invalid == 4 and m.n == 0
+    assert all(r.credit is None and r.invalid == "unparseable verdict" for r in res.records)
 
 
 def test_engine_errors_become_verdict_errors(fake_openai, key: str) -> None:
@@ -276,9 +276,9 @@ def test_pointwise_judge_over_http(fake_openai, key: str, tmp_path: Path) -> Non
     srv = fake_openai(reply)
     res = evaluate("judge:openai:fake-model", _records_file(tmp_path), "oracle", n_boot=20,
                    model_options={"mode": "pointwise", "base_url": srv.base_url, "api_key_env": key})
-    assert res.summary["metrics"]["accuracy"] == 1.0
-    assert res.summary["model"] == "judge[pointwise]:openai:fake-model"
-    assert res.records[0]["score_chosen"] == 9.0 and res.records[0]["score_rejected"] == 3.0
+    assert res.summary.metrics.accuracy == 1.0
+    assert res.summary.model == "judge[pointwise]:openai:fake-model"
+    assert res.records[0].score_chosen == 9.0 and res.records[0].score_rejected == 3.0
     prompt = _last_user(srv.requests[0])
     assert "What this user expects from an answer" in prompt and "from 1 (" in prompt
 
@@ -340,17 +340,17 @@ def test_smollm2_pairwise_judge_end_to_end(tmp_path: Path) -> None:
     res = evaluate("judge:builtin:smollm2-135m-instruct", data, "none", both_orders=True, limit=4, n_boot=50,
                    model_options={"mode": "pairwise", "max_new_tokens": 48, "retries_on_parse_failure": 0})
     assert len(res.records) == 4
-    assert res.summary["model"] == "judge:builtin:smollm2-135m-instruct"
-    info = res.summary["model_info"]
+    assert res.summary.model == "judge:builtin:smollm2-135m-instruct"
+    info = res.summary.model_info
     assert info["judge_requests"] == 8
     for rec in res.records:
-        assert len(rec["verdicts"]) == 2
-        assert all(v in ("A", "B", "tie", None) for v in rec["verdicts"])
-        assert rec["credit"] in (0.0, 0.5, 1.0, None)
-        if None in rec["verdicts"]:
-            assert rec["credit"] is None and rec["invalid"] == "unparseable verdict"
+        assert len(rec.verdicts) == 2
+        assert all(v in ("A", "B", "tie", None) for v in rec.verdicts)
+        assert rec.credit in (0.0, 0.5, 1.0, None)
+        if None in rec.verdicts:
+            assert rec.credit is None and rec.invalid == "unparseable verdict"
     if data == "sample":
-        assert load_examples("sample", limit=4)[0].id == res.records[0]["id"]
+        assert load_examples("sample", limit=4)[0].id == res.records[0].id
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -380,14 +380,14 @@ def test_cache_aware_layout_sends_the_same_text_and_keeps_every_verdict(kind: st
         marked = srv.requests[n:]
     plain, cached = runs["plain"], runs["cached"]
     assert texts["plain"] == texts["cached"]
-    assert [r["verdicts"] for r in plain.records] == [r["verdicts"] for r in cached.records]
-    assert [{k: v for k, v in r.items() if k != "elapsed_s"} for r in plain.records] == \
-        [{k: v for k, v in r.items() if k != "elapsed_s"} for r in cached.records]
-    diag = [r.summary["metrics"]["pairwise"] for r in (plain, cached)]
-    assert diag[0] == diag[1] and "position_consistency" in diag[0]  # the position-bias control, unchanged
+    assert [r.verdicts for r in plain.records] == [r.verdicts for r in cached.records]
+    assert [r.model_dump(exclude={"elapsed_s"}) for r in plain.records] == \
+        [r.model_dump(exclude={"elapsed_s"}) for r in cached.records]
+    diag = [r.summary.metrics.pairwise for r in (plain, cached)]
+    assert diag[0] == diag[1] and diag[0].position_consistency is not None  # the position-bias control, unchanged
     if kind == "openai":
         assert all(r["prompt_cache_key"].startswith("prb-") for r in marked)
     else:  # the second order of each pair read the first one's cached start
         assert all(isinstance(r["messages"][-1]["content"], list) for r in marked)
-        assert cached.summary["cost"]["cached_input_tokens"] > 0 == plain.summary["cost"]["cached_input_tokens"]
-        assert cached.summary["cost"]["usd"] < plain.summary["cost"]["usd"]
+        assert cached.summary.cost.cached_input_tokens > 0 == plain.summary.cost.cached_input_tokens
+        assert cached.summary.cost.usd < plain.summary.cost.usd

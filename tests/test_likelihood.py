@@ -101,10 +101,10 @@ def test_pmi_via_load_rm_and_evaluate(tiny_lm: Path, tmp_path: Path) -> None:
     data = tmp_path / "b.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in make_records(4)), encoding="utf-8")
     none = evaluate(rm, str(data), "none", n_boot=20)
-    assert [r["credit"] for r in none.records] == [0.5] * 4  # no context: every pair a tie
+    assert [r.credit for r in none.records] == [0.5] * 4  # no context: every pair a tie
     prof = evaluate(rm, str(data), "profile", n_boot=20)
-    assert all(r["credit"] in (0.0, 1.0) for r in prof.records)
-    assert prof.summary["model_info"]["lik_requests"] > 0
+    assert all(r.credit in (0.0, 1.0) for r in prof.records)
+    assert prof.summary.model_info["lik_requests"] > 0
 
 
 def test_likelihood_reward(tiny_engine: Any) -> None:
@@ -147,9 +147,9 @@ def test_likelihood_judge_in_evaluation(tiny_lm: Path, tmp_path: Path) -> None:
     data.write_text("".join(json.dumps(r) + "\n" for r in make_records(4)), encoding="utf-8")
     res = evaluate(f"judge:hf:{tiny_lm}", str(data), "profile", both_orders=True, n_boot=20,
                    model_options={"mode": "likelihood", "device": "cpu"})
-    assert res.summary["model"] == f"judge[likelihood]:hf:{tiny_lm}"
-    assert res.summary["metrics"]["n_invalid"] == 0
-    assert all(r["credit"] in (0.0, 0.5, 1.0) for r in res.records)
+    assert res.summary.model == f"judge[likelihood]:hf:{tiny_lm}"
+    assert res.summary.metrics.n_invalid == 0
+    assert all(r.credit in (0.0, 0.5, 1.0) for r in res.records)
 
 
 def test_likelihood_judge_position_debiasing(tiny_engine: Any) -> None:

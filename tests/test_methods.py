@@ -272,16 +272,16 @@ def test_history_pairs_are_the_shots_of_lore_pal_and_vpl(minilm_cache, tmp_path)
         rm = load_rm(spec_for(method, tmp_path / method), encoder_cache=minilm_cache)
         for cond in ("history", "wrong-history", "profile"):
             runs[method, cond] = evaluate(rm, unseen, cond)
-            acc[method, cond] = runs[method, cond].summary["accuracy"]
+            acc[method, cond] = runs[method, cond].summary.accuracy
         assert rm.run_info()["scored_from_history"] >= 2 * len(unseen)  # every history view, both responses
     for cond in ("history", "profile"):
-        acc["baseline:lexical", cond] = evaluate("baseline:lexical", unseen, cond).summary["accuracy"]
+        acc["baseline:lexical", cond] = evaluate("baseline:lexical", unseen, cond).summary.accuracy
     print({f"{m}/{c}": round(a, 3) for (m, c), a in acc.items()})
     assert acc["lore", "history"] >= 0.8 and acc["lore", "history"] > acc["lore", "wrong-history"] + 0.2
     assert acc["lore", "history"] > acc["baseline:lexical", "history"]
     assert acc["pal", "history"] > acc["pal", "profile"] + 0.2  # PAL has no use for posts, but fits shots
     # VPL: an unseen user without shots is z = 0 whatever the view; only the shown pairs move its scores
-    vpl = [[r["score_chosen"] for r in runs["vpl", c].records] for c in ("history", "wrong-history")]
+    vpl = [[r.score_chosen for r in runs["vpl", c].records] for c in ("history", "wrong-history")]
     assert vpl[0] != vpl[1]
     from prbench.context.conditions import build_view
     from prbench.context.retrieval import load_retriever

@@ -162,9 +162,9 @@ def test_profile_blind_scorer_gets_exactly_half(built, tmp_path):
 
     out, _, _ = built
     res = evaluate("baseline:length", str(out / "test.jsonl"), "none")
-    credits = [r["credit"] for r in res.records]
+    credits = [r.credit for r in res.records]
     assert None not in credits and len(credits) == len(read_jsonl(out / "test.jsonl"))
-    assert res.summary["accuracy"] == 0.5
+    assert res.summary.accuracy == 0.5
     assert set(credits) == {0.0, 1.0}  # decided pairs (the answers differ in length), not ties
 
 
@@ -302,14 +302,14 @@ def test_the_recommended_method_beats_wrong_profile_on_the_mirrored_test(built, 
     assert res.exit_code == 0, res.output
     spec = json.loads(res.stdout)["loads_as"]
     profile, wrong = evaluate(spec, str(out / "test.jsonl"), ["profile", "wrong-profile"])
-    a = {r["id"]: r["credit"] for r in profile.records}
-    b = {r["id"]: r["credit"] for r in wrong.records}
+    a = {r.id: r.credit for r in profile.records}
+    b = {r.id: r.credit for r in wrong.records}
     assert set(a) == set(b) and None not in a.values()
     import numpy as np
 
     ids = sorted(a)
     cmp = paired_comparison(np.array([a[i] for i in ids]), np.array([b[i] for i in ids]), seed=0, n_boot=1000)
-    assert cmp["ci_low"] > 0, (spec, profile.summary["accuracy"], wrong.summary["accuracy"])
+    assert cmp["ci_low"] > 0, (spec, profile.summary.accuracy, wrong.summary.accuracy)
 
 
 def test_mirrored_couples_are_two_different_people_and_never_a_torn_one():

@@ -135,7 +135,7 @@ def test_plan_end_to_end_and_read_back(fake_openai, key: str, tmp_path: Path) ->
         assert item.narrative not in prompt and "Budget matters" not in prompt
     # the planner condition runs on the file
     res_eval = evaluate("baseline:lexical", str(data_bench(tmp_path)), "planner", planner_file=str(out), n_boot=20)
-    assert res_eval.summary["metrics"]["n_invalid"] == 0
+    assert res_eval.summary.metrics.n_invalid == 0
 
 
 def data_bench(tmp_path: Path) -> Path:

@@ -93,7 +93,7 @@ def test_gpt51_at_effort_none_judges_by_likelihood(fake_openai, api_key_env, tmp
     srv = fake_openai(lambda b: "A", provider="openai")
     opts = {"base_url": srv.base_url, "api_key_env": api_key_env[0], "mode": "likelihood"}
     res = evaluate("judge:openai:gpt-5.1", "sample", "none", model_options=opts, limit=2, n_boot=10)
-    assert res.summary["metrics"]["n_invalid"] == 0 and not srv.refused
+    assert res.summary.metrics.n_invalid == 0 and not srv.refused
     assert all(b["logprobs"] and b["reasoning_effort"] == "none" for b in srv.requests)
     with pytest.raises(SpecError, match="no logprobs"):  # at effort low it samples no more: refused at start
         evaluate("judge:openai:gpt-5.1", "sample", "none", limit=2, n_boot=10,

@@ -107,7 +107,7 @@ def test_preset_judges_run_with_zero_invalid_records(fake_openai, api_key_env, t
         srv = fake_openai(judge_reply, provider=mode)
         opts = {**options, "base_url": srv.base_url, "api_key_env": api_key_env[0], "provider": mode}
         res = evaluate(spec, data, "profile", model_options=opts, both_orders=both, n_boot=10)
-        assert res.summary["metrics"]["n_invalid"] == 0, (spec, mode, res.records[0].get("invalid"))
+        assert res.summary.metrics.n_invalid == 0, (spec, mode, res.records[0].invalid)
         assert srv.refused == [] and srv.n_posts == 3 * (2 if both else 1)
 
 
@@ -118,8 +118,8 @@ def test_preset_judge_profiles_are_detected_without_provider(fake_openai, api_ke
     srv = fake_openai(judge_reply, provider=mode)
     res = evaluate(spec, records_file(tmp_path), "none", n_boot=10,
                    model_options={"base_url": srv.base_url, "api_key_env": api_key_env[0]})
-    assert res.summary["metrics"]["n_invalid"] == 0 and srv.refused == []
-    assert res.summary["model_info"]["engine_stats"]["requests"] == 3
+    assert res.summary.metrics.n_invalid == 0 and srv.refused == []
+    assert res.summary.model_info["engine_stats"]["requests"] == 3
 
 
 def test_generic_requests_fail_against_strict_modes(fake_openai, api_key_env, tmp_path) -> None:
@@ -127,7 +127,7 @@ def test_generic_requests_fail_against_strict_modes(fake_openai, api_key_env, tm
     srv = fake_openai(judge_reply, provider="anthropic")
     res = evaluate("judge:openai:claude-sonnet-4-6", records_file(tmp_path), "none", n_boot=10,
                    model_options={"base_url": srv.base_url, "api_key_env": api_key_env[0], "provider": "generic"})
-    assert res.summary["metrics"]["n_invalid"] == 3 and len(srv.refused) == 3
+    assert res.summary.metrics.n_invalid == 3 and len(srv.refused) == 3
     gem = fake_openai(judge_reply, provider="gemini")
     eng = OpenAIEngine("gemini-3-flash", base_url=gem.base_url, api_key_env=api_key_env[0], provider="generic")
     out = eng.generate([MSG], GenParams(max_new_tokens=256))[0]
@@ -153,7 +153,7 @@ def test_likelihood_judge_with_logprobs_runs_on_vllm_and_llamacpp(fake_openai, a
         judge = load_rm("judge:openai:some-model", mode="likelihood", base_url=srv.base_url,
                         api_key_env=api_key_env[0], provider=mode)
         res = evaluate(judge, records_file(tmp_path), "none", n_boot=10)
-        assert res.summary["metrics"]["n_invalid"] == 0 and srv.refused == []
+        assert res.summary.metrics.n_invalid == 0 and srv.refused == []
     with pytest.raises(SpecError, match="echo"):
         OpenAIEngine("m", base_url=srv.base_url, api_key_env=api_key_env[0], provider="llamacpp").loglik([(MSG, "x")])
 

@@ -163,6 +163,6 @@ def test_run_summary_reports_usage(fake_openai, api_key_env, tmp_path: Path) -> 
     path.write_text("".join(json.dumps(r) + "\n" for r in make_records(3)))
     res = evaluate("judge:openai:fake-model", str(path), "none", n_boot=10,
                    model_options={"base_url": srv.base_url, "api_key_env": api_key_env[0], "concurrency": 1})
-    stats = res.summary["model_info"]["engine_stats"]
+    stats = res.summary.model_info["engine_stats"]
     assert stats["requests"] == 4 and stats["retries"] == 1 and stats["rate_limited"] == 1
     assert stats["tokens_in"] > 0 and stats["tokens_out"] == 3 * 2 and stats["wait_s"] >= 0.01

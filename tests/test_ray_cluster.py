@@ -143,11 +143,11 @@ def test_ray_address_run_and_an_actor_killed_mid_run_give_single_process_bytes(c
     # 2. one actor process dies while scoring the third chunk (of four): restarted, chunk resubmitted
     marker = tmp_path / "died"
     killed = evaluate(SPEC, str(data), "profile", out=tmp_path / "three", batch_size=1, cache=NullCache(), workers=2,
-                      model_options={"die_marker": str(marker), "die_at": single.records[9]["id"]})
+                      model_options={"die_marker": str(marker), "die_at": single.records[9].id})
     assert marker.exists(), "the actor was never killed: the test proves nothing"
     assert Path(f"{marker}.restarts").read_text().split(), "Ray did not restart the dead actor"
     assert (killed.path / "examples.jsonl").read_bytes() == (single.path / "examples.jsonl").read_bytes()
-    assert killed.summary["n_total"] == 16 and killed.summary["accuracy"] == single.summary["accuracy"]
+    assert killed.summary.n_total == 16 and killed.summary.accuracy == single.summary.accuracy
     assert free_cpus(ray) == 2
 
 

@@ -254,7 +254,7 @@ def test_readme_commands_and_python_example(tmp_path: Path, monkeypatch: pytest.
     namespace: dict[str, object] = {}
     exec(compile(python_example(), "README.md (Python example)", "exec"), namespace)  # noqa: S102
     res = namespace["res"]
-    assert 0 <= res.summary["accuracy"] <= 1 and Path(res.path, "examples.jsonl").exists()
+    assert 0 <= res.summary.accuracy <= 1 and Path(res.path, "examples.jsonl").exists()
     assert len(namespace["items"]) == 10
 
 

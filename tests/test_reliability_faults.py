@@ -81,11 +81,11 @@ class Faulty(PointwiseRM):
 
 def test_non_finite_scores_and_errors_are_invalid_never_ties(tmp_path: Path) -> None:
     res = evaluate(Faulty(), data_file(tmp_path), "none", out=tmp_path / "runs", n_boot=50)
-    m = res.summary["metrics"]
-    assert m["n_invalid"] == 5 and m["n"] == 7 and m["n_total"] == 12
-    assert m["ties"] == 2  # the two real ties only: no invalid pair became a tie
-    assert m["accuracy"] == pytest.approx((5 * 1.0 + 2 * 0.5) / 7)
-    assert m["accuracy_invalid_as_wrong"] == pytest.approx(6 / 12)
+    m = res.summary.metrics
+    assert m.n_invalid == 5 and m.n == 7 and m.n_total == 12
+    assert m.ties == 2  # the two real ties only: no invalid pair became a tie
+    assert m.accuracy == pytest.approx((5 * 1.0 + 2 * 0.5) / 7)
+    assert m.accuracy_invalid_as_wrong == pytest.approx(6 / 12)
     by_id = {r["id"]: r for r in ids_once(res.path, 12)}
     for i in ("ex-001", "ex-002", "ex-003", "ex-004", "ex-005"):
         assert by_id[i]["credit"] is None and by_id[i]["invalid"], by_id[i]
@@ -105,7 +105,7 @@ def test_non_finite_scores_and_errors_are_invalid_never_ties(tmp_path: Path) -> 
 
     again = evaluate(Fixed(), data_file(tmp_path), "none", out=tmp_path / "runs", retry_failed=True, n_boot=50)
     assert sorted(set(asked)) == ["ex-001", "ex-002", "ex-003", "ex-004", "ex-005"]
-    assert again.summary["metrics"]["n_invalid"] == 0 and again.summary["resumed_from"] == 7
+    assert again.summary.metrics.n_invalid == 0 and again.summary.resumed_from == 7
     ids_once(again.path, 12)
 
 
@@ -132,17 +132,17 @@ class Verdicts(PairwiseRM):
 
 def test_pairwise_failures_are_invalid_and_counted(tmp_path: Path) -> None:
     res = evaluate(Verdicts(), data_file(tmp_path), "none", out=tmp_path / "runs", n_boot=50)
-    m = res.summary["metrics"]
-    assert m["n_invalid"] == 3 and m["n"] == 9 and m["ties"] == 1
-    assert m["accuracy"] == pytest.approx((8 + 0.5) / 9)
-    assert m["pairwise"]["parse_failures"] == 2 and m["pairwise"]["verdicts"] == 12
+    m = res.summary.metrics
+    assert m.n_invalid == 3 and m.n == 9 and m.ties == 1
+    assert m.accuracy == pytest.approx((8 + 0.5) / 9)
+    assert m.pairwise.parse_failures == 2 and m.pairwise.verdicts == 12
     by_id = {r["id"]: r for r in ids_once(res.path, 12)}
     assert by_id["ex-001"]["invalid"] == "unparseable verdict"
     assert by_id["ex-002"]["invalid"] == "engine: HTTP 500"
     assert by_id["ex-003"]["credit"] is None  # an error wins over a letter that came with it
     # both orders: one failed order makes the pair invalid, not a tie
     both = evaluate(Verdicts(), data_file(tmp_path), "none", out=tmp_path / "both", both_orders=True, n_boot=50)
-    assert both.summary["metrics"]["n_invalid"] == 3
+    assert both.summary.metrics.n_invalid == 3
 
 
 class OddLetters(Verdicts):
@@ -151,7 +151,7 @@ class OddLetters(Verdicts):
 
 def test_out_of_vocabulary_verdicts_are_invalid_not_a_side(tmp_path: Path) -> None:
     res = evaluate(OddLetters(), data_file(tmp_path), "none", n_boot=20)
-    assert res.summary["metrics"]["n_invalid"] == 3
+    assert res.summary.metrics.n_invalid == 3
 
 
 class ShortRM(PointwiseRM):
@@ -191,7 +191,7 @@ def test_rm_crash_mid_run_keeps_finished_chunks_and_resume_is_identical(tmp_path
     assert not (run / "summary.json").exists()
     resumed = evaluate(Healthy(), data, "none", out=tmp_path / "a", batch_size=1, cache=NullCache())
     clean = evaluate(Healthy(), data, "none", out=tmp_path / "b", batch_size=1, cache=NullCache())
-    assert resumed.summary["resumed_from"] == 1 + 4
+    assert resumed.summary.resumed_from == 1 + 4
     assert (resumed.path / "examples.jsonl").read_bytes() == (clean.path / "examples.jsonl").read_bytes()
 
 
@@ -248,9 +248,9 @@ def test_judge_empty_and_garbage_output_counted(tmp_path: Path) -> None:
     engine = ScriptedEngine()
     judge = load_judge(engine, retries_on_parse_failure=1)
     res = evaluate(judge, data_file(tmp_path), "profile", out=tmp_path / "runs", n_boot=50)
-    m, info = res.summary["metrics"], res.summary["model_info"]
-    assert m["n_invalid"] == 5 and m["n"] == 7 and m["accuracy"] == 1.0
-    assert m["pairwise"]["parse_failures"] == 5  # four unreadable verdicts + one engine error: no verdict
+    m, info = res.summary.metrics, res.summary.model_info
+    assert m.n_invalid == 5 and m.n == 7 and m.accuracy == 1.0
+    assert m.pairwise.parse_failures == 5  # four unreadable verdicts + one engine error: no verdict
     assert info["judge_parse_failures"] == 4 and info["judge_engine_errors"] == 1
     # each unreadable reply was retried once (bounded); engine errors are not parse failures: no retry
     assert sorted(engine.calls) == sorted(list(range(12)) + [0, 1, 2, 3])
@@ -280,16 +280,16 @@ def test_openai_judge_empty_and_garbage_replies_counted(fake_openai, key: str, t
     srv = fake_openai(reply)
     res = evaluate("judge:openai:fake-model", data_file(tmp_path), "none", out=tmp_path / "runs",
                    model_options=http_options(srv, key), n_boot=50)
-    m = res.summary["metrics"]
-    assert m["n_invalid"] == 9 and m["n"] == 3 and m["accuracy"] == 1.0
-    assert m["pairwise"]["parse_failures"] == 9
+    m = res.summary.metrics
+    assert m.n_invalid == 9 and m.n == 3 and m.accuracy == 1.0
+    assert m.pairwise.parse_failures == 9
     assert srv.n_posts == 12 + 9  # one retry per unreadable reply, no more
     ids_once(res.path, 12)
     # the pointwise judge: an empty or off-scale rating is invalid, never a number
     srv2 = fake_openai(lambda body: {0: "", 1: "Score: 42"}.get(_item(_last_user(body)) % 3, "Score: 7"))
     pw = evaluate("judge:openai:fake-model", data_file(tmp_path, 6), "none", n_boot=20,
                   model_options={**http_options(srv2, key), "mode": "pointwise"})
-    assert pw.summary["metrics"]["n_invalid"] == 4 and pw.summary["metrics"]["ties"] == 2
+    assert pw.summary.metrics.n_invalid == 4 and pw.summary.metrics.ties == 2
 
 
 # -- HTTP faults --------------------------------------------------------------------------------
@@ -322,8 +322,8 @@ def test_every_http_fault_in_one_eval_run(fake_openai, key: str, tmp_path: Path)
     t0 = time.monotonic()
     res = evaluate("judge:openai:fake-model", data_file(tmp_path), "profile", out=tmp_path / "runs",
                    model_options=http_options(srv, key, timeout=2.0), n_boot=50)
-    m, stats = res.summary["metrics"], res.summary["model_info"]["engine_stats"]
-    assert m["n_invalid"] == 0 and m["accuracy"] == 1.0 and m["n"] == 12
+    m, stats = res.summary.metrics, res.summary.model_info["engine_stats"]
+    assert m.n_invalid == 0 and m.accuracy == 1.0 and m.n == 12
     assert srv.n_posts == 11 * 2 + 1  # every faulted item exactly once more; the slow one once
     assert stats["retries"] == 11 and stats["failures"] == 0 and stats["requests"] == 23
     ids_once(res.path, 12)
@@ -338,10 +338,10 @@ def test_permanent_failures_bounded_counted_and_retried_alone(fake_openai, key: 
     data = data_file(tmp_path)
     opts = http_options(srv, key, max_retries=2)
     res = evaluate("judge:openai:fake-model", data, "none", out=tmp_path / "runs", model_options=opts, n_boot=50)
-    m = res.summary["metrics"]
-    assert m["n_invalid"] == 2 and m["n"] == 10
+    m = res.summary.metrics
+    assert m.n_invalid == 2 and m.n == 10
     assert srv.n_posts == 10 + 2 * 3  # max_retries=2: three attempts per failing item, never more
-    assert res.summary["model_info"]["engine_stats"]["failures"] == 2
+    assert res.summary.model_info["engine_stats"]["failures"] == 2
     recs = {r["id"]: r for r in ids_once(res.path, 12)}
     assert recs["ex-001"]["invalid"].startswith("engine: HTTP 503") and "after 3 attempts" in recs["ex-001"]["invalid"]
 
@@ -350,7 +350,7 @@ def test_permanent_failures_bounded_counted_and_retried_alone(fake_openai, key: 
     again = evaluate("judge:openai:fake-model", data, "none", out=tmp_path / "runs", model_options=opts,
                      retry_failed=True, n_boot=50)
     assert sorted(_item(_last_user(b)) for b in srv.requests) == [1, 4]  # only the failed ones
-    assert again.summary["metrics"]["n_invalid"] == 0 and again.summary["resumed_from"] == 10
+    assert again.summary.metrics.n_invalid == 0 and again.summary.resumed_from == 10
     clean = evaluate("judge:openai:fake-model", data, "none", out=tmp_path / "clean", model_options=opts, n_boot=50)
     assert (again.path / "examples.jsonl").read_bytes() == (clean.path / "examples.jsonl").read_bytes()
 
@@ -361,7 +361,7 @@ def test_fault_storms_end_in_bounded_time(fake_openai, key: str, tmp_path: Path)
     t0 = time.monotonic()
     res = evaluate("judge:openai:fake-model", data_file(tmp_path, 4), "none", n_boot=20,
                    model_options=http_options(srv, key, max_retries=2))
-    assert res.summary["metrics"]["n_invalid"] == 4 and srv.n_posts == 4 * 3
+    assert res.summary.metrics.n_invalid == 4 and srv.n_posts == 4 * 3
     assert time.monotonic() - t0 < 15
     # nobody listening at all: connection refused is retried, counted, and the run completes
     with socket.socket() as s:
@@ -370,8 +370,8 @@ def test_fault_storms_end_in_bounded_time(fake_openai, key: str, tmp_path: Path)
     dead = {"base_url": f"http://127.0.0.1:{dead_port}/v1", "api_key_env": key, "max_retries": 1,
             "backoff_base": 0.01, "backoff_max": 0.02, "timeout": 1.0}
     res = evaluate("judge:openai:fake-model", data_file(tmp_path, 3), "none", n_boot=20, model_options=dead)
-    assert res.summary["metrics"]["n_invalid"] == 3
-    assert all(r["invalid"].startswith("engine: connection error") for r in res.records)
+    assert res.summary.metrics.n_invalid == 3
+    assert all(r.invalid.startswith("engine: connection error") for r in res.records)
 
 
 def test_cli_retry_failed_asks_only_for_failed_ids(fake_openai, key: str, tmp_path: Path,

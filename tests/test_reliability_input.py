@@ -237,7 +237,7 @@ def test_profile_of_only_stopwords_and_punctuation_is_ranked_not_fatal(tmp_path:
     rec = make_record(0, profile=[{"id": "p0", "text": "..."}, {"id": "p1", "text": "!!! \U0001f602"}])
     path = write_jsonl(tmp_path / "odd_user.jsonl", [rec, make_record(1)])
     res = evaluate("baseline:lexical", str(path), "profile", n_boot=10)
-    assert res.summary["n_total"] == 2
+    assert res.summary.n_total == 2
 
 
 # -- property-based: the loaders ----------------------------------------------------------------

@@ -164,8 +164,9 @@ def test_in_process_objects_logs_and_summaries_hold_no_key(fake_openai, monkeypa
     data = tmp_path / "bench.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS), encoding="utf-8")
     res = evaluate(judge, str(data), "profile", out=tmp_path / "runs", model_options=opts, n_boot=20)
-    assert res.summary["metrics"]["n_invalid"] == 2  # the 400 and the unreadable verdict
-    for where, blob in [("summary", json.dumps(res.summary)), ("records", json.dumps(res.records)),
+    assert res.summary.metrics.n_invalid == 2  # the 400 and the unreadable verdict
+    for where, blob in [("summary", res.summary.model_dump_json()),
+                        ("records", json.dumps([r.model_dump() for r in res.records])),
                         ("repr", repr(judge) + repr(judge.engine)), ("fingerprint", json.dumps(judge.fingerprint())),
                         ("run_info", json.dumps(judge.run_info(), default=str)),
                         ("logs", "\n".join(r.getMessage() for r in caplog.records))]:
@@ -235,7 +236,7 @@ def test_a_server_echoing_the_key_does_not_leak_it(fake_openai, monkeypatch: pyt
     caplog.set_level("DEBUG")
     res = evaluate("judge:openai:fake-model", str(data), "none", out=tmp_path / "runs", n_boot=10,
                    model_options={"base_url": srv.base_url, "api_key_env": SECRET_ENV})
-    assert res.summary["metrics"]["n_invalid"] == 2
+    assert res.summary.metrics.n_invalid == 2
     for p in files_under(tmp_path / "runs"):
         assert_no_secret(str(p), p.read_bytes())
     assert_no_secret("logs", "\n".join(r.getMessage() for r in caplog.records).encode())

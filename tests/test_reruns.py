@@ -50,18 +50,18 @@ def test_a_larger_limit_extends_the_run_and_a_smaller_one_reads_it(here: Path) -
     first = lines(small.path)
     assert len(first) == 5
     big = prbench.evaluate("baseline:length", "sample", "profile", out="runs", limit=12)
-    assert big.path == small.path and not big.reused and big.summary["resumed_from"] == 5
+    assert big.path == small.path and not big.reused and big.summary.resumed_from == 5
     assert lines(big.path)[:5] == first and len(lines(big.path)) == 12  # the five kept byte for byte
     assert json.loads((big.path / "config.json").read_text())["limit"] == 12
     fresh = prbench.evaluate("baseline:length", "sample", "profile", out="fresh", limit=12)
     assert lines(fresh.path) == lines(big.path)  # extending gives the run one clean run would
     part = prbench.evaluate("baseline:length", "sample", "profile", out="runs", limit=3)
-    assert part.reused and part.summary["n_total"] == 3 and [r["id"] for r in part.records] == [
+    assert part.reused and part.summary.n_total == 3 and [r.id for r in part.records] == [
         json.loads(x)["id"] for x in first[:3]]
     assert len(lines(big.path)) == 12  # reading fewer items drops nothing from the folder
     assert json.loads((big.path / "summary.json").read_text())["n_total"] == 12
     whole = prbench.evaluate("baseline:length", "sample", "profile", out="runs")
-    assert whole.summary["n_total"] == 63 and whole.summary["resumed_from"] == 12
+    assert whole.summary.n_total == 63 and whole.summary.resumed_from == 12
 
 
 def test_the_same_command_twice_says_reused_in_one_line(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,4 +92,4 @@ def test_an_interrupt_after_the_first_rm_call_keeps_that_call(here: Path) -> Non
     assert len(lines(run)) == 4  # the first call's batch of 4 is on disk
     type(rm).stop_at = None
     res = prbench.evaluate(rm, "sample", "none", out="runs", batch_size=4)
-    assert res.summary["resumed_from"] == 4 and res.summary["n_total"] == 63
+    assert res.summary.resumed_from == 4 and res.summary.n_total == 63

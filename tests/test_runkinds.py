@@ -204,5 +204,5 @@ def test_leaderboard_refuses_to_guess_the_identity_of_a_run_with_a_damaged_confi
 def test_policy_accuracy_records_have_their_typed_model(tmp_path: Path) -> None:
     path = write_pa_run(tmp_path, "rm:a", dict(zip(IDS, credits_with_mean(5, 10))), {IDS[0]: 1.0})
     run = open_run(path)
-    recs = [run.kind.record_model.model_validate(r) for r in run.records]
+    recs = run.items  # the records as the kind's typed model
     assert recs[0].rm_credit == 1.0 and sum(r.credit_total for r in recs) == 5

@@ -204,7 +204,7 @@ def test_free_runs_are_scored_first_and_judges_compared_with_their_known_accurac
     assert res.family == 1 + 2  # the judges' pair, and each judge's own sequence; the free pair needs none
     assert [res.stop_of(i).n_used for i in (2, 3)] == [500, 500] and res.stop_of(0).n_used < 500
     assert "all 500 items scored first (no API calls" in res.stop_of(2).stopped and res.met
-    assert [res.results[i].summary["accuracy"] for i in (2, 3)] == [0.0, 1.0]  # planted: the shorter one is chosen
+    assert [res.results[i].summary.accuracy for i in (2, 3)] == [0.0, 1.0]  # planted: the shorter one is chosen
     said = res.stop_of(0).stopped
     assert "judge:openai:sharp [none] > baseline:length [none]" in said and "baseline:short [none] > " \
         "judge:openai:sharp [none]" in said
@@ -225,8 +225,8 @@ def test_seeded_and_plain_runs_never_share_a_folder(judges, tmp_path: Path) -> N
                       n_boot=20)
     plain = evaluate("judge:openai:coin", data, "none", out=out, model_options=opts, limit=20, n_boot=20)
     assert seeded.path != plain.path and json.loads((seeded.path / "config.json").read_text())["order"] == "seeded"
-    assert [r["id"] for r in plain.records] == [f"ex-{i:03d}" for i in range(20)]  # the plain run: the first 20
-    assert [r["id"] for r in seeded.records] != [r["id"] for r in plain.records]
+    assert [r.id for r in plain.records] == [f"ex-{i:03d}" for i in range(20)]  # the plain run: the first 20
+    assert [r.id for r in seeded.records] != [r.id for r in plain.records]
 
 
 def test_cli_until(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,7 +11,6 @@ import inspect
 
 import pytest
 
-from prbench import config
 from prbench.build.settings import BuildSettings
 from prbench.capabilities.bon.settings import BonSettings, BonStage
 from prbench.capabilities.eval.settings import EvalSettings

@@ -241,3 +241,94 @@ def test_the_architecture_page_is_drawn_from_the_code():
     diff = "".join(list(difflib.unified_diff(page.splitlines(True), drawn.splitlines(True), "committed", "drawn"))[:60])
     assert drawn == page, ("docs/reference/architecture.md's layout differs from the code: run "
                            f"`python scripts/architecture.py` and commit the page\n{diff}")
+# -- issue #49 item 2: typed end to end -----------------------------------------------------------------------
+# A string-key read (`x.get("k")`, and `x["k"]` on a `.summary` / `.records` / `.outputs` / `.protocol` attribute)
+# over what prbench itself writes (a summary, a record, a meta result, a leaderboard row, a protocol, a study
+# output) is a misspelt field read as None: readers use the typed models (prbench.store.records, the run kinds'
+# models, `Run.items`, `Run.names`, `RunKind.values`). What the rule matches: the receiver's last name says what it
+# is (`summary`, `s`, `rec`, `r`, `row`, `res`, `meta`, `protocol`, `outputs`, `ds`, `run`, ...).
+RESULT_NAME = re.compile(r"^(summary|summaries|summ|s|sm|record|records|rec|recs|r|row|rows|res|result|results|meta|"
+                         r"protocol|outputs|ds|run|runs|previous|stored|card|metrics|m)$")
+RESULT_ATTR = {"summary", "outputs", "protocol", "written"}  # attributes holding one (`res.summary["k"]`)
+# Modules that read what prbench does not write, where a dict is the format (each group says why).
+EXTERNAL = (
+    "formats/",  # benchmark files in their upstream layouts (JSON/JSONL/parquet rows)
+    "data/",  # raw data set rows before they are `Example`s (personalize, dsp personas, loaders)
+    "engines/",  # provider replies (OpenAI, Anthropic, batch files) and their JSONL batch rows
+    "serve/",  # HTTP request payloads of the reward server
+    "testing/",  # the stand-in provider servers: they parse requests as the providers do
+    "rewards/",  # model folders' config.json and judges' provider replies
+    "train/synthesizeme.py",  # the generator model's JSON replies
+    "cost.py",  # the shipped and user price tables (a config file)
+    "viewer/chromium.py",  # the browser's DevTools protocol replies
+    "cli/train.py",  # the trainers' log rows (TRL's log_history) and a model folder's prbench_rm.json
+    "config.py",  # JSON Schema / user config parsing
+    "study/config.py",
+)
+# Modules that compute the written shape itself: they count over records as examples.jsonl holds them (the
+# summary is made from them before any model exists; readers then validate it), so the keys are the format.
+WRITTEN_SHAPE = (
+    "evaluation/evaluate.py",  # `summarize` over the records it writes; `previous` is summary.json being extended
+    "evaluation/scoring.py",  # builds the records
+    "evaluation/validity.py",  # the card from both runs' written records, put into the summaries it (re)writes
+    "stats/metrics.py",  # `collapse_items`, item rules over written rows (`written_rows` for typed records)
+    "stats/power.py",  # pilot designs over written rows
+    "evaluation/sequential.py",  # intervals over written rows; `record_outcome` extends summary.json
+    "stats/seqsim.py",  # its own simulation table rows
+    "store/records.py",  # `typed_summary` / `legacy_kind`: the one reader of a raw summary (format 0 upgrade)
+    "store/runs.py",  # examples.jsonl ids while writing
+    "downstream/",  # drivers building the records and summary they write, and the capabilities' drivers:
+    "capabilities/bon/driver.py", "capabilities/rl/driver.py", "capabilities/rgd/driver.py",
+    "capabilities/policy_accuracy/driver.py", "capabilities/icl/driver.py",
+    "train/protocol.py",  # `user_breakdown`: the per-person block `summarize` puts into the summary it writes
+    "study/personalize.py",  # the comparison rows it writes to comparison.json
+    "build/",  # the build pipeline: its records and report.json made from generator and validator replies
+)
+# TEMPORARY: the command output of downstream drivers (rgd, icl, policy accuracy, build, bon) are still dicts;
+# typed with their capability packages (#49 item 1).
+DRIVER_RESULTS = ("capabilities/bon/command.py", "capabilities/build/command.py", "capabilities/icl/command.py",
+                  "capabilities/policy_accuracy/command.py", "capabilities/rgd/command.py", "cli/rgd.py")
+
+
+def string_key_reads(source: str) -> list[tuple[int, str]]:
+    """(line, `receiver[key]`) of each string-key read over something named like a result prbench writes."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        recv = key = None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            recv, key = node.func.value, node.args[0].value
+        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.slice, ast.Constant)
+              and isinstance(node.slice.value, str) and isinstance(node.value, ast.Attribute)
+              and node.value.attr in RESULT_ATTR):
+            recv, key = node.value, node.slice.value
+        if recv is None:
+            continue
+        inner = recv
+        while isinstance(inner, (ast.Call, ast.Subscript)):  # `x.summary_as(M)["k"]`, `rows[0].get("k")`
+            inner = inner.func if isinstance(inner, ast.Call) else inner.value
+        last = inner.attr if isinstance(inner, ast.Attribute) else inner.id if isinstance(inner, ast.Name) else ""
+        if RESULT_NAME.match(last) or last in RESULT_ATTR or last == "records":
+            out.append((node.lineno, f"{ast.unparse(recv)}[{key!r}]"))
+    return out
+
+
+def test_no_string_key_reads_over_results_prbench_writes():
+    excused = (*EXTERNAL, *WRITTEN_SHAPE, *DRIVER_RESULTS)
+    found = [f"{rel}:{line}: {what}" for path in sorted(PKG.rglob("*.py"))
+             if not (rel := path.relative_to(PKG).as_posix()).startswith(excused)
+             for line, what in string_key_reads(path.read_text(encoding="utf-8"))]
+    assert found == [], "read the typed model's attribute instead:\n" + "\n".join(found)
+
+
+def test_the_string_key_rule_finds_what_it_forbids():
+    """The rule itself, on the shapes it must catch (so the test above can fail) and one it must let pass."""
+    bad = ("def f(run, res, s, rows, ctx, cfg):\n"
+           "    a = run.get('condition')\n"  # the removed Run.get
+           "    b = res.summary['metrics']\n"
+           "    c = s.get('accuracy')\n"
+           "    d = rows[0].get('model')\n"
+           "    e = ctx.outputs['eval']\n"
+           "    g = [r.get('credit') for r in res.records]\n"
+           "    ok = cfg.get('data')\n")  # a config file's object: not a result
+    assert [line for line, _ in string_key_reads(bad)] == [2, 3, 4, 5, 6, 7]

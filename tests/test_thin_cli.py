@@ -85,7 +85,7 @@ def test_the_cli_builds_once_and_reads_a_finished_run_back_without_building(
 def test_evaluate_builds_a_spec_once_for_a_list_of_conditions_and_never_for_finished_runs(
         rm_spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made = prbench.evaluate(rm_spec, "sample", ["none", "profile"], out="runs", limit=4)
-    assert [r.summary["condition"] for r in made] == ["none", "profile"] and builds(tmp_path) == 2
+    assert [r.summary.condition for r in made] == ["none", "profile"] and builds(tmp_path) == 2
     monkeypatch.setenv("PRBENCH_TEST_REFUSE_BUILD", "1")
     back = prbench.evaluate(rm_spec, "sample", ["none", "profile"], out="runs", limit=4)
     assert all(r.reused for r in back) and [r.summary for r in back] == [r.summary for r in made]

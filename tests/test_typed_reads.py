@@ -56,3 +56,43 @@ def test_only_the_legacy_reader_reads_summary_dicts() -> None:
     assert isinstance(typed, EvalSummary) and typed.run == "eval" and typed.metrics.accuracy == 0.5
     run = Run(Path("x"), RunKind(), raw, typed=typed)
     assert run.summary_as(EvalSummary) is typed and run.key == "m"
+
+
+def test_evaluate_returns_the_models_the_reader_validates(tmp_path: Path) -> None:
+    """#49: `evaluate()` gives the typed summary and records (what `open_run` gives), the file unchanged."""
+    import json
+
+    from prbench import evaluate
+    from prbench.runkinds import open_run
+    from prbench.store.records import EvalSummary, PointwiseRecord
+
+    res = evaluate("baseline:length", "sample", "profile", out=tmp_path, limit=6, n_boot=20)
+    assert isinstance(res.summary, EvalSummary) and all(isinstance(r, PointwiseRecord) for r in res.records)
+    assert res.path is not None
+    run = open_run(res.path)
+    assert res.summary == run.typed and res.records == run.items
+    assert res.summary.metrics.ci_low is not None and res.summary.metrics.ci_low == run.typed.metrics.ci_low
+    written = json.loads((res.path / "summary.json").read_text(encoding="utf-8"))
+    assert res.written == written  # summary.json's object as built (the file sorts its keys)
+    again = evaluate("baseline:length", "sample", "profile", out=tmp_path, limit=6, n_boot=20)
+    assert again.reused and again.summary == res.summary and again.records == res.records
+
+
+def test_run_reads_fields_by_attribute_never_by_name() -> None:
+    """`Run.get(name)` and the dict records are gone; a kind's group or label field must exist on its model."""
+    import pytest
+
+    from prbench.runkinds.base import Run, RunKind
+    from prbench.runkinds.downstream import DownstreamKind
+    from prbench.store.records import EvalSummary
+
+    assert not hasattr(Run, "get") and not hasattr(Run, "records")
+    with pytest.raises(TypeError, match="'conditon'.*DownstreamSummary"):
+        type("Misspelt", (DownstreamKind,), {"name": "misspelt", "group_fields": ("conditon",)})
+    with pytest.raises(TypeError, match="'temprature'.*EvalSummary"):
+        type("Label", (RunKind,), {"name": "label", "summary_model": EvalSummary,
+                                   "label_fields": (("t", "temprature"),)})
+    with pytest.raises(TypeError, match="no model"):
+        type("Bare", (RunKind,), {"name": "bare", "group_fields": ("data",)})
+    ok = type("Fine", (DownstreamKind,), {"name": "fine", "group_fields": ("condition", "temperature")})
+    assert ok.fields_model().__name__ == "DownstreamSummary"

@@ -255,12 +255,12 @@ def test_judge_pmi_lik_on_vllm(vllm_mod, tiny_lm, tmp_path) -> None:
                        (f"lik:vllm:{tiny_lm}", {"max_length": 1024})):
         load_rm(spec, batch_size=4, seed=0, **opts)  # constructs with the evaluator's options
         res = evaluate(spec, str(data), "none", model_options={**opts, "device": "auto"}, n_boot=10)
-        m = res.summary["metrics"]
-        assert m["n"] + m["n_invalid"] == 2, spec
-        reasons = [r.get("invalid") or "" for r in res.records]
+        m = res.summary.metrics
+        assert m.n + m.n_invalid == 2, spec
+        reasons = [r.invalid or "" for r in res.records]
         assert not any(x.startswith("engine") for x in reasons), (spec, reasons)  # ran; random text may not parse
         if not spec.startswith("judge:") or opts.get("mode") == "likelihood":
-            assert m["n_invalid"] == 0, (spec, reasons)
+            assert m.n_invalid == 0, (spec, reasons)
     assert {c for c, _ in vllm_mod.calls} == {"generate"}
 
 

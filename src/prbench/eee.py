@@ -262,9 +262,9 @@ def _engine_version(name: str) -> str:
 
 def _model_info(run: Run, model: str, ident: Identity) -> ModelInfo:
     extra = {"prbench_spec": _portable(model), "prbench_run_kind": run.kind.name}
-    for name in ("policy", "condition"):
-        if run.get(name) is not None:
-            extra[f"prbench_{name}"] = _portable(str(run.get(name)))
+    for name, value in (("policy", run.names.policy), ("condition", run.names.condition)):
+        if value is not None:
+            extra[f"prbench_{name}"] = _portable(str(value))
     return ModelInfo(name=_portable(model), id=ident.id, developer=ident.developer,
                      inference_platform=ident.platform,
                      inference_engine=InferenceEngine(name=ident.engine, version=_engine_version(ident.engine))
@@ -318,7 +318,7 @@ def dataset(run: Run) -> str | None:
     """The run's data set name (a file path cut to its name); None when the run never recorded one."""
     from prbench.runkinds.downstream import DownstreamKind
 
-    name = run.kind.dataset(run) if isinstance(run.kind, DownstreamKind) else run.get("data")
+    name = run.kind.dataset(run) if isinstance(run.kind, DownstreamKind) else run.names.data
     if not name:
         cfg = run.config  # what was asked (config.json): the data a generation run read
         name = cfg["data"] if isinstance(cfg.get("data"), str) else None  # config.json: not a summary

@@ -301,7 +301,7 @@ def rows_of(evals: Sequence[Run]) -> list[Row]:
                                     seen_accuracy=who.seen_accuracy, unseen_accuracy=who.unseen_accuracy)
         row.faults = validity.faults(s, run.items)
         try:  # the smallest difference this run resolves (prbench.stats.power)
-            mde = resolvable(run.records)
+            mde = resolvable(run.items)
         except DataError as exc:  # damaged records: the accuracy still shows, this column does not
             log.warning("no resolvable difference: %s", exc)
             mde = None

@@ -12,7 +12,7 @@ import json
 import platform
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, islice, repeat, takewhile
 from pathlib import Path
 from typing import Any, cast, overload
@@ -50,7 +50,14 @@ from prbench.schema import Example
 from prbench.specs import ModelSpec, parse_spec
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache
-from prbench.store.records import RunSettings, stamp
+from prbench.store.records import (
+    EvalRecord,
+    EvalSummary,
+    RunSettings,
+    stamp,
+    typed_record,
+    typed_summary,
+)
 from prbench.store.runs import RunDir, refuse_secrets, scan_records, slug
 from prbench.version import __version__
 
@@ -59,30 +66,45 @@ from prbench.version import __version__
 class EvalResult:
     """What `evaluate` returns for one run (one RM, one condition, one data set)."""
 
-    summary: dict[str, Any]
-    """summary.json: `accuracy`, `n`, `n_total`, `metrics` (CI, per category, invalid counts, length bias,
-    pairwise diagnostics), `per_user`, `model`, `spec`, `data`, `condition`, `seed`, versions and wall time."""
-    records: list[dict[str, Any]]
-    """One record per pair in benchmark order: `id`, `category`, `credit` (1, 0, 0.5 for a tie, None when
-    invalid), the scores or verdicts, and what the RM was shown (`posts_shown`, `donor`...)."""
+    summary: EvalSummary
+    """summary.json as the model every reader validates (`prbench.store.records.EvalSummary`): `accuracy`, `n`,
+    `n_total`, `metrics` (CI, per category, invalid counts, length bias, pairwise diagnostics), `per_user`, `model`,
+    `spec`, `data`, `condition`, `seed`, versions and wall time (e.g. `res.summary.metrics.ci_low`)."""
+    records: list[EvalRecord]
+    """One record per pair in benchmark order, as its model (`PointwiseRecord` or `PairwiseRecord`): `id`,
+    `category`, `credit` (1, 0, 0.5 for a tie, None when invalid), the scores or verdicts, and what the RM was
+    shown (`posts_shown`, `donor`... as extra fields)."""
     path: Path | None = None
     """The run folder (None without `out`)."""
     reused: bool = False
     """Finished earlier: returned from the folder, nothing scored now."""
+    written: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The summary's object as the driver built it (key order and number types kept; summary.json holds it with
+    keys sorted): what `prbench eval --json` prints. Read the typed `summary`."""
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], records: Sequence[dict[str, Any]], path: Path | None = None,
+           reused: bool = False) -> EvalResult:
+        """The result of a run from what was written: the summary and records validated as the readers do."""
+        where = (path or Path(".")) / "summary.json"
+        typed = typed_summary(summary, where, EvalSummary)
+        recs = [typed_record(r, where.with_name("examples.jsonl"), n) for n, r in enumerate(records, 1)]
+        return cls(typed, recs, path, reused, summary)
 
 
-def invalid_failure(summary: dict[str, Any], max_invalid: float | None = 1.0,
-                    records: Sequence[dict[str, Any]] = ()) -> str | None:
+def invalid_failure(summary: EvalSummary | Mapping[str, Any], max_invalid: float | None = 1.0,
+                    records: Sequence[EvalRecord] = ()) -> str | None:
     """Why a finished run fails its invalid bound (None if it passes).
 
     Every record invalid always fails (a dead endpoint must not look like a result); beyond that,
-    the share of invalid records may not exceed `max_invalid` (1.0: no bound).
+    the share of invalid records may not exceed `max_invalid` (1.0: no bound). A summary given as written
+    (a dict) is read through its model first.
     """
-    m = summary.get("metrics", summary)
-    total, bad = m.get("n_total") or 0, m.get("n_invalid") or 0
-    name = f"{summary.get('model')} [{summary.get('condition')}]"
+    s = summary if isinstance(summary, EvalSummary) else typed_summary(dict(summary), model=EvalSummary)
+    total, bad = s.metrics.n_total or 0, s.metrics.n_invalid or 0
+    name = f"{s.model} [{s.condition}]"
     if total and bad == total:
-        reason = next((str(r["invalid"])[:200] for r in records if r.get("invalid")), None)
+        reason = next((str(r.invalid)[:200] for r in records if r.invalid), None)
         return f"{name}: all {total} records are invalid" + (f" (first: {reason})" if reason else "")
     if max_invalid is not None and total and bad / total > max_invalid:
         return f"{name}: {bad} of {total} records are invalid ({100 * bad / total:.1f}% > --max-invalid {max_invalid:g})"
@@ -366,7 +388,7 @@ def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example
     n_todo = sum(1 for i in items.order if i not in done)
     previous = run.previous_summary() if run else None  # a damaged summary is recomputed
     if run and previous and not n_todo and previous.get("n_total") == len(items.order):
-        return EvalResult(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
+        return EvalResult.of(previous, run.records(), run.path, reused=True)  # finished earlier: nothing to compute
     if run and previous and not n_todo and narrow:
         return _first_items(previous, run, items.order, s)
     if on_progress:
@@ -385,7 +407,7 @@ def _evaluate_one(model: RewardModel | ModelHandle, data: str | Sequence[Example
         summary["order"] = {"kind": "seeded", "seed": s.seed, "n_items": items.n_all}
     if run and not narrow:  # the folder's summary describes all its items
         validity.settle(run, summary, records, seed=s.seed, n_boot=s.n_boot)  # with the card once a control sits beside it
-    return EvalResult(summary, records, run.path if run else None)
+    return EvalResult.of(summary, records, run.path if run else None)
 
 
 class _Items:
@@ -489,7 +511,7 @@ def _first_items(previous: dict[str, Any], run: RunDir, order: dict[str, int], s
                "metrics": m, "per_user": user_breakdown(records, None, seed=s.seed, n_boot=s.n_boot)}
     if isinstance(previous.get("settings"), dict):  # the settings of what is returned: these first items
         summary["settings"] = {**previous["settings"], "limit": s.limit}
-    return EvalResult(summary, records, run.path, reused=True)
+    return EvalResult.of(summary, records, run.path, reused=True)
 
 
 def _score_batches(model: RewardModel | ModelHandle, s: EvalSettings, options: dict[str, Any], items: _Items, done: set[str],

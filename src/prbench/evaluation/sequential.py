@@ -404,7 +404,8 @@ def run_until(labels: Sequence[tuple[str, str]], evaluate_at: Callable[[int, int
                 race.results[i] = evaluate_at(i, n)
         if not race.n_all:
             head = next(r for r in race.results if r is not None)
-            race.n_all = int(head.summary.get("order", {}).get("n_items") or head.summary["n_total"])
+            order = head.summary.order
+            race.n_all = int(order.n_items if order is not None and order.n_items else head.summary.n_total)
             cap = min(race.n_all, until_max) if until_max else race.n_all
             for i in sorted(race.plan.known):  # no API calls: every item now
                 race.results[i] = evaluate_at(i, race.n_all)
@@ -484,7 +485,7 @@ def record_outcome(outcome: Outcome) -> list[dict[str, Any]]:
                     run.write_summary({**stored, "sequential": block})
             finally:
                 run.close()
-        out.append({**res.summary, "sequential": block})
+        out.append({**res.written, "sequential": block})
     return out
 
 

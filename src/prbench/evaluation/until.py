@@ -16,6 +16,7 @@ from prbench.capabilities.eval.settings import EvalSettings
 from prbench.errors import PrbenchError
 from prbench.evaluation.sequential import StopRule, count_items, until_runs
 from prbench.schema import Example
+from prbench.store.records import EvalSummary, typed_summary
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ def evaluate_until(runs: Sequence[EvalRun], data: str | Sequence[Example], rule:
 
     outcome, summaries = until_runs([r.label for r in runs], at, rule, paid=paid, until_max=until_max,
                                     n_items=n_items, on_progress=on_progress)
-    return [replace(r, summary=s) for r, s in zip(outcome.results, summaries, strict=True)]
+    return [replace(r, summary=typed_summary(s, (r.path or Path(".")) / "summary.json", EvalSummary), written=s)
+            for r, s in zip(outcome.results, summaries, strict=True)]
 
 
 # the one-run scorer's keywords as `evaluate` defaults them

@@ -29,7 +29,7 @@ from prbench.meta.result import (
 from prbench.runkinds import Run, Setting
 from prbench.stats import metrics
 from prbench.stats.metrics import cohen_kappa, krippendorff_alpha
-from prbench.store.records import RankValue
+from prbench.store.records import PairwiseRecord, RankValue
 
 SUMMARIES: tuple[str, ...] = ("mean", "worst_category", "mean_margin")
 
@@ -99,12 +99,14 @@ def _bench_side(runs: Mapping[str, Run], rms: Sequence[str], summary: str) -> _S
     for rm in rms:
         t = {}
         # Multi-response items (RewardBench 2, RM-Bench) count once, by their rule; margins stay per pair.
-        records = runs[rm].records if summary == "mean_margin" else metrics.collapse_items(runs[rm].records)
-        for r in records:
-            if r.get("credit") is None or r.get(field_name) is None:
+        # The rows in their written shape: `margin` is a pointwise run's extra, items are computed by their rule.
+        items = runs[rm].items
+        rows = metrics.written_rows(items) if summary == "mean_margin" else metrics.collapse_items(items)
+        for item in rows:
+            if item.get("credit") is None or item.get(field_name) is None:
                 continue
-            t[str(r["id"])] = float(r[field_name])
-            cats.setdefault(str(r["id"]), str(r.get("category", "?")))
+            t[str(item["id"])] = float(item[field_name])
+            cats.setdefault(str(item["id"]), str(item.get("category", "?")))
         if not t:
             return None
         tables.append(t)
@@ -358,15 +360,15 @@ def judge_agreement(runs: Mapping[str, Run]) -> JudgeAgreement | None:
     position the judge picked (first order) and the position the labelled chosen answer was shown in, which
     (unlike accuracy) gives a judge that always answers "A" nothing for the pairs where A happened to win.
     """
-    judges = {k: r for k, r in sorted(runs.items()) if any("verdicts" in rec for rec in r.records)}
+    judges = {k: r for k, r in sorted(runs.items()) if any(isinstance(rec, PairwiseRecord) for rec in r.items)}
     if not judges:
         return None
-    sides = {k: {rec["id"]: rec["credit"] for rec in r.records if rec.get("credit") is not None}
+    sides = {k: {rec.id: rec.credit for rec in r.items if rec.credit is not None}
              for k, r in judges.items()}
     with_labels = []
     for k, r in judges.items():
-        shown = [(rec["verdicts"][0], rec["chosen_position"]) for rec in r.records
-                 if rec.get("verdicts") and rec["verdicts"][0] is not None and rec.get("chosen_position")]
+        shown = [(rec.verdicts[0], rec.chosen_position) for rec in r.items
+                 if isinstance(rec, PairwiseRecord) and rec.verdicts and rec.verdicts[0] is not None and rec.chosen_position]
         with_labels.append(JudgeWithLabels(judge=k, kappa=_clean(cohen_kappa([v for v, _ in shown],
                                                                              [c for _, c in shown])), n=len(shown)))
     pairs = []

@@ -446,7 +446,7 @@ def stats_panel(runs: list[Run]) -> str:
         out.append(f'<p class="explain">Stopped early (<code>--until {esc(seq.rule)}</code>, '
                    f'{fnum(seq.n_used)} of {fnum(seq.n_items)} items in one seeded order): {esc(why)}. '
                    "Intervals are anytime-valid confidence sequences (betting, Waudby-Smith &amp; Ramdas 2024).</p>")
-    res = [v for v in (resolvable(r.records) for r in runs) if v is not None]
+    res = [v for v in (resolvable(r.items) for r in runs) if v is not None]
     if res:
         worst, best = max(res), min(res)
         out.append(f'<p class="explain">Smallest accuracy difference these runs resolve (80% power, level 0.05, '

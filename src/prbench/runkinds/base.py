@@ -23,7 +23,14 @@ from prbench.downstream.results import FILENAME as DOWNSTREAM_FILE
 from prbench.downstream.results import DownstreamResult, read_downstream
 from prbench.errors import DataError, NotARun, PrbenchError
 from prbench.registry import RUNKINDS, resolve
-from prbench.store.records import newer_format, run_kind, typed_summary
+from prbench.store.records import (
+    EvalSummary,
+    GenerationSummary,
+    PolicyAccuracySummary,
+    newer_format,
+    run_kind,
+    typed_summary,
+)
 from prbench.store.runs import read_json, read_records, regular_file
 
 log = logging.getLogger("prbench.runkinds")
@@ -34,6 +41,17 @@ RECORDS_FIX = ("rerun the command that wrote this run with --repair (it keeps th
 MARKERS = ("summary.json", DOWNSTREAM_FILE, "report.json")  # files that make a folder a run folder
 RECORDS = "examples.jsonl"  # a folder holding only records is a run that lost (or never wrote) its summary
 T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Names:
+    """What a run is of, as its kind reads it from typed fields: the RM by every name it is known by (the key
+    first: a spec before a model name), the data set, the input condition and the policy (None: not said)."""
+
+    rm: tuple[str, ...] = ()
+    data: str | None = None
+    condition: str | None = None
+    policy: str | None = None
 
 
 @dataclass
@@ -50,8 +68,9 @@ class Run:
     items: list[Any] = field(default_factory=list)  # the records as the kind's record models, in file order
 
     @cached_property
-    def records(self) -> list[dict[str, Any]]:
-        """examples.jsonl through the checked reader ([] when the kind writes none)."""
+    def _written_records(self) -> list[dict[str, Any]]:
+        """examples.jsonl through the checked reader ([] when the kind writes none): what `check` validates into
+        `items`, and what a kind recomputes its summary from with the writer's own functions; readers use `items`."""
         return read_records(self.path / RECORDS, RECORDS_FIX) if self.kind.records_file else []
 
     @cached_property
@@ -79,35 +98,30 @@ class Run:
                                f"{model.__name__}; rerun the command that wrote it")
         return self.typed
 
-    def get(self, name: str, default: Any = None) -> Any:
-        """A field of the run: downstream.json first (its core fields, then extras), else the typed summary."""
-        if self.downstream is not None:
-            if name in ("rm", "setting", "grader", "scale", "n_items"):
-                return getattr(self.downstream, name)
-            if name in self.downstream.extra:
-                return self.downstream.extra[name]
-        value = getattr(self.typed, name, None) if self.typed is not None else None
-        return default if value is None else value
+    @cached_property
+    def names(self) -> Names:
+        """The RM, data set, condition and policy of the run (`RunKind.names`)."""
+        return self.kind.names(self)
 
     @property
     def key(self) -> str:
         """The RM this run belongs to: downstream `rm`, else the summary's `spec` (falling back to `model`, `rm`)."""
         if self.downstream is not None:
             return self.downstream.rm
-        return next(iter(self.aliases), "") or str(self.get("rm") or "")
+        return next(iter(self.names.rm), "")
 
     @property
     def aliases(self) -> list[str]:
-        """The names the RM is known by: spec first, then model name."""
-        return list(dict.fromkeys(str(v) for v in (self.get("spec"), self.get("model")) if v))
+        """The names the RM is known by: spec first, then model name (none for a downstream.json run)."""
+        return [] if self.downstream is not None else list(self.names.rm)
 
     @property
     def data(self) -> str:
-        return str(self.get("data", "?"))
+        return str(self.names.data or "?")
 
     @property
     def condition(self) -> str:
-        return str(self.get("condition"))
+        return str(self.names.condition)
 
 
 @dataclass
@@ -207,6 +221,45 @@ class RunKind:
         """`report_section` as a function (a built-in names it directly, a plug-in may give its "module:function")."""
         target = self.report_section
         return resolve(target) if isinstance(target, str) else target
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A group or label field must be a field of the model it is read from (`fields_model`): a misspelt one is
+        refused when the kind is defined, never read as None."""
+        super().__init_subclass__(**kwargs)
+        declared = [*cls.group_fields, *(f for _, f in cls.label_fields)]
+        model = cls.fields_model()
+        missing = [f for f in dict.fromkeys(declared) if model is None or f not in model.model_fields]
+        if missing:
+            where = model.__name__ if model is not None else "no model (set summary_model)"
+            raise TypeError(f"run kind {cls.__name__}: group_fields/label_fields name {', '.join(map(repr, missing))}, "
+                            f"no field of {where}; declare the field on the model")
+
+    @classmethod
+    def fields_model(cls) -> type[BaseModel] | None:
+        """The model `group_fields` and `label_fields` are attributes of: the kind's summary model."""
+        return cls.summary_model
+
+    def fields(self, run: Run) -> BaseModel:
+        """The run as `fields_model` (what `group_fields` and `label_fields` are read from)."""
+        model = self.fields_model()
+        if model is None:
+            raise PrbenchError(f"run kind {self.name!r} has no summary model to read its fields from")
+        return run.summary_as(model)
+
+    def values(self, run: Run, names: Sequence[str]) -> dict[str, Any]:
+        """The run's values of declared fields (`group_fields`, `label_fields`), by typed attribute."""
+        if not names:
+            return {}
+        typed = self.fields(run)
+        return {f: getattr(typed, f) for f in names}  # declared fields only: checked when the kind was defined
+
+    def names(self, run: Run) -> Names:
+        """The run's RM, data set and condition from its typed summary (the summary models that name them)."""
+        s = run.typed
+        if isinstance(s, EvalSummary):
+            return Names(tuple(dict.fromkeys(v for v in (s.spec, s.model) if v)), s.data, s.condition)
+        if isinstance(s, (PolicyAccuracySummary, GenerationSummary)):
+            return Names((s.rm,) if s.rm else (), s.data, s.condition, s.policy)
+        return Names()
 
     def check(self, run: Run) -> None:
         """Validate what the readers rely on: the summary against the kind's model, each record against its model."""
@@ -214,11 +267,12 @@ class RunKind:
             run.typed = typed_summary(run.summary, run.path / "summary.json", self.summary_model)
         if self.records_file and self.record_model is not None:
             path = run.path / RECORDS
-            run.items = [_validate_record(self.record_model, rec, path, n) for n, rec in enumerate(run.records, 1)]
+            run.items = [_validate_record(self.record_model, rec, path, n)
+                         for n, rec in enumerate(run._written_records, 1)]
 
     def group_key(self, run: Run) -> tuple:
         """The one definition of a setting: runs with equal keys are one setting (one meta row, one report table)."""
-        return tuple(repr(run.get(f)) for f in self.group_fields)
+        return tuple(repr(v) for v in self.values(run, self.group_fields).values())
 
     def meta_settings(self, runs: Sequence[Run], opts: MetaOptions, notes: list[str]) -> list[Setting]:
         """The meta-evaluation settings these runs make (none for kinds that are no downstream setting)."""
@@ -230,13 +284,14 @@ class RunKind:
 
     def label(self, run: Run) -> str:
         """The setting's label in meta tables: short name, labelled parameters, [condition]."""
-        parts = {shown: run.get(name) for shown, name in self.label_fields}
+        values = self.values(run, [name for _, name in self.label_fields])
+        parts = {shown: values[name] for shown, name in self.label_fields}
         extras = [f"{n}={v:g}" if isinstance(v, float) else f"{n}={v}" for n, v in parts.items()
                   if v is not None and not (n == "metric" and v == "grade")]
         out = self.short or self.name
         if extras:
             out += " " + " ".join(extras)
-        cond = run.get("condition")
+        cond = run.names.condition
         return out + (f" [{cond}]" if cond else "")
 
 
@@ -358,7 +413,7 @@ def open_run(path: str | Path) -> Run:
               report if isinstance(report, dict) else None)
     k.check(run)
     if k.records_file:
-        run.records  # noqa: B018 - read now, so a torn line is found where the run is opened
+        run._written_records  # noqa: B018 - read now, so a torn line is found where the run is opened
     if run.summary is not None and (note := newer_format(run.summary, s_path)):
         run.notes.append(note)
     return run

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from prbench.downstream.results import DEFAULT_SCALE
 from prbench.errors import DataError, PrbenchError
-from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Run, RunKind, Setting
+from prbench.runkinds.base import EEEItem, EEEPart, MetaOptions, Names, Run, RunKind, Setting
 from prbench.store.runs import read_json, regular_file
 
 
@@ -35,6 +35,9 @@ class DownstreamSummary(BaseModel):
     policy: str | None = None
     w: float | None = None
     candidates_k: int | None = None
+    chunk: int | None = None
+    temperature: float | None = None
+    reward_norm: str | None = None
     metric: str | None = None
     seed: int | None = None
     samples: str | None = None  # the samples (or run) folder the outcomes were read from
@@ -108,6 +111,23 @@ class DownstreamKind(RunKind):
                                                                    f"gives {mean} over {len(vals)} items; rerun the "
                                                                    "command that wrote this run")
 
+    @classmethod
+    def fields_model(cls) -> type[BaseModel] | None:
+        """Group and label fields are fields of downstream.json (`result_model`)."""
+        return cls.result_model
+
+    def fields(self, run: Run) -> BaseModel:
+        return self.result(run)
+
+    def names(self, run: Run) -> Names:
+        """downstream.json's RM, data and condition; a field it lacks from the summary beside it (RGD)."""
+        if run.downstream is None:
+            return super().names(run)
+        res, own = self.result(run), super().names(run)
+        return Names((res.rm,), res.data if res.data is not None else own.data,
+                     res.condition if res.condition is not None else own.condition,
+                     res.policy if res.policy is not None else own.policy)
+
     def result(self, run: Run) -> DownstreamSummary:
         """downstream.json as this kind's typed model (validated when the run was opened)."""
         if run.downstream is None:
@@ -130,7 +150,8 @@ class DownstreamKind(RunKind):
 
     def group_key(self, run: Run) -> tuple:
         d = run.ds
-        return (d.setting, d.grader, d.scale, tuple(sorted((f, repr(run.get(f))) for f in self.group_fields)))
+        return (d.setting, d.grader, d.scale,
+                tuple(sorted((f, repr(v)) for f, v in self.values(run, self.group_fields).items())))
 
     def item_values(self, run: Run, opts: MetaOptions) -> dict[str, float]:
         """Item id -> the outcome meta ranks RMs by (the value at the largest k)."""
@@ -139,7 +160,7 @@ class DownstreamKind(RunKind):
     def params(self, run: Run) -> dict:
         d = run.ds
         return {"grader": d.grader, "scale": d.scale,
-                **{f: run.get(f) for f in self.group_fields if run.get(f) is not None}}
+                **{f: v for f, v in self.values(run, self.group_fields).items() if v is not None}}
 
     def groups(self, runs: Sequence[Run], notes: list[str]) -> list[dict[str, Run]]:
         """Runs by setting (group key), then by RM; an RM twice in a setting keeps the later run, with a note."""
@@ -158,7 +179,7 @@ class DownstreamKind(RunKind):
             first = next(iter(members.values()))
             out.append(Setting(self.label(first), self.setting or self.name,
                                {rm: self.item_values(r, opts) for rm, r in members.items()},
-                               condition=first.get("condition"), params=self.params(first),
+                               condition=first.names.condition, params=self.params(first),
                                sources={rm: str(r.path / "downstream.json") for rm, r in sorted(members.items())}))
         return out
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -749,12 +749,19 @@ def _longer(pairs: Sequence[dict[str, Any]]) -> str | None:
     return sides.pop() if len(sides) == 1 else "equal"  # mixed: no single side is longer
 
 
-def collapse_items(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-pair records -> one record per item (pairs without an `item` pass through unchanged).
+def written_rows(records: Iterable[Any]) -> list[dict[str, Any]]:
+    """Records in their written shape (examples.jsonl's objects), what the counting here reads: a typed record
+    (`prbench.store.records`) gives back the keys its line had; a written object passes as it is."""
+    return [r.model_dump(exclude_unset=True) if hasattr(r, "model_dump") else r for r in records]
+
+
+def collapse_items(records: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per-pair records (written or typed) -> one record per item (pairs without an `item` pass through unchanged).
 
     The item record carries `id` (the item id), `category`, `credit` by the item's rule,
     `longer` (a side only when every pair agrees), `n_pairs` and `rule`; `invalid` when a pair was.
     """
+    records = written_rows(records)
     if not any("item" in r for r in records):
         return list(records)
     groups: dict[str, list[dict[str, Any]]] = {}

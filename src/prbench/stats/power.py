@@ -33,6 +33,7 @@ import numpy as np
 from scipy.stats import norm
 
 from prbench.errors import PrbenchError
+from prbench.stats.metrics import written_rows
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def min_detectable_difference(n: int, design: Design, *, power: float = 0.8, alp
 def _scores(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[str, Any]] | None
             ) -> tuple[np.ndarray, list[str]]:
     """Per-item scores (paired difference, or credit - 0.5) on the items validly scored, with their user ids."""
+    records_a, records_b = written_rows(records_a), None if records_b is None else written_rows(records_b)
     a = {r["id"]: r for r in records_a if r.get("credit") is not None}
     if records_b is None:
         ids = sorted(a)

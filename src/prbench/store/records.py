@@ -98,6 +98,15 @@ class LengthBias(_Open):
     n: int | None = None
 
 
+class FormatScore(_Open):
+    """A benchmark's own headline by its format's rule (`prbench.formats.format_score`: RewardBench sections...)."""
+
+    name: str
+    value: float | None = None
+    upstream: str = "its format"  # who computes it this way
+    accuracy_is: str = "prbench"  # what prbench's accuracy is beside it
+
+
 class EvalMetrics(Accuracy):
     """An eval run's `metrics` (`prbench.evaluation.scoring.summarize`)."""
 
@@ -111,6 +120,7 @@ class EvalMetrics(Accuracy):
     categories: CategoryStats | None = None
     length_bias: LengthBias | None = None
     pairwise: PairwiseStats | None = None
+    format_score: FormatScore | None = None
 
 
 class Gain(_Open):
@@ -213,6 +223,14 @@ class RunSettings(_Open):
     limit: int | None = None  # a smaller --limit reads the first items of a larger run (its n says)
 
 
+class SeededOrder(_Open):
+    """The item order of a run scored in one seeded order (`--until`, `seeded_order`): what a larger limit extends."""
+
+    kind: str
+    seed: int | None = None
+    n_items: int | None = Field(default=None, ge=0)  # the benchmark's items in that order
+
+
 class EvalSummary(_Open):
     """What every reader of an eval run relies on."""
 
@@ -231,6 +249,7 @@ class EvalSummary(_Open):
     cost: CostSummary | None = None  # API runs only
     validity: ValidityCard | None = None  # the personalization validity card, when its control ran
     sequential: SequentialStop | None = None  # `--until` runs: the rule, the items used and why it stopped
+    order: SeededOrder | None = None  # runs in a seeded order (what `--until` grows)
     per_user: PerUser | None = None  # accuracy per person; seen vs unseen people for a trained RM
     settings: RunSettings | None = None  # what changes the numbers (absent from runs written before it was)
     capabilities: Capabilities | None = None  # what the RM kind can do (runs before they were recorded: none)
@@ -287,6 +306,8 @@ class PolicyAccuracySummary(_Open):
     w: float | None = None
     k: int | None = None
     mode: str | None = None
+    reward_norm: str | None = None
+    repetition_penalty: float | None = None
     seed: int | None = None
     wall_time_s: float | None = None
     policy_accuracy: float | None
@@ -320,6 +341,9 @@ class GenerationSummary(_Open):
     run: Literal["rgd", "icl"]
     format: int = 0
     policy: str
+    rm: str | None = None  # the guiding RM (RGD)
+    data: str | None = None
+    condition: str | None = None
     n_items: int
     n_generated: int
     gold: GoldScores | None = None
@@ -421,8 +445,11 @@ class PairwiseRecord(_Open):
         return self.truncated
 
 
+EvalRecord = PointwiseRecord | PairwiseRecord  # one eval record, whichever kind of RM wrote it
+
+
 def typed_record(rec: dict[str, Any], file: str | Path = "examples.jsonl", line: int | None = None
-                 ) -> PointwiseRecord | PairwiseRecord:
+                 ) -> EvalRecord:
     """A per-example eval record as its model (pairwise when it holds verdicts)."""
     model = PairwiseRecord if "verdicts" in rec else PointwiseRecord
     try:

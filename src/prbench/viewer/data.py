@@ -278,7 +278,7 @@ def _compare(rows: Sequence[dict[str, Any]], runs: dict[int, Run]) -> dict[str, 
 def _other_row(run: Run, i: int) -> dict[str, Any]:
     """A downstream, generation or build run: its label, RM, the curve where it has one, and its summary's numbers."""
     row: dict[str, Any] = {"i": i, "kind": run.kind.name, "title": run.kind.title or run.kind.name,
-                           "path": str(run.path), "rm": run.key, "cond": run.get("condition"),
+                           "path": str(run.path), "rm": run.key, "cond": run.names.condition,
                            "label": run.kind.label(run), "role": run.kind.role}
     if run.downstream is not None:
         d = run.downstream

@@ -35,7 +35,7 @@ class BonKind(DownstreamKind):
             first = next(iter(members.values()))
             ks = sorted(set.intersection(*(set(r.ds.k) for r in members.values())))
             if not ks:
-                notes.append(f"BoN [{first.get('condition')}]: the RMs share no k value")
+                notes.append(f"BoN [{first.names.condition}]: the RMs share no k value")
                 continue
             params = {**self.params(first), "curve": opts.bon_curve}
             sources = {rm: str(r.path / "downstream.json") for rm, r in sorted(members.items())}
@@ -49,7 +49,7 @@ class BonKind(DownstreamKind):
                         continue
                     vals[rm] = {str(i): float(v[str(kk)]) for i, v in table.items() if str(kk) in v}
                 label = self.label(first).replace("BoN", f"BoN k={kk}" + (" (max)" if kk == ks[-1] else ""), 1)
-                out.append(Setting(label, "bon", vals, k=kk, max_k=kk == ks[-1], condition=first.get("condition"),
+                out.append(Setting(label, "bon", vals, k=kk, max_k=kk == ks[-1], condition=first.names.condition,
                                    params=params, sources=sources))
         return out
 

@@ -24,7 +24,9 @@ from prbench.runkinds.downstream import BonSummary, DownstreamKind
 def plot_key(run: Run) -> tuple:
     """What makes one Best-of-N plot in the report: RM condition, grader, samples and the k grid (curves of
     one plot share their k values; meta compares RMs on the k values they share within `group_key`)."""
-    return (run.get("condition"), run.ds.grader, str(run.get("samples", "")), tuple(run.ds.k))
+    res = run.kind.result(run) if isinstance(run.kind, DownstreamKind) else None
+    samples = res.samples if isinstance(res, BonSummary) else None
+    return (run.names.condition, run.ds.grader, str(samples or ""), tuple(run.ds.k))
 
 
 def _bon_groups(d: ReportData) -> dict[tuple, list[tuple[BonSummary, DownstreamResult]]]:

@@ -146,7 +146,7 @@ def eval_cmd(
                 except BatchPending:  # --no-wait: submit every run's batches, then exit once
                     pending.append(f"{rm.name} [{cond}]")
                     continue
-                summaries.append({**res.summary, "path": str(res.path)})
+                summaries.append({**res.written, "path": str(res.path)})
                 if failure := invalid_failure(res.summary, max_invalid, res.records):
                     failures.append(failure)
                 if res.reused and not quiet:
@@ -191,49 +191,49 @@ def _eval_until(specs: list[ModelSpec], conds: list[str], per_model: dict[str, d
         tasks = [bar.add_task(escape(f"{rm.name} [{c}]"), total=None) for rm in rms for c in conds]
         results = evaluate(rms, data, conds, settings=settings, out=out, **kw,
                            on_run_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
-    return [{**r.summary, "path": str(r.path)} for r in results]
+    return [{**r.written, "path": str(r.path)} for r in results]
 
 
 def _print_runs(summaries: list[dict]) -> None:
     """The accuracy table of the runs, then each benchmark's own headline (RewardBench sections, RM-Bench grid)."""
+    from prbench.store.records import EvalSummary, typed_summary
+
     rows, notes = [], []
-    for s in summaries:
-        m = s["metrics"]
-        ci = f"[{100 * m['ci_low']:.1f}, {100 * m['ci_high']:.1f}]" if m["ci_low"] is not None else "-"
-        acc = f"{100 * m['accuracy']:.1f}" if m["accuracy"] is not None else "-"
-        who, why = _checks(s)
-        rows.append((s["model"], s["condition"], acc + (" seen" if who and who.seen else ""), ci, m["n"],
-                     m["n_invalid"], s["path"]))
+    runs = [(typed_summary({k: v for k, v in row.items() if k != "path"}, model=EvalSummary), row["path"])
+            for row in summaries]  # what --json prints, with the run folder: read through the model
+    for s, path in runs:
+        m = s.metrics
+        known = m.ci_low is not None and m.ci_high is not None
+        ci = f"[{100 * (m.ci_low or 0.0):.1f}, {100 * (m.ci_high or 0.0):.1f}]" if known else "-"
+        acc = f"{100 * m.accuracy:.1f}" if m.accuracy is not None else "-"
+        who, why = _checks(s, path)
+        rows.append((s.model, s.condition, acc + (" seen" if who and who.seen else ""), ci, m.n, m.n_invalid, path))
         if who and who.seen:  # a training person's score is no estimate for a new person (prbench.evaluation.validity)
-            notes.append(f"{s['model']} [{s['condition']}]: {who.text()}: a score on people it was trained on")
-        notes += [f"{s['model']} [{s['condition']}]: not a ranking: {w}" for w in why if not w.startswith("trained on")]
+            notes.append(f"{s.model} [{s.condition}]: {who.text()}: a score on people it was trained on")
+        notes += [f"{s.model} [{s.condition}]: not a ranking: {w}" for w in why if not w.startswith("trained on")]
     table("accuracy (%) on pairs, ties 0.5", ["model", "condition", "acc", "95% CI", "n", "invalid", "run"], rows)
     for note in notes:
         typer.echo(note)
-    for why in dict.fromkeys(s["sequential"]["stopped"] for s in summaries if "sequential" in s):  # one per group
+    for why in dict.fromkeys(s.sequential.stopped for s, _ in runs if s.sequential is not None):  # one per group
         typer.echo(f"stopped: {why}")
-    if any("sequential" in s for s in summaries):
+    if any(s.sequential is not None for s, _ in runs):
         typer.echo("(the 95% CI column is the fixed-n bootstrap; the stopping rule used anytime-valid confidence "
                    "sequences, in each summary's `sequential`)")
-    for s in summaries:
-        fs = s["metrics"].get("format_score")
-        if fs and fs.get("value") is not None:
-            typer.echo(f"{s['model']} [{s['condition']}]: {fs['name']} {100 * fs['value']:.1f}, by "
-                       f"{fs.get('upstream', 'its format')}; the table's acc is {fs.get('accuracy_is', 'prbench')}")
+    for s, _ in runs:
+        fs = s.metrics.format_score
+        if fs is not None and fs.value is not None:
+            typer.echo(f"{s.model} [{s.condition}]: {fs.name} {100 * fs.value:.1f}, by "
+                       f"{fs.upstream}; the table's acc is {fs.accuracy_is}")
 
 
 
-def _checks(s: dict[str, Any]) -> tuple[Any, list[str]]:
+def _checks(summary: Any, path: Any) -> tuple[Any, list[str]]:
     """(seen vs unseen people, why the number is not a ranking) of a finished run (`prbench.evaluation.validity`)."""
     from prbench.evaluation import validity
     from prbench.runkinds import open_run
-    from prbench.store.records import EvalSummary, typed_summary
 
-    summary = typed_summary({k: v for k, v in s.items() if k != "path"})
-    if not isinstance(summary, EvalSummary):
-        return None, []
     try:
-        items = open_run(s["path"]).items if s.get("path") not in (None, "None") else None
+        items = open_run(path).items if path not in (None, "None") else None
     except (PrbenchError, OSError):  # no folder (no --out): the summary's own counts
         items = None
     return validity.people(summary), validity.faults(summary, items)
@@ -244,7 +244,7 @@ EVAL_COMMAND = CommandInfo(cls=EvalHelp, epilog=EVAL_EXAMPLES, callback=eval_cmd
 
 def _say_reused(res: Any) -> None:
     """One line for a run returned as stored: nothing was scored now, and how to score it again."""
-    n_bad, n_all = res.summary["metrics"]["n_invalid"], res.summary["n_total"]
+    n_bad, n_all = res.summary.metrics.n_invalid, res.summary.n_total
     typer.echo(f"reused: {res.path} finished earlier with "
                + (f"{n_bad} invalid of {n_all} items, returned as stored; add --retry-failed to score those "
                   "items again" if n_bad else f"{n_all} items, returned as stored; --overwrite scores it again"),

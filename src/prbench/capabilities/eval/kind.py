@@ -48,13 +48,13 @@ class EvalKind(RunKind):
                                                      "with is unknown (it would be taken for another model); rerun "
                                                      "the eval that wrote this run")
         s = run.summary_as(EvalSummary)
-        items = collapse_items(run.records)  # what the driver summarised: one credit per multi-response item
-        credits = [float(r["credit"]) for r in items if r.get("credit") is not None]  # records, not a summary
+        items = collapse_items(run.items)  # what the driver summarised: one credit per multi-response item
+        credits = [float(c) for c in _credits(items)]
         where = str(run.path / "summary.json")
         fix = f"the summary does not match {RECORDS}; delete summary.json and rerun the eval (it is recomputed)"
-        if s.n_total != len(run.records):
+        if s.n_total != len(run.items):
             raise DataError(where, None, "n_total", f"says {s.n_total} pairs but {RECORDS} holds "
-                                                    f"{len(run.records)}; {fix}")
+                                                    f"{len(run.items)}; {fix}")
         if s.metrics.n_total is not None and s.metrics.n_total != len(items):
             raise DataError(where, None, "metrics.n_total", f"says {s.metrics.n_total} items but {RECORDS} holds "
                                                             f"{len(items)}; {fix}")
@@ -75,16 +75,17 @@ class EvalKind(RunKind):
         from prbench.evaluation.evaluate import summarize
         from prbench.train.protocol import user_breakdown
 
-        assert run.summary is not None  # a typed summary came from it
+        written = run._written_records  # the records as the driver wrote them: what its functions summarised
         n_boot = _n_boot(run, s)
-        fresh: dict[str, Any] = {"metrics": summarize(run.records, seed=s.seed, n_boot=n_boot)}
-        fresh["n"] = fresh["metrics"]["n"]
-        stored: dict[str, Any] = {"metrics": run.summary["metrics"], "n": s.n}
-        if "per_user" in run.summary:  # seen / unseen need the RM's training users: their sums are checked below
-            fresh["per_user"] = user_breakdown(run.records, None, seed=s.seed, n_boot=n_boot)
-            stored["per_user"] = {k: v for k, v in run.summary["per_user"].items() if k == "users"} \
-                if isinstance(run.summary["per_user"], dict) else run.summary["per_user"]
-        found = mismatch(stored, fresh) or _seen_unseen(run, run.summary.get("per_user", {}))
+        metrics = summarize(written, seed=s.seed, n_boot=n_boot)
+        fresh: dict[str, Any] = {"metrics": metrics, "n": metrics["n"]}
+        stored: dict[str, Any] = {"metrics": s.metrics.model_dump(exclude_unset=True), "n": s.n}
+        per_user = s.per_user.model_dump(exclude_unset=True) if s.per_user is not None else None
+        if "per_user" in s.model_fields_set:  # seen / unseen need the RM's training users: their sums are checked below
+            fresh["per_user"] = user_breakdown(written, None, seed=s.seed, n_boot=n_boot)
+            stored["per_user"] = {"users": per_user["users"]} if per_user and "users" in per_user else \
+                ({} if per_user is not None else None)
+        found = mismatch(stored, fresh) or _seen_unseen(run, per_user or {})
         if found is not None:
             name, said, gives = found
             raise DataError(where, None, name, f"says {said} but {RECORDS} gives {gives}; {fix}")
@@ -112,6 +113,11 @@ class EvalKind(RunKind):
             extraction_method="pairwise verdict" if s.kind == "pairwise" else "score(chosen) vs score(rejected)",
             details={"n_invalid": str(m.n_invalid), "n_total": str(s.n_total), "rm_kind": s.kind,
                      "condition": s.condition})]
+
+
+def _credits(items: list[dict[str, Any]]) -> list[float]:
+    """The credits of the validly scored items (`collapse_items`' per-item rows, computed here, not read)."""
+    return [c for item in items if (c := item.get("credit")) is not None]
 
 
 def _n_boot(run: Run, s: EvalSummary) -> int:

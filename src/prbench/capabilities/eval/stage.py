@@ -78,7 +78,7 @@ def run_eval(ctx: StudyContext) -> None:
             if bar:
                 bar.remove_task(task)
             results.append(EvalOutput(spec=entry.spec, condition=cond, path=str(res.path),
-                                      accuracy=res.summary["accuracy"]))
+                                      accuracy=res.summary.accuracy))
     for bench in ctx.cfg.benchmarks:  # the same models on other benchmarks: the cross-benchmark meta table
         for entry in ctx.cfg.models:
             for cond in bench.conditions:
@@ -88,7 +88,7 @@ def run_eval(ctx: StudyContext) -> None:
                                format=bench.format, batch=entry.batch,
                                max_usd=entry.max_usd)
                 results.append(EvalOutput(spec=entry.spec, condition=cond, path=str(res.path), data=bench.data,
-                                          accuracy=res.summary["accuracy"]))
+                                          accuracy=res.summary.accuracy))
     ctx.outputs.eval = results
 
 
@@ -104,5 +104,5 @@ def _eval_until(ctx: StudyContext, handles: dict[int, ModelHandle]) -> list[Eval
         {"batch": entry.batch, "max_usd": entry.max_usd}) for entry, cond in jobs]
     results = evaluate(runs, ctx.data, out=ctx.runs, until=str(ctx.cfg.until),
                        until_max=ctx.cfg.until_max or ctx.cfg.limit)
-    return [EvalOutput(spec=e.spec, condition=c, path=str(r.path), accuracy=r.summary["accuracy"],
-                       sequential=r.summary["sequential"]) for (e, c), r in zip(jobs, results, strict=True)]
+    return [EvalOutput(spec=e.spec, condition=c, path=str(r.path), accuracy=r.summary.accuracy,
+                       sequential=r.summary.sequential and r.summary.sequential.model_dump(mode="json")) for (e, c), r in zip(jobs, results, strict=True)]

@@ -52,9 +52,6 @@ class PolicyAccuracyKind(RunKind):
     def summary(self, run: Run) -> PolicyAccuracySummary:
         return run.summary_as(PolicyAccuracySummary)
 
-    def group_key(self, run: Run) -> tuple:
-        return tuple(repr(run.get(f)) for f in self.group_fields)
-
     def credits(self, run: Run, field: str) -> dict[str, float]:
         return {rec.id: float(v) for rec in run.items if (v := getattr(rec, field)) is not None}
 
@@ -71,7 +68,7 @@ class PolicyAccuracyKind(RunKind):
         for _, members in sorted(groups.items()):
             first = next(iter(members.values()))
             own = {rm: self.credits(r, "rm_credit") for rm, r in members.items()}
-            params = {f: first.get(f) for f in self.group_fields}
+            params = self.values(first, self.group_fields)
             params["value"] = f"policy accuracy ({opts.pa_metric})"
             out.append(Setting(self.label(first), self.setting, {rm: self.credits(r, credit_key)
                                                                  for rm, r in members.items()},
