@@ -11,26 +11,17 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from prbench.errors import PrbenchError
-from prbench.store.records import RankValue
+from prbench.store.records import OptionalFields, RankValue
 
 
-class _Part(BaseModel):
+class _Part(OptionalFields, BaseModel):  # BaseModel named too: linters see a pydantic model
     """A part of the result; `optional` fields are left out of the JSON when unset (None), as meta always wrote."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False, validate_by_name=True, validate_by_alias=True,
                               serialize_by_alias=True)
-    optional: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: Any) -> Any:
-        out = handler(self)
-        for name in self.optional:
-            if name in out and out[name] is None:
-                del out[name]
-        return out
 
 
 class BenchmarkRef(_Part):

@@ -17,9 +17,9 @@ models give readers one view of them, e.g. `truncated_any` whatever kind wrote t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from prbench.errors import DataError
 from prbench.registry import RUNKINDS
@@ -62,6 +62,21 @@ def run_kind(s: Any) -> str | None:
 
 
 # -- typed views ----------------------------------------------------------------------------
+class OptionalFields(BaseModel):
+    """A model whose `optional` fields are left out of its JSON when unset (None): the shape a writer always had,
+    kept by the typed results that replaced its dicts (meta's parts, a study's outputs)."""
+
+    optional: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> Any:
+        out = handler(self)
+        for name in self.optional:
+            if name in out and out[name] is None:
+                del out[name]
+        return out
+
+
 class _Open(BaseModel):
     """Summaries carry many facts beyond the ones readers use; NaN and infinity are refused (not JSON)."""
 

@@ -7,25 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from prbench.errors import PrbenchError
+from prbench.store.records import OptionalFields
 from prbench.study.config import StudyConfig
 
 
-class _Output(BaseModel):
+class _Output(OptionalFields, BaseModel):  # BaseModel named too: linters see a pydantic model
     """A stage's output record; `optional` fields are left out of `--json` when unset, as the stages always wrote."""
 
     model_config = ConfigDict(extra="forbid")
-    optional: ClassVar[tuple[str, ...]] = ()
-
-    @model_serializer(mode="wrap")
-    def _drop_unset(self, handler: Any) -> Any:
-        out = handler(self)
-        for name in self.optional:
-            if name in out and out[name] is None:
-                del out[name]
-        return out
 
 
 class EvalOutput(_Output):
