@@ -218,7 +218,7 @@ def bench_dedupe(tmp: Path, items: int = 8, n: int = 8) -> dict:
     """
     from prbench.capabilities.bon.driver import best_of_n
     from prbench.downstream.grader import load_grader
-    from prbench.downstream.sampling import sample_policy
+    from prbench.capabilities.sample.driver import sample_policy
     from prbench.store.cache import NullCache
     from prbench.testing.openai_server import serve
 

@@ -194,7 +194,7 @@ def throughput():
 
 
 def rl_grpo_one_step():
-    from prbench.downstream.rl import train_rl
+    from prbench.capabilities.rl.driver import train_rl
     from prbench.downstream.sampling import load_items
 
     policy = f"hf:{TINY_LM}" if CPU else "builtin:smollm2-135m-instruct"
