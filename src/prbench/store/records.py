@@ -378,6 +378,7 @@ class BonLine(_Open):
     expected: list[float | None] = []
     ci_low: list[float | None] = []
     ci_high: list[float | None] = []
+    top_k: int | None = None  # the posts the RM was shown
 
 
 class GraderInfo(_Open):
