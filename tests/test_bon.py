@@ -20,6 +20,7 @@ from prbench.downstream.sampling import read_samples
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.schema import Example
+from prbench.store.records import BonRunSummary
 from prbench.testing.records import make_record
 
 ANSWER = re.compile(r"<<<ANSWER\n(.*)\nANSWER>>>", re.DOTALL)
@@ -164,6 +165,8 @@ def test_bon_exact_expectation_matches_brute_force(models, tiny_samples, tmp_pat
             if np.sum(r == r.max()) == 1:
                 assert result.per_item[item_id]["6"] == result.extra["per_item_first_k"][item_id]["6"]
     # every distinct sample graded once, versus one grading per (RM, k, item) pick
+    assert isinstance(res.summary, BonRunSummary)
+    assert res.written == json.loads((tmp_path / "bon" / "bon.json").read_text())  # the file as the driver wrote it
     calls = res.summary.grader_calls
     assert calls.made == res.summary.distinct_samples <= 4 * 6
     assert calls.naive == len(rms) * len(ks) * 4

@@ -41,6 +41,7 @@ from prbench.build.validate import parse_scores
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.store.cache import NullCache
+from prbench.store.records import BuildSummary
 from prbench.testing.records import make_records
 
 _USER_CACHE = os.environ.get("PRBENCH_CACHE_DIR")
@@ -283,7 +284,8 @@ def test_resume_after_interruption(source: Path, tmp_path: Path) -> None:
     gen2, val2 = ScriptedEngine(), ScriptedEngine()
     res = build_benchmark(config(source), out, generator=gen2, validator=val2, cache=NullCache())
     assert {i for i, _ in gen2.log} == set(range(4, 12))  # nothing for finished items 0-3, even uncached
-    assert res.summary.resumed_from == 4
+    assert res.summary.resumed_from == 4 and isinstance(res.summary, BuildSummary)
+    assert res.written == json.loads((out / "build" / "summary.json").read_text())  # the file as the driver wrote it
     fresh = build_benchmark(config(source), tmp_path / "fresh", generator=ScriptedEngine(),
                             validator=ScriptedEngine())
     for cat in fresh.counts:

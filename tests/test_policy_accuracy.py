@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from prbench.context.conditions import View
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
 from prbench.store.cache import Cache
+from prbench.store.records import PolicyAccuracySummary
 
 
 class RecordingRM(PointwiseRM):
@@ -183,4 +185,6 @@ def test_run_folder_resumes(engine, tmp_path):
     calls = rm.calls
     b = policy_accuracy(engine, rm, make_examples(), tmp_path / "o", w=1.0, **KW)
     assert rm.calls == calls and b.summary.resumed_from == 4 and b.records == a.records
+    assert isinstance(b.summary, PolicyAccuracySummary)
+    assert b.written == json.loads((b.path / "summary.json").read_text())  # the file as the last run wrote it
     assert a.written["definition"] and a.summary.mode == "full"

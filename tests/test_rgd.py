@@ -16,6 +16,7 @@ from prbench.engines.base import GenParams
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
 from prbench.store.cache import Cache
+from prbench.store.records import GenerationSummary
 
 
 class RecordingRM(PointwiseRM):
@@ -207,7 +208,8 @@ def test_run_rgd_stores_resumes_scores_gold_and_writes_downstream(tiny_engine, t
     assert res.path is not None and (res.path / "samples.jsonl").is_file()
     ss = read_samples(res.path)
     assert set(ss.samples) == {e.id for e in exs} and ss.n == 1
-    s = res.summary
+    s = res.summary  # the model its readers validate; `written` is summary.json's object
+    assert isinstance(s, GenerationSummary) and res.written == json.loads((res.path / "summary.json").read_text())
     assert s.n_generated == 3 and res.written["gold"]["n_scored"] == 3 and res.written["downstream_metric"] == "rouge1"
     d = read_downstream(res.path)
     assert d.setting == "rgd" and d.rm == "test:recording" and d.k == [1] and d.n_items == 3
