@@ -264,7 +264,7 @@ def test_until_is_a_setting_of_evaluate_and_writes_what_the_cli_writes(
     data.write_text("".join(json.dumps(r) + "\n" for r in make_records(300)), encoding="utf-8")
     got = evaluate(["baseline:length", "baseline:short"], str(data), ["none", "oracle"], out=tmp_path / "py",
                    until="decided", n_boot=20)
-    assert [r.summary.sequential and r.summary.sequential.n_used for r in got] == [60] * 4
+    assert [r.summary["sequential"]["n_used"] for r in got] == [60] * 4
     code, _, err = run_cli(capsys, "eval", "-m", "baseline:length", "-m", "baseline:short", "-c", "none,oracle",
                            "--data", str(data), "--out", str(tmp_path / "cli"), "--n-boot", "20", "--until",
                            "decided", "--quiet")
@@ -280,7 +280,7 @@ def test_until_is_a_setting_of_evaluate_and_writes_what_the_cli_writes(
                     s.pop("wall_time_s")
             assert mine == theirs, name
     one = evaluate("baseline:length", str(data), "none", settings=EvalSettings(until="ci=0.2", n_boot=20))
-    assert one.summary.sequential is not None and one.summary.sequential.stopped.startswith("ci=0.2 met at 60 of 300 items")
+    assert one.summary["sequential"]["stopped"].startswith("ci=0.2 met at 60 of 300 items")
     with pytest.raises(PrbenchError, match="cap it with --until-max instead of --limit"):
         evaluate("baseline:length", str(data), until="decided", limit=50)
     with pytest.raises(PrbenchError, match="--until 'soon'"):
