@@ -185,9 +185,9 @@ def test_build_generates_and_validates_through_batches(api_key_env, tmp_path: Pa
         assert {r.path for r in gen.records[n_gen:] if r.method == "POST"} == {"/v1/files", "/v1/batches"}
         assert {r.path for r in val.records[n_val:] if r.method == "POST"} == {"/v1/messages/batches"}
     assert res.records == sync.records and res.counts == sync.counts
-    assert res.summary["calls"] == sync.summary["calls"]
+    assert res.written["calls"] == sync.written["calls"]
     assert (tmp_path / "batch" / "decisions.jsonl").read_text() == (tmp_path / "sync" / "decisions.jsonl").read_text()
-    assert res.summary["cost"]["batch"] is True and set(res.summary["cost"]["engines"]) == {
+    assert res.summary.cost is not None and res.summary.cost.batch is True and set(res.written["cost"]["engines"]) == {
         "openai:gpt-4.1-mini", "anthropic:claude-haiku-4-5"}
 
 

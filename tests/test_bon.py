@@ -20,6 +20,7 @@ from prbench.downstream.sampling import read_samples
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.schema import Example
+from prbench.store.records import BonRunSummary
 from prbench.testing.records import make_record
 
 ANSWER = re.compile(r"<<<ANSWER\n(.*)\nANSWER>>>", re.DOTALL)
@@ -131,7 +132,7 @@ def test_bon_exact_expectation_matches_brute_force(models, tiny_samples, tmp_pat
     res = best_of_n(tiny_samples, rms, grader, condition="profile", out=tmp_path / "bon", top_k=2, n_boot=200,
                     rm_options={"device": "cpu"})
     ks = [1, 2, 4, 6]
-    assert res.summary["k"] == ks
+    assert res.summary.k == ks
     grades = {json.loads(line)["id"]: np.array(json.loads(line)["grades"], dtype=float)
               for line in (tmp_path / "bon" / "grades.jsonl").read_text().splitlines()}
     ss = read_samples(tiny_samples)
@@ -164,9 +165,11 @@ def test_bon_exact_expectation_matches_brute_force(models, tiny_samples, tmp_pat
             if np.sum(r == r.max()) == 1:
                 assert result.per_item[item_id]["6"] == result.extra["per_item_first_k"][item_id]["6"]
     # every distinct sample graded once, versus one grading per (RM, k, item) pick
-    calls = res.summary["grader_calls"]
-    assert calls["made"] == res.summary["distinct_samples"] <= 4 * 6
-    assert calls["naive"] == len(rms) * len(ks) * 4
+    assert isinstance(res.summary, BonRunSummary)
+    assert res.written == json.loads((tmp_path / "bon" / "bon.json").read_text())  # the file as the driver wrote it
+    calls = res.summary.grader_calls
+    assert calls.made == res.summary.distinct_samples <= 4 * 6
+    assert calls.naive == len(rms) * len(ks) * 4
     csv_text = (tmp_path / "bon" / "curves.csv").read_text()
     assert csv_text.startswith("rm,k,first_k,expected") and "<oracle>" in csv_text
 
@@ -177,11 +180,11 @@ def test_bon_second_rm_needs_no_new_grading(tiny_samples, tmp_path) -> None:
     engine = ScriptedGrader()
     first = best_of_n(tiny_samples, ["baseline:length"], RubricGrader(engine=engine, cache=Cache(namespace="grades")),
                       out=tmp_path / "a", n_boot=50)
-    assert engine.calls == first.summary["distinct_samples"] > 0
+    assert engine.calls == first.summary.distinct_samples > 0
     again = ScriptedGrader()  # a new process: same grader fingerprint, persistent cache
     res = best_of_n(tiny_samples, ["baseline:short", "baseline:random"],
                     RubricGrader(engine=again, cache=Cache(namespace="grades")), out=tmp_path / "b", n_boot=50)
-    assert again.calls == 0 and res.summary["grader"]["cache_hits"] == res.summary["distinct_samples"]
+    assert again.calls == 0 and res.summary.grader.cache_hits == res.summary.distinct_samples
 
 
 def test_invalid_grades_and_scores_excluded_not_zeroed(tiny_samples, tmp_path) -> None:
@@ -197,7 +200,7 @@ def test_invalid_grades_and_scores_excluded_not_zeroed(tiny_samples, tmp_path) -
     r = res.results["baseline:length"]
     assert r.n_items == 3 and "ex-001" not in r.per_item
     assert r.extra["n_excluded"]["invalid_grade"] == 1
-    assert res.summary["grader"]["parse_failures"] > 0
+    assert res.summary.grader.parse_failures > 0
 
 
 def test_pairwise_rm_refused(tiny_samples) -> None:
@@ -366,8 +369,8 @@ def test_bon_api_grader_priced_capped_and_resumed(tiny_samples, fake_openai, api
     stopped_at = srv.n_posts
     assert 0 < stopped_at
     res = best_of_n(tiny_samples, ["baseline:length"], grader(), out=tmp_path / "b", n_boot=20, max_usd=1.0)
-    c = res.summary["cost"]
-    assert srv.n_posts == res.summary["distinct_samples"]  # graded once each: the stop paid nothing twice
+    c = res.written["cost"]
+    assert srv.n_posts == res.summary.distinct_samples  # graded once each: the stop paid nothing twice
     assert c["requests"] == srv.n_posts and c["usd"] > 0 and c["priced_as"] == "openai:gpt-4.1-mini"  # both runs
 
 
@@ -390,8 +393,8 @@ def test_bon_grades_through_batches_like_synchronous(tiny_samples, api_key_env, 
         assert len(srv.batches) == 1 and not srv.refused
         assert {r.path for r in srv.records[n_sync:] if r.method == "POST"} == {"/v1/files", "/v1/batches"}
     strip = ("wall_time_s", "cost", "grader")
-    assert {k: v for k, v in res.summary.items() if k not in strip} == {k: v for k, v in sync.summary.items()
+    assert {k: v for k, v in res.written.items() if k not in strip} == {k: v for k, v in sync.written.items()
                                                                           if k not in strip}
-    assert res.summary["grader"]["calls"] == sync.summary["grader"]["calls"]  # the collecting pass is not counted
+    assert res.summary.grader.calls == sync.summary.grader.calls  # the collecting pass is not counted
     assert (tmp_path / "batch" / "grades.jsonl").read_text() == (tmp_path / "sync" / "grades.jsonl").read_text()
-    assert res.summary["cost"]["batch"] is True
+    assert res.summary.cost is not None and res.summary.cost.batch is True

@@ -41,6 +41,7 @@ from prbench.build.validate import parse_scores
 from prbench.engines.base import Engine, Generation, GenParams, Messages
 from prbench.errors import PrbenchError
 from prbench.store.cache import NullCache
+from prbench.store.records import BuildSummary
 from prbench.testing.records import make_records
 
 _USER_CACHE = os.environ.get("PRBENCH_CACHE_DIR")
@@ -283,7 +284,8 @@ def test_resume_after_interruption(source: Path, tmp_path: Path) -> None:
     gen2, val2 = ScriptedEngine(), ScriptedEngine()
     res = build_benchmark(config(source), out, generator=gen2, validator=val2, cache=NullCache())
     assert {i for i, _ in gen2.log} == set(range(4, 12))  # nothing for finished items 0-3, even uncached
-    assert res.summary["resumed_from"] == 4
+    assert res.summary.resumed_from == 4 and isinstance(res.summary, BuildSummary)
+    assert res.written == json.loads((out / "build" / "summary.json").read_text())  # the file as the driver wrote it
     fresh = build_benchmark(config(source), tmp_path / "fresh", generator=ScriptedEngine(),
                             validator=ScriptedEngine())
     for cat in fresh.counts:
@@ -295,7 +297,7 @@ def test_cache_answers_a_repeated_build(source: Path, tmp_path: Path) -> None:
     build_benchmark(config(source), tmp_path / "a", generator=ScriptedEngine(), validator=ScriptedEngine())
     gen = ScriptedEngine()
     res = build_benchmark(config(source), tmp_path / "b", generator=gen, validator=ScriptedEngine())
-    assert gen.log == [] and res.summary["calls"]["generator"]["cache_hits"] > 0
+    assert gen.log == [] and res.written["calls"]["generator"]["cache_hits"] > 0
 
 
 def test_seeds_are_per_item_and_role(source: Path, tmp_path: Path) -> None:
@@ -390,7 +392,7 @@ def test_http_resume_makes_no_requests_for_finished_items(source: Path, tmp_path
         res = build_benchmark(cfg, out, generator=engine, validator=engine, cache=NullCache())
         items = {i for i, _ in _kinds(srv.requests)}
     assert items == {8, 9, 10, 11}  # zero requests of any kind for the 8 finished items
-    assert res.summary["resumed_from"] == 8 and res.report["all"]["kept"] == 6
+    assert res.summary.resumed_from == 8 and res.report["all"]["kept"] == 6
 
 
 def test_push_to_hub_uploads_card_and_parquet(source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -415,7 +417,7 @@ def test_push_to_hub_uploads_card_and_parquet(source: Path, tmp_path: Path, monk
                           validator=ScriptedEngine(), push_to="me/my-bench")
     assert calls["token"] == "hf_test" and calls["create"] == ("me/my-bench", "dataset")
     assert calls["upload"]["allow_patterns"] == ["README.md", "data/*.parquet"]
-    assert calls["upload"]["repo_type"] == "dataset" and res.summary["pushed_to"].endswith("/commit/1")
+    assert calls["upload"]["repo_type"] == "dataset" and str(res.summary.pushed_to).endswith("/commit/1")
 
 
 # -- human validation round trip ------------------------------------------------------------

@@ -333,7 +333,7 @@ def test_build_caps_generator_and_validator_together(fake_openai, api_key_env, t
                           validator_options={"base_url": val.root_url, "api_key_env": api_key_env[0], "concurrency": 1})
         from prbench.store.cache import NullCache
 
-        full = build_benchmark(cfg, tmp_path / "full", cache=NullCache()).summary["cost"]
+        full = build_benchmark(cfg, tmp_path / "full", cache=NullCache()).written["cost"]
         n_full = gen.n_posts
         with pytest.raises(cost.BudgetExceeded):
             build_benchmark(cfg, tmp_path / "out", max_usd=full["usd"] / 2, cache=NullCache())
@@ -341,7 +341,7 @@ def test_build_caps_generator_and_validator_together(fake_openai, api_key_env, t
         assert 0 < spent["usd"] <= full["usd"] / 2
         assert set(spent["engines"]) == {"openai:gpt-4.1-mini", "anthropic:claude-haiku-4-5"}
         res = build_benchmark(cfg, tmp_path / "out", max_usd=1.0, cache=NullCache())
-    c = res.summary["cost"]
+    c = res.written["cost"]
     parts = c["engines"].values()
     assert c["usd"] == pytest.approx(sum(p["usd"] for p in parts)) and all(p["requests"] > 0 for p in parts)
     assert c["usd"] == pytest.approx(full["usd"])  # the capped and resumed build paid what one build pays

@@ -131,7 +131,7 @@ def test_a_policy_accuracy_run_writes_downstream_json_and_exports(tiny_engine, t
     run = open_run(res.path)
     assert run.kind.name == "policy-accuracy" and run.downstream is not None
     assert run.downstream.setting == "policy_accuracy"
-    assert run.downstream.expected[0] == pytest.approx(res.summary["policy_accuracy"])
+    assert run.downstream.expected[0] == pytest.approx(res.summary.policy_accuracy)
     assert set(run.downstream.per_item) == {r["id"] for r in res.records}
     got = check(export_eee([tmp_path / "o"], tmp_path / "eee")["written"])
     assert len(got) == 1 and next(iter(got)).startswith("policy-accuracy/")
@@ -160,7 +160,7 @@ def test_an_icl_run_exports_its_gold_metrics_per_item(tiny_engine, tmp_path: Pat
     (got,) = check(export_eee([tmp_path / "icl"], tmp_path / "eee")["written"]).values()
     by_id = {r["evaluation_result_id"]: r for r in got["agg"]["evaluation_results"]}
     assert set(by_id) == {"icl:rouge1", "icl:rougeL"}
-    assert by_id["icl:rouge1"]["score_details"]["score"] == pytest.approx(res.summary["gold"]["metrics"]["rouge1"]["mean"])
+    assert by_id["icl:rouge1"]["score_details"]["score"] == pytest.approx(res.summary.gold.metrics["rouge1"].mean)
     assert len(got["lines"]) == 2 * 4
 
 

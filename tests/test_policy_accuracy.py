@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import zlib
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from prbench.context.conditions import View
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
 from prbench.store.cache import Cache
+from prbench.store.records import PolicyAccuracySummary
 
 
 class RecordingRM(PointwiseRM):
@@ -96,9 +98,10 @@ def test_w0_full_equals_plain_policy_exactly(engine):
         assert rec["credit_total"] == rec["plain_credit_total"]
         assert rec["credit_norm"] == rec["plain_credit_norm"]
     s = res.summary
-    assert s["policy_accuracy"] == s["plain_policy_accuracy"]
-    assert s["policy_accuracy_normalized"] == s["plain_policy_accuracy_normalized"]
-    assert s["metrics"]["agreement_with_plain"] == {"total": 1.0, "normalized": 1.0}
+    assert s.policy_accuracy == s.plain_policy_accuracy
+    assert s.policy_accuracy_normalized == s.plain_policy_accuracy_normalized
+    agree = s.metrics.agreement_with_plain
+    assert (agree.total, agree.normalized) == (1.0, 1.0)
 
 
 def test_plain_policy_matches_engine_loglik(engine):
@@ -152,10 +155,10 @@ def test_all_positions_are_batched_and_cached(engine, tmp_path):
     rm = RecordingRM(hashed)
     first = policy_accuracy(engine, rm, make_examples(), w=1.0, batch_size=4, rm_batch_size=100_000, cache=cache, **KW)
     assert rm.calls == 1  # every candidate prefix of every position of all 8 responses in one RM call
-    assert rm.n_texts == first.summary["rewards"]["rm_texts"] > 8 * 5
+    assert rm.n_texts == first.written["rewards"]["rm_texts"] > 8 * 5
     rm2 = RecordingRM(hashed)
     second = policy_accuracy(engine, rm2, make_examples(), w=1.0, batch_size=2, cache=cache, **KW)
-    assert rm2.calls == 0 and second.summary["rewards"]["cache_hits"] > 0
+    assert rm2.calls == 0 and second.written["rewards"]["cache_hits"] > 0
     assert [r["credit_total"] for r in first.records] == [r["credit_total"] for r in second.records]
 
 
@@ -168,10 +171,9 @@ def test_a_reward_that_knows_chosen_raises_policy_accuracy(engine):
         return 1.0 if chosen[view.example_id].startswith(text) else 0.0
 
     res = policy_accuracy(engine, RecordingRM(knows), make_examples(), w=20.0, **KW)
-    m = res.summary["metrics"]
-    assert res.summary["policy_accuracy"] == 1.0
-    assert m["mean_margin_shift"] > 0
-    assert m["rm_accuracy"]["accuracy"] == 1.0
+    assert res.summary.policy_accuracy == 1.0
+    assert res.written["metrics"]["mean_margin_shift"] > 0
+    assert res.summary.metrics.rm_accuracy.accuracy == 1.0
 
 
 def test_run_folder_resumes(engine, tmp_path):
@@ -182,5 +184,7 @@ def test_run_folder_resumes(engine, tmp_path):
     assert a.path is not None and (a.path / "examples.jsonl").is_file() and (a.path / "summary.json").is_file()
     calls = rm.calls
     b = policy_accuracy(engine, rm, make_examples(), tmp_path / "o", w=1.0, **KW)
-    assert rm.calls == calls and b.summary["resumed_from"] == 4 and b.records == a.records
-    assert a.summary["definition"] and a.summary["mode"] == "full"
+    assert rm.calls == calls and b.summary.resumed_from == 4 and b.records == a.records
+    assert isinstance(b.summary, PolicyAccuracySummary)
+    assert b.written == json.loads((b.path / "summary.json").read_text())  # the file as the last run wrote it
+    assert a.written["definition"] and a.summary.mode == "full"

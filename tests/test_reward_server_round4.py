@@ -386,7 +386,7 @@ def test_the_served_reward_shows_the_profile_items_the_rm_asks_for_as_eval_does(
         res = best_of_n(ss, rms, RubricGrader(engine=OneGrader()), condition="profile", n_boot=50,
                         **({"top_k": given} if given else {}))
         assert {rm.spec: set(rm.seen) for rm in rms} == {k: {v} for k, v in shown.items()}
-        assert {r["rm"]: r["top_k"] for r in res.summary["rms"]} == asked  # what each RM was given
+        assert {r.rm: r.top_k for r in res.summary.rms} == asked  # what each RM was given
 
 
 # -- item 18 (server parts) -------------------------------------------------------------------------

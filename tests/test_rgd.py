@@ -16,6 +16,7 @@ from prbench.engines.base import GenParams
 from prbench.rewards.base import PointwiseRM, Score
 from prbench.schema import Example, ProfilePost, RubricAspect
 from prbench.store.cache import Cache
+from prbench.store.records import GenerationSummary
 
 
 class RecordingRM(PointwiseRM):
@@ -207,18 +208,19 @@ def test_run_rgd_stores_resumes_scores_gold_and_writes_downstream(tiny_engine, t
     assert res.path is not None and (res.path / "samples.jsonl").is_file()
     ss = read_samples(res.path)
     assert set(ss.samples) == {e.id for e in exs} and ss.n == 1
-    s = res.summary
-    assert s["n_generated"] == 3 and s["gold"]["n_scored"] == 3 and s["downstream_metric"] == "rouge1"
+    s = res.summary  # the model its readers validate; `written` is summary.json's object
+    assert isinstance(s, GenerationSummary) and res.written == json.loads((res.path / "summary.json").read_text())
+    assert s.n_generated == 3 and res.written["gold"]["n_scored"] == 3 and res.written["downstream_metric"] == "rouge1"
     d = read_downstream(res.path)
     assert d.setting == "rgd" and d.rm == "test:recording" and d.k == [1] and d.n_items == 3
     assert d.grader == "gold:rouge1" and d.extra["w"] == 2.0
     calls = rm.calls
     again = run_rgd(tiny_engine, rm, exs, tmp_path / "out", w=2.0, **kw)
-    assert rm.calls == calls and again.summary["resumed_from"] == 3 and again.texts == res.texts
+    assert rm.calls == calls and again.summary.resumed_from == 3 and again.texts == res.texts
 
     # w = 0: the plain policy on the same prompt as `engine.generate`, and no downstream.json
     plain = run_rgd(tiny_engine, rm, exs, tmp_path / "out", w=0.0, **kw)
-    assert not (plain.path / "downstream.json").exists() and plain.summary["downstream"] is None
+    assert not (plain.path / "downstream.json").exists() and plain.written["downstream"] is None
     from prbench.context.conditions import build_view
     from prbench.context.retrieval import load_retriever
 
@@ -288,12 +290,12 @@ def test_run_icl_few_shot_and_posts(tiny_engine, tmp_path):
     exs = make_examples(4)
     res = run_icl(tiny_engine, exs, tmp_path / "icl", max_new_tokens=8, encoder=None, n_boot=20,
                   repetition_penalty=1.0)
-    assert res.summary["example_kinds"] == {"qa": 4} and res.summary["gold"]["n_scored"] == 4
+    assert res.summary.example_kinds == {"qa": 4} and res.written["gold"]["n_scored"] == 4
     assert not (res.path / "downstream.json").exists()
     assert set(read_samples(res.path).samples) == {e.id for e in exs}
     posts = run_icl(tiny_engine, exs, tmp_path / "icl", examples="posts", max_new_tokens=8, encoder=None,
                     n_boot=20, repetition_penalty=1.0, top_k=2)
-    assert posts.summary["example_kinds"] == {"posts": 4}
+    assert posts.summary.example_kinds == {"posts": 4}
     # posts mode is the plain policy prompt: the same text RGD at w = 0 decodes
     from prbench.capabilities.rgd.driver import run_rgd
 
@@ -321,12 +323,12 @@ def test_rgd_smollm2_two_rms():
                             load_prompt("policy_answer"), 100) for it in items]
     ref = engine.generate(msgs, GenParams(max_new_tokens=24, repetition_penalty=1.3))
     assert [plain.texts[it.id] for it in items] == [g.text.strip() for g in ref]
-    assert plain.summary["repetition_penalty"] == 1.3
+    assert plain.written["repetition_penalty"] == 1.3
     for rm in ("baseline:embedding", "baseline:lexical"):
         guided = run_rgd(engine, rm, items, w=3.0, reward_norm="zscore", **kw)
-        assert guided.summary["rewards"]["rm_texts"] > 0
+        assert guided.written["rewards"]["rm_texts"] > 0
         assert guided.texts != plain.texts, rm
-        assert guided.summary["gold"]["n_scored"] == 2
+        assert guided.written["gold"]["n_scored"] == 2
 
 
 def test_rubric_grader_feeds_downstream(tiny_engine, tmp_path):
@@ -344,7 +346,7 @@ def test_rubric_grader_feeds_downstream(tiny_engine, tmp_path):
     grader = RubricGrader(engine=FixedGrader())
     res = run_rgd(tiny_engine, RecordingRM(letters("e")), make_examples(2), tmp_path / "g", w=1.0, k=3,
                   max_new_tokens=6, top_k=1, encoder=None, n_boot=20, grader=grader, repetition_penalty=1.0)
-    assert res.summary["grade"]["mean"] == 2.0 and res.summary["downstream_metric"] == "grade"
+    assert res.summary.grade is not None and res.summary.grade.mean == 2.0 and res.written["downstream_metric"] == "grade"
     d = read_downstream(res.path)
     assert d.grader == "test:grader" and d.scale == "mean aspect grade, 0-2" and d.expected == [2.0]
     assert d.extra["metric"] == "grade"

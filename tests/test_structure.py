@@ -284,10 +284,6 @@ WRITTEN_SHAPE = (
     "study/personalize.py",  # the comparison rows it writes to comparison.json
     "build/",  # the build pipeline: its records and report.json made from generator and validator replies
 )
-# TEMPORARY: the command output of downstream drivers (rgd, icl, policy accuracy, build, bon) are still dicts;
-# typed with their capability packages (#49 item 1).
-DRIVER_RESULTS = ("capabilities/bon/command.py", "capabilities/build/command.py", "capabilities/icl/command.py",
-                  "capabilities/policy_accuracy/command.py", "capabilities/rgd/command.py", "cli/rgd.py")
 
 
 def string_key_reads(source: str) -> list[tuple[int, str]]:
@@ -314,7 +310,7 @@ def string_key_reads(source: str) -> list[tuple[int, str]]:
 
 
 def test_no_string_key_reads_over_results_prbench_writes():
-    excused = (*EXTERNAL, *WRITTEN_SHAPE, *DRIVER_RESULTS)
+    excused = (*EXTERNAL, *WRITTEN_SHAPE)
     found = [f"{rel}:{line}: {what}" for path in sorted(PKG.rglob("*.py"))
              if not (rel := path.relative_to(PKG).as_posix()).startswith(excused)
              for line, what in string_key_reads(path.read_text(encoding="utf-8"))]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +35,7 @@ from prbench.engines.batch import optional, reading_only
 from prbench.prompts import load_prompt
 from prbench.schema import Example, SourceItem
 from prbench.store.cache import Cache, NullCache
+from prbench.store.records import BuildSummary, typed_summary
 from prbench.store.runs import RunDir, refuse_secrets, write_json_atomic
 
 PROMPTS = ("build_chosen", "build_rejected", "build_validate")
@@ -76,11 +77,15 @@ class BuildConfig(BuildSettings):
 
 @dataclass
 class BuildResult:
+    """What `build_benchmark` returns: the folder, its summary as its model, report.json, records, counts."""
+
     path: Path
-    summary: dict[str, Any]
+    summary: BuildSummary
     report: dict[str, Any]
     records: list[dict[str, Any]]
     counts: dict[str, int]
+    written: dict[str, Any] = field(default_factory=dict, repr=False)
+    """summary.json's object as written (key order and number types kept): what `--json` prints."""
 
 
 def _posts_text(view) -> str:
@@ -243,4 +248,5 @@ def _finish(config: BuildConfig, out: Path, run: RunDir, items: Sequence[SourceI
     if push_to:
         summary["pushed_to"] = push_to_hub(out, push_to)
     run.write_summary(summary)
-    return BuildResult(out, summary, report, records, counts)
+    typed = typed_summary(summary, run.path / "summary.json", BuildSummary)
+    return BuildResult(out, typed, report, records, counts, summary)

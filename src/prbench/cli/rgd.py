@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -20,6 +20,7 @@ from prbench.cli.options import (
 )
 from prbench.cli.output import progress
 from prbench.config import EngineAccess, GraderAccess
+from prbench.store.records import GenerationSummary
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -28,6 +29,7 @@ Policy = Annotated[str, typer.Option("--policy", "-p", help="Policy: hf:DIR, hf:
 RMs = Annotated[list[str], typer.Option("--rm", "-m", help="Pointwise RM spec (repeatable): baseline:embedding, hf:DIR, pmi:ENGINE ...")]
 Ws = Annotated[str, typer.Option("--w", help="Reward weight(s), comma-separated (e.g. 0,0.5,1); 0 = the plain policy.")]
 Grader = Annotated[str | None, typer.Option("--grader", "-g", help="Rubric grader: openai:MODEL, hf:DIR, builtin:NAME or embedding:ENCODER.")]
+R = TypeVar("R")  # what one run of the sweep returns (`GenerationRun`, `PAResult`)
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Results root (one sub-folder per setting).")]
 
 
@@ -42,9 +44,9 @@ def _floats(value: str) -> list[float]:
 
 
 def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineAccess, quiet: bool,
-           run_one: Callable[[Any, Any, float, Callable[[int, int], None]], Any], **rm_flags: Any) -> list[dict[str, Any]]:
+           run_one: Callable[[Any, Any, float, Callable[[int, int], None]], R], **rm_flags: Any) -> list[R]:
     """Run `run_one(policy engine, rm, w, on_progress)` for every RM x weight (the policy and each RM loaded once);
-    summaries with paths. `rm_flags`: the command's RM flags and `-M` pairs (`model_option`)."""
+    their results in that order. `rm_flags`: the command's RM flags and `-M` pairs (`model_option`)."""
     from prbench.downstream.decoding import load_policy
     from prbench.rewards.base import load_rm
 
@@ -52,7 +54,7 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
     engine = load_policy(policy, engine_options(policy, **access.model_dump(), batch_size=settings.batch_size))
     rm_options = model_options(specs, rm_flags.pop("model_option"), batch_size=settings.rm_batch_size,
                                **rm_flags, **access.model_dump())
-    summaries = []
+    results = []
     with progress(quiet) as bar:
         for spec in specs:
             rm_obj = load_rm(spec, **{"seed": settings.seed, **rm_options[spec]})
@@ -62,9 +64,8 @@ def _sweep(policy: str, specs: list[str], w: str, settings: Any, access: EngineA
                 def on_progress(done: int, total: int, task: TaskID = task) -> None:
                     bar.update(task, completed=done, total=total)
 
-                res = run_one(engine, rm_obj, wv, on_progress)
-                summaries.append({**res.summary, "path": str(res.path)})
-    return summaries
+                results.append(run_one(engine, rm_obj, wv, on_progress))
+    return results
 
 
 def _grader(spec: str | None, access: EngineAccess, grader_access: GraderAccess) -> Any:
@@ -83,9 +84,8 @@ def _fmt(v: Any, pct: bool = False) -> str:
     return f"{100 * v:.1f}" if pct else f"{v:.3f}"
 
 
-def _gold_cell(summary: dict[str, Any], metric: str = "rouge1") -> str:
-    gold = summary.get("gold") or {}
-    m = (gold.get("metrics") or {}).get(metric)
-    if not m or m.get("mean") is None:
+def _gold_cell(summary: GenerationSummary, metric: str = "rouge1") -> str:
+    m = summary.gold.metrics.get(metric) if summary.gold else None
+    if m is None or m.mean is None:
         return "-"
-    return f"{m['mean']:.3f} [{_fmt(m['ci_low'])}, {_fmt(m['ci_high'])}]"
+    return f"{m.mean:.3f} [{_fmt(m.ci_low)}, {_fmt(m.ci_high)}]"

@@ -18,7 +18,7 @@ from prbench.errors import PrbenchError
 from prbench.schema import SourceItem
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache, text_hash
-from prbench.store.records import stamp
+from prbench.store.records import GenerationSummary, stamp, typed_summary
 from prbench.store.runs import read_json, write_json_atomic
 
 POLICY_CONDITIONS = ("profile", "none", "wrong-profile")
@@ -28,10 +28,20 @@ POLICY_CONDITIONS = ("profile", "none", "wrong-profile")
 class GenerationRun:
     """Outputs of `run_rgd` / `run_icl`: the summary, the texts by item id, the folder."""
 
-    summary: dict[str, Any]
+    summary: GenerationSummary
+    """summary.json as the model its readers validate (`prbench.store.records.GenerationSummary`)."""
     texts: dict[str, str]
     path: Path | None
     records: list[dict[str, Any]] = field(default_factory=list)
+    written: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The summary's object as written (key order and number types kept): what `--json` prints."""
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], texts: dict[str, str], path: Path | None,
+           records: list[dict[str, Any]]) -> GenerationRun:
+        """The result of a run from the summary it wrote, validated as the readers do."""
+        typed = typed_summary(summary, (path or Path(".")) / "summary.json", GenerationSummary)
+        return cls(typed, texts, path, records, summary)
 
 
 def policy_view(item: SourceItem, condition: str, *, retriever: Any, top_k: int, pool: Sequence[SourceItem],

@@ -326,6 +326,10 @@ class PolicyAccuracySummary(_Open):
     seed: int | None = None
     wall_time_s: float | None = None
     policy_accuracy: float | None
+    policy_accuracy_normalized: float | None = None
+    plain_policy_accuracy: float | None = None
+    plain_policy_accuracy_normalized: float | None = None
+    resumed_from: int = 0  # pairs an earlier invocation had scored
     metrics: PolicyAccuracyMetrics
 
 
@@ -364,6 +368,76 @@ class GenerationSummary(_Open):
     gold: GoldScores | None = None
     grade: GoldMetric | None = None
     changed_share: float | None = None
+    w: float | None = None  # the reward weight (RGD)
+    examples: str | None = None  # where the in-context examples came from (ICL)
+    example_kinds: dict[str, int] = {}  # items per kind of examples shown (ICL)
+    seconds_per_item: float | None = None  # decoding time per item generated now (None: all resumed)
+    resumed_from: int = 0  # items a finished earlier invocation had generated
+
+
+class Curve(_Open):
+    """A Best-of-N curve: the mean grade per k with its CI (None where no item counts)."""
+
+    mean: list[float | None]
+    ci_low: list[float | None]
+    ci_high: list[float | None]
+
+
+class BonLine(_Open):
+    """One RM's line of bon.json's `rms`: its curves, or the error that left it without one."""
+
+    rm: str
+    n_items: int = Field(ge=0)
+    error: str | None = None
+    first_k: list[float | None] = []
+    expected: list[float | None] = []
+    ci_low: list[float | None] = []
+    ci_high: list[float | None] = []
+    top_k: int | None = None  # the posts the RM was shown
+
+
+class GraderInfo(_Open):
+    """A grader's run info: its spec and how much grading the cache saved."""
+
+    grader: str | None = None
+    calls: int = 0
+    cache_hits: int = 0
+    parse_failures: int = 0
+
+
+class GraderCalls(_Open):
+    made: int
+    naive: int
+    naive_rule: str
+
+
+class BonRunSummary(_Open):
+    """bon.json (`prbench bon`): every RM's Best-of-N curve beside the oracle and random ones."""
+
+    samples: str
+    condition: str
+    n_items: int = Field(ge=0)
+    k: list[int]
+    grader: GraderInfo
+    rms: list[BonLine]
+    oracle: Curve
+    random: Curve
+    n_gradable_items: int = Field(ge=0)
+    distinct_samples: int = Field(ge=0)
+    grader_calls: GraderCalls
+    cost: CostSummary | None = None
+
+
+class BuildSummary(_Open):
+    """A build's summary.json (`prbench build`): the pairs processed, kept and dropped, the calls, the push."""
+
+    processed: int = Field(ge=0)
+    kept: int = Field(ge=0)
+    dropped: int = Field(ge=0)
+    per_category: dict[str, int] = {}
+    resumed_from: int = 0
+    cost: CostSummary | None = None
+    pushed_to: str | None = None
 
 
 class RankValue(_Open):

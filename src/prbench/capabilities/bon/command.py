@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -61,25 +61,24 @@ def bon(
                         rm_options=set_options(mode=mode, max_length=max_length, **access.model_dump()),
                         on_progress=lambda msg: bar.update(task, description=f"bon: {escape(msg)}"),
                         max_usd=max_usd, prices=prices, batch=batch)
-    s = res.summary
     if json_out:
-        emit_json({**s, "path": str(res.path)})
+        emit_json({**res.written, "path": str(res.path)})
         return
     if quiet:
         return
-    ks_ = s["k"]
-    rows = []
-    for r in s["rms"]:
-        if r.get("error"):
-            rows.append((r["rm"], "error", r["error"], *[""] * len(ks_)))
+    s = res.summary
+    rows: list[tuple[Any, ...]] = []
+    for r in s.rms:
+        if r.error:
+            rows.append((r.rm, "error", r.error, *[""] * len(s.k)))
             continue
-        rows.append((r["rm"], "expected", r["n_items"],
-                     *[f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" for v, lo, hi in zip(r["expected"], r["ci_low"], r["ci_high"])]))
-        rows.append(("", "first-k", "", *[_fmt(v) for v in r["first_k"]]))
-    rows.append(("<oracle>", "expected", s["n_gradable_items"], *[_fmt(v) for v in s["oracle"]["mean"]]))
-    rows.append(("<random>", "expected", s["n_gradable_items"], *[_fmt(v) for v in s["random"]["mean"]]))
+        rows.append((r.rm, "expected", r.n_items,
+                     *[f"{_fmt(v)} [{_fmt(lo)}, {_fmt(hi)}]" for v, lo, hi in zip(r.expected, r.ci_low, r.ci_high)]))
+        rows.append(("", "first-k", "", *[_fmt(v) for v in r.first_k]))
+    rows.append(("<oracle>", "expected", s.n_gradable_items, *[_fmt(v) for v in s.oracle.mean]))
+    rows.append(("<random>", "expected", s.n_gradable_items, *[_fmt(v) for v in s.random.mean]))
     table(f"Best-of-N: mean rubric grade (0-2) [95% CI], condition {settings.condition}",
-          ["rm", "curve", "items", *[f"k={x}" for x in ks_]], rows)
-    calls = s["grader_calls"]
-    typer.echo(f"grader calls: {calls['made']} made vs {calls['naive']} naive ({calls['naive_rule']}); "
-               f"{s['grader']['cache_hits']} cache hits; results in {res.path}")
+          ["rm", "curve", "items", *[f"k={x}" for x in s.k]], rows)
+    calls = s.grader_calls
+    typer.echo(f"grader calls: {calls.made} made vs {calls.naive} naive ({calls.naive_rule}); "
+               f"{s.grader.cache_hits} cache hits; results in {res.path}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import csv
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from prbench.evaluation.scoring import score_cached
 from prbench.rewards.base import PointwiseRM, RewardModel, load_rm, shown_top_k
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache
+from prbench.store.records import BonRunSummary, typed_summary
 from prbench.store.runs import dumps, slug, write_json_atomic
 
 
@@ -59,9 +60,18 @@ def k_values(n: int) -> list[int]:
 
 @dataclass
 class BonResult:
-    summary: dict[str, Any]
+    """What `best_of_n` returns: bon.json as its model, each RM's curves, the folder."""
+
+    summary: BonRunSummary
     results: dict[str, DownstreamResult]
     path: Path | None
+    written: dict[str, Any] = field(default_factory=dict, repr=False)
+    """bon.json's object as written (key order and number types kept): what `--json` prints."""
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], results: dict[str, DownstreamResult], path: Path | None) -> BonResult:
+        typed = typed_summary(summary, (path or Path(".")) / "bon.json", BonRunSummary)
+        return cls(typed, results, path, summary)
 
 
 def _curve(per_item: dict[str, dict[int, float]], ks: Sequence[int], seed: int, n_boot: int) -> dict[str, list]:
@@ -183,7 +193,7 @@ def best_of_n(
         write_json_atomic(out_path / "bon.json", summary)
         _write_grades(out_path / "grades.jsonl", grade_rows)
         _write_all_curves(out_path / "curves.csv", results, ks, oracle, rand)
-    return BonResult(summary, results, out_path)
+    return BonResult.of(summary, results, out_path)
 
 
 def _ks(s: BonSettings, ss: SampleSet) -> list[int]:

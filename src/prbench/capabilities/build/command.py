@@ -63,7 +63,7 @@ def build(
                               push_to=push_to_hub, on_progress=lambda d, t: bar.update(task, completed=d, total=t),
                               max_usd=max_usd, prices=prices, batch=batch, wait=not no_wait)
     if json_out:
-        emit_json({**res.summary, "path": str(res.path)})
+        emit_json({**res.written, "path": str(res.path)})
         return
     if quiet:
         return
@@ -73,8 +73,8 @@ def build(
     rows += [(f"  dropped: {k}", v) for k, v in every["dropped_by_reason"].items()]
     rows += [(f"kept in {c}", n) for c, n in res.counts.items()]
     rows += [("dataset", str(res.path / "data")), ("report", str(res.path / "report.md"))]
-    if res.summary.get("pushed_to"):
-        rows.append(("pushed to", res.summary["pushed_to"]))
+    if res.summary.pushed_to:
+        rows.append(("pushed to", res.summary.pushed_to))
     table(f"build {res.path}", ["", "value"], rows)
     if not res.counts:
         typer.echo("warning: no pair passed the filter; nothing was exported", err=True)

@@ -31,14 +31,13 @@ def icl(
         res = run_icl(policy, data, out, settings=settings,
                       engine_options=engine_options(policy, **access.model_dump(), batch_size=settings.batch_size),
                       grader=g, overwrite=overwrite, on_progress=lambda d, t: bar.update(task, completed=d, total=t))
-    s = {**res.summary, "path": str(res.path)}
     if json_out:
-        emit_json(s)
+        emit_json({**res.written, "path": str(res.path)})
         return
     if quiet:
         return
-    grade = s.get("grade") or {}
+    s = res.summary
     table("in-context learning: gold ROUGE F1 [95% CI], rubric grade (0-2)",
           ["examples", "items", "ROUGE-1", "ROUGE-L", "grade", "kinds", "s/item", "folder"],
-          [(s["examples"], s["n_generated"], _gold_cell(s, "rouge1"), _gold_cell(s, "rougeL"), _fmt(grade.get("mean")),
-            s["example_kinds"], _fmt(s.get("seconds_per_item")), s["path"])])
+          [(s.examples, s.n_generated, _gold_cell(s, "rouge1"), _gold_cell(s, "rougeL"), _fmt(s.grade and s.grade.mean),
+            s.example_kinds, _fmt(s.seconds_per_item), str(res.path))])

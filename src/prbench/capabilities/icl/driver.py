@@ -170,7 +170,7 @@ def run_icl(
                        "resumed_from": len(done), "generate_seconds": round(gen_s, 3),
                        "seconds_per_item": round(gen_s / len(todo), 3) if todo else None},
         downstream_extra={}, t0=t0)
-    return GenerationRun(summary, texts, run.path if run else None, records)
+    return GenerationRun.of(summary, texts, run.path if run else None, records)
 
 
 def _ask(it: SourceItem, pool: Sequence[SourceItem], s: ICLSettings, prompt: Any, ret: Any, rcache: Any

@@ -32,23 +32,24 @@ def policy_accuracy(
     json_out: Json = False,
 ) -> None:
     """Policy accuracy of a reward-guided policy. Does it give chosen a higher likelihood than rejected?"""
-    summaries = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_pa(
+    results = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_pa(
         engine, rm_obj, data, out, settings=settings, w=wv, overwrite=overwrite, on_progress=on_progress),
         mode=judge_mode, max_length=max_length, model_option=model_option)
     if json_out:
-        emit_json(summaries)
+        emit_json([{**res.written, "path": str(res.path)} for res in results])
         return
     if quiet:
         return
     rows = []
-    for s in summaries:
-        m = s["metrics"]
-        pa = m["policy_accuracy"]["total"] or {}
-        ci = f"[{_fmt(pa.get('ci_low'), True)}, {_fmt(pa.get('ci_high'), True)}]"
-        rows.append((s["rm"], s["condition"], f"{s['w']:g}", s["mode"], m["n"], _fmt(s["policy_accuracy"], True), ci,
-                     _fmt(s["policy_accuracy_normalized"], True), _fmt(s["plain_policy_accuracy"], True),
-                     _fmt(s["plain_policy_accuracy_normalized"], True), _fmt((m.get("rm_accuracy") or {}).get("accuracy"), True),
-                     s["path"]))
+    for res in results:
+        s = res.summary
+        m = s.metrics
+        pa = m.policy_accuracy.total
+        ci = f"[{_fmt(pa.ci_low, True)}, {_fmt(pa.ci_high, True)}]"
+        rows.append((s.rm, s.condition, f"{s.w:g}", s.mode, m.n, _fmt(s.policy_accuracy, True), ci,
+                     _fmt(s.policy_accuracy_normalized, True), _fmt(s.plain_policy_accuracy, True),
+                     _fmt(s.plain_policy_accuracy_normalized, True), _fmt(m.rm_accuracy.accuracy, True),
+                     str(res.path)))
     table("policy accuracy (%) on pairs, ties 0.5",
           ["rm", "condition", "w", "mode", "n", "guided", "95% CI", "guided/token", "plain", "plain/token", "RM",
            "folder"], rows)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ from prbench.runtime.extras import require
 from prbench.schema import Example
 from prbench.stats import metrics
 from prbench.store.cache import Cache, NullCache
-from prbench.store.records import stamp
+from prbench.store.records import PolicyAccuracySummary, stamp, typed_summary
 from prbench.store.runs import RunDir, slug
 
 MODES = ("full", "topk")
@@ -277,9 +277,18 @@ def _apply_guidance(engine: Any, reqs: list[ScoreRequest], results: list[Respons
 
 @dataclass
 class PAResult:
-    summary: dict[str, Any]
+    """What `policy_accuracy` returns: the summary as its readers' model, the pair records, the folder."""
+
+    summary: PolicyAccuracySummary
     records: list[dict[str, Any]]
     path: Path | None = None
+    written: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The summary's object as written (key order and number types kept): what `--json` prints."""
+
+    @classmethod
+    def of(cls, summary: dict[str, Any], records: list[dict[str, Any]], path: Path | None) -> PAResult:
+        typed = typed_summary(summary, (path or Path(".")) / "summary.json", PolicyAccuracySummary)
+        return cls(typed, records, path, summary)
 
 
 def _round(v: float) -> float:
@@ -443,7 +452,7 @@ def policy_accuracy(
         if rm_name is not None:
             write_pa_downstream(run.path, summary, records)
         run.write_summary(summary)
-    return PAResult(summary, records, run.path if run else None)
+    return PAResult.of(summary, records, run.path if run else None)
 
 
 def write_pa_downstream(path: Path, summary: dict[str, Any], records: Sequence[dict[str, Any]]) -> Path | None:

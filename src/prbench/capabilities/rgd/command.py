@@ -34,19 +34,19 @@ def rgd(
 ) -> None:
     """Reward-guided decoding (ARGS-style). Generate, score against gold answers / rubric, write downstream.json."""
     g = _grader(grader, access, grader_access)
-    summaries = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_rgd(
+    results = _sweep(policy, rm, w, settings, access, quiet or json_out, lambda engine, rm_obj, wv, on_progress: run_rgd(
         engine, rm_obj, data, out, settings=settings, w=wv, grader=g, overwrite=overwrite, on_progress=on_progress),
         mode=mode, max_length=max_length, model_option=model_option)
     if json_out:
-        emit_json(summaries)
+        emit_json([{**res.written, "path": str(res.path)} for res in results])
         return
     if quiet:
         return
     rows = []
-    for s in summaries:
-        grade = s.get("grade") or {}
-        rows.append((s["rm"], s["condition"], f"{s['w']:g}", s["n_generated"], _gold_cell(s, "rouge1"),
-                     _gold_cell(s, "rougeL"), _fmt(grade.get("mean")), _fmt(s.get("changed_share")),
-                     _fmt(s.get("seconds_per_item")), s["path"]))
+    for res in results:
+        s = res.summary
+        rows.append((s.rm, s.condition, f"{s.w:g}", s.n_generated, _gold_cell(s, "rouge1"),
+                     _gold_cell(s, "rougeL"), _fmt(s.grade and s.grade.mean), _fmt(s.changed_share),
+                     _fmt(s.seconds_per_item), str(res.path)))
     table("reward-guided decoding: gold ROUGE F1 [95% CI], rubric grade (0-2)",
           ["rm", "condition", "w", "items", "ROUGE-1", "ROUGE-L", "grade", "picks changed", "s/item", "folder"], rows)

@@ -158,7 +158,7 @@ def run_rgd(
                           "chunk": s.chunk, "temperature": s.temperature, "reward_norm": s.reward_norm,
                           "seed": s.seed, "rm_fingerprint": cfg["rm_fingerprint"]},
         t0=t0)
-    return GenerationRun(summary, texts, run.path if run else None, records)
+    return GenerationRun.of(summary, texts, run.path if run else None, records)
 
 
 def _jobs(part: Sequence[SourceItem], items: Sequence[SourceItem], s: RGDSettings, engine: Engine, prompt: Any,
