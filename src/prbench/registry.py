@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,24 +294,20 @@ class StageRegistry(DerivedRegistry):
 
     def derive(self) -> dict[str, Any]:
         """Stage name -> Stage of every registered run kind that declares one."""
-        found: dict[str, Any] = {}
-        if self.kinds is None:
-            return found
-        for name in self.kinds.names():
-            target = getattr(self.kinds.get(name), "stage", None)
-            if target is not None:
-                stage: Any = resolve(target) if isinstance(target, str) else target
-                found[stage.name] = stage
-        return found
+        return self._kind_stages(self.kinds.names() if self.kinds is not None else [])
 
     def shipped(self) -> set[str]:
         """The stages prbench itself lists (its own and its built-in run kinds'), not a plug-in's."""
-        found, kinds = set(self.builtins), self.kinds
-        for name in kinds.builtins if kinds is not None else ():
-            target = getattr(kinds.get(name), "stage", None) if kinds is not None else None
+        return {*self.builtins, *self._kind_stages(self.kinds.builtins if self.kinds is not None else [])}
+
+    def _kind_stages(self, names: Iterable[str]) -> dict[str, Any]:
+        """Stage name -> Stage of each named run kind that declares one."""
+        found: dict[str, Any] = {}
+        for name in names:
+            target = getattr(self.kinds.get(name), "stage", None) if self.kinds is not None else None
             if target is not None:
                 stage: Any = resolve(target)
-                found.add(stage.name)
+                found[stage.name] = stage
         return found
 
 
