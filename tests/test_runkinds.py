@@ -49,7 +49,7 @@ def test_the_kinds_commands_are_the_clis_commands() -> None:
     commands = {c.name: c.callback for c in app.registered_commands}
     groups = {g.name: g.typer_instance for g in app.registered_groups}
     for name, target in declared.items():
-        made = resolve(target) if isinstance(target, str) else target
+        made = resolve(target)
         if isinstance(made, typer.Typer):
             assert groups[name] is made
         else:
@@ -81,9 +81,6 @@ def test_each_kinds_driver_takes_its_settings_model() -> None:
     declared = [k for k in kinds() if k.driver is not None]
     assert {k.name for k in declared} >= {"eval", "bon", "rl", "rgd", "policy-accuracy", "icl", "sample", "plan",
                                           "build"}
-    def part(target):  # a built-in capability names its parts directly, a kind may give "module:attr"
-        return resolve(target) if isinstance(target, str) else target
-
     for k in declared:
         model = resolve(k.settings_model)
         hints = typing.get_type_hints(resolve(k.driver))

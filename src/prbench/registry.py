@@ -96,7 +96,7 @@ class Registry:
                                 f"{type(e).__name__}: {e}") from e
         else:
             raise SpecError(self.unknown(name))
-        factory = resolve(target) if isinstance(target, str) else target
+        factory = resolve(target)
         self._resolved[name] = factory
         return factory
 
@@ -157,7 +157,7 @@ class DerivedRegistry(Registry):
         if not super().__contains__(name) and name in self.derived():
             if name not in self._resolved:
                 target = self.derived()[name]
-                self._resolved[name] = resolve(target) if isinstance(target, str) else target
+                self._resolved[name] = resolve(target)
             return self._resolved[name]
         return super().get(name)
 

@@ -90,7 +90,7 @@ def _add(to: typer.Typer, name: str) -> None:
     target = COMMANDS.get(name)
     if target is None and name in RUNKINDS:
         target = getattr(type(RUNKINDS.get(name)), "command", None)  # the class's: a function, not a method
-    command = resolve(target) if isinstance(target, str) else target
+    command = resolve(target)
     if command is None:
         return
     if isinstance(command, typer.Typer):

@@ -219,8 +219,7 @@ class RunKind:
 
     def report_block(self) -> Callable[..., str] | None:
         """`report_section` as a function (a built-in names it directly, a plug-in may give its "module:function")."""
-        target = self.report_section
-        return resolve(target) if isinstance(target, str) else target
+        return resolve(self.report_section)
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A group or label field must be a field of the model it is read from (`fields_model`): a misspelt one is
         refused when the kind is defined, never read as None."""

@@ -62,15 +62,11 @@ class Method:
     rm: str | Callable[..., Any] | None = None  # its RM factory, if REWARDS has none: folders load as `spec:FOLDER`
 
     def load(self) -> tuple[Callable[..., TrainResult], Any]:
-        return _target(self.train), self.settings()
+        return resolve(self.train), self.settings()
 
     def settings(self) -> Any:
         """The settings model (a plug-in's by its target: the CLI builds a command from it)."""
-        return _target(self.config)
-
-
-def _target(target: Any) -> Any:
-    return resolve(target) if isinstance(target, str) else target
+        return resolve(self.config)
 
 
 class MethodRegistry(Registry):
