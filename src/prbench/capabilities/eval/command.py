@@ -125,13 +125,14 @@ def eval_cmd(
                               trust_remote_code=trust_remote_code, prompt_file=prompt_file,
                               debias_position=debias_position, provider=provider, rpm=rpm, tpm=tpm,
                               no_api_key=no_api_key, **access.model_dump())
-    summaries, failures, pending = [], [], []
+    results: list[Any] = []
+    failures, pending = [], []
     settings = EvalSettings.build(settings, until=until, until_max=until_max)
     if until is not None or until_max is not None:  # every run on a growing seeded prefix (prbench.evaluation.until)
-        summaries = _eval_until(specs, conds, per_model, settings, data, out, not no_wait, {
+        results = _eval_until(specs, conds, per_model, settings, data, out, not no_wait, {
             "overwrite": overwrite, "retry_failed": retry_failed, "repair": repair, "max_usd": max_usd, "prices": prices,
             "cache": NullCache() if no_cache else None, "batch": batch}, quiet or json_out)
-        failures = [f for s in summaries if (f := invalid_failure(s, max_invalid))]
+        failures = [f for r in results if (f := invalid_failure(r.summary, max_invalid))]
     with progress(quiet or json_out) as bar:
         for spec in specs if until is None and until_max is None else ():
             rm = _handle(spec, per_model[spec.spec], settings)  # built by `evaluate` for the first run that scores
@@ -146,12 +147,12 @@ def eval_cmd(
                 except BatchPending:  # --no-wait: submit every run's batches, then exit once
                     pending.append(f"{rm.name} [{cond}]")
                     continue
-                summaries.append({**res.written, "path": str(res.path)})
+                results.append(res)
                 if failure := invalid_failure(res.summary, max_invalid, res.records):
                     failures.append(failure)
                 if res.reused and not quiet:
                     _say_reused(res)
-    _finish(summaries, pending, failures, quiet, json_out)
+    _finish(results, pending, failures, quiet, json_out)
 
 
 def _handle(spec: ModelSpec, options: dict[str, Any], settings: EvalSettings) -> Any:
@@ -165,13 +166,13 @@ def _handle(spec: ModelSpec, options: dict[str, Any], settings: EvalSettings) ->
     return ModelHandle(spec, options, name=None if distributed else rm_name(spec, options))
 
 
-def _finish(summaries: list[dict], pending: list[str], failures: list[str], quiet: bool, json_out: bool) -> None:
-    """Print the runs, then exit for batches still pending (code 4) or runs with too many invalid records (1)."""
-
+def _finish(results: list[Any], pending: list[str], failures: list[str], quiet: bool, json_out: bool) -> None:
+    """Print the runs (`EvalResult`s), then exit for batches still pending (code 4) or runs with too many invalid
+    records (1)."""
     if json_out:
-        emit_json(summaries)
+        emit_json([{**r.written, "path": str(r.path)} for r in results])  # each summary as written, with its folder
     elif not quiet:
-        _print_runs(summaries)
+        _print_runs(results)
     if pending:
         raise BatchPending(f"batches submitted and recorded for {len(pending)} run(s) ({', '.join(pending)}); "
                            "run the same command again to collect them")
@@ -180,7 +181,7 @@ def _finish(summaries: list[dict], pending: list[str], failures: list[str], quie
 
 
 def _eval_until(specs: list[ModelSpec], conds: list[str], per_model: dict[str, dict], settings: EvalSettings, data: str,
-                out: Path, wait: bool, kw: dict, quiet: bool) -> list[dict]:
+                out: Path, wait: bool, kw: dict, quiet: bool) -> list[Any]:
     """`evaluate` under `--until`, each (model, condition) run with its progress bar."""
     from prbench import evaluate
     from prbench.evaluation.until import check_until
@@ -191,16 +192,13 @@ def _eval_until(specs: list[ModelSpec], conds: list[str], per_model: dict[str, d
         tasks = [bar.add_task(escape(f"{rm.name} [{c}]"), total=None) for rm in rms for c in conds]
         results = evaluate(rms, data, conds, settings=settings, out=out, **kw,
                            on_run_progress=lambda i, d, t: bar.update(tasks[i], completed=d, total=t))
-    return [{**r.written, "path": str(r.path)} for r in results]
+    return list(results)
 
 
-def _print_runs(summaries: list[dict]) -> None:
+def _print_runs(results: list[Any]) -> None:
     """The accuracy table of the runs, then each benchmark's own headline (RewardBench sections, RM-Bench grid)."""
-    from prbench.store.records import EvalSummary, typed_summary
-
     rows, notes = [], []
-    runs = [(typed_summary({k: v for k, v in row.items() if k != "path"}, model=EvalSummary), row["path"])
-            for row in summaries]  # what --json prints, with the run folder: read through the model
+    runs = [(r.summary, str(r.path)) for r in results]
     for s, path in runs:
         m = s.metrics
         known = m.ci_low is not None and m.ci_high is not None
